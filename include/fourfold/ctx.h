@@ -1,0 +1,93 @@
+/* The fourfold context: the handle every other part of the library hangs off.
+ *
+ * A context wraps one MPI communicator (duplicated, so fourfold's traffic never
+ * mixes with the caller's), keeps the last error message, owns the engine that
+ * advances non-blocking collectives, and the timeline (trace). The library never
+ * calls exit() or MPI_Abort(): every function returns 0 or a negative FF_E* code
+ * and leaves a message on the context; the caller decides what to do.
+ *
+ * Thread-safety: one thread calls into a context at a time. The optional
+ * progress thread (FF_PROGRESS_THREAD) is internal and synchronised with the
+ * caller by the context itself. */
+#ifndef FOURFOLD_CTX_H
+#define FOURFOLD_CTX_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes. 0 is success; every error is negative. */
+enum {
+    FF_OK = 0,
+    FF_EINVAL = -1,       /* a bad argument or option */
+    FF_EGRID = -2,        /* a grid that is malformed or does not match the job */
+    FF_EDIVIDE = -3,      /* a size that does not divide as required */
+    FF_ENOMEM = -4,       /* out of memory */
+    FF_EMPI = -5,         /* the MPI library returned an error */
+    FF_EIO = -6,          /* a file could not be read or written */
+    FF_ECORRUPT = -7,     /* a file is truncated or fails its checksum */
+    FF_ENUMERIC = -8,     /* NaN or Inf where a finite number is required */
+    FF_EREMOTE = -9,      /* another rank failed (its message is copied here) */
+    FF_EUNSUPPORTED = -10 /* valid, but not available in this build or MPI */
+};
+
+/* How posted collectives advance between their start and their wait.
+ * Open MPI without asynchronous progress moves data only inside MPI calls
+ * (see docs/overlap.md for the measurements behind the default). */
+typedef enum {
+    FF_PROGRESS_WAIT = 0, /* only inside ff_test/ff_wait (no overlap) */
+    FF_PROGRESS_POLL,     /* also inside ff_poll(), called from compute loops */
+    FF_PROGRESS_THREAD    /* a helper thread polls (needs MPI_THREAD_MULTIPLE) */
+} ff_progress_mode;
+
+typedef struct {
+    ff_progress_mode progress;
+    double poll_interval_s;   /* ff_poll() does nothing if called sooner than this */
+    double thread_interval_s; /* the progress thread sleeps this long between polls */
+} ff_ctx_options;
+
+typedef struct ff_ctx ff_ctx;
+
+/* Fills the defaults: FF_PROGRESS_POLL, 200 us polling, 20 us thread sleep. */
+void ff_ctx_options_default(ff_ctx_options *opt);
+
+/* Creates a context on `comm` (collective over it). On success returns 0.
+ * On failure returns a negative code; *out is still set (unless FF_ENOMEM) so
+ * that ff_ctx_error() can be read, and must be destroyed. Every rank gets the
+ * same result. */
+int ff_ctx_create(ff_ctx **out, MPI_Comm comm, const ff_ctx_options *opt);
+void ff_ctx_destroy(ff_ctx *ctx);
+
+/* Records an error (printf-style message) on the context and returns `code`,
+ * so that a caller's own failure can be shared with ff_ctx_agree(). */
+int ff_ctx_set_error(ff_ctx *ctx, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The message of the last error, or "" if none. */
+const char *ff_ctx_error(const ff_ctx *ctx);
+/* A short name for an error code ("FF_EGRID"). */
+const char *ff_strerror(int code);
+
+int ff_ctx_rank(const ff_ctx *ctx);
+int ff_ctx_size(const ff_ctx *ctx);
+MPI_Comm ff_ctx_comm(const ff_ctx *ctx);
+ff_progress_mode ff_ctx_progress_mode(const ff_ctx *ctx);
+
+/* Makes every rank agree on an outcome (collective over the context's
+ * communicator). Each rank passes its own result; if any rank failed, every
+ * rank returns the error of the lowest failing rank, and the context's message
+ * becomes that rank's message (prefixed with "rank N: " on the other ranks).
+ * Call it before posting any collective whose arguments could be wrong on some
+ * ranks only; it is how one rank's error becomes everyone's, without a hang. */
+int ff_ctx_agree(ff_ctx *ctx, int rc);
+
+/* Seconds on a monotonic clock, for timing compute regions. */
+double ff_now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,16 @@
+/* fourfold: 4D hybrid-parallel training of transformer language models.
+ * The umbrella header; include this one. */
+#ifndef FOURFOLD_H
+#define FOURFOLD_H
+
+#define FF_VERSION_MAJOR  0
+#define FF_VERSION_MINOR  1
+#define FF_VERSION_PATCH  0
+#define FF_VERSION_STRING "0.1.0"
+
+#include "fourfold/comm.h"
+#include "fourfold/ctx.h"
+#include "fourfold/grid.h"
+#include "fourfold/trace.h"
+
+#endif

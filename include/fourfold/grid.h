@@ -1,0 +1,97 @@
+/* The 4D process grid (DESIGN §1).
+ *
+ *     rank = x + Gx * (y + Gy * (z + Gz * d))
+ *
+ * X is fastest (X groups are contiguous ranks, so they share a node), D is
+ * outermost. The grid owns one communicator per group:
+ *
+ *   X   ranks that share (y, z, d)   - all-reduce of transposed layers' outputs
+ *   Y   ranks that share (x, z, d)   - all-reduce of normal layers' outputs
+ *   Z   ranks that share (x, y, d)   - all-gather / reduce-scatter of weights
+ *   D   ranks that share (x, y, z)   - data-parallel gradient all-reduce
+ *   ZD  ranks that share (x, y)      - non-Z-sharded gradients, loss; rank in
+ *                                      ZD is the row-block index q = z + Gz*d
+ *   TP  ranks that share d           - the whole tensor-parallel slice; rank in
+ *                                      TP is x + Gx*(y + Gy*z)
+ *   WORLD every rank of the context
+ */
+#ifndef FOURFOLD_GRID_H
+#define FOURFOLD_GRID_H
+
+#include <stddef.h>
+
+#include "fourfold/ctx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Four sizes or four coordinates, in grid order. */
+typedef struct {
+    int x, y, z, d;
+} ff_dims;
+
+typedef enum {
+    FF_GROUP_X = 0,
+    FF_GROUP_Y,
+    FF_GROUP_Z,
+    FF_GROUP_D,
+    FF_GROUP_ZD,
+    FF_GROUP_TP,
+    FF_GROUP_WORLD,
+    FF_NGROUPS
+} ff_group_kind;
+
+typedef struct ff_grid ff_grid;
+typedef struct ff_group ff_group;
+
+/* Parses a grid: "Gx x Gy x Gz x Gd" written as e.g. "2x2x2x1", or a named preset:
+ *   serial        1x1x1x1
+ *   data          1x1x1xG         pure data parallelism
+ *   fsdp          1x1xGx1         FSDP / ZeRO-3
+ *   hsdp[:Z]      1x1xZx(G/Z)     hybrid sharded DP; Z defaults to ranks_per_node
+ *   megatron[:X]  Xx1x1x(G/X)     Megatron-style 1D tensor parallelism (with
+ *                                 alternating layers); X defaults to ranks_per_node
+ * `world_size` is the number of ranks the grid must cover; `ranks_per_node`
+ * (>= 1) is used only by the presets. Pure: no MPI. On error returns FF_EGRID
+ * and writes one sentence naming the problem into err. */
+int ff_grid_parse(const char *spec, int world_size, int ranks_per_node, ff_dims *out, char *err,
+                  size_t err_len);
+
+/* Creates the grid and its communicators on the context's communicator
+ * (collective). Checks the shape first, identically on every rank, so a bad
+ * shape fails on all ranks before any communicator is built. */
+int ff_grid_create(ff_ctx *ctx, ff_dims shape, ff_grid **out);
+void ff_grid_destroy(ff_grid *grid);
+
+ff_dims ff_grid_shape(const ff_grid *grid);
+ff_dims ff_grid_coords(const ff_grid *grid);
+ff_ctx *ff_grid_ctx(const ff_grid *grid);
+ff_group *ff_grid_group(const ff_grid *grid, ff_group_kind kind);
+
+/* Rank <-> coordinates for a given shape (pure arithmetic). */
+int ff_grid_rank_of(ff_dims shape, ff_dims coords);
+ff_dims ff_grid_coords_of(ff_dims shape, int rank);
+int ff_dims_product(ff_dims dims);
+
+/* Name of a group kind ("X", "ZD", ...). */
+const char *ff_group_kind_name(ff_group_kind kind);
+
+/* A one-line description: "2x2x2x1 (Gx=2 Gy=2 Gz=2 Gd=1, 8 ranks)". */
+void ff_grid_describe(const ff_grid *grid, char *buf, size_t len);
+
+/* Size of a group, this rank's index in it, and its MPI communicator. */
+int ff_group_size(const ff_group *group);
+int ff_group_rank(const ff_group *group);
+MPI_Comm ff_group_comm(const ff_group *group);
+const char *ff_group_name(const ff_group *group);
+
+/* A group on an arbitrary communicator (duplicated), e.g. for benchmarks.
+ * Collective over comm. */
+int ff_group_create(ff_ctx *ctx, MPI_Comm comm, const char *name, ff_group **out);
+void ff_group_destroy(ff_group *group);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

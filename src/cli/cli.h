@@ -1,0 +1,72 @@
+/* Shared plumbing of the fourfold command-line program. */
+#ifndef FF_CLI_H
+#define FF_CLI_H
+
+#include <stddef.h>
+
+#include "fourfold/fourfold.h"
+
+/* Exit codes: 0 success, 1 a failure at run time (on every rank), 2 a usage
+ * error (bad option or value). */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* Prints "fourfold: error: ..." once (on rank 0 of MPI_COMM_WORLD, or
+ * unconditionally if MPI is not initialised). */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints on rank 0 only (stdout). */
+void cli_print(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int cli_world_rank(void);
+
+/* Command-line options as "--name value" or "--name=value". */
+typedef struct {
+    int argc;
+    char **argv;
+    int i;             /* next argument */
+    const char *name;  /* the option being parsed, without "--" */
+    const char *value; /* its value after cli_value(), or NULL */
+    const char *inline_value;
+} cli_args;
+
+void cli_args_init(cli_args *a, int argc, char **argv);
+/* Advances to the next option; returns 0 at the end. Positional arguments
+ * are returned with name == NULL and value set. */
+int cli_next(cli_args *a);
+/* The option's value; reports a usage error and returns NULL if missing. */
+const char *cli_value(cli_args *a);
+int cli_is(const cli_args *a, const char *name);
+/* Parsers that print the usage error themselves; return 0 on success. */
+int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out);
+int cli_parse_double(const char *opt, const char *text, double lo, double hi, double *out);
+int cli_parse_size(const char *opt, const char *text, size_t *out); /* 16MiB, 4K, 100 */
+int cli_unknown(const cli_args *a, const char *command);
+
+/* Options shared by every subcommand that runs on a grid. */
+typedef struct {
+    const char *grid;  /* --grid */
+    const char *trace; /* --trace FILE.json */
+    ff_ctx_options ctx;
+    int blas_threads; /* --blas-threads, default 1 per rank */
+} cli_run_opts;
+
+void cli_run_opts_default(cli_run_opts *o);
+/* Handles --grid, --trace, --progress, --poll-us, --blas-threads. Returns 1
+ * if the option was one of them (0 on success, or sets *bad). */
+int cli_run_option(cli_args *a, cli_run_opts *o, int *bad);
+extern const char cli_run_help[];
+
+/* Creates the context, parses and builds the grid, enables the trace. On
+ * failure prints the (agreed) message once and returns CLI_FAIL. */
+int cli_setup(const cli_run_opts *o, ff_ctx **ctx, ff_grid **grid);
+/* Writes the trace if requested, destroys the grid and context. Returns the
+ * exit code: `code`, or CLI_FAIL if the trace could not be written. */
+int cli_teardown(const cli_run_opts *o, ff_ctx *ctx, ff_grid *grid, int code);
+
+/* The ranks on one node (MPI_COMM_TYPE_SHARED), the minimum over nodes. */
+int cli_ranks_per_node(MPI_Comm comm);
+void cli_set_blas_threads(int n);
+const char *cli_blas_core(void);
+
+/* Subcommands */
+int cmd_selftest(int argc, char **argv);
+
+#endif

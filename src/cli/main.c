@@ -1,0 +1,367 @@
+/* fourfold: the command-line program. Dispatches to subcommands; holds the
+ * option parsing and error reporting they share. */
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* OpenBLAS extensions (declared in its cblas.h on Debian, repeated here so
+ * the program builds against any OpenBLAS header). */
+void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void);
+
+/* ---- output ---- */
+
+int cli_world_rank(void)
+{
+    int init = 0, fin = 0, rank = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin)
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank;
+}
+
+void cli_error(const char *fmt, ...)
+{
+    if (cli_world_rank() != 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("fourfold: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(stderr);
+}
+
+void cli_print(const char *fmt, ...)
+{
+    if (cli_world_rank() != 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+/* ---- option parsing ---- */
+
+void cli_args_init(cli_args *a, int argc, char **argv)
+{
+    memset(a, 0, sizeof *a);
+    a->argc = argc;
+    a->argv = argv;
+    a->i = 0;
+}
+
+int cli_next(cli_args *a)
+{
+    a->name = a->value = a->inline_value = NULL;
+    if (a->i >= a->argc)
+        return 0;
+    char *arg = a->argv[a->i++];
+    if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+        a->value = arg;
+        return 1;
+    }
+    a->name = arg + 2;
+    char *eq = strchr(arg, '=');
+    if (eq) {
+        /* name is compared with cli_is() up to the '=' */
+        a->inline_value = eq + 1;
+    }
+    return 1;
+}
+
+int cli_is(const cli_args *a, const char *name)
+{
+    if (!a->name)
+        return 0;
+    size_t n = strlen(name);
+    return strncmp(a->name, name, n) == 0 && (a->name[n] == '\0' || a->name[n] == '=');
+}
+
+const char *cli_value(cli_args *a)
+{
+    if (a->inline_value)
+        return a->value = a->inline_value;
+    if (a->i >= a->argc) {
+        cli_error("option --%s needs a value", a->name);
+        return NULL;
+    }
+    return a->value = a->argv[a->i++];
+}
+
+int cli_unknown(const cli_args *a, const char *command)
+{
+    if (a->name)
+        cli_error("unknown option --%s for '%s' (see fourfold %s --help)", a->name, command,
+                  command);
+    else
+        cli_error("unexpected argument '%s' for '%s' (see fourfold %s --help)", a->value, command,
+                  command);
+    return CLI_USAGE;
+}
+
+int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        cli_error("--%s %s: expected an integer from %ld to %ld", opt, text, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_double(const char *opt, const char *text, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !(v >= lo && v <= hi)) {
+        cli_error("--%s %s: expected a number from %g to %g", opt, text, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_size(const char *opt, const char *text, size_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    double mult = 1;
+    if (!errno && end != text) {
+        if (!strcmp(end, "K") || !strcmp(end, "KiB") || !strcmp(end, "k"))
+            mult = 1024;
+        else if (!strcmp(end, "M") || !strcmp(end, "MiB"))
+            mult = 1024.0 * 1024;
+        else if (!strcmp(end, "G") || !strcmp(end, "GiB"))
+            mult = 1024.0 * 1024 * 1024;
+        else if (*end)
+            mult = -1;
+    }
+    if (errno || end == text || mult < 0 || !(v >= 0) || v * mult > 1e15) {
+        cli_error("--%s %s: expected a size such as 4096, 64K, 16MiB", opt, text);
+        return -1;
+    }
+    *out = (size_t)(v * mult);
+    return 0;
+}
+
+/* ---- options shared by grid commands ---- */
+
+const char cli_run_help[] =
+    "  --grid G          process grid Gx x Gy x Gz x Gd (e.g. 2x2x2x1) or a preset: serial, data,\n"
+    "                    fsdp, hsdp[:Z], megatron[:X]  (default: data)\n"
+    "  --progress M      how collectives advance during compute: wait, poll, thread\n"
+    "                    (default: poll; see docs/overlap.md)\n"
+    "  --poll-us N       minimum microseconds between polls (default 200)\n"
+    "  --blas-threads N  OpenBLAS threads per rank (default 1)\n"
+    "  --trace FILE      write a Chrome-trace timeline (open in Perfetto)\n";
+
+void cli_run_opts_default(cli_run_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->grid = "data";
+    ff_ctx_options_default(&o->ctx);
+    o->blas_threads = 1;
+}
+
+int cli_run_option(cli_args *a, cli_run_opts *o, int *bad)
+{
+    const char *v;
+    long n;
+    double d;
+    if (cli_is(a, "grid")) {
+        if (!(v = cli_value(a)))
+            return *bad = 1;
+        o->grid = v;
+    } else if (cli_is(a, "trace")) {
+        if (!(v = cli_value(a)))
+            return *bad = 1;
+        o->trace = v;
+    } else if (cli_is(a, "progress")) {
+        if (!(v = cli_value(a)))
+            return *bad = 1;
+        if (!strcmp(v, "wait"))
+            o->ctx.progress = FF_PROGRESS_WAIT;
+        else if (!strcmp(v, "poll"))
+            o->ctx.progress = FF_PROGRESS_POLL;
+        else if (!strcmp(v, "thread"))
+            o->ctx.progress = FF_PROGRESS_THREAD;
+        else {
+            cli_error("--progress %s: expected wait, poll or thread", v);
+            return *bad = 1;
+        }
+    } else if (cli_is(a, "poll-us")) {
+        if (!(v = cli_value(a)) || cli_parse_double("poll-us", v, 0, 1e7, &d))
+            return *bad = 1;
+        o->ctx.poll_interval_s = d * 1e-6;
+    } else if (cli_is(a, "blas-threads")) {
+        if (!(v = cli_value(a)) || cli_parse_int("blas-threads", v, 1, 1024, &n))
+            return *bad = 1;
+        o->blas_threads = (int)n;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+int cli_ranks_per_node(MPI_Comm comm)
+{
+    MPI_Comm node;
+    int local = 1, minimum = 1;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_size(node, &local);
+        MPI_Comm_free(&node);
+    }
+    MPI_Allreduce(&local, &minimum, 1, MPI_INT, MPI_MIN, comm);
+    return minimum;
+}
+
+void cli_set_blas_threads(int n) { openblas_set_num_threads(n); }
+const char *cli_blas_core(void) { return openblas_get_corename(); }
+
+int cli_setup(const cli_run_opts *o, ff_ctx **pctx, ff_grid **pgrid)
+{
+    *pctx = NULL;
+    *pgrid = NULL;
+    cli_set_blas_threads(o->blas_threads);
+    ff_ctx *ctx;
+    int rc = ff_ctx_create(&ctx, MPI_COMM_WORLD, &o->ctx);
+    if (rc != FF_OK) {
+        cli_error("%s", ff_ctx_error(ctx));
+        ff_ctx_destroy(ctx);
+        return CLI_FAIL;
+    }
+    int per_node = cli_ranks_per_node(ff_ctx_comm(ctx));
+    ff_dims shape;
+    char err[256];
+    rc = ff_grid_parse(o->grid, ff_ctx_size(ctx), per_node, &shape, err, sizeof err);
+    /* the parse is deterministic, but agree anyway: a rank with a different
+     * command line must not leave the others waiting */
+    if (rc != FF_OK)
+        ff_ctx_set_error(ctx, rc, "%s", err);
+    rc = ff_ctx_agree(ctx, rc);
+    ff_grid *grid = NULL;
+    if (rc == FF_OK)
+        rc = ff_grid_create(ctx, shape, &grid);
+    if (rc == FF_OK && o->trace) {
+        char label[96];
+        ff_dims c = ff_grid_coords(grid);
+        snprintf(label, sizeof label, "rank %d (x=%d y=%d z=%d d=%d)", ff_ctx_rank(ctx), c.x, c.y,
+                 c.z, c.d);
+        ff_trace_set_label(ctx, label);
+        rc = ff_trace_enable(ctx);
+    }
+    if (rc != FF_OK) {
+        cli_error("%s", ff_ctx_error(ctx));
+        ff_grid_destroy(grid);
+        ff_ctx_destroy(ctx);
+        return CLI_FAIL;
+    }
+    *pctx = ctx;
+    *pgrid = grid;
+    return CLI_OK;
+}
+
+int cli_teardown(const cli_run_opts *o, ff_ctx *ctx, ff_grid *grid, int code)
+{
+    if (ctx && o->trace) {
+        int rc = ff_trace_write(ctx, o->trace);
+        if (rc != FF_OK) {
+            cli_error("%s", ff_ctx_error(ctx));
+            code = CLI_FAIL;
+        } else {
+            cli_print("trace written to %s (open it in https://ui.perfetto.dev)\n", o->trace);
+        }
+    }
+    ff_grid_destroy(grid);
+    ff_ctx_destroy(ctx);
+    return code;
+}
+
+/* ---- dispatch ---- */
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"selftest", cmd_selftest, "check every collective on every group of a grid"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "fourfold %s: 4D hybrid-parallel training of transformer language models\n\n"
+            "usage: mpirun -np N fourfold COMMAND [options]   (fourfold COMMAND --help)\n\n"
+            "commands:\n",
+            FF_VERSION_STRING);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+}
+
+static int wants_thread(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--progress=thread"))
+            return 1;
+        if (!strcmp(argv[i], "--progress") && i + 1 < argc && !strcmp(argv[i + 1], "thread"))
+            return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    /* MPI first, so that every message below is printed once, by rank 0.
+     * The progress thread calls MPI concurrently with the main thread; the
+     * other modes need only the main thread in MPI. */
+    int required = wants_thread(argc, argv) ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+    int provided;
+    if (MPI_Init_thread(&argc, &argv, required, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "fourfold: error: MPI_Init_thread failed\n");
+        return CLI_FAIL;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int code;
+    const command *cmd = NULL;
+    if (argc >= 2)
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+            if (!strcmp(argv[1], commands[i].name))
+                cmd = &commands[i];
+    if (argc < 2) {
+        if (cli_world_rank() == 0)
+            usage(stderr);
+        code = CLI_USAGE;
+    } else if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        if (cli_world_rank() == 0)
+            usage(stdout);
+        code = CLI_OK;
+    } else if (!strcmp(argv[1], "--version")) {
+        cli_print("fourfold %s\n", FF_VERSION_STRING);
+        code = CLI_OK;
+    } else if (!cmd) {
+        cli_error("unknown command '%s' (see fourfold --help)", argv[1]);
+        code = CLI_USAGE;
+    } else {
+        code = cmd->run(argc - 2, argv + 2);
+    }
+    MPI_Finalize();
+    return code;
+}

@@ -1,0 +1,420 @@
+/* The collective engine: posting, progress, waiting, counters.
+ *
+ * Every collective is a state machine (struct ff_request). A step posts some
+ * MPI point-to-point requests; when they have all completed, the algorithm's
+ * advance() does the step's local work (a reduction, a format conversion) and
+ * posts the next step. Nothing moves unless someone calls ff_progress(): on
+ * Open MPI without asynchronous progress, data moves only inside MPI calls
+ * (notes/mpi-on-this-machine.md §4.3), and the next step of a multi-step
+ * algorithm is posted only by us. Hence ff_poll() for compute loops, and the
+ * optional progress thread.
+ *
+ * Progress always advances every request of the context, never only the one
+ * being waited on: two ranks waiting on different collectives that each need
+ * the other's participation would otherwise deadlock. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+static const char *const coll_names[FF_NCOLL] = {"allgather", "reduce_scatter", "allreduce",
+                                                 "alltoall"};
+static const char *const algo_names[FF_NALGO] = {"auto", "mpi", "ring"};
+
+const char *ff_coll_name(ff_coll c) { return (c >= 0 && c < FF_NCOLL) ? coll_names[c] : "?"; }
+const char *ff_algo_name(ff_algo a) { return (a >= 0 && a < FF_NALGO) ? algo_names[a] : "?"; }
+
+int ff_algo_parse(const char *name)
+{
+    for (int a = 0; a < FF_NALGO; a++)
+        if (strcmp(name, algo_names[a]) == 0)
+            return a;
+    return -1;
+}
+
+/* ---- counters ---- */
+
+ff_counters ff_group_counters(const ff_group *g, ff_coll coll)
+{
+    ff_counters c = {0, 0, 0, 0.0, 0.0};
+    if (!g || coll < 0 || coll >= FF_NCOLL)
+        return c;
+    const ff_counter_acc *a = &g->counters[coll];
+    c.calls = a->calls;
+    c.bytes_sent = a->bytes_sent;
+    c.bytes_recv = a->bytes_recv;
+    c.wait_s = a->wait_s;
+    c.flight_s = a->flight_s;
+    return c;
+}
+
+void ff_group_counters_reset(ff_group *g) { memset(g->counters, 0, sizeof g->counters); }
+
+void ff_count_bytes(ff_request *req, size_t sent, size_t recv)
+{
+    ff_counter_acc *a = &req->group->counters[req->coll];
+    a->bytes_sent += sent;
+    a->bytes_recv += recv;
+}
+
+/* ---- posting point-to-point steps ---- */
+
+static size_t wire_elem_size(ff_wire w) { return w == FF_WIRE_BF16 ? 2 : 4; }
+
+static int post_p2p(ff_request *req, void *buf, size_t n, int peer, int is_send)
+{
+    if (n == 0)
+        return FF_OK;
+    ff_ctx *ctx = req->group->ctx;
+    if (req->n_mpi >= FF_REQ_MAX_MPI)
+        return ff_set_error(ctx, FF_EINVAL, "internal: too many MPI requests in one step");
+    if (n > (size_t)0x7fffffff)
+        return ff_set_error(ctx, FF_EINVAL,
+                            "%s on group %s: one message of %zu elements exceeds MPI's int count",
+                            ff_coll_name(req->coll), req->group->name, n);
+    MPI_Datatype t = req->wire == FF_WIRE_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+    MPI_Request *r = &req->mpi[req->n_mpi];
+    int rc = is_send ? MPI_Isend(buf, (int)n, t, peer, req->tag, req->group->comm, r)
+                     : MPI_Irecv(buf, (int)n, t, peer, req->tag, req->group->comm, r);
+    if (rc != MPI_SUCCESS)
+        return ff_mpi_error(ctx, rc, is_send ? "MPI_Isend" : "MPI_Irecv");
+    req->n_mpi++;
+    size_t bytes = n * wire_elem_size(req->wire);
+    ff_count_bytes(req, is_send ? bytes : 0, is_send ? 0 : bytes);
+    return FF_OK;
+}
+
+int ff_post_send(ff_request *req, const void *buf, size_t n, int peer)
+{
+    return post_p2p(req, (void *)buf, n, peer, 1);
+}
+
+int ff_post_recv(ff_request *req, void *buf, size_t n, int peer)
+{
+    return post_p2p(req, buf, n, peer, 0);
+}
+
+int ff_request_scratch(ff_request *req, size_t bytes)
+{
+    free(req->scratch);
+    req->scratch = malloc(bytes ? bytes : 1);
+    req->scratch_bytes = bytes;
+    if (!req->scratch)
+        return ff_set_error(req->group->ctx, FF_ENOMEM,
+                            "out of memory: %zu bytes of scratch for %s on group %s", bytes,
+                            ff_coll_name(req->coll), req->group->name);
+    return FF_OK;
+}
+
+/* ---- the list of requests in flight (caller holds ctx->lock) ---- */
+
+static void list_add(ff_ctx *ctx, ff_request *req)
+{
+    req->prev = NULL;
+    req->next = ctx->active;
+    if (ctx->active)
+        ctx->active->prev = req;
+    ctx->active = req;
+    ctx->n_active++;
+}
+
+static void list_remove(ff_ctx *ctx, ff_request *req)
+{
+    if (req->prev)
+        req->prev->next = req->next;
+    else
+        ctx->active = req->next;
+    if (req->next)
+        req->next->prev = req->prev;
+    ctx->n_active--;
+}
+
+static void request_free(ff_request *req)
+{
+    if (!req)
+        return;
+    for (int i = 0; i < req->n_mpi; i++)
+        if (req->mpi[i] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&req->mpi[i]);
+            MPI_Request_free(&req->mpi[i]);
+        }
+    free(req->scratch);
+    free(req);
+}
+
+static void mark_done(ff_request *req)
+{
+    ff_ctx *ctx = req->group->ctx;
+    req->done = 1;
+    req->t_done = ff_now();
+    req->group->counters[req->coll].flight_s += req->t_done - req->t_post;
+    if (req->track > 0) {
+        char name[FF_TRACE_NAME_LEN];
+        snprintf(name, sizeof name, "%s %s n=%zu %s%s", ff_coll_name(req->coll), req->group->name,
+                 req->count, ff_algo_name(req->algo), req->wire == FF_WIRE_BF16 ? " bf16" : "");
+        ff_trace_record(ctx, name, 'm', req->track, req->t_post, req->t_done);
+        ff_trace_track_release(ctx, req->track);
+        req->track = 0;
+    }
+}
+
+/* Runs one request's state machine as far as it goes without blocking. */
+static void advance_request(ff_request *req)
+{
+    while (!req->done && !req->error) {
+        if (req->n_mpi > 0) {
+            int flag = 0;
+            int rc = MPI_Testall(req->n_mpi, req->mpi, &flag, MPI_STATUSES_IGNORE);
+            if (rc != MPI_SUCCESS) {
+                req->error = ff_mpi_error(req->group->ctx, rc, "MPI_Testall");
+                return;
+            }
+            if (!flag)
+                return;
+            req->n_mpi = 0;
+        }
+        int rc = req->advance(req);
+        if (rc != FF_OK) {
+            req->error = rc;
+            return;
+        }
+        if (req->done)
+            mark_done(req);
+    }
+}
+
+static void progress_locked(ff_ctx *ctx)
+{
+    for (ff_request *r = ctx->active; r; r = r->next)
+        advance_request(r);
+}
+
+int ff_progress(ff_ctx *ctx)
+{
+    pthread_mutex_lock(&ctx->lock);
+    progress_locked(ctx);
+    pthread_mutex_unlock(&ctx->lock);
+    return FF_OK;
+}
+
+void ff_poll(ff_ctx *ctx)
+{
+    /* Only the caller's thread touches the context in POLL mode, so the
+     * unlocked reads are safe there. */
+    if (ctx->opt.progress != FF_PROGRESS_POLL || ctx->n_active == 0)
+        return;
+    double t = ff_now();
+    if (t - ctx->last_poll < ctx->opt.poll_interval_s)
+        return;
+    ctx->last_poll = t;
+    ff_progress(ctx);
+}
+
+int ff_in_flight(const ff_ctx *ctx) { return ctx->n_active; }
+
+void *ff_engine_thread_main(void *arg)
+{
+    ff_ctx *ctx = arg;
+    struct timespec ts;
+    double s = ctx->opt.thread_interval_s;
+    ts.tv_sec = (time_t)s;
+    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+    while (!ctx->thread_stop) {
+        pthread_mutex_lock(&ctx->lock);
+        if (ctx->n_active)
+            progress_locked(ctx);
+        pthread_mutex_unlock(&ctx->lock);
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* ---- public entry points ---- */
+
+static int ranges_overlap(const void *a, size_t na, const void *b, size_t nb)
+{
+    const char *pa = a, *pb = b;
+    return pa < pb + nb && pb < pa + na;
+}
+
+/* Checks arguments, handles the trivial cases, and posts the collective. */
+static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_t count,
+                const ff_coll_opts *opt, ff_request **out)
+{
+    *out = NULL;
+    if (!g)
+        return FF_EINVAL;
+    ff_ctx *ctx = g->ctx;
+    ff_wire wire = opt ? opt->wire : FF_WIRE_FP32;
+    ff_algo algo = opt ? opt->algo : FF_ALGO_AUTO;
+    if (wire != FF_WIRE_FP32 && wire != FF_WIRE_BF16)
+        return ff_set_error(ctx, FF_EINVAL, "unknown wire format %d", (int)wire);
+    if (algo < 0 || algo >= FF_NALGO)
+        return ff_set_error(ctx, FF_EINVAL, "unknown collective algorithm %d", (int)algo);
+    if (count == 0)
+        return FF_OK;
+    if (!send || !recv)
+        return ff_set_error(ctx, FF_EINVAL, "%s on group %s: NULL buffer", ff_coll_name(coll),
+                            g->name);
+    size_t p = (size_t)g->size, r = (size_t)g->rank;
+    if (count > SIZE_MAX / 4 / p)
+        return ff_set_error(ctx, FF_EINVAL, "%s on group %s: count %zu overflows",
+                            ff_coll_name(coll), g->name, count);
+    size_t sb = count * 4, rb = count * 4; /* buffer extents in bytes */
+    if (coll == FF_COLL_ALLGATHER)
+        rb *= p;
+    if (coll == FF_COLL_REDUCE_SCATTER || coll == FF_COLL_ALLTOALL)
+        sb *= p;
+    if (coll == FF_COLL_ALLTOALL)
+        rb *= p;
+    int in_place = (coll == FF_COLL_ALLGATHER && send == recv + r * count) ||
+                   (coll == FF_COLL_ALLREDUCE && send == recv);
+    if (!in_place && ranges_overlap(send, sb, recv, rb))
+        return ff_set_error(ctx, FF_EINVAL,
+                            "%s on group %s: send and receive buffers overlap (in place is %s)",
+                            ff_coll_name(coll), g->name,
+                            coll == FF_COLL_ALLGATHER   ? "send == recv + rank*count"
+                            : coll == FF_COLL_ALLREDUCE ? "send == recv"
+                                                        : "not supported");
+
+    if (p == 1) { /* a group of one: no communication, no counter */
+        if (!in_place)
+            memcpy(recv, send, rb);
+        return FF_OK;
+    }
+
+    if (algo == FF_ALGO_AUTO)
+        algo = FF_ALGO_RING; /* see docs/collectives.md for why */
+
+    ff_request *req = calloc(1, sizeof *req);
+    if (!req)
+        return ff_set_error(ctx, FF_ENOMEM, "out of memory posting %s", ff_coll_name(coll));
+    req->group = g;
+    req->coll = coll;
+    req->algo = algo;
+    req->wire = wire;
+    req->send = send;
+    req->recv = recv;
+    req->count = count;
+    req->tag = (int)(g->seq++ % 30000u) + 1; /* MPI guarantees tags up to 32767 */
+    for (int i = 0; i < FF_REQ_MAX_MPI; i++)
+        req->mpi[i] = MPI_REQUEST_NULL;
+
+    pthread_mutex_lock(&ctx->lock);
+    req->t_post = ff_now();
+    req->track = ff_trace_track_acquire(ctx);
+    g->counters[coll].calls++;
+    int rc = algo == FF_ALGO_MPI ? ff_mpilib_start(req) : ff_ring_start(req);
+    if (rc == FF_OK) {
+        list_add(ctx, req);
+        advance_request(req); /* a step with nothing to wait for runs now */
+        rc = req->error;
+        if (rc != FF_OK)
+            list_remove(ctx, req);
+    }
+    if (rc != FF_OK && req->track > 0)
+        ff_trace_track_release(ctx, req->track);
+    pthread_mutex_unlock(&ctx->lock);
+    if (rc != FF_OK) {
+        request_free(req);
+        return rc;
+    }
+    *out = req;
+    return FF_OK;
+}
+
+int ff_iallgather(ff_group *g, const float *send, float *recv, size_t count,
+                  const ff_coll_opts *opt, ff_request **req)
+{
+    return post(g, FF_COLL_ALLGATHER, send, recv, count, opt, req);
+}
+
+int ff_ireduce_scatter(ff_group *g, const float *send, float *recv, size_t count,
+                       const ff_coll_opts *opt, ff_request **req)
+{
+    return post(g, FF_COLL_REDUCE_SCATTER, send, recv, count, opt, req);
+}
+
+int ff_iallreduce(ff_group *g, const float *send, float *recv, size_t count,
+                  const ff_coll_opts *opt, ff_request **req)
+{
+    return post(g, FF_COLL_ALLREDUCE, send, recv, count, opt, req);
+}
+
+int ff_ialltoall(ff_group *g, const float *send, float *recv, size_t count, const ff_coll_opts *opt,
+                 ff_request **req)
+{
+    return post(g, FF_COLL_ALLTOALL, send, recv, count, opt, req);
+}
+
+int ff_test(ff_request *req, int *done)
+{
+    *done = 1;
+    if (!req)
+        return FF_OK;
+    ff_ctx *ctx = req->group->ctx;
+    pthread_mutex_lock(&ctx->lock);
+    progress_locked(ctx);
+    *done = req->done;
+    int rc = req->error;
+    pthread_mutex_unlock(&ctx->lock);
+    return rc;
+}
+
+int ff_wait(ff_request **preq)
+{
+    ff_request *req = *preq;
+    if (!req)
+        return FF_OK;
+    *preq = NULL;
+    ff_ctx *ctx = req->group->ctx;
+    double t0 = ff_now();
+    pthread_mutex_lock(&ctx->lock);
+    for (;;) {
+        progress_locked(ctx);
+        if (req->done || req->error)
+            break;
+    }
+    double t1 = ff_now();
+    req->group->counters[req->coll].wait_s += t1 - t0;
+    if (req->done && t1 - t0 > 1e-6) {
+        char name[FF_TRACE_NAME_LEN];
+        snprintf(name, sizeof name, "wait %s %s", ff_coll_name(req->coll), req->group->name);
+        ff_trace_record(ctx, name, 'w', 0, t0, t1);
+    }
+    if (!req->done && req->track > 0)
+        ff_trace_track_release(ctx, req->track);
+    int rc = req->error;
+    list_remove(ctx, req);
+    pthread_mutex_unlock(&ctx->lock);
+    request_free(req);
+    return rc;
+}
+
+int ff_waitall(ff_request **reqs, int n)
+{
+    int first = FF_OK;
+    for (int i = 0; i < n; i++) {
+        int rc = ff_wait(&reqs[i]);
+        if (rc != FF_OK && first == FF_OK)
+            first = rc;
+    }
+    return first;
+}
+
+/* ---- blocking wrappers ---- */
+
+#define FF_BLOCKING(fn, ifn)                                                                       \
+    int fn(ff_group *g, const float *send, float *recv, size_t count, const ff_coll_opts *opt)     \
+    {                                                                                              \
+        ff_request *req;                                                                           \
+        int rc = ifn(g, send, recv, count, opt, &req);                                             \
+        return rc != FF_OK ? rc : ff_wait(&req);                                                   \
+    }
+
+FF_BLOCKING(ff_allgather, ff_iallgather)
+FF_BLOCKING(ff_reduce_scatter, ff_ireduce_scatter)
+FF_BLOCKING(ff_allreduce, ff_iallreduce)
+FF_BLOCKING(ff_alltoall, ff_ialltoall)

@@ -1,0 +1,317 @@
+/* Ring collectives on point-to-point messages, as explicit state machines.
+ *
+ * Why our own: libnbc's non-blocking reduce-scatter is a binomial reduce plus
+ * a scatter, its all-gather a one-round linear exchange that copies the own
+ * block synchronously in the start call (notes/mpi-on-this-machine.md §4.3),
+ * and a library collective cannot tell us what it sent. A ring moves the
+ * bandwidth-optimal volume of DESIGN §3, every byte is counted as it is posted,
+ * and each step is small enough for polling to keep it moving.
+ *
+ * Notation: p ranks, this rank r, right = r+1, left = r-1 (mod p). Data only
+ * flows rightwards. Step s of p-1:
+ *   all-gather      sends block r-s, receives block r-s-1
+ *   reduce-scatter  sends the partial sum of block r-s-1, receives block r-s-2
+ *                   and adds its own contribution; block r is complete at r
+ *   all-reduce      a reduce-scatter over p chunks of the vector, then an
+ *                   all-gather of the chunks (2(p-1) steps)
+ *   all-to-all      pairwise exchange: step s sends to r+s, receives from r-s
+ *
+ * bf16 wire: values are rounded to bf16 before every send and accumulated in
+ * fp32 on receipt; a delivered block is rounded on its owner too, so every
+ * replica holds the same bits. */
+#include <string.h>
+
+#include "internal.h"
+
+static int mod(long a, long p)
+{
+    long m = a % p;
+    return (int)(m < 0 ? m + p : m);
+}
+
+/* Chunk i of a vector of n split into p nearly equal pieces. */
+static size_t chunk_off(size_t n, int p, int i)
+{
+    size_t q = n / (size_t)p, rem = n % (size_t)p;
+    return (size_t)i * q + ((size_t)i < rem ? (size_t)i : rem);
+}
+
+static size_t chunk_len(size_t n, int p, int i)
+{
+    return n / (size_t)p + ((size_t)i < n % (size_t)p ? 1 : 0);
+}
+
+#define P(req)     ((req)->group->size)
+#define R(req)     ((req)->group->rank)
+#define RIGHT(req) mod(R(req) + 1, P(req))
+#define LEFT(req)  mod(R(req) - 1, P(req))
+
+static int post_pair(ff_request *req, const void *sbuf, size_t sn, int to, void *rbuf, size_t rn,
+                     int from)
+{
+    int rc = ff_post_recv(req, rbuf, rn, from);
+    if (rc == FF_OK)
+        rc = ff_post_send(req, sbuf, sn, to);
+    return rc;
+}
+
+/* ---- all-gather ---- */
+
+static int ag_post_step(ff_request *req)
+{
+    int p = P(req), r = R(req), s = req->step;
+    size_t c = req->count;
+    int sb = mod(r - s, p), rb = mod(r - s - 1, p);
+    if (req->wire == FF_WIRE_BF16) {
+        uint16_t *stage = req->scratch;
+        return post_pair(req, stage + (size_t)sb * c, c, RIGHT(req), stage + (size_t)rb * c, c,
+                         LEFT(req));
+    }
+    return post_pair(req, req->recv + (size_t)sb * c, c, RIGHT(req), req->recv + (size_t)rb * c, c,
+                     LEFT(req));
+}
+
+static int ag_advance(ff_request *req)
+{
+    int p = P(req), r = R(req);
+    size_t c = req->count;
+    if (req->wire == FF_WIRE_BF16) { /* unpack the block that just arrived */
+        int rb = mod(r - req->step - 1, p);
+        ff_bf16_unpack(req->recv + (size_t)rb * c, (uint16_t *)req->scratch + (size_t)rb * c, c);
+    }
+    if (++req->step == p - 1) {
+        req->done = 1;
+        return FF_OK;
+    }
+    return ag_post_step(req);
+}
+
+static int ag_start(ff_request *req)
+{
+    int r = R(req);
+    size_t c = req->count;
+    float *own = req->recv + (size_t)r * c;
+    if (req->wire == FF_WIRE_BF16) {
+        int rc = ff_request_scratch(req, (size_t)P(req) * c * sizeof(uint16_t));
+        if (rc != FF_OK)
+            return rc;
+        uint16_t *stage = (uint16_t *)req->scratch + (size_t)r * c;
+        ff_bf16_pack(stage, req->send, c);
+        ff_bf16_unpack(own, stage, c);
+    } else if (req->send != own) {
+        memcpy(own, req->send, c * sizeof(float));
+    }
+    req->advance = ag_advance;
+    return ag_post_step(req);
+}
+
+/* ---- reduce-scatter ----
+ * scratch: a receive buffer and a send buffer of one block each (fp32 or
+ * bf16). The receive of step s+1 is posted only after step s completed, so
+ * one of each suffices. */
+
+static int rs_post_step(ff_request *req)
+{
+    int p = P(req), r = R(req), s = req->step;
+    size_t c = req->count;
+    if (req->wire == FF_WIRE_BF16) {
+        uint16_t *rbuf = req->scratch, *sbuf = rbuf + c;
+        if (s == 0)
+            ff_bf16_pack(sbuf, req->send + (size_t)mod(r - 1, p) * c, c);
+        return post_pair(req, sbuf, c, RIGHT(req), rbuf, c, LEFT(req));
+    }
+    float *rbuf = req->scratch, *sbuf = rbuf + c;
+    const float *src = s == 0 ? req->send + (size_t)mod(r - 1, p) * c : sbuf;
+    return post_pair(req, src, c, RIGHT(req), rbuf, c, LEFT(req));
+}
+
+static int rs_advance(ff_request *req)
+{
+    int p = P(req), r = R(req), s = req->step;
+    size_t c = req->count;
+    int b = mod(r - s - 2, p); /* the block that arrived */
+    const float *mine = req->send + (size_t)b * c;
+    int last = s == p - 2;
+    if (req->wire == FF_WIRE_BF16) {
+        uint16_t *rbuf = req->scratch, *sbuf = rbuf + c;
+        if (last) {
+            for (size_t i = 0; i < c; i++)
+                req->recv[i] = ff_bf16_to_float(rbuf[i]) + mine[i];
+        } else {
+            for (size_t i = 0; i < c; i++)
+                sbuf[i] = ff_bf16_from_float(ff_bf16_to_float(rbuf[i]) + mine[i]);
+        }
+    } else {
+        float *rbuf = req->scratch, *sbuf = rbuf + c;
+        float *dst = last ? req->recv : sbuf;
+        for (size_t i = 0; i < c; i++)
+            dst[i] = rbuf[i] + mine[i];
+    }
+    if (last) {
+        req->done = 1;
+        return FF_OK;
+    }
+    req->step++;
+    return rs_post_step(req);
+}
+
+static int rs_start(ff_request *req)
+{
+    size_t es = req->wire == FF_WIRE_BF16 ? sizeof(uint16_t) : sizeof(float);
+    int rc = ff_request_scratch(req, 2 * req->count * es);
+    if (rc != FF_OK)
+        return rc;
+    req->advance = rs_advance;
+    return rs_post_step(req);
+}
+
+/* ---- all-reduce: reduce-scatter then all-gather over p chunks ----
+ * Steps 0..p-2 reduce, p-1..2p-3 gather. scratch: two chunk buffers
+ * (fp32: one receive buffer; bf16: send and receive, ping-pong in the
+ * gather phase). */
+
+static size_t ar_max_chunk(const ff_request *req) { return chunk_len(req->count, P(req), 0); }
+
+static int ar_post_step(ff_request *req)
+{
+    int p = P(req), r = R(req), s = req->step;
+    size_t n = req->count, mc = ar_max_chunk(req);
+    if (s < p - 1) { /* reduce phase */
+        int sc = mod(r - 1 - s, p), rc_ = mod(r - 2 - s, p);
+        size_t sn = chunk_len(n, p, sc), rn = chunk_len(n, p, rc_);
+        if (req->wire == FF_WIRE_BF16) {
+            uint16_t *sbuf = req->scratch, *rbuf = sbuf + mc;
+            if (s == 0)
+                ff_bf16_pack(sbuf, req->recv + chunk_off(n, p, sc), sn);
+            return post_pair(req, sbuf, sn, RIGHT(req), rbuf, rn, LEFT(req));
+        }
+        return post_pair(req, req->recv + chunk_off(n, p, sc), sn, RIGHT(req), req->scratch, rn,
+                         LEFT(req));
+    }
+    int g = s - (p - 1); /* gather phase step */
+    int sc = mod(r - g, p), rc_ = mod(r - g - 1, p);
+    size_t sn = chunk_len(n, p, sc), rn = chunk_len(n, p, rc_);
+    if (req->wire == FF_WIRE_BF16) {
+        uint16_t *buf0 = req->scratch, *buf1 = buf0 + mc;
+        uint16_t *sbuf = (g % 2) ? buf1 : buf0, *rbuf = (g % 2) ? buf0 : buf1;
+        return post_pair(req, sbuf, sn, RIGHT(req), rbuf, rn, LEFT(req));
+    }
+    return post_pair(req, req->recv + chunk_off(n, p, sc), sn, RIGHT(req),
+                     req->recv + chunk_off(n, p, rc_), rn, LEFT(req));
+}
+
+static int ar_advance(ff_request *req)
+{
+    int p = P(req), r = R(req), s = req->step;
+    size_t n = req->count, mc = ar_max_chunk(req);
+    if (s < p - 1) {
+        int b = mod(r - 2 - s, p);
+        size_t len = chunk_len(n, p, b);
+        float *acc = req->recv + chunk_off(n, p, b);
+        if (req->wire == FF_WIRE_BF16) {
+            uint16_t *sbuf = req->scratch, *rbuf = sbuf + mc;
+            ff_bf16_add_to(acc, rbuf, len);
+            ff_bf16_pack(sbuf, acc, len); /* forward the partial sum next step */
+            if (s == p - 2)               /* chunk r is complete: keep it rounded */
+                ff_bf16_unpack(acc, sbuf, len);
+        } else {
+            const float *in = req->scratch;
+            for (size_t i = 0; i < len; i++)
+                acc[i] += in[i];
+        }
+    } else if (req->wire == FF_WIRE_BF16) {
+        int g = s - (p - 1), b = mod(r - g - 1, p);
+        uint16_t *buf0 = req->scratch, *buf1 = buf0 + mc;
+        ff_bf16_unpack(req->recv + chunk_off(n, p, b), (g % 2) ? buf0 : buf1, chunk_len(n, p, b));
+    }
+    if (++req->step == 2 * (p - 1)) {
+        req->done = 1;
+        return FF_OK;
+    }
+    return ar_post_step(req);
+}
+
+static int ar_start(ff_request *req)
+{
+    if (req->send != req->recv)
+        memcpy(req->recv, req->send, req->count * sizeof(float));
+    size_t mc = ar_max_chunk(req);
+    int rc = req->wire == FF_WIRE_BF16 ? ff_request_scratch(req, 2 * mc * sizeof(uint16_t))
+                                       : ff_request_scratch(req, mc * sizeof(float));
+    if (rc != FF_OK)
+        return rc;
+    req->advance = ar_advance;
+    return ar_post_step(req);
+}
+
+/* ---- all-to-all: pairwise exchange ---- */
+
+static int a2a_post_step(ff_request *req)
+{
+    int p = P(req), r = R(req), s = req->step + 1;
+    size_t c = req->count;
+    int to = mod(r + s, p), from = mod(r - s, p);
+    if (req->wire == FF_WIRE_BF16) {
+        uint16_t *sbuf = req->scratch, *rbuf = sbuf + c;
+        ff_bf16_pack(sbuf, req->send + (size_t)to * c, c);
+        return post_pair(req, sbuf, c, to, rbuf, c, from);
+    }
+    return post_pair(req, req->send + (size_t)to * c, c, to, req->recv + (size_t)from * c, c, from);
+}
+
+static int a2a_advance(ff_request *req)
+{
+    int p = P(req), r = R(req);
+    size_t c = req->count;
+    if (req->wire == FF_WIRE_BF16) {
+        int from = mod(r - (req->step + 1), p);
+        ff_bf16_unpack(req->recv + (size_t)from * c, (uint16_t *)req->scratch + c, c);
+    }
+    if (++req->step == p - 1) {
+        req->done = 1;
+        return FF_OK;
+    }
+    return a2a_post_step(req);
+}
+
+static int a2a_start(ff_request *req)
+{
+    int r = R(req);
+    size_t c = req->count;
+    memcpy(req->recv + (size_t)r * c, req->send + (size_t)r * c, c * sizeof(float));
+    if (req->wire == FF_WIRE_BF16) {
+        ff_bf16_round(req->recv + (size_t)r * c, c);
+        int rc = ff_request_scratch(req, 2 * c * sizeof(uint16_t));
+        if (rc != FF_OK)
+            return rc;
+    }
+    req->advance = a2a_advance;
+    return a2a_post_step(req);
+}
+
+int ff_ring_start(ff_request *req)
+{
+    req->step = 0;
+    switch (req->coll) {
+    case FF_COLL_ALLGATHER: return ag_start(req);
+    case FF_COLL_REDUCE_SCATTER: return rs_start(req);
+    case FF_COLL_ALLREDUCE: return ar_start(req);
+    case FF_COLL_ALLTOALL: return a2a_start(req);
+    default: return ff_set_error(req->group->ctx, FF_EINVAL, "unknown collective");
+    }
+}
+
+void ff_ring_volume(ff_coll coll, int p, int r, size_t count, size_t *sent, size_t *recv)
+{
+    size_t n = count;
+    if (p <= 1) {
+        *sent = *recv = 0;
+        return;
+    }
+    if (coll == FF_COLL_ALLREDUCE) { /* every chunk but one, twice */
+        *sent = 2 * n - chunk_len(n, p, r) - chunk_len(n, p, mod(r + 1, p));
+        *recv = 2 * n - chunk_len(n, p, mod(r - 1, p)) - chunk_len(n, p, r);
+        return;
+    }
+    *sent = *recv = (size_t)(p - 1) * n; /* p-1 blocks of count */
+}

@@ -1,0 +1,157 @@
+/* The context: communicator, error state, options, progress thread. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+double ff_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *ff_strerror(int code)
+{
+    switch (code) {
+    case FF_OK: return "FF_OK";
+    case FF_EINVAL: return "FF_EINVAL";
+    case FF_EGRID: return "FF_EGRID";
+    case FF_EDIVIDE: return "FF_EDIVIDE";
+    case FF_ENOMEM: return "FF_ENOMEM";
+    case FF_EMPI: return "FF_EMPI";
+    case FF_EIO: return "FF_EIO";
+    case FF_ECORRUPT: return "FF_ECORRUPT";
+    case FF_ENUMERIC: return "FF_ENUMERIC";
+    case FF_EREMOTE: return "FF_EREMOTE";
+    case FF_EUNSUPPORTED: return "FF_EUNSUPPORTED";
+    default: return "FF_E(unknown)";
+    }
+}
+
+int ff_ctx_set_error(ff_ctx *ctx, int code, const char *fmt, ...)
+{
+    if (ctx) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+        va_end(ap);
+        ctx->err_code = code;
+    }
+    return code;
+}
+
+int ff_mpi_error(ff_ctx *ctx, int mpi_rc, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(mpi_rc, msg, &len) != MPI_SUCCESS)
+        snprintf(msg, sizeof msg, "MPI error %d", mpi_rc);
+    return ff_set_error(ctx, FF_EMPI, "%s failed: %s", what, msg);
+}
+
+void ff_ctx_options_default(ff_ctx_options *opt)
+{
+    opt->progress = FF_PROGRESS_POLL;
+    opt->poll_interval_s = 200e-6;
+    opt->thread_interval_s = 20e-6;
+}
+
+int ff_ctx_create(ff_ctx **out, MPI_Comm comm, const ff_ctx_options *opt)
+{
+    *out = NULL;
+    ff_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return FF_ENOMEM;
+    *out = ctx;
+    ctx->comm = MPI_COMM_NULL;
+    ctx->bf16_sum = MPI_OP_NULL;
+    if (opt)
+        ctx->opt = *opt;
+    else
+        ff_ctx_options_default(&ctx->opt);
+    pthread_mutex_init(&ctx->lock, NULL);
+
+    int rc = MPI_Comm_dup(comm, &ctx->comm);
+    if (rc != MPI_SUCCESS)
+        return ff_mpi_error(ctx, rc, "MPI_Comm_dup");
+    /* Errors come back as codes; the caller decides (STYLE: never abort). */
+    MPI_Comm_set_errhandler(ctx->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(ctx->comm, &ctx->rank);
+    MPI_Comm_size(ctx->comm, &ctx->size);
+    rc = MPI_Op_create(ff_bf16_sum_op, 1, &ctx->bf16_sum);
+    if (rc != MPI_SUCCESS)
+        return ff_mpi_error(ctx, rc, "MPI_Op_create");
+
+    /* Options are the same on every rank (the same command line), so these
+     * checks fail identically everywhere without communication. */
+    if (ctx->opt.progress < FF_PROGRESS_WAIT || ctx->opt.progress > FF_PROGRESS_THREAD)
+        return ff_set_error(ctx, FF_EINVAL, "unknown progress mode %d", (int)ctx->opt.progress);
+    if (!(ctx->opt.poll_interval_s >= 0) || !(ctx->opt.thread_interval_s >= 0))
+        return ff_set_error(ctx, FF_EINVAL, "progress intervals must be >= 0");
+    if (ctx->opt.progress == FF_PROGRESS_THREAD) {
+        int provided = MPI_THREAD_SINGLE;
+        MPI_Query_thread(&provided);
+        if (provided < MPI_THREAD_MULTIPLE)
+            return ff_set_error(ctx, FF_EUNSUPPORTED,
+                                "progress mode 'thread' needs MPI initialised with "
+                                "MPI_THREAD_MULTIPLE (MPI_Init_thread)");
+        ctx->thread_stop = 0;
+        if (pthread_create(&ctx->thread, NULL, ff_engine_thread_main, ctx) != 0)
+            return ff_set_error(ctx, FF_ENOMEM, "cannot start the progress thread");
+        ctx->thread_running = 1;
+    }
+    return FF_OK;
+}
+
+void ff_ctx_destroy(ff_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->thread_running) {
+        ctx->thread_stop = 1;
+        pthread_join(ctx->thread, NULL);
+    }
+    ff_trace_free(&ctx->trace);
+    if (ctx->bf16_sum != MPI_OP_NULL)
+        MPI_Op_free(&ctx->bf16_sum);
+    if (ctx->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&ctx->comm);
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx);
+}
+
+const char *ff_ctx_error(const ff_ctx *ctx) { return ctx ? ctx->err : "out of memory"; }
+int ff_ctx_rank(const ff_ctx *ctx) { return ctx->rank; }
+int ff_ctx_size(const ff_ctx *ctx) { return ctx->size; }
+MPI_Comm ff_ctx_comm(const ff_ctx *ctx) { return ctx->comm; }
+ff_progress_mode ff_ctx_progress_mode(const ff_ctx *ctx) { return ctx->opt.progress; }
+
+int ff_ctx_agree(ff_ctx *ctx, int rc)
+{
+    /* MINLOC over (code, rank): codes are negative, so the minimum is an
+     * error if there is one, and ties go to the lowest rank. */
+    struct {
+        int code;
+        int rank;
+    } mine = {rc < 0 ? rc : 0, ctx->rank}, worst;
+    int mrc = MPI_Allreduce(&mine, &worst, 1, MPI_2INT, MPI_MINLOC, ctx->comm);
+    if (mrc != MPI_SUCCESS)
+        return ff_mpi_error(ctx, mrc, "MPI_Allreduce (agreeing on an error)");
+    if (worst.code == 0)
+        return FF_OK;
+    char msg[FF_ERRMSG_LEN];
+    memcpy(msg, ctx->err, sizeof msg);
+    mrc = MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, worst.rank, ctx->comm);
+    if (mrc != MPI_SUCCESS)
+        return ff_mpi_error(ctx, mrc, "MPI_Bcast (sharing an error)");
+    msg[sizeof msg - 1] = '\0';
+    if (worst.rank != ctx->rank) {
+        int code = worst.code;
+        return ff_set_error(ctx, code, "rank %d: %s", worst.rank, msg);
+    }
+    return worst.code;
+}

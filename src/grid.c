@@ -1,0 +1,327 @@
+/* The 4D process grid and its group communicators (DESIGN §1). */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const kind_names[FF_NGROUPS] = {"X", "Y", "Z", "D", "ZD", "TP", "WORLD"};
+
+const char *ff_group_kind_name(ff_group_kind kind)
+{
+    return (kind >= 0 && kind < FF_NGROUPS) ? kind_names[kind] : "?";
+}
+
+int ff_dims_product(ff_dims s) { return s.x * s.y * s.z * s.d; }
+
+int ff_grid_rank_of(ff_dims s, ff_dims c) { return c.x + s.x * (c.y + s.y * (c.z + s.z * c.d)); }
+
+ff_dims ff_grid_coords_of(ff_dims s, int rank)
+{
+    ff_dims c;
+    c.x = rank % s.x;
+    rank /= s.x;
+    c.y = rank % s.y;
+    rank /= s.y;
+    c.z = rank % s.z;
+    c.d = rank / s.z;
+    return c;
+}
+
+/* ---- parsing ---- */
+
+static const char grid_help[] =
+    "expected four sizes Gx x Gy x Gz x Gd such as 2x2x2x1, or a preset: serial, data, fsdp, "
+    "hsdp[:Z], megatron[:X]";
+
+/* Parses a positive decimal integer occupying [s, end). */
+static int parse_size(const char *s, const char *end, int *out)
+{
+    if (s == end)
+        return -1;
+    long v = 0;
+    int negative = 0;
+    if (*s == '-' || *s == '+') {
+        negative = *s == '-';
+        s++;
+        if (s == end)
+            return -1;
+    }
+    for (; s < end; s++) {
+        if (!isdigit((unsigned char)*s))
+            return -1;
+        v = v * 10 + (*s - '0');
+        if (v > INT_MAX)
+            return -2;
+    }
+    *out = negative ? -(int)v : (int)v;
+    return 0;
+}
+
+__attribute__((format(printf, 3, 4))) static int grid_error(char *err, size_t len, const char *fmt,
+                                                            ...)
+{
+    if (err && len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, len, fmt, ap);
+        va_end(ap);
+    }
+    return FF_EGRID;
+}
+
+/* "name" or "name:N"; returns 1 if spec is the preset, with *arg = N or 0. */
+static int preset_match(const char *spec, const char *name, int *arg, int *bad_arg)
+{
+    size_t n = strlen(name);
+    if (strncmp(spec, name, n) != 0)
+        return 0;
+    *arg = 0;
+    *bad_arg = 0;
+    if (spec[n] == '\0')
+        return 1;
+    if (spec[n] != ':')
+        return 0;
+    const char *a = spec + n + 1;
+    if (parse_size(a, a + strlen(a), arg) != 0 || *arg <= 0)
+        *bad_arg = 1;
+    return 1;
+}
+
+int ff_grid_parse(const char *spec, int world, int ranks_per_node, ff_dims *out, char *err,
+                  size_t err_len)
+{
+    if (!spec || !*spec)
+        return grid_error(err, err_len, "grid is empty: %s", grid_help);
+    if (world < 1)
+        return grid_error(err, err_len, "grid '%s': the job has %d ranks", spec, world);
+    if (ranks_per_node < 1)
+        ranks_per_node = 1;
+
+    int arg, bad;
+    ff_dims s = {1, 1, 1, 1};
+    if (strcmp(spec, "serial") == 0) {
+        /* the shape check below reports a world size other than 1 */
+    } else if (strcmp(spec, "data") == 0) {
+        s.d = world;
+    } else if (strcmp(spec, "fsdp") == 0) {
+        s.z = world;
+    } else if (preset_match(spec, "hsdp", &arg, &bad) ||
+               preset_match(spec, "megatron", &arg, &bad)) {
+        int is_hsdp = spec[0] == 'h';
+        if (bad)
+            return grid_error(err, err_len,
+                              "grid '%s': the size after ':' must be a positive integer", spec);
+        int inner = arg ? arg : (ranks_per_node < world ? ranks_per_node : world);
+        if (world % inner != 0)
+            return grid_error(err, err_len,
+                              "grid '%s': its inner size %d does not divide the job's %d ranks",
+                              spec, inner, world);
+        if (is_hsdp)
+            s.z = inner;
+        else
+            s.x = inner;
+        s.d = world / inner;
+    } else {
+        int v[4], n = 0;
+        const char *p = spec;
+        for (;;) {
+            const char *q = p;
+            while (*q && *q != 'x' && *q != 'X')
+                q++;
+            if (n == 4)
+                return grid_error(err, err_len, "grid '%s' has more than four sizes; %s", spec,
+                                  grid_help);
+            int prc = parse_size(p, q, &v[n]);
+            if (prc == -2)
+                return grid_error(err, err_len, "grid '%s': size %d is too large", spec, n + 1);
+            if (prc != 0)
+                return grid_error(err, err_len,
+                                  "grid '%s' is malformed (size %d is not a number); %s", spec,
+                                  n + 1, grid_help);
+            n++;
+            if (!*q)
+                break;
+            p = q + 1;
+        }
+        if (n != 4)
+            return grid_error(
+                err, err_len,
+                "grid '%s' has %d sizes; it needs four, Gx x Gy x Gz x Gd (e.g. 2x2x2x1)", spec, n);
+        static const char axis[4] = {'X', 'Y', 'Z', 'D'};
+        for (int i = 0; i < 4; i++)
+            if (v[i] <= 0) {
+                return grid_error(err, err_len,
+                                  "grid '%s': size of %c is %d; every size must be >= 1", spec,
+                                  axis[i], v[i]);
+            }
+        s.x = v[0];
+        s.y = v[1];
+        s.z = v[2];
+        s.d = v[3];
+    }
+    long product = (long)s.x * s.y * s.z * s.d;
+    char shape[64];
+    snprintf(shape, sizeof shape, "%dx%dx%dx%d", s.x, s.y, s.z, s.d);
+    if (product != world && strcmp(shape, spec) == 0)
+        return grid_error(err, err_len,
+                          "grid %s needs %ld ranks, but the job has %d (mpirun -np %d)", spec,
+                          product, world, world);
+    if (product != world)
+        return grid_error(err, err_len,
+                          "grid '%s' = %s needs %ld ranks, but the job has %d (mpirun -np %d)",
+                          spec, shape, product, world, world);
+    *out = s;
+    return FF_OK;
+}
+
+/* ---- groups ---- */
+
+int ff_group_init(ff_group *g, ff_ctx *ctx, MPI_Comm comm, const char *name)
+{
+    memset(g, 0, sizeof *g);
+    g->ctx = ctx;
+    g->comm = comm;
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    MPI_Comm_size(comm, &g->size);
+    MPI_Comm_rank(comm, &g->rank);
+    snprintf(g->name, sizeof g->name, "%s", name);
+    return FF_OK;
+}
+
+void ff_group_fini(ff_group *g)
+{
+    if (g->comm != MPI_COMM_NULL && g->comm != 0)
+        MPI_Comm_free(&g->comm);
+    g->comm = MPI_COMM_NULL;
+}
+
+int ff_group_create(ff_ctx *ctx, MPI_Comm comm, const char *name, ff_group **out)
+{
+    *out = NULL;
+    ff_group *g = calloc(1, sizeof *g);
+    if (!g)
+        return ff_set_error(ctx, FF_ENOMEM, "out of memory creating group %s", name);
+    MPI_Comm dup;
+    int rc = MPI_Comm_dup(comm, &dup);
+    if (rc != MPI_SUCCESS) {
+        free(g);
+        return ff_mpi_error(ctx, rc, "MPI_Comm_dup");
+    }
+    ff_group_init(g, ctx, dup, name);
+    *out = g;
+    return FF_OK;
+}
+
+void ff_group_destroy(ff_group *g)
+{
+    if (!g)
+        return;
+    ff_group_fini(g);
+    free(g);
+}
+
+int ff_group_size(const ff_group *g) { return g->size; }
+int ff_group_rank(const ff_group *g) { return g->rank; }
+MPI_Comm ff_group_comm(const ff_group *g) { return g->comm; }
+const char *ff_group_name(const ff_group *g) { return g->name; }
+
+/* ---- the grid ---- */
+
+int ff_grid_create(ff_ctx *ctx, ff_dims s, ff_grid **out)
+{
+    *out = NULL;
+    /* Identical on every rank (same shape, same world size): no communication
+     * is needed to agree, and no communicator exists yet that could hang. */
+    if (s.x < 1 || s.y < 1 || s.z < 1 || s.d < 1)
+        return ff_set_error(ctx, FF_EGRID, "grid %dx%dx%dx%d: every size must be >= 1", s.x, s.y,
+                            s.z, s.d);
+    long product = (long)s.x * s.y * s.z * s.d;
+    if (product != ctx->size)
+        return ff_set_error(ctx, FF_EGRID,
+                            "grid %dx%dx%dx%d needs %ld ranks, but the job has %d (mpirun -np %d)",
+                            s.x, s.y, s.z, s.d, product, ctx->size, ctx->size);
+
+    /* Every rank must have been given the same shape: a mismatch (e.g.
+     * different command lines) would build inconsistent communicators. */
+    int mine[4] = {s.x, s.y, s.z, s.d}, lo[4], hi[4];
+    int rc = MPI_Allreduce(mine, lo, 4, MPI_INT, MPI_MIN, ctx->comm);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Allreduce(mine, hi, 4, MPI_INT, MPI_MAX, ctx->comm);
+    if (rc != MPI_SUCCESS)
+        return ff_mpi_error(ctx, rc, "MPI_Allreduce (checking the grid)");
+    if (memcmp(lo, hi, sizeof lo) != 0)
+        return ff_set_error(ctx, FF_EGRID,
+                            "ranks were given different grids (%dx%dx%dx%d to %dx%dx%dx%d)", lo[0],
+                            lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]);
+
+    ff_grid *grid = calloc(1, sizeof *grid);
+    if (!grid)
+        return ff_set_error(ctx, FF_ENOMEM, "out of memory creating the grid");
+    grid->ctx = ctx;
+    grid->shape = s;
+    grid->coords = ff_grid_coords_of(s, ctx->rank);
+    ff_dims c = grid->coords;
+
+    /* color selects the group, key orders ranks inside it */
+    int color[FF_NGROUPS], key[FF_NGROUPS];
+    color[FF_GROUP_X] = c.y + s.y * (c.z + s.z * c.d);
+    key[FF_GROUP_X] = c.x;
+    color[FF_GROUP_Y] = c.x + s.x * (c.z + s.z * c.d);
+    key[FF_GROUP_Y] = c.y;
+    color[FF_GROUP_Z] = c.x + s.x * (c.y + s.y * c.d);
+    key[FF_GROUP_Z] = c.z;
+    color[FF_GROUP_D] = c.x + s.x * (c.y + s.y * c.z);
+    key[FF_GROUP_D] = c.d;
+    color[FF_GROUP_ZD] = c.x + s.x * c.y;
+    key[FF_GROUP_ZD] = c.z + s.z * c.d;
+    color[FF_GROUP_TP] = c.d;
+    key[FF_GROUP_TP] = c.x + s.x * (c.y + s.y * c.z);
+    color[FF_GROUP_WORLD] = 0;
+    key[FF_GROUP_WORLD] = ctx->rank;
+
+    for (int k = 0; k < FF_NGROUPS; k++) {
+        MPI_Comm comm;
+        rc = MPI_Comm_split(ctx->comm, color[k], key[k], &comm);
+        if (rc != MPI_SUCCESS) {
+            for (int j = 0; j < k; j++)
+                ff_group_fini(&grid->groups[j]);
+            free(grid);
+            return ff_mpi_error(ctx, rc, "MPI_Comm_split (building the grid's groups)");
+        }
+        ff_group_init(&grid->groups[k], ctx, comm, kind_names[k]);
+    }
+    *out = grid;
+    return FF_OK;
+}
+
+void ff_grid_destroy(ff_grid *grid)
+{
+    if (!grid)
+        return;
+    for (int k = 0; k < FF_NGROUPS; k++)
+        ff_group_fini(&grid->groups[k]);
+    free(grid);
+}
+
+ff_dims ff_grid_shape(const ff_grid *grid) { return grid->shape; }
+ff_dims ff_grid_coords(const ff_grid *grid) { return grid->coords; }
+ff_ctx *ff_grid_ctx(const ff_grid *grid) { return grid->ctx; }
+
+ff_group *ff_grid_group(const ff_grid *grid, ff_group_kind kind)
+{
+    if (kind < 0 || kind >= FF_NGROUPS)
+        return NULL;
+    return (ff_group *)&grid->groups[kind];
+}
+
+void ff_grid_describe(const ff_grid *grid, char *buf, size_t len)
+{
+    ff_dims s = grid->shape;
+    snprintf(buf, len, "%dx%dx%dx%d (Gx=%d Gy=%d Gz=%d Gd=%d, %d ranks)", s.x, s.y, s.z, s.d, s.x,
+             s.y, s.z, s.d, ff_dims_product(s));
+}

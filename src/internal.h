@@ -1,0 +1,163 @@
+/* Definitions shared by the library's translation units; not installed. */
+#ifndef FF_INTERNAL_H
+#define FF_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "fourfold/fourfold.h"
+
+#define FF_ERRMSG_LEN 512
+
+/* ---- trace (trace.c) ---- */
+
+enum { FF_TRACE_NAME_LEN = 40 };
+
+typedef struct {
+    char name[FF_TRACE_NAME_LEN];
+    char cat; /* 'c' compute, 'w' wait, 'm' collective in flight */
+    uint8_t track;
+    double t0, t1; /* seconds since the trace's zero */
+} ff_trace_event;
+
+enum { FF_TRACE_DEPTH = 16, FF_TRACE_TRACKS = 32 };
+
+typedef struct {
+    int enabled;
+    double zero;
+    ff_trace_event *events;
+    size_t count, cap, dropped;
+    /* open compute regions */
+    char open_name[FF_TRACE_DEPTH][FF_TRACE_NAME_LEN];
+    double open_t0[FF_TRACE_DEPTH];
+    int depth;
+    /* which collective tracks (1..) are occupied */
+    uint8_t track_busy[FF_TRACE_TRACKS];
+    char label[96]; /* the process's name in the viewer */
+} ff_trace;
+
+/* Called by the engine; no-ops when tracing is off. */
+int ff_trace_track_acquire(ff_ctx *ctx);
+void ff_trace_track_release(ff_ctx *ctx, int track);
+void ff_trace_record(ff_ctx *ctx, const char *name, char cat, int track, double t0, double t1);
+void ff_trace_free(ff_trace *trace);
+
+/* ---- context (ctx.c) ---- */
+
+struct ff_ctx {
+    MPI_Comm comm;
+    int rank, size;
+    int err_code;
+    char err[FF_ERRMSG_LEN];
+    ff_ctx_options opt;
+
+    /* engine (comm/engine.c): requests in flight, a doubly linked list */
+    pthread_mutex_t lock;
+    struct ff_request *active;
+    int n_active;
+    double last_poll;
+    pthread_t thread;
+    int thread_running;
+    volatile int thread_stop;
+
+    MPI_Op bf16_sum; /* for FF_ALGO_MPI reductions on the bf16 wire */
+
+    ff_trace trace;
+};
+
+/* Records an error on the context and returns `code` (ff_ctx_set_error). */
+#define ff_set_error ff_ctx_set_error
+/* Turns an MPI error code into FF_EMPI with the MPI library's message. */
+int ff_mpi_error(ff_ctx *ctx, int mpi_rc, const char *what);
+
+/* ---- groups (grid.c) ---- */
+
+typedef struct {
+    uint64_t calls, bytes_sent, bytes_recv;
+    double wait_s, flight_s;
+} ff_counter_acc;
+
+struct ff_group {
+    ff_ctx *ctx;
+    MPI_Comm comm;
+    int size, rank;
+    char name[16];
+    unsigned seq; /* collectives posted, to give each its own tag */
+    ff_counter_acc counters[FF_NCOLL];
+};
+
+/* Builds a group around an existing communicator (takes ownership of comm). */
+int ff_group_init(ff_group *g, ff_ctx *ctx, MPI_Comm comm, const char *name);
+void ff_group_fini(ff_group *g);
+
+struct ff_grid {
+    ff_ctx *ctx;
+    ff_dims shape, coords;
+    ff_group groups[FF_NGROUPS];
+};
+
+/* ---- engine (comm/engine.c, comm/ring.c, comm/mpilib.c) ---- */
+
+enum { FF_REQ_MAX_MPI = 4 };
+
+typedef struct ff_request ff_request;
+typedef int (*ff_advance_fn)(ff_request *req);
+
+struct ff_request {
+    ff_group *group;
+    ff_coll coll;
+    ff_algo algo;
+    ff_wire wire;
+    const float *send;
+    float *recv;
+    size_t count;
+    int tag;
+
+    /* the state machine: advance() runs when every MPI request of the current
+     * step has completed; it does the local work of the step and posts the
+     * next one, or sets done. */
+    ff_advance_fn advance;
+    int step;
+    int done;
+    int error;
+    MPI_Request mpi[FF_REQ_MAX_MPI];
+    int n_mpi;
+    void *scratch; /* owned; freed with the request */
+    size_t scratch_bytes;
+    MPI_Datatype dtype; /* MPI_DATATYPE_NULL unless owned by the request */
+
+    double t_post, t_done;
+    int track;
+    struct ff_request *prev, *next;
+};
+
+/* Adds to the counters of the request's group/collective. */
+void ff_count_bytes(ff_request *req, size_t sent, size_t recv);
+/* Posts an Isend/Irecv as part of the current step, counting its bytes. */
+int ff_post_send(ff_request *req, const void *buf, size_t bytes, int peer);
+int ff_post_recv(ff_request *req, void *buf, size_t bytes, int peer);
+/* Allocates the request's scratch (zero bytes allowed). */
+int ff_request_scratch(ff_request *req, size_t bytes);
+
+/* Algorithm starters: set up req (advance, scratch) and post the first step. */
+int ff_ring_start(ff_request *req);
+int ff_mpilib_start(ff_request *req);
+
+/* Elements a ring algorithm sends and receives on rank r of p (what the
+ * counters record for FF_ALGO_MPI). */
+void ff_ring_volume(ff_coll coll, int p, int r, size_t count, size_t *sent, size_t *recv);
+void ff_bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type);
+
+/* bf16 helpers (comm/bf16.c) */
+void ff_bf16_pack(uint16_t *dst, const float *src, size_t n);
+void ff_bf16_unpack(float *dst, const uint16_t *src, size_t n);
+void ff_bf16_round(float *x, size_t n); /* x = float(bf16(x)) in place */
+void ff_bf16_add_to(float *acc, const uint16_t *src, size_t n);
+
+/* The progress thread (FF_PROGRESS_THREAD). */
+void *ff_engine_thread_main(void *arg);
+
+/* ---- clock ---- */
+double ff_now(void);
+
+#endif
