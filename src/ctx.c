@@ -1,4 +1,5 @@
 /* The context: communicator, error state, options, progress thread. */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +58,29 @@ void ff_ctx_options_default(ff_ctx_options *opt)
 {
     opt->progress = FF_PROGRESS_POLL;
     opt->poll_interval_s = 200e-6;
-    opt->thread_interval_s = 20e-6;
+    opt->thread_interval_s = 200e-6;
+}
+
+/* The checks and set-up that need no communication. */
+static int create_local(ff_ctx *ctx)
+{
+    if (ctx->opt.progress < FF_PROGRESS_WAIT || ctx->opt.progress > FF_PROGRESS_THREAD)
+        return ff_set_error(ctx, FF_EINVAL, "unknown progress mode %d", (int)ctx->opt.progress);
+    if (!(ctx->opt.poll_interval_s >= 0) || !(ctx->opt.thread_interval_s >= 0))
+        return ff_set_error(ctx, FF_EINVAL, "progress intervals must be >= 0");
+    if (ctx->opt.progress == FF_PROGRESS_THREAD) {
+        int provided = MPI_THREAD_SINGLE;
+        MPI_Query_thread(&provided);
+        if (provided < MPI_THREAD_MULTIPLE)
+            return ff_set_error(ctx, FF_EUNSUPPORTED,
+                                "progress mode 'thread' needs MPI initialised with "
+                                "MPI_THREAD_MULTIPLE (MPI_Init_thread)");
+        ctx->thread_stop = 0;
+        if (pthread_create(&ctx->thread, NULL, ff_engine_thread_main, ctx) != 0)
+            return ff_set_error(ctx, FF_ENOMEM, "cannot start the progress thread");
+        ctx->thread_running = 1;
+    }
+    return FF_OK;
 }
 
 int ff_ctx_create(ff_ctx **out, MPI_Comm comm, const ff_ctx_options *opt)
@@ -83,28 +106,9 @@ int ff_ctx_create(ff_ctx **out, MPI_Comm comm, const ff_ctx_options *opt)
     MPI_Comm_rank(ctx->comm, &ctx->rank);
     MPI_Comm_size(ctx->comm, &ctx->size);
     rc = MPI_Op_create(ff_bf16_sum_op, 1, &ctx->bf16_sum);
-    if (rc != MPI_SUCCESS)
-        return ff_mpi_error(ctx, rc, "MPI_Op_create");
-
-    /* Options are the same on every rank (the same command line), so these
-     * checks fail identically everywhere without communication. */
-    if (ctx->opt.progress < FF_PROGRESS_WAIT || ctx->opt.progress > FF_PROGRESS_THREAD)
-        return ff_set_error(ctx, FF_EINVAL, "unknown progress mode %d", (int)ctx->opt.progress);
-    if (!(ctx->opt.poll_interval_s >= 0) || !(ctx->opt.thread_interval_s >= 0))
-        return ff_set_error(ctx, FF_EINVAL, "progress intervals must be >= 0");
-    if (ctx->opt.progress == FF_PROGRESS_THREAD) {
-        int provided = MPI_THREAD_SINGLE;
-        MPI_Query_thread(&provided);
-        if (provided < MPI_THREAD_MULTIPLE)
-            return ff_set_error(ctx, FF_EUNSUPPORTED,
-                                "progress mode 'thread' needs MPI initialised with "
-                                "MPI_THREAD_MULTIPLE (MPI_Init_thread)");
-        ctx->thread_stop = 0;
-        if (pthread_create(&ctx->thread, NULL, ff_engine_thread_main, ctx) != 0)
-            return ff_set_error(ctx, FF_ENOMEM, "cannot start the progress thread");
-        ctx->thread_running = 1;
-    }
-    return FF_OK;
+    rc = rc == MPI_SUCCESS ? create_local(ctx) : ff_mpi_error(ctx, rc, "MPI_Op_create");
+    /* some failures (the thread) could happen on one rank only */
+    return ff_ctx_agree(ctx, rc);
 }
 
 void ff_ctx_destroy(ff_ctx *ctx)
@@ -115,7 +119,9 @@ void ff_ctx_destroy(ff_ctx *ctx)
         ctx->thread_stop = 1;
         pthread_join(ctx->thread, NULL);
     }
+    ff_engine_abandon_all(ctx);
     ff_trace_free(&ctx->trace);
+    ff_pool_free(ctx);
     if (ctx->bf16_sum != MPI_OP_NULL)
         MPI_Op_free(&ctx->bf16_sum);
     if (ctx->comm != MPI_COMM_NULL)
@@ -132,26 +138,24 @@ ff_progress_mode ff_ctx_progress_mode(const ff_ctx *ctx) { return ctx->opt.progr
 
 int ff_ctx_agree(ff_ctx *ctx, int rc)
 {
-    /* MINLOC over (code, rank): codes are negative, so the minimum is an
-     * error if there is one, and ties go to the lowest rank. */
-    struct {
-        int code;
-        int rank;
-    } mine = {rc < 0 ? rc : 0, ctx->rank}, worst;
-    int mrc = MPI_Allreduce(&mine, &worst, 1, MPI_2INT, MPI_MINLOC, ctx->comm);
+    /* The lowest failing rank speaks for all: its code and message. */
+    int mine = rc < 0 ? ctx->rank : INT_MAX, first;
+    int mrc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, ctx->comm);
     if (mrc != MPI_SUCCESS)
         return ff_mpi_error(ctx, mrc, "MPI_Allreduce (agreeing on an error)");
-    if (worst.code == 0)
+    if (first == INT_MAX)
         return FF_OK;
-    char msg[FF_ERRMSG_LEN];
-    memcpy(msg, ctx->err, sizeof msg);
-    mrc = MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, worst.rank, ctx->comm);
+    struct {
+        int code;
+        char msg[FF_ERRMSG_LEN];
+    } shared;
+    shared.code = rc;
+    memcpy(shared.msg, ctx->err, sizeof shared.msg);
+    mrc = MPI_Bcast(&shared, (int)sizeof shared, MPI_BYTE, first, ctx->comm);
     if (mrc != MPI_SUCCESS)
         return ff_mpi_error(ctx, mrc, "MPI_Bcast (sharing an error)");
-    msg[sizeof msg - 1] = '\0';
-    if (worst.rank != ctx->rank) {
-        int code = worst.code;
-        return ff_set_error(ctx, code, "rank %d: %s", worst.rank, msg);
-    }
-    return worst.code;
+    shared.msg[sizeof shared.msg - 1] = '\0';
+    if (first != ctx->rank)
+        return ff_set_error(ctx, shared.code, "rank %d: %s", first, shared.msg);
+    return shared.code;
 }

@@ -18,6 +18,30 @@ const char *ff_group_kind_name(ff_group_kind kind)
 
 int ff_dims_product(ff_dims s) { return s.x * s.y * s.z * s.d; }
 
+/* The product of positive sizes, or cap + 1 as soon as it exceeds cap (so a
+ * huge grid cannot overflow). */
+static long long product_capped(ff_dims s, long long cap)
+{
+    const int v[4] = {s.x, s.y, s.z, s.d};
+    long long p = 1;
+    for (int i = 0; i < 4; i++) {
+        p *= v[i]; /* p <= cap <= INT_MAX before, v <= INT_MAX: fits */
+        if (p > cap)
+            return cap + 1;
+    }
+    return p;
+}
+
+/* "needs 16 ranks" or "needs more than 8 ranks" */
+static void needs_text(char *buf, size_t len, ff_dims s, int world)
+{
+    long long p = product_capped(s, (long long)world * 4);
+    if (p > (long long)world * 4)
+        snprintf(buf, len, "needs more than %lld ranks", (long long)world * 4);
+    else
+        snprintf(buf, len, "needs %lld ranks", p);
+}
+
 int ff_grid_rank_of(ff_dims s, ff_dims c) { return c.x + s.x * (c.y + s.y * (c.z + s.z * c.d)); }
 
 ff_dims ff_grid_coords_of(ff_dims s, int rank)
@@ -164,17 +188,15 @@ int ff_grid_parse(const char *spec, int world, int ranks_per_node, ff_dims *out,
         s.z = v[2];
         s.d = v[3];
     }
-    long product = (long)s.x * s.y * s.z * s.d;
-    char shape[64];
+    char shape[64], needs[64];
     snprintf(shape, sizeof shape, "%dx%dx%dx%d", s.x, s.y, s.z, s.d);
-    if (product != world && strcmp(shape, spec) == 0)
-        return grid_error(err, err_len,
-                          "grid %s needs %ld ranks, but the job has %d (mpirun -np %d)", spec,
-                          product, world, world);
-    if (product != world)
-        return grid_error(err, err_len,
-                          "grid '%s' = %s needs %ld ranks, but the job has %d (mpirun -np %d)",
-                          spec, shape, product, world, world);
+    needs_text(needs, sizeof needs, s, world);
+    if (product_capped(s, world) != world && strcmp(shape, spec) == 0)
+        return grid_error(err, err_len, "grid %s %s, but the job has %d (mpirun -np %d)", spec,
+                          needs, world, world);
+    if (product_capped(s, world) != world)
+        return grid_error(err, err_len, "grid '%s' = %s %s, but the job has %d (mpirun -np %d)",
+                          spec, shape, needs, world, world);
     *out = s;
     return FF_OK;
 }
@@ -235,21 +257,26 @@ const char *ff_group_name(const ff_group *g) { return g->name; }
 int ff_grid_create(ff_ctx *ctx, ff_dims s, ff_grid **out)
 {
     *out = NULL;
-    /* Identical on every rank (same shape, same world size): no communication
-     * is needed to agree, and no communicator exists yet that could hang. */
-    if (s.x < 1 || s.y < 1 || s.z < 1 || s.d < 1)
-        return ff_set_error(ctx, FF_EGRID, "grid %dx%dx%dx%d: every size must be >= 1", s.x, s.y,
-                            s.z, s.d);
-    long product = (long)s.x * s.y * s.z * s.d;
-    if (product != ctx->size)
-        return ff_set_error(ctx, FF_EGRID,
-                            "grid %dx%dx%dx%d needs %ld ranks, but the job has %d (mpirun -np %d)",
-                            s.x, s.y, s.z, s.d, product, ctx->size, ctx->size);
+    /* The local checks first, then one agreement: a rank given a bad shape
+     * must not leave the others waiting in the shape comparison below. */
+    int rc = FF_OK;
+    char needs[64];
+    if (s.x < 1 || s.y < 1 || s.z < 1 || s.d < 1) {
+        rc = ff_set_error(ctx, FF_EGRID, "grid %dx%dx%dx%d: every size must be >= 1", s.x, s.y, s.z,
+                          s.d);
+    } else if (product_capped(s, ctx->size) != ctx->size) {
+        needs_text(needs, sizeof needs, s, ctx->size);
+        rc = ff_set_error(ctx, FF_EGRID, "grid %dx%dx%dx%d %s, but the job has %d (mpirun -np %d)",
+                          s.x, s.y, s.z, s.d, needs, ctx->size, ctx->size);
+    }
+    rc = ff_ctx_agree(ctx, rc);
+    if (rc != FF_OK)
+        return rc;
 
     /* Every rank must have been given the same shape: a mismatch (e.g.
      * different command lines) would build inconsistent communicators. */
     int mine[4] = {s.x, s.y, s.z, s.d}, lo[4], hi[4];
-    int rc = MPI_Allreduce(mine, lo, 4, MPI_INT, MPI_MIN, ctx->comm);
+    rc = MPI_Allreduce(mine, lo, 4, MPI_INT, MPI_MIN, ctx->comm);
     if (rc == MPI_SUCCESS)
         rc = MPI_Allreduce(mine, hi, 4, MPI_INT, MPI_MAX, ctx->comm);
     if (rc != MPI_SUCCESS)

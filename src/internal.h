@@ -8,6 +8,8 @@
 #include "fourfold/fourfold.h"
 
 #define FF_ERRMSG_LEN 512
+#define FF_POOL_SLOTS 16
+#define FF_POOL_MAX_BYTES ((size_t)1 << 30) /* scratch kept for reuse, at most */
 
 /* ---- trace (trace.c) ---- */
 
@@ -61,6 +63,20 @@ struct ff_ctx {
     volatile int thread_stop;
 
     MPI_Op bf16_sum; /* for FF_ALGO_MPI reductions on the bf16 wire */
+
+    /* scratch buffers of finished requests, reused by later ones: a fresh
+     * large malloc is an mmap whose pages fault and are zeroed on every
+     * collective (caller holds lock) */
+    struct {
+        void *ptr;
+        size_t bytes;
+    } pool[FF_POOL_SLOTS];
+    int pool_n;
+    size_t pool_bytes;
+    /* scratch of requests abandoned after an error: a cancelled receive may
+     * still write into it, so it is never reused, only freed at destroy */
+    void **parked;
+    int n_parked;
 
     ff_trace trace;
 };
@@ -122,7 +138,7 @@ struct ff_request {
     int error;
     MPI_Request mpi[FF_REQ_MAX_MPI];
     int n_mpi;
-    void *scratch; /* owned; freed with the request */
+    void *scratch; /* from the context's pool; returned with the request */
     size_t scratch_bytes;
     MPI_Datatype dtype; /* MPI_DATATYPE_NULL unless owned by the request */
 
@@ -136,7 +152,7 @@ void ff_count_bytes(ff_request *req, size_t sent, size_t recv);
 /* Posts an Isend/Irecv as part of the current step, counting its bytes. */
 int ff_post_send(ff_request *req, const void *buf, size_t bytes, int peer);
 int ff_post_recv(ff_request *req, void *buf, size_t bytes, int peer);
-/* Allocates the request's scratch (zero bytes allowed). */
+/* Gives the request `bytes` of scratch (caller holds ctx->lock). */
 int ff_request_scratch(ff_request *req, size_t bytes);
 
 /* Algorithm starters: set up req (advance, scratch) and post the first step. */
@@ -152,7 +168,14 @@ void ff_bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type);
 void ff_bf16_pack(uint16_t *dst, const float *src, size_t n);
 void ff_bf16_unpack(float *dst, const uint16_t *src, size_t n);
 void ff_bf16_round(float *x, size_t n); /* x = float(bf16(x)) in place */
-void ff_bf16_add_to(float *acc, const uint16_t *src, size_t n);
+
+/* The scratch pool (caller holds ctx->lock). */
+void *ff_pool_take(ff_ctx *ctx, size_t bytes, size_t *got);
+void ff_pool_give(ff_ctx *ctx, void *ptr, size_t bytes);
+void ff_pool_free(ff_ctx *ctx);
+
+/* Cancels and frees every request still in flight (ff_ctx_destroy). */
+void ff_engine_abandon_all(ff_ctx *ctx);
 
 /* The progress thread (FF_PROGRESS_THREAD). */
 void *ff_engine_thread_main(void *arg);

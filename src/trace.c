@@ -213,15 +213,20 @@ int ff_trace_write(ff_ctx *ctx, const char *path)
     int rc = FF_OK;
     if (b.failed)
         rc = ff_set_error(ctx, FF_ENOMEM, "out of memory serialising the trace");
-    /* Rank 0 receives every rank's part in rank order and streams it to the
-     * file; it always drains the messages, even if the file cannot be
-     * written, so that no rank is left blocked in a send. */
+    /* Rank 0 asks each rank in turn for its part and streams it to the file.
+     * A rank first sends its length (-1 if it could not serialise); rank 0
+     * answers "go" only if it can take the data, so no message is ever sent
+     * that rank 0 does not receive in full, and nobody is left blocked. */
     const int tag = 7301;
+    const long long piece = 1 << 30;
     if (ctx->rank != 0) {
-        long long len = b.failed ? 0 : (long long)b.len;
+        long long len = b.failed ? -1 : (long long)b.len;
+        int go = 0;
         int mrc = MPI_Send(&len, 1, MPI_LONG_LONG, 0, tag, ctx->comm);
-        for (long long off = 0; mrc == MPI_SUCCESS && off < len; off += 1 << 30) {
-            long long n = len - off < (1 << 30) ? len - off : (1 << 30);
+        if (mrc == MPI_SUCCESS)
+            mrc = MPI_Recv(&go, 1, MPI_INT, 0, tag, ctx->comm, MPI_STATUS_IGNORE);
+        for (long long off = 0; go && mrc == MPI_SUCCESS && off < len; off += piece) {
+            long long n = len - off < piece ? len - off : piece;
             mrc = MPI_Send(b.buf + off, (int)n, MPI_CHAR, 0, tag, ctx->comm);
         }
         if (mrc != MPI_SUCCESS && rc == FF_OK)
@@ -243,31 +248,29 @@ int ff_trace_write(ff_ctx *ctx, const char *path)
             long long len = 0;
             int mrc = MPI_Recv(&len, 1, MPI_LONG_LONG, src, tag, ctx->comm, MPI_STATUS_IGNORE);
             char *p = mrc == MPI_SUCCESS && len > 0 ? realloc(part, (size_t)len) : part;
-            if (len > 0 && !p) { /* cannot hold it: still drain it */
-                rc = ff_set_error(ctx, FF_ENOMEM, "out of memory receiving the trace");
-                char sink[1 << 16];
-                for (long long off = 0; off < len; off += (long long)sizeof sink) {
-                    long long n =
-                        len - off < (long long)sizeof sink ? len - off : (long long)sizeof sink;
-                    MPI_Recv(sink, (int)n, MPI_CHAR, src, tag, ctx->comm, MPI_STATUS_IGNORE);
-                }
-                continue;
-            }
-            part = p;
-            for (long long off = 0; mrc == MPI_SUCCESS && off < len; off += 1 << 30) {
-                long long n = len - off < (1 << 30) ? len - off : (1 << 30);
+            int go = mrc == MPI_SUCCESS && len > 0 && p != NULL;
+            if (mrc == MPI_SUCCESS && len < 0 && rc == FF_OK)
+                rc = ff_set_error(ctx, FF_ENOMEM, "rank %d could not serialise its trace", src);
+            if (mrc == MPI_SUCCESS && len > 0 && !p && rc == FF_OK)
+                rc = ff_set_error(ctx, FF_ENOMEM, "out of memory receiving rank %d's trace", src);
+            if (mrc == MPI_SUCCESS)
+                mrc = MPI_Send(&go, 1, MPI_INT, src, tag, ctx->comm);
+            if (p)
+                part = p;
+            for (long long off = 0; go && mrc == MPI_SUCCESS && off < len; off += piece) {
+                long long n = len - off < piece ? len - off : piece;
                 mrc =
                     MPI_Recv(part + off, (int)n, MPI_CHAR, src, tag, ctx->comm, MPI_STATUS_IGNORE);
             }
             if (mrc != MPI_SUCCESS && rc == FF_OK)
-                rc = ff_mpi_error(ctx, mrc, "MPI_Recv (trace)");
-            if (f && len > 0)
+                rc = ff_mpi_error(ctx, mrc, "receiving the trace");
+            if (f && go)
                 fwrite(part, 1, (size_t)len, f);
         }
         free(part);
         if (f) {
             fputs("\n]}\n", f);
-            int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+            int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
             bad |= fclose(f) != 0;
             if (!bad && rc == FF_OK && rename(tmp, path) != 0)
                 bad = 1;

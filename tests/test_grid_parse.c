@@ -53,6 +53,8 @@ int main(void)
     reject("2x2x2x", 8, "malformed");
     reject("", 8, "empty");
     reject("99999999999x1x1x1", 8, "too large");
+    reject("3000000x3000000x3000000x1", 8, "needs more than 32 ranks");
+    reject("2147483647x2147483647x2147483647x2147483647", 8, "needs more than");
     reject("hsdp:3", 8, "does not divide");
     reject("hsdp:0", 8, "positive integer");
     reject("megatron:x", 8, "positive integer");
@@ -63,6 +65,9 @@ int main(void)
     ff_dims s = {2, 3, 2, 2};
     for (int r = 0; r < ff_dims_product(s); r++) {
         ff_dims c = ff_grid_coords_of(s, r);
+        CHECK(c.x >= 0 && c.x < s.x && c.y >= 0 && c.y < s.y && c.z >= 0 && c.z < s.z && c.d >= 0 &&
+                  c.d < s.d,
+              "coords of %d out of range", r);
         CHECK(r == c.x + s.x * (c.y + s.y * (c.z + s.z * c.d)), "coords of %d", r);
         CHECK(ff_grid_rank_of(s, c) == r, "rank_of(coords_of(%d))", r);
     }

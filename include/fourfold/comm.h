@@ -9,6 +9,13 @@
  * order with the same sizes (as with MPI). Several collectives may be in flight
  * at once, on the same or different groups, and may be waited on in any order.
  *
+ * Errors: arguments are checked before anything is posted, identically on
+ * every rank given the same arguments. An error after posting (MPI failure,
+ * out of memory for scratch) is local to a rank: the request is cancelled,
+ * the receive buffer is undefined, and the group is unusable (its peers are
+ * mid-collective); the caller should report and abort. Wait on every request
+ * before ff_ctx_destroy(), which cancels any still in flight.
+ *
  * A group of size 1 costs nothing: no MPI call, no counter; the result is a
  * copy (or nothing, in place), and for the bf16 wire no rounding either.
  *
@@ -39,9 +46,12 @@ typedef enum {
 } ff_coll;
 
 /* Element format on the wire. FF_WIRE_BF16 rounds each value to bfloat16
- * (round to nearest even) before it is sent and accumulates in fp32; every
- * delivered value has been rounded at least once (the rank's own block too),
- * so replicas stay bitwise identical. Error bound: docs/collectives.md. */
+ * (round to nearest even) before it is sent and accumulates in fp32.
+ * All-gather and all-to-all deliver exactly bf16(x) (the rank's own block
+ * too), and all-reduce results are rounded once more at the end, so replicas
+ * stay bitwise identical; a reduce-scatter result (one owner, no replicas) is
+ * the fp32 sum of a rounded partial and the owner's own value. Error bound:
+ * docs/collectives.md. */
 typedef enum { FF_WIRE_FP32 = 0, FF_WIRE_BF16 } ff_wire;
 
 typedef enum {

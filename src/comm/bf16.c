@@ -39,9 +39,3 @@ void ff_bf16_round(float *x, size_t n)
     for (size_t i = 0; i < n; i++)
         x[i] = ff_bf16_to_float(ff_bf16_from_float(x[i]));
 }
-
-void ff_bf16_add_to(float *acc, const uint16_t *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        acc[i] += ff_bf16_to_float(src[i]);
-}

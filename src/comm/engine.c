@@ -5,13 +5,14 @@
  * advance() does the step's local work (a reduction, a format conversion) and
  * posts the next step. Nothing moves unless someone calls ff_progress(): on
  * Open MPI without asynchronous progress, data moves only inside MPI calls
- * (notes/mpi-on-this-machine.md §4.3), and the next step of a multi-step
+ * (../shared/notes/mpi-on-this-machine.md §4.3), and the next step of a multi-step
  * algorithm is posted only by us. Hence ff_poll() for compute loops, and the
  * optional progress thread.
  *
  * Progress always advances every request of the context, never only the one
  * being waited on: two ranks waiting on different collectives that each need
  * the other's participation would otherwise deadlock. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,16 +42,23 @@ ff_counters ff_group_counters(const ff_group *g, ff_coll coll)
     ff_counters c = {0, 0, 0, 0.0, 0.0};
     if (!g || coll < 0 || coll >= FF_NCOLL)
         return c;
+    pthread_mutex_lock(&g->ctx->lock); /* the progress thread updates them */
     const ff_counter_acc *a = &g->counters[coll];
     c.calls = a->calls;
     c.bytes_sent = a->bytes_sent;
     c.bytes_recv = a->bytes_recv;
     c.wait_s = a->wait_s;
     c.flight_s = a->flight_s;
+    pthread_mutex_unlock(&g->ctx->lock);
     return c;
 }
 
-void ff_group_counters_reset(ff_group *g) { memset(g->counters, 0, sizeof g->counters); }
+void ff_group_counters_reset(ff_group *g)
+{
+    pthread_mutex_lock(&g->ctx->lock);
+    memset(g->counters, 0, sizeof g->counters);
+    pthread_mutex_unlock(&g->ctx->lock);
+}
 
 void ff_count_bytes(ff_request *req, size_t sent, size_t recv)
 {
@@ -96,11 +104,74 @@ int ff_post_recv(ff_request *req, void *buf, size_t n, int peer)
     return post_p2p(req, buf, n, peer, 0);
 }
 
+/* ---- the scratch pool ---- */
+
+void *ff_pool_take(ff_ctx *ctx, size_t bytes, size_t *got)
+{
+    int best = -1;
+    for (int i = 0; i < ctx->pool_n; i++) /* the smallest buffer that fits */
+        if (ctx->pool[i].bytes >= bytes && (best < 0 || ctx->pool[i].bytes < ctx->pool[best].bytes))
+            best = i;
+    /* a small request does not pin a much larger buffer */
+    if (best >= 0 && (ctx->pool[best].bytes <= 4 * bytes || ctx->pool[best].bytes <= 65536)) {
+        void *p = ctx->pool[best].ptr;
+        *got = ctx->pool[best].bytes;
+        ctx->pool_bytes -= *got;
+        ctx->pool[best] = ctx->pool[--ctx->pool_n];
+        return p;
+    }
+    *got = bytes;
+    return malloc(bytes ? bytes : 1);
+}
+
+void ff_pool_give(ff_ctx *ctx, void *ptr, size_t bytes)
+{
+    if (!ptr)
+        return;
+    if (bytes > FF_POOL_MAX_BYTES) {
+        free(ptr);
+        return;
+    }
+    /* make room: drop the smallest buffers (the large ones cost the most
+     * page faults to recreate) until both limits hold */
+    while (ctx->pool_n > 0 &&
+           (ctx->pool_n == FF_POOL_SLOTS || ctx->pool_bytes + bytes > FF_POOL_MAX_BYTES)) {
+        int smallest = 0;
+        for (int i = 1; i < ctx->pool_n; i++)
+            if (ctx->pool[i].bytes < ctx->pool[smallest].bytes)
+                smallest = i;
+        if (ctx->pool[smallest].bytes >= bytes) { /* the newcomer is the smallest */
+            free(ptr);
+            return;
+        }
+        ctx->pool_bytes -= ctx->pool[smallest].bytes;
+        free(ctx->pool[smallest].ptr);
+        ctx->pool[smallest] = ctx->pool[--ctx->pool_n];
+    }
+    ctx->pool[ctx->pool_n].ptr = ptr;
+    ctx->pool[ctx->pool_n].bytes = bytes;
+    ctx->pool_n++;
+    ctx->pool_bytes += bytes;
+}
+
+void ff_pool_free(ff_ctx *ctx)
+{
+    for (int i = 0; i < ctx->pool_n; i++)
+        free(ctx->pool[i].ptr);
+    ctx->pool_n = 0;
+    ctx->pool_bytes = 0;
+    for (int i = 0; i < ctx->n_parked; i++)
+        free(ctx->parked[i]);
+    free(ctx->parked);
+    ctx->parked = NULL;
+    ctx->n_parked = 0;
+}
+
 int ff_request_scratch(ff_request *req, size_t bytes)
 {
-    free(req->scratch);
-    req->scratch = malloc(bytes ? bytes : 1);
-    req->scratch_bytes = bytes;
+    ff_ctx *ctx = req->group->ctx;
+    ff_pool_give(ctx, req->scratch, req->scratch_bytes);
+    req->scratch = ff_pool_take(ctx, bytes, &req->scratch_bytes);
     if (!req->scratch)
         return ff_set_error(req->group->ctx, FF_ENOMEM,
                             "out of memory: %zu bytes of scratch for %s on group %s", bytes,
@@ -131,17 +202,44 @@ static void list_remove(ff_ctx *ctx, ff_request *req)
     ctx->n_active--;
 }
 
+/* Caller holds ctx->lock. A request that did not complete (an error, or a
+ * context destroyed with it in flight) still has MPI operations pending on its
+ * buffers: they are cancelled and released, and its scratch is parked until
+ * the context is destroyed instead of being reused. The group it ran on is
+ * unusable after that (its peers are mid-collective). */
 static void request_free(ff_request *req)
 {
     if (!req)
         return;
+    ff_ctx *ctx = req->group->ctx;
+    int pending = 0;
     for (int i = 0; i < req->n_mpi; i++)
         if (req->mpi[i] != MPI_REQUEST_NULL) {
             MPI_Cancel(&req->mpi[i]);
             MPI_Request_free(&req->mpi[i]);
+            pending = 1;
         }
-    free(req->scratch);
+    if (!pending) {
+        ff_pool_give(ctx, req->scratch, req->scratch_bytes);
+    } else if (req->scratch) {
+        void **p = realloc(ctx->parked, (size_t)(ctx->n_parked + 1) * sizeof *p);
+        if (p) {
+            ctx->parked = p;
+            ctx->parked[ctx->n_parked++] = req->scratch;
+        } /* else: leak it; freeing memory MPI may still write is worse */
+    }
     free(req);
+}
+
+void ff_engine_abandon_all(ff_ctx *ctx)
+{
+    pthread_mutex_lock(&ctx->lock);
+    while (ctx->active) {
+        ff_request *req = ctx->active;
+        list_remove(ctx, req);
+        request_free(req);
+    }
+    pthread_mutex_unlock(&ctx->lock);
 }
 
 static void mark_done(ff_request *req)
@@ -279,6 +377,14 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
                             : coll == FF_COLL_ALLREDUCE ? "send == recv"
                                                         : "not supported");
 
+    /* The largest single message, checked before anything is posted so that
+     * every rank refuses it alike (all-reduce chunks differ in size by one). */
+    size_t largest = coll == FF_COLL_ALLREDUCE ? count / p + (count % p != 0) : count;
+    if (p > 1 && largest > (size_t)INT_MAX)
+        return ff_set_error(ctx, FF_EINVAL,
+                            "%s on group %s: a message of %zu elements exceeds MPI's int count",
+                            ff_coll_name(coll), g->name, largest);
+
     if (p == 1) { /* a group of one: no communication, no counter */
         if (!in_place)
             memcpy(recv, send, rb);
@@ -305,7 +411,6 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
     pthread_mutex_lock(&ctx->lock);
     req->t_post = ff_now();
     req->track = ff_trace_track_acquire(ctx);
-    g->counters[coll].calls++;
     int rc = algo == FF_ALGO_MPI ? ff_mpilib_start(req) : ff_ring_start(req);
     if (rc == FF_OK) {
         list_add(ctx, req);
@@ -314,15 +419,16 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
         if (rc != FF_OK)
             list_remove(ctx, req);
     }
-    if (rc != FF_OK && req->track > 0)
-        ff_trace_track_release(ctx, req->track);
-    pthread_mutex_unlock(&ctx->lock);
     if (rc != FF_OK) {
+        if (req->track > 0)
+            ff_trace_track_release(ctx, req->track);
         request_free(req);
-        return rc;
+    } else {
+        g->counters[coll].calls++;
+        *out = req;
     }
-    *out = req;
-    return FF_OK;
+    pthread_mutex_unlock(&ctx->lock);
+    return rc;
 }
 
 int ff_iallgather(ff_group *g, const float *send, float *recv, size_t count,
@@ -388,8 +494,8 @@ int ff_wait(ff_request **preq)
         ff_trace_track_release(ctx, req->track);
     int rc = req->error;
     list_remove(ctx, req);
-    pthread_mutex_unlock(&ctx->lock);
     request_free(req);
+    pthread_mutex_unlock(&ctx->lock);
     return rc;
 }
 

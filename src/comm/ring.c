@@ -2,7 +2,7 @@
  *
  * Why our own: libnbc's non-blocking reduce-scatter is a binomial reduce plus
  * a scatter, its all-gather a one-round linear exchange that copies the own
- * block synchronously in the start call (notes/mpi-on-this-machine.md §4.3),
+ * block synchronously in the start call (../shared/notes/mpi-on-this-machine.md §4.3),
  * and a library collective cannot tell us what it sent. A ring moves the
  * bandwidth-optimal volume of DESIGN §3, every byte is counted as it is posted,
  * and each step is small enough for polling to keep it moving.
@@ -176,17 +176,17 @@ static int ar_post_step(ff_request *req)
 {
     int p = P(req), r = R(req), s = req->step;
     size_t n = req->count, mc = ar_max_chunk(req);
-    if (s < p - 1) { /* reduce phase */
+    if (s < p - 1) { /* reduce phase; step 0 sends the rank's own contribution */
         int sc = mod(r - 1 - s, p), rc_ = mod(r - 2 - s, p);
         size_t sn = chunk_len(n, p, sc), rn = chunk_len(n, p, rc_);
+        const float *src = (s == 0 ? req->send : req->recv) + chunk_off(n, p, sc);
         if (req->wire == FF_WIRE_BF16) {
             uint16_t *sbuf = req->scratch, *rbuf = sbuf + mc;
             if (s == 0)
-                ff_bf16_pack(sbuf, req->recv + chunk_off(n, p, sc), sn);
+                ff_bf16_pack(sbuf, src, sn);
             return post_pair(req, sbuf, sn, RIGHT(req), rbuf, rn, LEFT(req));
         }
-        return post_pair(req, req->recv + chunk_off(n, p, sc), sn, RIGHT(req), req->scratch, rn,
-                         LEFT(req));
+        return post_pair(req, src, sn, RIGHT(req), req->scratch, rn, LEFT(req));
     }
     int g = s - (p - 1); /* gather phase step */
     int sc = mod(r - g, p), rc_ = mod(r - g - 1, p);
@@ -205,19 +205,23 @@ static int ar_advance(ff_request *req)
     int p = P(req), r = R(req), s = req->step;
     size_t n = req->count, mc = ar_max_chunk(req);
     if (s < p - 1) {
+        /* chunk b arrived: recv[b] = incoming partial sum + own contribution
+         * (read from send, so an out-of-place call needs no initial copy) */
         int b = mod(r - 2 - s, p);
-        size_t len = chunk_len(n, p, b);
-        float *acc = req->recv + chunk_off(n, p, b);
+        size_t len = chunk_len(n, p, b), off = chunk_off(n, p, b);
+        float *acc = req->recv + off;
+        const float *own = req->send + off;
         if (req->wire == FF_WIRE_BF16) {
             uint16_t *sbuf = req->scratch, *rbuf = sbuf + mc;
-            ff_bf16_add_to(acc, rbuf, len);
+            for (size_t i = 0; i < len; i++)
+                acc[i] = ff_bf16_to_float(rbuf[i]) + own[i];
             ff_bf16_pack(sbuf, acc, len); /* forward the partial sum next step */
             if (s == p - 2)               /* chunk r is complete: keep it rounded */
                 ff_bf16_unpack(acc, sbuf, len);
         } else {
             const float *in = req->scratch;
             for (size_t i = 0; i < len; i++)
-                acc[i] += in[i];
+                acc[i] = in[i] + own[i];
         }
     } else if (req->wire == FF_WIRE_BF16) {
         int g = s - (p - 1), b = mod(r - g - 1, p);
@@ -233,8 +237,6 @@ static int ar_advance(ff_request *req)
 
 static int ar_start(ff_request *req)
 {
-    if (req->send != req->recv)
-        memcpy(req->recv, req->send, req->count * sizeof(float));
     size_t mc = ar_max_chunk(req);
     int rc = req->wire == FF_WIRE_BF16 ? ff_request_scratch(req, 2 * mc * sizeof(uint16_t))
                                        : ff_request_scratch(req, mc * sizeof(float));

@@ -1,0 +1,32 @@
+#!/bin/sh
+# `cmake --install` gives a library another C program can use through
+# pkg-config: install into a temporary prefix, compile examples/hello_grid.c
+# against it (shared and static), run it on 4 ranks, check its output.
+#   usage: install_check.sh BUILD_DIR SOURCE_DIR MPIEXEC [extra compiler flags]
+set -eu
+BUILD=$1 SRC=$2 MPIEXEC=$3
+EXTRA=${4:-}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cmake --install "$BUILD" --prefix "$WORK/prefix" > "$WORK/install.log"
+ls "$WORK/prefix/include/fourfold/fourfold.h" "$WORK/prefix/bin/fourfold" > /dev/null
+PC=$(find "$WORK/prefix" -name fourfold.pc)
+export PKG_CONFIG_PATH=$(dirname "$PC")
+echo "pkg-config --cflags --libs fourfold: $(pkg-config --cflags --libs fourfold)"
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Wextra -Werror $EXTRA "$SRC/examples/hello_grid.c" \
+    $(pkg-config --cflags --libs fourfold) -Wl,-rpath,"$(pkg-config --variable=libdir fourfold)" \
+    -o "$WORK/hello_shared"
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Wextra -Werror $EXTRA "$SRC/examples/hello_grid.c" \
+    $(pkg-config --cflags fourfold) "$(pkg-config --variable=libdir fourfold)/libfourfold.a" \
+    $(pkg-config --libs --static fourfold | sed 's/-lfourfold//') -o "$WORK/hello_static"
+for exe in hello_shared hello_static; do
+    "$MPIEXEC" -np 4 "$WORK/$exe" 2x2x1x1 | sort > "$WORK/out"
+    cat "$WORK/out"
+    # Y groups of 2x2x1x1: {0,2} and {1,3}, so the sums are 2 and 4
+    [ "$(grep -c 'sum of ranks in my Y group = 2$' "$WORK/out")" = 2 ] &&
+        [ "$(grep -c 'sum of ranks in my Y group = 4$' "$WORK/out")" = 2 ] ||
+        { echo "FAIL: $exe printed wrong sums"; exit 1; }
+done
+echo "install: passed"
