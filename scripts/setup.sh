@@ -6,7 +6,7 @@ set -eu
 
 PACKAGES="build-essential cmake pkg-config openmpi-bin libopenmpi-dev \
 libopenblas-dev python3 python3-numpy iproute2 util-linux iptables \
-libnetfilter-queue-dev clang-format"
+libnetfilter-queue-dev"
 
 missing=""
 for p in $PACKAGES; do
