@@ -392,7 +392,7 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
     }
 
     if (algo == FF_ALGO_AUTO)
-        algo = FF_ALGO_RING; /* see docs/collectives.md for why */
+        algo = FF_ALGO_RING; /* why: docs/architecture.md, decision 4 */
 
     ff_request *req = calloc(1, sizeof *req);
     if (!req)
