@@ -8,7 +8,6 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 "$MPIEXEC" -np "$NP" "$FF" selftest --grid "1x${NP}x1x1" --count 64 --algo ring \
     --trace "$WORK/t.json" > "$WORK/out" 2>&1 || { cat "$WORK/out"; exit 1; }
-ls "$WORK"
 python3 - "$WORK/t.json" "$NP" <<'PY'
 import json, sys
 path, np = sys.argv[1], int(sys.argv[2])
