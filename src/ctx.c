@@ -108,7 +108,11 @@ int ff_ctx_create(ff_ctx **out, MPI_Comm comm, const ff_ctx_options *opt)
     rc = MPI_Op_create(ff_bf16_sum_op, 1, &ctx->bf16_sum);
     rc = rc == MPI_SUCCESS ? create_local(ctx) : ff_mpi_error(ctx, rc, "MPI_Op_create");
     /* some failures (the thread) could happen on one rank only */
-    return ff_ctx_agree(ctx, rc);
+    rc = ff_ctx_agree(ctx, rc);
+    /* collective: the node layout of the hierarchical algorithms */
+    if (rc == FF_OK)
+        rc = ff_ctx_agree(ctx, ff_coll_layer_init(ctx));
+    return rc;
 }
 
 void ff_ctx_destroy(ff_ctx *ctx)
@@ -120,6 +124,7 @@ void ff_ctx_destroy(ff_ctx *ctx)
         pthread_join(ctx->thread, NULL);
     }
     ff_engine_abandon_all(ctx);
+    ff_coll_layer_free(ctx);
     ff_trace_free(&ctx->trace);
     ff_pool_free(ctx);
     if (ctx->bf16_sum != MPI_OP_NULL)

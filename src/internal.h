@@ -79,6 +79,10 @@ struct ff_ctx {
     int n_parked;
 
     ff_trace trace;
+
+    /* node layout, cost model and forced algorithm of the collective
+     * algorithms (comm/select.c) */
+    struct ff_coll_layer *coll;
 };
 
 /* Records an error on the context and returns `code` (ff_ctx_set_error). */
@@ -99,6 +103,8 @@ struct ff_group {
     int size, rank;
     char name[16];
     unsigned seq; /* collectives posted, to give each its own tag */
+    /* node layout, computed on first use, owned by ctx->coll */
+    struct ff_topo *topo;
     ff_counter_acc counters[FF_NCOLL];
 };
 
@@ -140,6 +146,8 @@ struct ff_request {
     int n_mpi;
     void *scratch; /* from the context's pool; returned with the request */
     size_t scratch_bytes;
+    /* algorithm-private (malloc), freed with the request */
+    void *state;
     MPI_Datatype dtype; /* MPI_DATATYPE_NULL unless owned by the request */
 
     double t_post, t_done;
@@ -158,6 +166,14 @@ int ff_request_scratch(ff_request *req, size_t bytes);
 /* Algorithm starters: set up req (advance, scratch) and post the first step. */
 int ff_ring_start(ff_request *req);
 int ff_mpilib_start(ff_request *req);
+int ff_rec_start(ff_request *req);  /* comm/recursive.c */
+int ff_hier_start(ff_request *req); /* comm/hier.c */
+/* The algorithm FF_ALGO_AUTO runs (comm/select.c). */
+ff_algo ff_coll_select(ff_group *g, ff_coll coll, size_t count, ff_wire wire);
+/* Node layout and cost model, set up by ff_ctx_create (collective) and freed
+ * by ff_ctx_destroy (comm/select.c). */
+int ff_coll_layer_init(ff_ctx *ctx);
+void ff_coll_layer_free(ff_ctx *ctx);
 
 /* Elements a ring algorithm sends and receives on rank r of p (what the
  * counters record for FF_ALGO_MPI). */

@@ -58,8 +58,20 @@ typedef enum {
     FF_ALGO_AUTO = 0, /* let the layer choose */
     FF_ALGO_MPI,      /* the MPI library's non-blocking collective */
     FF_ALGO_RING,     /* fourfold's ring (pairwise exchange for all-to-all) */
+    /* recursive doubling all-gather, recursive halving reduce-scatter,
+     * all-reduce = the two in sequence (Rabenseifner); any group size */
+    FF_ALGO_REC,
+    /* two-level (PCCL, dissertation ch. 6): an inter-node phase among the
+     * ranks with the same index on their node, an intra-node ring, a local
+     * reordering; reduce-scatter in the reverse order. HIER_RING runs the
+     * inter-node phase as a ring, HIER_REC recursively. A group whose nodes
+     * hold different numbers of its ranks runs the flat RING or REC. */
+    FF_ALGO_HIER_RING,
+    FF_ALGO_HIER_REC,
     FF_NALGO
 } ff_algo;
+/* All-to-all exists only as FF_ALGO_MPI and FF_ALGO_RING (and AUTO); the
+ * others refuse it with FF_EUNSUPPORTED. docs/collectives.md. */
 
 typedef struct {
     ff_wire wire;
@@ -122,8 +134,63 @@ void ff_group_counters_reset(ff_group *g);
 
 const char *ff_coll_name(ff_coll coll);
 const char *ff_algo_name(ff_algo algo);
-/* Parses "mpi", "ring", "auto"; returns -1 if unknown. */
+/* Parses "auto", "mpi", "ring", "rec", "hier-ring", "hier-rec"; returns -1
+ * if unknown. */
 int ff_algo_parse(const char *name);
+/* 1 if `algo` implements `coll` (AUTO and MPI implement all four). */
+int ff_algo_supports(ff_algo algo, ff_coll coll);
+
+/* ---- algorithm selection (docs/collectives.md) ----
+ *
+ * FF_ALGO_AUTO picks, per (collective, group, count, wire), the algorithm with
+ * the smallest predicted time under an alpha-beta model with one (alpha,
+ * beta) pair per level: within a node and between nodes. A step of an
+ * algorithm costs alpha + bytes/beta at the level of its slowest message,
+ * with `s` concurrent inter-node streams out of one node sharing beta_inter;
+ * a reduce-scatter step adds bytes/reduce_Bps for its additions.
+ *
+ * The context's model starts from ff_coll_model_default() and, in
+ * ff_ctx_create, from the profile named by the environment variable
+ * FF_PROFILE if set. FF_ALGO=name in the environment makes AUTO run that
+ * algorithm wherever it implements the collective; FF_RANKS_PER_NODE=k
+ * pretends that nodes hold k consecutive ranks of the context (for tests on
+ * one machine). All three must be the same on every rank. */
+typedef struct {
+    double alpha_intra_s, beta_intra_Bps; /* within a node */
+    double alpha_inter_s, beta_inter_Bps; /* between nodes, one stream */
+    /* bytes per second of a reduction's local additions (received partial
+     * sums added into the accumulator); 0 = free. Not a level: the CPU's. */
+    double reduce_Bps;
+    /* 1 (default): AUTO considers only algorithms whose per-rank byte
+     * counts equal the ring's for that call (DESIGN §3's volumes), i.e.
+     * recursive ones only for power-of-two groups (and node counts) and
+     * all-reduce only when p divides count. 0: every algorithm. */
+    int strict_volume;
+} ff_coll_model;
+
+/* Values for this kind of machine (docs/collectives.md). */
+void ff_coll_model_default(ff_coll_model *m);
+/* Reads the model from a machine profile written by `fourfold bench
+ * profile` (keys alpha_intra_s, beta_intra_Bps, alpha_inter_s,
+ * beta_inter_Bps, reduce_Bps); keys it does not find keep their value in
+ * *m. Returns FF_OK, FF_EIO, FF_ENOMEM or FF_ECORRUPT with a message in err. */
+int ff_coll_model_read(const char *path, ff_coll_model *m, char *err, size_t err_len);
+/* Sets the context's model; must be called with the same values on every
+ * rank (the choice of algorithm must agree within a group). */
+int ff_ctx_set_coll_model(ff_ctx *ctx, const ff_coll_model *m);
+void ff_ctx_coll_model(const ff_ctx *ctx, ff_coll_model *m);
+/* What FF_ALGO_AUTO would run for this call. */
+ff_algo ff_coll_choose(ff_group *g, ff_coll coll, size_t count, ff_wire wire);
+/* The model's time in seconds for `algo` (AUTO: for its pick; MPI, or an
+ * algorithm that does not implement coll: -1). */
+double ff_coll_predict(ff_group *g, ff_coll coll, ff_algo algo, size_t count, ff_wire wire);
+/* The group's node layout: nodes it spans and its ranks on each node (0 if
+ * the nodes hold different numbers of its ranks). */
+void ff_group_topology(ff_group *g, int *nodes, int *ranks_per_node);
+/* The node of context rank `rank` (nodes numbered in the order of their
+ * lowest rank; FF_RANKS_PER_NODE applied) and the number of nodes. */
+int ff_ctx_node_of(const ff_ctx *ctx, int rank);
+int ff_ctx_nodes(const ff_ctx *ctx);
 
 /* bfloat16 conversion (round to nearest even; NaN stays NaN). */
 uint16_t ff_bf16_from_float(float f);

@@ -10,7 +10,11 @@
 
 #include "fourfold/comm.h"
 #include "fourfold/ctx.h"
+#include "fourfold/gemm.h"
 #include "fourfold/grid.h"
+#include "fourfold/linear.h"
+#include "fourfold/plan.h"
+#include "fourfold/rng.h"
 #include "fourfold/trace.h"
 
 #endif

@@ -68,5 +68,8 @@ const char *cli_blas_core(void);
 
 /* Subcommands */
 int cmd_selftest(int argc, char **argv);
+/* bench.c: coll, gemm, profile */
+int cmd_bench(int argc, char **argv);
+int cmd_plan(int argc, char **argv); /* runs without MPI */
 
 #endif

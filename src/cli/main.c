@@ -303,6 +303,8 @@ typedef struct {
 
 static const command commands[] = {
     {"selftest", cmd_selftest, "check every collective on every group of a grid"},
+    {"bench", cmd_bench, "collective algorithms, sgemm, machine profile (coll|gemm|profile)"},
+    {"plan", cmd_plan, "rank every grid of a rank count by predicted step time (no MPI)"},
 };
 
 static void usage(FILE *f)
@@ -329,6 +331,10 @@ static int wants_thread(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    /* The planner is arithmetic only: it runs from a plain shell, without
+     * initialising MPI (cli_error and cli_print then print unconditionally). */
+    if (argc >= 2 && !strcmp(argv[1], "plan"))
+        return cmd_plan(argc - 2, argv + 2);
     /* MPI first, so that every message below is printed once, by rank 0.
      * The progress thread calls MPI concurrently with the main thread; the
      * other modes need only the main thread in MPI. */

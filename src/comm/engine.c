@@ -22,7 +22,8 @@
 
 static const char *const coll_names[FF_NCOLL] = {"allgather", "reduce_scatter", "allreduce",
                                                  "alltoall"};
-static const char *const algo_names[FF_NALGO] = {"auto", "mpi", "ring"};
+static const char *const algo_names[FF_NALGO] = {"auto", "mpi",       "ring",
+                                                 "rec",  "hier-ring", "hier-rec"};
 
 const char *ff_coll_name(ff_coll c) { return (c >= 0 && c < FF_NCOLL) ? coll_names[c] : "?"; }
 const char *ff_algo_name(ff_algo a) { return (a >= 0 && a < FF_NALGO) ? algo_names[a] : "?"; }
@@ -228,6 +229,7 @@ static void request_free(ff_request *req)
             ctx->parked[ctx->n_parked++] = req->scratch;
         } /* else: leak it; freeing memory MPI may still write is worse */
     }
+    free(req->state);
     free(req);
 }
 
@@ -351,6 +353,10 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
         return ff_set_error(ctx, FF_EINVAL, "unknown wire format %d", (int)wire);
     if (algo < 0 || algo >= FF_NALGO)
         return ff_set_error(ctx, FF_EINVAL, "unknown collective algorithm %d", (int)algo);
+    if (!ff_algo_supports(algo, coll))
+        return ff_set_error(ctx, FF_EUNSUPPORTED,
+                            "%s on group %s: algorithm %s does not implement it",
+                            ff_coll_name(coll), g->name, ff_algo_name(algo));
     if (count == 0)
         return FF_OK;
     if (!send || !recv)
@@ -377,22 +383,27 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
                             : coll == FF_COLL_ALLREDUCE ? "send == recv"
                                                         : "not supported");
 
-    /* The largest single message, checked before anything is posted so that
-     * every rank refuses it alike (all-reduce chunks differ in size by one). */
-    size_t largest = coll == FF_COLL_ALLREDUCE ? count / p + (count % p != 0) : count;
-    if (p > 1 && largest > (size_t)INT_MAX)
-        return ff_set_error(ctx, FF_EINVAL,
-                            "%s on group %s: a message of %zu elements exceeds MPI's int count",
-                            ff_coll_name(coll), g->name, largest);
-
     if (p == 1) { /* a group of one: no communication, no counter */
         if (!in_place)
             memcpy(recv, send, rb);
         return FF_OK;
     }
 
+    /* AUTO: the cost model's choice (comm/select.c; docs/collectives.md).
+     * It depends only on what every rank of the group knows alike. */
     if (algo == FF_ALGO_AUTO)
-        algo = FF_ALGO_RING; /* why: docs/architecture.md, decision 4 */
+        algo = ff_coll_select(g, coll, count, wire);
+
+    /* The largest single message, checked before anything is posted so that
+     * every rank refuses it alike (all-reduce chunks differ in size by one;
+     * the recursive and hierarchical algorithms send up to a whole buffer). */
+    size_t largest = coll == FF_COLL_ALLREDUCE ? count / p + (count % p != 0) : count;
+    if (algo != FF_ALGO_RING && algo != FF_ALGO_MPI)
+        largest = coll == FF_COLL_ALLREDUCE ? count : count * p;
+    if (largest > (size_t)INT_MAX)
+        return ff_set_error(ctx, FF_EINVAL,
+                            "%s on group %s: a message of %zu elements exceeds MPI's int count",
+                            ff_coll_name(coll), g->name, largest);
 
     ff_request *req = calloc(1, sizeof *req);
     if (!req)
@@ -411,7 +422,14 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
     pthread_mutex_lock(&ctx->lock);
     req->t_post = ff_now();
     req->track = ff_trace_track_acquire(ctx);
-    int rc = algo == FF_ALGO_MPI ? ff_mpilib_start(req) : ff_ring_start(req);
+    int rc;
+    switch (algo) {
+    case FF_ALGO_MPI: rc = ff_mpilib_start(req); break;
+    case FF_ALGO_REC: rc = ff_rec_start(req); break;
+    case FF_ALGO_HIER_RING:
+    case FF_ALGO_HIER_REC: rc = ff_hier_start(req); break;
+    default: rc = ff_ring_start(req); break;
+    }
     if (rc == FF_OK) {
         list_add(ctx, req);
         advance_request(req); /* a step with nothing to wait for runs now */

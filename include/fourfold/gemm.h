@@ -1,0 +1,69 @@
+/* Local matrix products through the BLAS, with two things added:
+ *
+ * - Progress: a long product is computed in panels of output rows, with
+ *   ff_poll() between panels, so collectives in flight advance (DESIGN §5:
+ *   nothing advances in the background). Panel boundaries depend only on the
+ *   shape, never on whether anything is in flight, because OpenBLAS rounds a
+ *   product split into row panels differently from the whole product.
+ * - Mode tuning (dissertation §5.1.3): C = op(A) op(B) can be computed with
+ *   either operand explicitly transposed first, i.e. as NN, NT, TN or TT
+ *   sgemm calls on different memory layouts. On first use of a shape every
+ *   candidate is timed once and the fastest is kept. On OpenBLAS these four
+ *   give bitwise-identical results (tests/test_gemm.c checks it), so tuning
+ *   never changes a result. FF_GEMM_TUNE_ALL adds the transposed product
+ *   (C^T = op(B)^T op(A)^T, then transposed back), which rounds differently:
+ *   results then depend on timing, so it is off unless asked for.
+ *
+ * Row-major throughout. Not thread-safe: one ff_gemm per thread. */
+#ifndef FOURFOLD_GEMM_H
+#define FOURFOLD_GEMM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fourfold/ctx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    FF_GEMM_TUNE_OFF = 0, /* always the direct call */
+    FF_GEMM_TUNE_LAYOUTS, /* NN/NT/TN/TT by explicit transposition (default) */
+    FF_GEMM_TUNE_ALL      /* also the transposed product (changes rounding) */
+} ff_gemm_tune;
+
+/* How a product was computed: bit 0 = A transposed explicitly first, bit 1 = B
+ * transposed explicitly first, FF_GEMM_MODE_TPROD = transposed product. */
+enum { FF_GEMM_MODE_DIRECT = 0, FF_GEMM_MODE_TPROD = 4, FF_GEMM_NMODES = 5 };
+
+typedef struct ff_gemm ff_gemm;
+
+int ff_gemm_create(ff_ctx *ctx, ff_gemm_tune tune, ff_gemm **out);
+void ff_gemm_destroy(ff_gemm *g);
+
+/* C (m x n) = alpha op(A) op(B) + beta C; op(A) is m x k, op(B) is k x n.
+ * `name` labels the trace region and the tuning report. */
+int ff_gemm_run(ff_gemm *g, const char *name, int trans_a, int trans_b, int64_t m, int64_t n,
+                int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                float beta, float *c, int64_t ldc);
+
+/* Forces one mode for every later product (-1: back to tuning); for tests. */
+void ff_gemm_force_mode(ff_gemm *g, int mode);
+/* Overrides the panel height for every later product (0: by shape); for
+ * tests and experiments. */
+void ff_gemm_set_panel_rows(ff_gemm *g, int64_t rows);
+/* Rows per panel for a product of this shape (m rows, inner k, n columns). */
+int64_t ff_gemm_panel_rows(int64_t m, int64_t n, int64_t k);
+/* The mode names: "direct", "A^T", "B^T", "A^T B^T", "C^T". */
+const char *ff_gemm_mode_name(int mode);
+/* Prints one line per tuned shape: name, shape, mode chosen, time of each. */
+void ff_gemm_report(const ff_gemm *g, FILE *out);
+/* Flops and seconds spent in ff_gemm_run since creation (or reset). */
+void ff_gemm_totals(const ff_gemm *g, double *flops, double *seconds);
+void ff_gemm_totals_reset(ff_gemm *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,188 @@
+/* The 3D parallel linear layer (Algorithm 1 of the 4D paper, DESIGN §3) and
+ * the sequence of layers that schedules its weight all-gathers.
+ *
+ * O = I W + b with W of shape k x n (in x out). A normal layer (N) takes its
+ * input in layout Y and gives its output in layout X; a transposed layer (T)
+ * swaps the roles of X and Y. Write R for the group that splits W's rows (Y
+ * for N, X for T) and C for the one that splits its columns (X for N, Y for
+ * T). Rank (x, y, z, d) owns only its Z-piece of the row-major block W_rc
+ * (k/|R| x n/|C|), flattened and cut into Gz equal contiguous pieces, and the
+ * bias slice b_c:
+ *
+ *   forward   W_rc = AllGather_Z(W_shard); O = I W_rc; O = AllReduce_R(O); O += b_c
+ *   backward  dI = AllReduce_C(dO W_rc^T); dW_rc = I^T dO;
+ *             dW_shard += ReduceScatter_Z(dW_rc); db_c += colsum(dO)
+ *   later     dW_shard = AllReduce_D(dW_shard); db_c = AllReduce_ZD(db_c)
+ *
+ * Parameters are not owned by the layer: the caller binds views into its own
+ * flat buffers (llm.c's habit), so optimizer, checkpoint and gradient
+ * collectives act on contiguous ranges.
+ *
+ * A sequence (ff_linear_seq) holds the layers of a model and the program of
+ * their weight uses in execution order (forward, recompute under activation
+ * checkpointing, backward). It knows which use comes next, so it can post the
+ * next all-gather early (OAG), keep a gathered weight for a later use (AG
+ * cache), and defer waiting on reduce-scatters (ORS). Every overlap is a
+ * switch; results are bitwise identical with any combination (only time
+ * changes). */
+#ifndef FOURFOLD_LINEAR_H
+#define FOURFOLD_LINEAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fourfold/comm.h"
+#include "fourfold/gemm.h"
+#include "fourfold/grid.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { FF_LINEAR_N = 0, FF_LINEAR_T } ff_linear_kind;
+
+/* How the gathered block and the canonical matrix are stored. KN: W (k x n)
+ * row-major, blocks W_rc row-major (the default). NK: W^T (n x k) row-major
+ * and blocks W_rc^T row-major, as a token embedding (V x C) used as the tied
+ * LM head (C -> V) is stored. */
+typedef enum { FF_WEIGHT_KN = 0, FF_WEIGHT_NK } ff_weight_layout;
+
+typedef struct {
+    const char *name;     /* for errors, traces and reports (copied) */
+    ff_linear_kind kind;  /* N or T */
+    int64_t k, n;         /* in and out features */
+    int bias;             /* 1: the layer has a bias of n elements */
+    ff_weight_layout layout;
+    /* Optional output-column permutation (n entries, copied): the layer's
+     * column j (in the order blocks are cut) is canonical column col_perm[j].
+     * The QKV projection uses it to give each X rank whole heads. */
+    const int64_t *col_perm;
+    uint32_t rng_stream; /* the layer's identity in the RNG (ff_linear_init);
+                            unique within a sequence */
+} ff_linear_desc;
+
+typedef struct {
+    int oar;             /* post dI's all-reduce, compute dW, then wait (paper IV-A) */
+    int ors;             /* wait on dW's reduce-scatter only when needed (IV-B) */
+    int oag;             /* post the next use's all-gather during this one (IV-C) */
+    int ag_cache_layers; /* keep the first forward's gathered weight until the backward
+                            for this many layers, the last ones in forward order
+                            (IV-D); -1: all */
+    ff_gemm_tune tune;   /* GEMM mode tuning */
+    ff_coll_opts coll;   /* wire and algorithm of the layer's collectives */
+} ff_linear_opts;
+
+/* All overlaps on, AG cache for every layer, tuning of layouts, fp32 wire. */
+void ff_linear_opts_default(ff_linear_opts *o);
+
+typedef struct ff_linear ff_linear;
+typedef struct ff_linear_seq ff_linear_seq;
+
+typedef enum { FF_USE_FORWARD = 0, FF_USE_RECOMPUTE, FF_USE_BACKWARD } ff_use_kind;
+typedef struct {
+    int layer; /* index in the order of ff_linear_add */
+    ff_use_kind kind;
+} ff_linear_use;
+
+int ff_linear_seq_create(ff_grid *grid, const ff_linear_opts *opts, ff_linear_seq **out);
+/* Waits for anything still in flight, frees buffers. */
+void ff_linear_seq_destroy(ff_linear_seq *s);
+
+/* Adds a layer. Refuses (FF_EDIVIDE, naming the layer and size) a shape the
+ * grid does not divide: k by |R|, n by |C|, the block by Gz. */
+int ff_linear_add(ff_linear_seq *s, const ff_linear_desc *desc, ff_linear **out);
+ff_linear *ff_linear_seq_layer(const ff_linear_seq *s, int index);
+int ff_linear_seq_count(const ff_linear_seq *s);
+
+/* Local sizes: the weight shard (elements), the bias slice, the block
+ * dimensions (rows x cols of W_rc) and the local input / output widths. */
+typedef struct {
+    size_t w_shard, bias;
+    int64_t block_rows, block_cols; /* k/|R|, n/|C| */
+    int64_t in_local, out_local;    /* = block_rows, block_cols */
+} ff_linear_sizes;
+ff_linear_sizes ff_linear_local_sizes(const ff_linear *l);
+const char *ff_linear_name(const ff_linear *l);
+
+/* Binds the parameter views: w_shard and dw_shard (sizes.w_shard floats), b
+ * and db (sizes.bias floats; NULL without bias). dw/db may be NULL for
+ * inference. */
+void ff_linear_bind(ff_linear *l, float *w_shard, float *b, float *dw_shard, float *db);
+
+/* The program of weight uses for one micro-batch (copied). Every layer's
+ * backward must follow its forward. */
+int ff_linear_seq_set_program(ff_linear_seq *s, const ff_linear_use *uses, int n);
+/* The usual program: forward in order of addition, backward in reverse. With
+ * block_layers > 0, activation checkpointing in blocks of that many layers:
+ * each block is recomputed just before its backward. */
+int ff_linear_seq_program_standard(ff_linear_seq *s, int block_layers);
+
+/* Starts one run of the program (a micro-batch): posts the first all-gather
+ * (when OAG is on).
+ *
+ * Errors after a run has begun (out of memory, an MPI failure) are local to a
+ * rank whose peers may then wait in a collective: report and abort, as for
+ * any collective (comm.h). */
+int ff_linear_seq_begin(ff_linear_seq *s);
+
+/* inp (rows, k/|R|) in the input layout -> out (rows, n/|C|), overwritten.
+ * Must be the program's next use (a forward or recompute of this layer). */
+int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows);
+/* dout (rows, n/|C|), inp (rows, k/|R|) as given to the forward -> dinp
+ * (rows, k/|R|) overwritten (NULL: not needed); dw_shard and db accumulate
+ * (+=), so micro-batches add up. Must be the program's next use. */
+int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float *inp,
+                       int64_t rows);
+
+/* Ends the run: checks that every use of the program was made and releases
+ * gathered weights. Reduce-scatters stay in flight (ORS): a layer's result is
+ * added into dw_shard when the gradient is needed, or before the same layer's
+ * next reduce-scatter (the next micro-batch), so additions keep their order. */
+int ff_linear_seq_end(ff_linear_seq *s);
+/* Waits for one layer's / every layer's reduce-scatter and adds the result
+ * into dw_shard: call before reading dw_shard (optimizer, data-parallel
+ * all-reduce, a gather). */
+int ff_linear_wait_grad(ff_linear *l);
+int ff_linear_seq_wait_grads(ff_linear_seq *s);
+
+/* After the last micro-batch: ff_linear_seq_wait_grads, then dW_shard =
+ * AllReduce_D(dW_shard) and db = AllReduce_ZD(db) for every layer (data
+ * parallelism; a model with its own bucketing does this itself). */
+int ff_linear_seq_allreduce_grads(ff_linear_seq *s);
+
+/* Bytes of gathered weights, gradient blocks and reduce-scatter outputs held
+ * by the sequence now, and at most since creation. */
+void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak);
+/* The gathers the program makes per run and how many uses the cache saved. */
+void ff_linear_seq_gather_stats(const ff_linear_seq *s, int *gathers, int *reused);
+ff_gemm *ff_linear_seq_gemm(ff_linear_seq *s);
+
+/* ---- canonical layout ------------------------------------------------------
+ * A canonical matrix is the whole W as a serial program or a file holds it:
+ * k x n row-major (KN) or n x k row-major (NK); the bias has n elements, in
+ * canonical column order. */
+
+/* Scatters from `root` (a rank of the world group): every rank receives its
+ * shard of w_canon into w_shard and, for a layer with a bias, its slice of
+ * b_canon into b (then both are required). w_canon and b_canon are read on
+ * root only. Collective over the world group; arguments are agreed on first,
+ * so a bad one fails on every rank. */
+int ff_linear_scatter(ff_linear *l, const float *w_canon, const float *b_canon, float *w_shard,
+                      float *b, int root);
+/* Gathers shard-shaped data (weights, gradients, optimizer moments) from the
+ * ranks that own it (d = 0) into canonical layout on `root`. */
+int ff_linear_gather(ff_linear *l, const float *w_shard, const float *b, float *w_canon,
+                     float *b_canon, int root);
+/* Fills the bound weight shard with N(0, std^2) values that depend only on
+ * (seed, desc.rng_stream, canonical index), and the bias with zeros. No rank
+ * materializes more than its shard. */
+int ff_linear_init(ff_linear *l, uint64_t seed, float std);
+/* The canonical index (into w_canon) of element e of this rank's weight
+ * shard, and of element j of its bias slice. */
+int64_t ff_linear_canonical_index(const ff_linear *l, size_t e);
+int64_t ff_linear_canonical_bias_index(const ff_linear *l, size_t j);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

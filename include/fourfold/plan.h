@@ -1,0 +1,232 @@
+/* The planner (DESIGN §6, docs/planner.md): a performance model of one
+ * training step of fourfold's GPT on a 4D grid, the enumeration of every grid
+ * (Gx, Gy, Gz, Gd) of a rank count, machine profiles, and two reference cost
+ * models from the literature.
+ *
+ * Pure computation: nothing here calls MPI, so a program may plan without
+ * MPI_Init. There is no context before MPI, so functions that take no handle
+ * return 0 or a negative FF_E* code and write one sentence into a caller's
+ * buffer (err, err_len); a plan handle keeps its own message (ff_plan_error).
+ *
+ * Thread-safety: no shared state; distinct handles may be used concurrently. */
+#ifndef FOURFOLD_PLAN_H
+#define FOURFOLD_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fourfold/comm.h" /* ff_coll, FF_NCOLL */
+#include "fourfold/grid.h" /* ff_dims, ff_group_kind, FF_NGROUPS */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- models ---------------------------------------------------------------- */
+
+/* A GPT-2 shaped model (DESIGN §4). */
+typedef struct {
+    char name[32];
+    int layers;      /* L, transformer blocks */
+    int heads;       /* NH */
+    int64_t hidden;  /* C */
+    int64_t vocab;   /* V; the program pads it to a multiple of 128 */
+    int64_t max_seq; /* rows of the position table; 0: the planned sequence length */
+} ff_model;
+
+/* Presets: gpt-5b ... gpt-640b (table 5.1 of the dissertation), gpt2,
+ * gpt2-medium, gpt2-large, gpt2-xl (also gpt2-124m, -350m, -774m, -1558m) and
+ * tiny. Returns FF_EINVAL (message listing the names) if unknown. */
+int ff_model_preset(const char *name, ff_model *out, char *err, size_t err_len);
+/* The i-th preset name, or NULL past the end. */
+const char *ff_model_preset_name(size_t i);
+/* Checks sizes (positive, C divisible by NH, no overflow). */
+int ff_model_check(const ff_model *m, char *err, size_t err_len);
+/* V rounded up to a multiple of 128, as llm.c pads it. */
+int64_t ff_model_padded_vocab(const ff_model *m);
+/* Parameters of the model (with the padded vocabulary and `seq` positions
+ * when max_seq is 0); the N of the 6*N*tokens formula excludes positions. */
+int64_t ff_model_params(const ff_model *m, int64_t seq);
+int64_t ff_model_matmul_params(const ff_model *m);
+/* The minimum tensor-parallel degree AxoNN's tool requires for a preset of
+ * the paper (gpt-20b: 16, ...); 1 for other models. */
+int ff_model_axonn_min_tp(const ff_model *m);
+
+/* ---- machine profiles ------------------------------------------------------ */
+
+enum { FF_PROFILE_MAX_BW = 64 };
+
+/* A measured intra-node bandwidth: groups of `size` ranks whose members are
+ * `inner` ranks apart (the product of the sizes of the groups nested inside). */
+typedef struct {
+    int inner, size;
+    double Bps;
+} ff_intra_bw;
+
+/* Which of AxoNN's published bandwidth tables a machine has (presets only). */
+typedef enum {
+    FF_AXONN_TABLE_NONE = 0,
+    FF_AXONN_TABLE_PERLMUTTER,
+    FF_AXONN_TABLE_FRONTIER
+} ff_axonn_table;
+
+typedef struct {
+    char name[64];
+    int ranks_per_node;
+    double memory_bytes; /* available to one rank */
+    double gemm_flops;   /* sustained GEMM rate of one rank, large shapes */
+    double peak_flops;   /* advertised (or empirical) peak of one rank */
+    double alpha_intra_s, beta_intra_Bps;
+    double alpha_inter_s, beta_inter_Bps; /* beta_inter: one node's injection bandwidth */
+    int n_intra_bw;
+    ff_intra_bw intra_bw[FF_PROFILE_MAX_BW];
+    /* optional keys, the planner's own (defaults in docs/planner.md) */
+    double mem_Bps;       /* memory bandwidth of one rank, for elementwise work */
+    double gemm_half_dim; /* h in the GEMM efficiency 1/(1 + h/m + h/n + h/k) */
+    int cores_per_node;   /* 0: a rank never shares a core; else ranks share cores */
+    double intra_overlap; /* 1: intra-node transfers run beside compute; 0: they are CPU copies */
+    ff_axonn_table axonn_table;
+} ff_profile;
+
+/* Presets: perlmutter, frontier, alps, this (this machine; docs/planner.md
+ * says where each number comes from). FF_EINVAL if unknown. */
+int ff_profile_preset(const char *name, ff_profile *out, char *err, size_t err_len);
+const char *ff_profile_preset_name(size_t i);
+/* Parses a profile (JSON, format "fourfold-profile", version 1). `source`
+ * names the text in messages (a file name). FF_ECORRUPT on malformed JSON,
+ * FF_EINVAL on a missing, duplicated or out-of-range key. Unknown keys are
+ * ignored. */
+int ff_profile_parse(const char *text, size_t len, const char *source, ff_profile *out, char *err,
+                     size_t err_len);
+/* Reads and parses a file (FF_EIO if unreadable). */
+int ff_profile_load(const char *path, ff_profile *out, char *err, size_t err_len);
+/* Writes the profile as JSON (the same schema) into buf; returns the length
+ * it needs (excluding the NUL), like snprintf. */
+size_t ff_profile_to_json(const ff_profile *p, char *buf, size_t len);
+
+/* ---- the plan -------------------------------------------------------------- */
+
+typedef enum {
+    FF_COST_FULL = 0,        /* fourfold's step: compute, alpha-beta, placement, overlap, memory */
+    FF_COST_PAPER,           /* equations 5.1-5.7 of the dissertation only */
+    FF_COST_AXONN,           /* AxoNN's tool as published */
+    FF_COST_AXONN_CORRECTED, /* the same with its transposed-layer terms corrected */
+    FF_NCOST
+} ff_cost;
+
+const char *ff_cost_name(ff_cost cost);
+int ff_cost_parse(const char *name); /* -1 if unknown */
+
+/* The overlaps of DESIGN §5 the step model applies. */
+enum {
+    FF_OVERLAP_OAR = 1, /* backward all-reduce of dI beside the dW GEMM */
+    FF_OVERLAP_ORS = 2, /* reduce-scatter of dW waited after the backward */
+    FF_OVERLAP_OAG = 4, /* all-gather of the next layer's weight beside this layer */
+    FF_OVERLAP_DP = 8,  /* data-parallel buckets during the backward */
+    FF_OVERLAP_ALL = 15
+};
+
+enum { FF_PLAN_AUTO = -1 };
+
+typedef struct {
+    ff_model model;
+    int64_t batch; /* global batch, in sequences */
+    int64_t seq;   /* tokens per sequence */
+    int ranks;
+    ff_profile machine; /* ranks_per_node and memory_bytes as planned for */
+    ff_cost cost;
+    int checkpoint;    /* 0, 1, or FF_PLAN_AUTO: off where the step fits without it */
+    int ag_cache;      /* blocks whose gathered weights are kept; FF_PLAN_AUTO: as many as fit */
+    int micro_batches; /* per step, >= 1 */
+    int wire_bytes;    /* 4 (fp32) or 2 (bf16) for weights, activations and gradients */
+    unsigned overlap;  /* FF_OVERLAP_* */
+    int min_tp;        /* axonn: minimum Gx*Gy*Gz; 0: the tool's value for the model */
+    int grad_acc;      /* axonn: micro-batches the tool multiplies the depth term by */
+} ff_plan_config;
+
+/* batch 8, seq 1024, 1 rank, machine "this", cost full, checkpoint and
+ * AG cache automatic, 1 micro-batch, fp32 wire, every overlap, model unset. */
+void ff_plan_config_default(ff_plan_config *cfg);
+
+/* One collective kind on one group, per step, for one rank. */
+typedef struct {
+    uint64_t calls;      /* posted on a group of more than one rank */
+    uint64_t bytes_sent; /* what fourfold's counters would record */
+    uint64_t bytes_recv;
+    double time_s; /* predicted time of these collectives (hidden or not) */
+} ff_plan_coll;
+
+/* Where a group lies and the link the model gives it. */
+typedef struct {
+    int size;
+    int64_t inner; /* product of the sizes of the groups nested inside */
+    int intra;     /* every group of this kind lies inside one node */
+    double alpha_s, beta_Bps;
+} ff_plan_link;
+
+typedef struct {
+    ff_dims grid; /* axonn: x = Gr, y = Gc, z = Gd, d = Gdata */
+    int rejected;
+    char reason[320]; /* every reason, "; "-separated */
+    int checkpoint, ag_cache, micro_batches;
+
+    /* time of one step (full); paper and axonn fill step_s = comm_s only */
+    double step_s, compute_s, exposed_s, hidden_s, comm_s;
+    double gemm_s, attention_s, elementwise_s, optimizer_s;
+    ff_plan_coll coll[FF_NGROUPS][FF_NCOLL]; /* traffic of rank 0 */
+    ff_plan_link link[FF_NGROUPS];
+    uint64_t bytes_recv; /* rank 0, every group and collective */
+
+    /* memory of one rank, bytes */
+    double mem_params, mem_grads, mem_optimizer, mem_weight_buffers, mem_activations, mem_total;
+
+    double model_flops;      /* per step: 6 N tokens + 6 L B T^2 C */
+    double flops_per_rank_s; /* model_flops / ranks / step_s */
+    double peak_fraction;    /* of the profile's peak_flops */
+
+    /* axonn: the four terms of the tool, summed over the four layers, times L,
+     * in its unit (GiB over GB/s) */
+    double axonn_col_s, axonn_row_s, axonn_depth_s, axonn_data_s;
+} ff_plan_result;
+
+/* Every (Gx, Gy, Gz, Gd) whose product is `ranks`, Gx outermost, each size
+ * ascending. Returns the count; fills at most `cap` entries of out (may be
+ * NULL). */
+size_t ff_plan_grids(int ranks, ff_dims *out, size_t cap);
+
+/* Evaluates one grid under cfg (cfg->ranks is ignored; the grid's product
+ * is the rank count). A grid that does not divide or fit is a result with
+ * rejected = 1, not an error; errors are bad configurations. */
+int ff_plan_evaluate(const ff_plan_config *cfg, ff_dims grid, ff_plan_result *out, char *err,
+                     size_t err_len);
+
+/* The traffic of the rank at `coords` in one step: calls and bytes per
+ * (group, collective), exactly what fourfold's counters will record (ring
+ * algorithms, uneven chunks included). Checkpointing and AG cache as cfg
+ * says (FF_PLAN_AUTO resolved as ff_plan_evaluate does). */
+int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
+                    ff_plan_coll out[FF_NGROUPS][FF_NCOLL], char *err, size_t err_len);
+
+/* The bandwidth, GB/s, AxoNN's tool gives a group of `size` ranks at stride
+ * `inner` (its tables for perlmutter and frontier; otherwise the profile's
+ * link by the paper's rule). */
+double ff_plan_axonn_bandwidth(const ff_profile *p, int inner, int size);
+
+typedef struct ff_plan ff_plan;
+
+/* Evaluates every grid of cfg->ranks (axonn: the tool's own search space)
+ * and sorts them: accepted grids by predicted time (ties keep enumeration
+ * order), then rejected ones in enumeration order. On failure *out is still
+ * set (unless FF_ENOMEM) so that ff_plan_error() can be read; destroy it. */
+int ff_plan_create(ff_plan **out, const ff_plan_config *cfg);
+void ff_plan_destroy(ff_plan *plan);
+const char *ff_plan_error(const ff_plan *plan);
+size_t ff_plan_count(const ff_plan *plan);    /* every grid evaluated */
+size_t ff_plan_accepted(const ff_plan *plan); /* the first ones */
+const ff_plan_result *ff_plan_get(const ff_plan *plan, size_t i);
+const ff_plan_config *ff_plan_config_of(const ff_plan *plan);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

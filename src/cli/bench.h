@@ -1,0 +1,44 @@
+/* Shared by the `fourfold bench` subcommands (bench.c, bench_gemm.c,
+ * bench_profile.c). */
+#ifndef FF_CLI_BENCH_H
+#define FF_CLI_BENCH_H
+
+#include <stddef.h>
+
+#include "cli.h"
+
+/* The MPI library's blocking collective (coll/tuned), a row of its own in
+ * `bench coll`: FF_ALGO_MPI is the library's non-blocking one (libnbc). */
+enum { BENCH_MPI_BLOCKING = -1 };
+
+/* Integer-valued test data: |value| <= 5, so sums over up to 51 ranks are
+ * exact in fp32 and in bf16 (integers up to 256), whatever the order. */
+static inline float bench_value(int rank, size_t i)
+{
+    return (float)((rank * 7 + (int)(i % 11) * 5) % 11 - 5);
+}
+
+/* Times `coll` on g: `warmup` untimed runs, then `iters` timed ones, each
+ * after a barrier on `sync` (the communicator every concurrently measured
+ * group belongs to); an iteration's time is the maximum over the ranks of
+ * `sync`. Returns the median in seconds. A failed collective prints the
+ * context's error and aborts the job (the other ranks would wait in it). algo: an ff_algo or
+ * BENCH_MPI_BLOCKING. In place when send is recv's own slot (all-gather) or
+ * recv itself (all-reduce). A rank outside every measured group passes g =
+ * NULL and takes part in the barriers only. */
+double bench_time_coll(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, int algo,
+                       ff_wire wire, const float *send, float *recv, size_t count, int warmup,
+                       int iters);
+
+/* Sustained sgemm rate (FLOP/s) of C(m,n) = A(m,k) B(k,n) on this rank with
+ * `threads` OpenBLAS threads: the median of runs totalling at least
+ * min_seconds (at least 3). */
+double bench_sgemm_rate(int m, int n, int k, int threads, double min_seconds);
+
+double bench_median(double *v, int n); /* sorts v */
+
+int cmd_bench_coll(int argc, char **argv);
+int cmd_bench_gemm(int argc, char **argv);
+int cmd_bench_profile(int argc, char **argv);
+
+#endif

@@ -1,0 +1,482 @@
+/* fourfold bench profile: measures this machine and writes the profile the
+ * planner (src/plan/) and the collective selector (FF_PROFILE) read.
+ *
+ * What is measured, on the nodes as the library sees them (MPI shared-memory
+ * domains, or FF_RANKS_PER_NODE):
+ *   intra-node level: fourfold's ring all-gather, reduce-scatter and
+ *     all-reduce on groups of G = 2 .. g ranks of one node (every node at
+ *     once), over a size sweep;
+ *   inter-node level: the same on groups of M = 2 .. N nodes made of the
+ *     ranks with local index 0 (one stream per link: beta_inter is the
+ *     single-stream rate of the model, comm/select.c);
+ *   intra_bw: for each (P, G) with P*G <= g, a large ring all-gather on the
+ *     groups of G ranks at stride P inside every node, all at once (the
+ *     planner's placement-aware bandwidth, DESIGN §6): bytes received per
+ *     rank per second;
+ *   gemm: sgemm 1024^3 with one thread on every rank at once.
+ * The fit (AutoDDL §3, plus the additions): a ring collective of p ranks on
+ * blocks of B bytes takes s*alpha + s*B/beta + a*B/reduce with s = p-1 steps
+ * (2(p-1) for all-reduce, B = n/p) and a = p-1 blocks added (0 for
+ * all-gather), so every sample is one linear equation in (alpha, 1/beta,
+ * 1/reduce) per level; least squares on the relative error (each equation
+ * divided by its measured time, so that microsecond and second samples count
+ * alike), with every parameter >= 0. Over shared memory the additions are as
+ * costly as the copies, which a two-parameter fit would fold into beta.
+ * Each sample is the median over iterations of the slowest rank's time, with
+ * a barrier before each iteration over the node (intra-node samples) or the
+ * job (inter-node samples). Printed: every sample with its fitted time and
+ * residual, and the RMS and
+ * largest relative residual per level, also stored under "fit". */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+typedef struct {
+    int level; /* 0 intra, 1 inter */
+    ff_coll coll;
+    int p;
+    double block_bytes, steps, t;
+    double x[3]; /* the equation: t = x0 alpha + x1 / beta + x2 / reduce */
+} sample;
+
+typedef struct {
+    double alpha, beta, reduce, rms, max_abs;
+    int n, measured;
+} level_fit;
+
+static const char help_profile[] =
+    "usage: mpirun -np N fourfold bench profile [options]\n\n"
+    "Measures collectives within and between nodes and sgemm, fits alpha and beta\n"
+    "per level by least squares, prints every sample's residual and writes the\n"
+    "machine profile (JSON) that `fourfold plan` and FF_PROFILE read. Run it with\n"
+    "the ranks per node of the real job; FF_RANKS_PER_NODE=k pretends nodes of k.\n\n"
+    "options:\n"
+    "  --out FILE        where to write the profile (default profile.json)\n"
+    "  --name NAME       the profile's name (default: the host name)\n"
+    "  --max-bytes S     largest block per rank (default 4M)\n"
+    "  --iters N         timed iterations per sample (default 7, after 2 warm-ups)\n"
+    "  --cores-per-node N  cores the ranks of one node share (default: this host's;\n"
+    "                    on an emulated cluster, the host's cores / nodes)\n"
+    "  --quick           3 sizes, 3 iterations, small sgemm (for tests)\n";
+
+/* Solves the k x k system A x = y (Gaussian elimination, partial pivoting);
+ * returns -1 if singular. */
+static int solve(int k, double A[3][3], double *y, double *x)
+{
+    for (int c = 0; c < k; c++) {
+        int piv = c;
+        for (int r = c + 1; r < k; r++)
+            if (fabs(A[r][c]) > fabs(A[piv][c]))
+                piv = r;
+        if (fabs(A[piv][c]) < 1e-300)
+            return -1;
+        for (int j = 0; j < k; j++) {
+            double t = A[c][j];
+            A[c][j] = A[piv][j];
+            A[piv][j] = t;
+        }
+        double t = y[c];
+        y[c] = y[piv];
+        y[piv] = t;
+        for (int r = c + 1; r < k; r++) {
+            double f = A[r][c] / A[c][c];
+            for (int j = c; j < k; j++)
+                A[r][j] -= f * A[c][j];
+            y[r] -= f * y[c];
+        }
+    }
+    for (int c = k - 1; c >= 0; c--) {
+        double v = y[c];
+        for (int j = c + 1; j < k; j++)
+            v -= A[c][j] * x[j];
+        x[c] = v / A[c][c];
+    }
+    return 0;
+}
+
+static double rel_residual(const sample *s, const double *theta)
+{
+    double pred = s->x[0] * theta[0] + s->x[1] * theta[1] + s->x[2] * theta[2];
+    return (pred - s->t) / s->t;
+}
+
+/* Least squares of t = x . theta on the relative error (each equation
+ * divided by its t), theta >= 0: the best of the unconstrained solutions on
+ * every subset of the parameters that contains 1/beta (a parameter the
+ * samples cannot resolve, such as a latency far below the noise, is 0). */
+static void fit_level(sample *s, int n, int level, level_fit *f)
+{
+    memset(f, 0, sizeof *f);
+    for (int i = 0; i < n; i++)
+        f->n += s[i].level == level && s[i].t > 0;
+    f->measured = f->n >= 3;
+    if (!f->measured)
+        return;
+    double best[3] = {0, 0, 0}, best_ss = -1;
+    for (int mask = 1; mask < 8; mask++) {
+        if (!(mask & 2))
+            continue;
+        int idx[3], k = 0;
+        for (int j = 0; j < 3; j++)
+            if (mask & (1 << j))
+                idx[k++] = j;
+        double A[3][3] = {{0}}, y[3] = {0}, x[3] = {0};
+        for (int i = 0; i < n; i++) {
+            if (s[i].level != level || !(s[i].t > 0))
+                continue;
+            for (int a = 0; a < k; a++) {
+                y[a] += s[i].x[idx[a]] / s[i].t;
+                for (int b = 0; b < k; b++)
+                    A[a][b] += s[i].x[idx[a]] * s[i].x[idx[b]] / (s[i].t * s[i].t);
+            }
+        }
+        if (solve(k, A, y, x) != 0)
+            continue;
+        double theta[3] = {0, 0, 0}, ss = 0;
+        int ok = 1;
+        for (int a = 0; a < k; a++) {
+            theta[idx[a]] = x[a];
+            ok &= x[a] > 0;
+        }
+        if (!ok)
+            continue;
+        for (int i = 0; i < n; i++)
+            if (s[i].level == level && s[i].t > 0) {
+                double r = rel_residual(&s[i], theta);
+                ss += r * r;
+            }
+        if (best_ss < 0 || ss < best_ss) {
+            best_ss = ss;
+            memcpy(best, theta, sizeof best);
+        }
+    }
+    if (best_ss < 0) { /* nothing fits with positive parameters */
+        f->measured = 0;
+        return;
+    }
+    f->alpha = best[0];
+    f->beta = 1.0 / best[1];
+    f->reduce = best[2] > 0 ? 1.0 / best[2] : 0; /* 0: additions free */
+    f->max_abs = 0;
+    for (int i = 0; i < n; i++)
+        if (s[i].level == level && s[i].t > 0 && fabs(rel_residual(&s[i], best)) > f->max_abs)
+            f->max_abs = fabs(rel_residual(&s[i], best));
+    f->rms = sqrt(best_ss / f->n);
+}
+
+/* Times fourfold's ring `coll` on the group this rank is in (NULL: none)
+ * for a block of `block` floats per rank; every rank of `world` calls it. */
+static double time_ring(ff_ctx *ctx, ff_group *g, MPI_Comm world, ff_coll coll, size_t block,
+                        int iters, float *send, float *recv)
+{
+    size_t c = block;
+    int p = g ? ff_group_size(g) : 1;
+    if (coll == FF_COLL_ALLREDUCE)
+        c = block * (size_t)p; /* a vector of p blocks */
+    if (g) {
+        size_t ns = coll == FF_COLL_REDUCE_SCATTER ? c * p : c;
+        for (size_t i = 0; i < ns; i++)
+            send[i] = bench_value(ff_group_rank(g), i);
+    }
+    return bench_time_coll(ctx, g, world, coll, FF_ALGO_RING, FF_WIRE_FP32, send, recv, c, 2,
+                           iters);
+}
+
+/* Creates the group of this rank's color (MPI_UNDEFINED: none). */
+static ff_group *split_group(ff_ctx *ctx, int color, int key, const char *name)
+{
+    MPI_Comm comm;
+    MPI_Comm_split(ff_ctx_comm(ctx), color, key, &comm);
+    if (comm == MPI_COMM_NULL)
+        return NULL;
+    ff_group *g = NULL;
+    if (ff_group_create(ctx, comm, name, &g) != FF_OK) {
+        fprintf(stderr, "fourfold: error: %s\n", ff_ctx_error(ctx));
+        MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
+    }
+    MPI_Comm_free(&comm);
+    return g;
+}
+
+static int write_profile(const char *path, const char *text)
+{
+    char tmp[4096 + 32];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    int bad = fputs(text, f) < 0;
+    bad |= ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (!bad && rename(tmp, path) != 0)
+        bad = 1;
+    if (bad)
+        unlink(tmp);
+    return bad ? -1 : 0;
+}
+
+int cmd_bench_profile(int argc, char **argv)
+{
+    const char *out = "profile.json", *name = NULL;
+    size_t max_bytes = 4u << 20;
+    int iters = 7, quick = 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cli_args a;
+    cli_args_init(&a, argc, argv);
+    while (cli_next(&a)) {
+        const char *v;
+        long n;
+        if (cli_is(&a, "help")) {
+            cli_print("%s", help_profile);
+            return CLI_OK;
+        }
+        if (cli_is(&a, "quick")) {
+            quick = 1;
+            continue;
+        }
+        if (!a.name)
+            return cli_unknown(&a, "bench profile");
+        if (!(v = cli_value(&a)))
+            return CLI_USAGE;
+        if (cli_is(&a, "out")) {
+            out = v;
+        } else if (cli_is(&a, "name")) {
+            name = v;
+        } else if (cli_is(&a, "max-bytes")) {
+            if (cli_parse_size("max-bytes", v, &max_bytes) || max_bytes < 1024) {
+                cli_error("--max-bytes: at least 1K");
+                return CLI_USAGE;
+            }
+        } else if (cli_is(&a, "cores-per-node")) {
+            if (cli_parse_int("cores-per-node", v, 1, 1 << 20, &cores))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "iters")) {
+            if (cli_parse_int("iters", v, 1, 10000, &n))
+                return CLI_USAGE;
+            iters = (int)n;
+        } else {
+            return cli_unknown(&a, "bench profile");
+        }
+    }
+    if (quick) {
+        iters = 3;
+        if (max_bytes > (256u << 10))
+            max_bytes = 256u << 10;
+    }
+
+    ff_ctx *ctx;
+    ff_ctx_options co;
+    ff_ctx_options_default(&co);
+    co.progress = FF_PROGRESS_WAIT;
+    if (ff_ctx_create(&ctx, MPI_COMM_WORLD, &co) != FF_OK) {
+        cli_error("%s", ff_ctx_error(ctx));
+        ff_ctx_destroy(ctx);
+        return CLI_FAIL;
+    }
+    MPI_Comm world = ff_ctx_comm(ctx);
+    int size = ff_ctx_size(ctx), me = ff_ctx_rank(ctx), N = ff_ctx_nodes(ctx);
+    int my_node = ff_ctx_node_of(ctx, me), local = 0, g = size;
+    int *on_node = calloc((size_t)N, sizeof(int));
+    if (!on_node)
+        MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
+    for (int r = 0; r < size; r++) {
+        int j = ff_ctx_node_of(ctx, r);
+        if (r < me && j == my_node)
+            local++;
+        on_node[j]++;
+    }
+    for (int j = 0; j < N; j++)
+        g = on_node[j] < g ? on_node[j] : g; /* ranks per node: the smallest node */
+    free(on_node);
+    cli_print("# fourfold bench profile: %d ranks, %d node(s), %d rank(s) per node "
+              "(smallest node)%s\n",
+              size, N, g, getenv("FF_RANKS_PER_NODE") ? " (FF_RANKS_PER_NODE)" : "");
+
+    /* Intra-node samples synchronise (barrier, slowest rank) within their
+     * node only: a barrier across a slow link releases the ranks up to a
+     * one-way latency apart, which would count as intra-node time. */
+    MPI_Comm node_comm;
+    MPI_Comm_split(world, my_node, me, &node_comm);
+
+    /* sizes: block bytes from 1K by 4x to max_bytes (quick: 3 sizes) */
+    size_t blocks[16];
+    int nb = 0;
+    for (size_t b = 1024; b <= max_bytes && nb < 16; b *= quick ? 16 : 4)
+        blocks[nb++] = b / 4;
+    int gmax = g > N ? g : N;
+    size_t max_block = blocks[nb - 1];
+    size_t ib_block = quick ? max_block : (max_bytes / 4 > (1u << 20) ? (1u << 20) : max_bytes / 4);
+    size_t big = (max_block > ib_block ? max_block : ib_block) * (size_t)(gmax > 1 ? gmax : 2);
+    float *send = malloc(big * sizeof(float)); /* RS input, AR vector: p blocks */
+    float *recv = malloc(big * sizeof(float));
+    sample *smp = malloc(sizeof(sample) * (size_t)(3 * nb * (gmax + 1)));
+    if (!send || !recv || !smp)
+        MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
+    int ns = 0;
+    static const ff_coll colls[3] = {FF_COLL_ALLGATHER, FF_COLL_REDUCE_SCATTER, FF_COLL_ALLREDUCE};
+    for (int level = 0; level < 2; level++) {
+        int top = level == 0 ? g : N;
+        for (int p = 2; p <= top; p++) {
+            /* intra: the first p ranks of every node; inter: local index 0
+             * of the first p nodes */
+            int in = level == 0 ? local < p : (local == 0 && my_node < p);
+            ff_group *grp = split_group(ctx, in ? (level == 0 ? my_node : 0) : MPI_UNDEFINED, me,
+                                        level == 0 ? "intra" : "inter");
+            for (int ci = 0; ci < 3; ci++)
+                for (int bi = 0; bi < nb; bi++) {
+                    double t = time_ring(ctx, grp, level == 0 ? node_comm : world, colls[ci],
+                                         blocks[bi], iters, send, recv);
+                    sample *s = &smp[ns++];
+                    s->level = level;
+                    s->coll = colls[ci];
+                    s->p = p;
+                    s->block_bytes = (double)blocks[bi] * 4;
+                    s->steps = (colls[ci] == FF_COLL_ALLREDUCE ? 2.0 : 1.0) * (p - 1);
+                    s->t = t;
+                    s->x[0] = s->steps;
+                    s->x[1] = s->steps * s->block_bytes;
+                    /* a ring reduce-scatter adds p-1 received blocks */
+                    s->x[2] = colls[ci] == FF_COLL_ALLGATHER ? 0 : (p - 1) * s->block_bytes;
+                }
+            ff_group_destroy(grp);
+        }
+    }
+    level_fit fit[2];
+    fit_level(smp, ns, 0, &fit[0]);
+    fit_level(smp, ns, 1, &fit[1]);
+    ff_coll_model dflt;
+    ff_coll_model_default(&dflt);
+    if (!fit[0].measured) {
+        fit[0].alpha = dflt.alpha_intra_s;
+        fit[0].beta = dflt.beta_intra_Bps;
+        fit[0].reduce = dflt.reduce_Bps;
+    }
+    if (!fit[1].measured) {
+        fit[1].alpha = dflt.alpha_inter_s;
+        fit[1].beta = dflt.beta_inter_Bps;
+        fit[1].reduce = dflt.reduce_Bps;
+    }
+    /* the additions are the CPU's: from the node's own samples if any */
+    double reduce = fit[0].measured ? fit[0].reduce : fit[1].reduce;
+    cli_print("\n# samples: fourfold ring, median of %d iterations of the slowest rank\n"
+              "#%5s %-14s %3s %12s %12s %12s %9s\n",
+              iters, "level", "collective", "p", "block(B)", "time(us)", "fit(us)", "residual");
+    for (int i = 0; i < ns; i++) {
+        const sample *s = &smp[i];
+        const level_fit *f = &fit[s->level];
+        double pred =
+            s->x[0] * f->alpha + s->x[1] / f->beta + (f->reduce > 0 ? s->x[2] / f->reduce : 0);
+        cli_print(" %5s %-14s %3d %12.0f %12.1f %12.1f %8.1f%%\n", s->level ? "inter" : "intra",
+                  ff_coll_name(s->coll), s->p, s->block_bytes, s->t * 1e6, pred * 1e6,
+                  100 * (pred - s->t) / s->t);
+    }
+    for (int l = 0; l < 2; l++) {
+        if (fit[l].measured)
+            cli_print("# %s: alpha %.3g s, beta %.4g B/s (%.3f GB/s), additions %.4g B/s; "
+                      "relative residual RMS %.1f%%, largest %.1f%%, %d samples\n",
+                      l ? "inter" : "intra", fit[l].alpha, fit[l].beta, fit[l].beta * 1e-9,
+                      fit[l].reduce, 100 * fit[l].rms, 100 * fit[l].max_abs, fit[l].n);
+        else
+            cli_print("# %s: not measured (%s); the defaults are written: alpha %.3g s, beta "
+                      "%.4g B/s\n",
+                      l ? "inter" : "intra", l ? "one node" : "one rank per node", fit[l].alpha,
+                      fit[l].beta);
+    }
+
+    /* intra_bw: (P, G) with P*G <= g, all groups of every node at once */
+    char bw_json[2048] = "";
+    size_t bw_len = 0;
+    cli_print("\n# intra-node bandwidth: ring all-gather of %zu B per rank, all groups at once\n"
+              "#%5s %5s %14s\n",
+              ib_block * 4, "inner", "size", "B/s per rank");
+    for (int P = 1; P <= g; P++)
+        for (int G = 2; P * G <= g; G++) {
+            int span = P * G, blocks_per_node = g / span;
+            int in = local < blocks_per_node * span;
+            int color = in ? (my_node * g + local % P + P * (local / span)) : MPI_UNDEFINED;
+            ff_group *grp = split_group(ctx, color, (local / P) % G, "intra_bw");
+            double t = bench_time_coll(ctx, grp, node_comm, FF_COLL_ALLGATHER, FF_ALGO_RING,
+                                       FF_WIRE_FP32, send, recv, ib_block, 2, iters);
+            ff_group_destroy(grp);
+            double Bps = (double)(G - 1) * (double)ib_block * 4 / t;
+            cli_print(" %5d %5d %14.4g\n", P, G, Bps);
+            if (bw_len + 80 < sizeof bw_json)
+                bw_len += (size_t)snprintf(bw_json + bw_len, sizeof bw_json - bw_len,
+                                           "%s{\"inner\":%d,\"size\":%d,\"Bps\":%.6g}",
+                                           bw_len ? "," : "", P, G, Bps);
+        }
+
+    /* sgemm, every rank at once */
+    int dim = quick ? 256 : 1024;
+    MPI_Barrier(world);
+    double rate = bench_sgemm_rate(dim, dim, dim, 1, quick ? 0.1 : 1.0), med;
+    double *rates = malloc((size_t)size * sizeof *rates);
+    if (!rates)
+        MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
+    MPI_Allgather(&rate, 1, MPI_DOUBLE, rates, 1, MPI_DOUBLE, world);
+    med = bench_median(rates, size);
+    free(rates);
+    cli_print("\n# sgemm %dx%dx%d, 1 thread, all ranks at once: %.2f GFLOP/s per rank (median), "
+              "OpenBLAS core %s\n",
+              dim, dim, dim, med * 1e-9, cli_blas_core());
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    double mem = pages > 0 && page > 0 ? (double)pages * (double)page / (g > 0 ? g : 1) : 0;
+
+    int code = CLI_OK;
+    if (me == 0) {
+        char host[256] = "machine";
+        gethostname(host, sizeof host - 1);
+        char date[32] = "";
+        time_t now = time(NULL);
+        struct tm tmv;
+        if (gmtime_r(&now, &tmv))
+            strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+        char label[256];
+        snprintf(label, sizeof label, "%s", name ? name : host);
+        for (char *q = label; *q; q++) /* keep the JSON string valid */
+            if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20)
+                *q = '_';
+        for (char *q = host; *q; q++)
+            if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20)
+                *q = '_';
+        size_t cap = 8192 + bw_len;
+        char *text = malloc(cap);
+        if (!text)
+            MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
+        snprintf(text, cap,
+                 "{\"format\":\"fourfold-profile\",\"version\":1,\"name\":\"%s\","
+                 "\"ranks_per_node\":%d,\"cores_per_node\":%ld,\"memory_bytes\":%.6g,"
+                 "\"gemm_flops\":%.6g,"
+                 "\"peak_flops\":%.6g,\"alpha_intra_s\":%.6g,\"beta_intra_Bps\":%.6g,"
+                 "\"alpha_inter_s\":%.6g,\"beta_inter_Bps\":%.6g,\"intra_bw\":[%s],\n"
+                 " \"reduce_Bps\":%.6g,\n"
+                 " \"fit\":{\"method\":\"least squares on relative error, ring all-gather, "
+                 "reduce-scatter, all-reduce\",\"date\":\"%s\",\"host\":\"%s\",\"ranks\":%d,"
+                 "\"nodes\":%d,\"iters\":%d,\"gemm_shape\":\"%dx%dx%d\","
+                 "\"intra\":{\"measured\":%s,\"samples\":%d,\"rms_rel\":%.4f,\"max_rel\":%.4f},"
+                 "\"inter\":{\"measured\":%s,\"samples\":%d,\"rms_rel\":%.4f,\"max_rel\":%.4f}}}\n",
+                 label, g, cores, mem, med, med, fit[0].alpha, fit[0].beta, fit[1].alpha,
+                 fit[1].beta, bw_json, reduce, date, host, size, N, iters, dim, dim, dim,
+                 fit[0].measured ? "true" : "false", fit[0].n, fit[0].rms, fit[0].max_abs,
+                 fit[1].measured ? "true" : "false", fit[1].n, fit[1].rms, fit[1].max_abs);
+        if (write_profile(out, text) != 0) {
+            fprintf(stderr, "fourfold: error: cannot write %s: %s\n", out, strerror(errno));
+            code = CLI_FAIL;
+        } else {
+            printf("\nprofile written to %s\n", out);
+            fflush(stdout);
+        }
+        free(text);
+    }
+    MPI_Bcast(&code, 1, MPI_INT, 0, world);
+    free(send), free(recv), free(smp);
+    MPI_Comm_free(&node_comm);
+    ff_ctx_destroy(ctx);
+    return code;
+}

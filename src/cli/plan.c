@@ -1,0 +1,764 @@
+/* fourfold plan: ranks every 4D grid of a rank count for a model, batch and
+ * machine with the planner (include/fourfold/plan.h, docs/planner.md).
+ *
+ * Runs without MPI: main() does not initialise MPI for this command, so it
+ * works from a plain shell. Started under mpirun anyway, only the process
+ * whose launcher rank is 0 prints. */
+#include "fourfold/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char help[] =
+    "usage: fourfold plan --model NAME [options]\n"
+    "       fourfold plan --layers L --hidden C --heads NH [--vocab V] [options]\n\n"
+    "Ranks every grid Gx x Gy x Gz x Gd of --ranks ranks by the predicted time of one\n"
+    "training step (no MPI needed; docs/planner.md).\n\n"
+    "model:\n"
+    "  --model NAME         gpt-5b gpt-10b gpt-20b gpt-40b gpt-60b gpt-80b gpt-160b gpt-320b\n"
+    "                       gpt-640b gpt2 gpt2-medium gpt2-large gpt2-xl tiny\n"
+    "  --layers N --hidden N --heads N --vocab N --positions N   (override or define)\n"
+    "training:\n"
+    "  --batch N            global batch in sequences (default 8)\n"
+    "  --seq N              tokens per sequence (default 1024)\n"
+    "  --micro-batches N    per step (default 1)\n"
+    "  --checkpoint M       activation checkpointing: on, off, auto (default auto: only\n"
+    "                       where the step does not fit without it)\n"
+    "  --ag-cache N         blocks whose gathered weights are kept for the recompute,\n"
+    "                       or auto (default: as many as fit)\n"
+    "  --wire W             fp32 or bf16 for weights, activations, gradients (default fp32)\n"
+    "  --overlap LIST       oar,ors,oag,dp, all or none (default all)\n"
+    "machine:\n"
+    "  --ranks N            ranks to plan for (default 1, or the product of --grid)\n"
+    "  --machine M          perlmutter, frontier, alps, this, or a profile FILE.json\n"
+    "                       (default this)\n"
+    "  --ranks-per-node N   override the machine's\n"
+    "  --memory SIZE        memory per rank, e.g. 40GiB (override the machine's)\n"
+    "  --print-machine      print the machine profile as JSON and exit\n"
+    "output:\n"
+    "  --cost C             full (default), paper (dissertation eq. 5.1-5.7), axonn\n"
+    "                       (AxoNN's tool), axonn-corrected (its transposed layers fixed)\n"
+    "  --top N              grids to show (default 10)\n"
+    "  --json               every grid, as JSON\n"
+    "  --grid GxxGyxGzxGd   explain one grid in detail (axonn: Gr x Gc x Gd x Gdata)\n"
+    "  --rejected           list the rejected grids and why (also --why-rejected)\n"
+    "  --min-tp N           axonn: minimum Gr*Gc*Gd (default: the tool's value per model)\n"
+    "  --grad-acc N         axonn: gradient accumulation steps (default 1)\n";
+
+/* ---- formatting ---- */
+
+static const char *fmt_time(char *buf, size_t len, double s)
+{
+    if (s <= 0)
+        snprintf(buf, len, "0");
+    else if (s >= 100)
+        snprintf(buf, len, "%.0f s", s);
+    else if (s >= 1)
+        snprintf(buf, len, "%.2f s", s);
+    else if (s >= 1e-3)
+        snprintf(buf, len, "%.3g ms", s * 1e3);
+    else
+        snprintf(buf, len, "%.3g us", s * 1e6);
+    return buf;
+}
+
+static const char *fmt_bytes(char *buf, size_t len, double b)
+{
+    const double K = 1024, M = K * K, G = M * K, T = G * K;
+    if (b >= T)
+        snprintf(buf, len, "%.2f TiB", b / T);
+    else if (b >= G)
+        snprintf(buf, len, "%.2f GiB", b / G);
+    else if (b >= M)
+        snprintf(buf, len, "%.1f MiB", b / M);
+    else if (b >= K)
+        snprintf(buf, len, "%.1f KiB", b / K);
+    else
+        snprintf(buf, len, "%.0f B", b);
+    return buf;
+}
+
+static const char *fmt_flops(char *buf, size_t len, double f)
+{
+    if (f >= 1e12)
+        snprintf(buf, len, "%.1f T", f / 1e12);
+    else if (f >= 1e9)
+        snprintf(buf, len, "%.1f G", f / 1e9);
+    else
+        snprintf(buf, len, "%.1f M", f / 1e6);
+    return buf;
+}
+
+static const char *fmt_grid(char *buf, size_t len, ff_dims g)
+{
+    snprintf(buf, len, "%dx%dx%dx%d", g.x, g.y, g.z, g.d);
+    return buf;
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* ---- options ---- */
+
+typedef struct {
+    ff_plan_config cfg;
+    const char *model_name, *machine, *grid, *overlap;
+    long layers, hidden, heads, vocab, positions; /* -1: not given */
+    long ranks, rpn;
+    size_t memory;
+    int have_memory, top, json, rejected, print_machine;
+} plan_opts;
+
+static int parse_on_off(const char *opt, const char *v, int *out)
+{
+    if (!strcmp(v, "on") || !strcmp(v, "1"))
+        *out = 1;
+    else if (!strcmp(v, "off") || !strcmp(v, "0"))
+        *out = 0;
+    else if (!strcmp(v, "auto"))
+        *out = FF_PLAN_AUTO;
+    else {
+        cli_error("--%s %s: expected on, off or auto", opt, v);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_overlap(const char *v, unsigned *out)
+{
+    if (!strcmp(v, "all")) {
+        *out = FF_OVERLAP_ALL;
+        return 0;
+    }
+    *out = 0;
+    if (!strcmp(v, "none"))
+        return 0;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(tok, "oar"))
+            *out |= FF_OVERLAP_OAR;
+        else if (!strcmp(tok, "ors"))
+            *out |= FF_OVERLAP_ORS;
+        else if (!strcmp(tok, "oag"))
+            *out |= FF_OVERLAP_OAG;
+        else if (!strcmp(tok, "dp"))
+            *out |= FF_OVERLAP_DP;
+        else {
+            cli_error("--overlap %s: '%s' is not one of oar, ors, oag, dp, all, none", v, tok);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Returns CLI_OK, or an exit code (the message is printed). */
+static int parse_args(int argc, char **argv, plan_opts *o)
+{
+    cli_args a;
+    cli_args_init(&a, argc, argv);
+    const char *v;
+    long n;
+    while (cli_next(&a)) {
+        struct {
+            const char *name;
+            long *dst, lo, hi;
+        } ints[] = {
+            {"layers", &o->layers, 1, 100000},         {"hidden", &o->hidden, 1, 1L << 20},
+            {"heads", &o->heads, 1, 1L << 20},         {"vocab", &o->vocab, 1, 1L << 30},
+            {"positions", &o->positions, 1, 1L << 24}, {"ranks", &o->ranks, 1, 1L << 24},
+            {"ranks-per-node", &o->rpn, 1, 1L << 20},
+        };
+        int done = 0;
+        for (size_t i = 0; i < sizeof ints / sizeof ints[0] && !done; i++)
+            if (cli_is(&a, ints[i].name)) {
+                if (!(v = cli_value(&a)) ||
+                    cli_parse_int(ints[i].name, v, ints[i].lo, ints[i].hi, ints[i].dst))
+                    return CLI_USAGE;
+                done = 1;
+            }
+        if (done)
+            continue;
+        if (cli_is(&a, "help")) {
+            cli_print("%s", help);
+            return -1;
+        } else if (cli_is(&a, "model")) {
+            if (!(o->model_name = cli_value(&a)))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "batch")) {
+            if (!(v = cli_value(&a)) || cli_parse_int("batch", v, 1, 1L << 40, &n))
+                return CLI_USAGE;
+            o->cfg.batch = n;
+        } else if (cli_is(&a, "seq")) {
+            if (!(v = cli_value(&a)) || cli_parse_int("seq", v, 1, 1L << 24, &n))
+                return CLI_USAGE;
+            o->cfg.seq = n;
+        } else if (cli_is(&a, "micro-batches")) {
+            if (!(v = cli_value(&a)) || cli_parse_int("micro-batches", v, 1, 1L << 20, &n))
+                return CLI_USAGE;
+            o->cfg.micro_batches = (int)n;
+        } else if (cli_is(&a, "checkpoint")) {
+            if (!(v = cli_value(&a)) || parse_on_off("checkpoint", v, &o->cfg.checkpoint))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "ag-cache")) {
+            if (!(v = cli_value(&a)))
+                return CLI_USAGE;
+            if (!strcmp(v, "auto"))
+                o->cfg.ag_cache = FF_PLAN_AUTO;
+            else if (cli_parse_int("ag-cache", v, 0, 100000, &n))
+                return CLI_USAGE;
+            else
+                o->cfg.ag_cache = (int)n;
+        } else if (cli_is(&a, "wire")) {
+            if (!(v = cli_value(&a)))
+                return CLI_USAGE;
+            if (!strcmp(v, "fp32"))
+                o->cfg.wire_bytes = 4;
+            else if (!strcmp(v, "bf16"))
+                o->cfg.wire_bytes = 2;
+            else {
+                cli_error("--wire %s: expected fp32 or bf16", v);
+                return CLI_USAGE;
+            }
+        } else if (cli_is(&a, "overlap")) {
+            if (!(v = cli_value(&a)) || parse_overlap(v, &o->cfg.overlap))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "machine")) {
+            if (!(o->machine = cli_value(&a)))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "memory")) {
+            if (!(v = cli_value(&a)) || cli_parse_size("memory", v, &o->memory))
+                return CLI_USAGE;
+            if (o->memory == 0) {
+                cli_error("--memory %s: must be positive", v);
+                return CLI_USAGE;
+            }
+            o->have_memory = 1;
+        } else if (cli_is(&a, "cost")) {
+            if (!(v = cli_value(&a)))
+                return CLI_USAGE;
+            int c = ff_cost_parse(v);
+            if (c < 0) {
+                cli_error("--cost %s: expected full, paper, axonn or axonn-corrected", v);
+                return CLI_USAGE;
+            }
+            o->cfg.cost = (ff_cost)c;
+        } else if (cli_is(&a, "top")) {
+            if (!(v = cli_value(&a)) || cli_parse_int("top", v, 1, 1L << 30, &n))
+                return CLI_USAGE;
+            o->top = (int)n;
+        } else if (cli_is(&a, "min-tp")) {
+            if (!(v = cli_value(&a)) || cli_parse_int("min-tp", v, 1, 1L << 24, &n))
+                return CLI_USAGE;
+            o->cfg.min_tp = (int)n;
+        } else if (cli_is(&a, "grad-acc")) {
+            if (!(v = cli_value(&a)) || cli_parse_int("grad-acc", v, 1, 1L << 20, &n))
+                return CLI_USAGE;
+            o->cfg.grad_acc = (int)n;
+        } else if (cli_is(&a, "grid")) {
+            if (!(o->grid = cli_value(&a)))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "json")) {
+            o->json = 1;
+        } else if (cli_is(&a, "rejected") || cli_is(&a, "why-rejected")) {
+            o->rejected = 1;
+        } else if (cli_is(&a, "print-machine")) {
+            o->print_machine = 1;
+        } else {
+            return cli_unknown(&a, "plan");
+        }
+    }
+    return CLI_OK;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* Fills cfg.model and cfg.machine from the options. */
+static int resolve(plan_opts *o)
+{
+    char err[512];
+    ff_plan_config *cfg = &o->cfg;
+    if (o->model_name) {
+        if (ff_model_preset(o->model_name, &cfg->model, err, sizeof err) != FF_OK) {
+            cli_error("--model: %s", err);
+            return CLI_USAGE;
+        }
+    } else if (o->layers < 0 || o->hidden < 0 || o->heads < 0) {
+        if (!o->print_machine) {
+            cli_error("fourfold plan needs --model NAME, or --layers, --hidden and --heads "
+                      "(see fourfold plan --help)");
+            return CLI_USAGE;
+        }
+    } else {
+        snprintf(cfg->model.name, sizeof cfg->model.name, "custom");
+        cfg->model.vocab = 50257;
+    }
+    if (o->layers >= 0)
+        cfg->model.layers = (int)o->layers;
+    if (o->hidden >= 0)
+        cfg->model.hidden = o->hidden;
+    if (o->heads >= 0)
+        cfg->model.heads = (int)o->heads;
+    if (o->vocab >= 0)
+        cfg->model.vocab = o->vocab;
+    if (o->positions >= 0)
+        cfg->model.max_seq = o->positions;
+    if (o->model_name && (o->layers >= 0 || o->hidden >= 0 || o->heads >= 0 || o->vocab >= 0))
+        snprintf(cfg->model.name, sizeof cfg->model.name, "%.20s*", o->model_name);
+
+    const char *m = o->machine ? o->machine : "this";
+    int rc = (ends_with(m, ".json") || strchr(m, '/'))
+                 ? ff_profile_load(m, &cfg->machine, err, sizeof err)
+                 : ff_profile_preset(m, &cfg->machine, err, sizeof err);
+    if (rc != FF_OK) {
+        cli_error("--machine: %s", err);
+        return rc == FF_EINVAL && !strchr(m, '/') && !ends_with(m, ".json") ? CLI_USAGE : CLI_FAIL;
+    }
+    if (o->rpn > 0)
+        cfg->machine.ranks_per_node = (int)o->rpn;
+    if (o->have_memory)
+        cfg->machine.memory_bytes = (double)o->memory;
+    return CLI_OK;
+}
+
+/* "2x2x4x8" alone (no preset): its four sizes. */
+static int explicit_grid(const char *spec, ff_dims *g)
+{
+    long v[4];
+    const char *p = spec;
+    for (int i = 0; i < 4; i++) {
+        char *end;
+        v[i] = strtol(p, &end, 10);
+        if (end == p || v[i] < 1 || v[i] > (1L << 24))
+            return -1;
+        p = end;
+        if (i < 3) {
+            if (*p != 'x' && *p != 'X')
+                return -1;
+            p++;
+        }
+    }
+    if (*p || (double)v[0] * v[1] * v[2] * v[3] > (double)(1L << 24))
+        return -1;
+    *g = (ff_dims){(int)v[0], (int)v[1], (int)v[2], (int)v[3]};
+    return 0;
+}
+
+/* ---- output ---- */
+
+static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepted)
+{
+    const ff_model *md = &cfg->model;
+    const ff_profile *p = &cfg->machine;
+    char b1[32], b2[32], b3[32];
+    cli_print("model %s: L=%d C=%lld NH=%d V=%lld (padded %lld), %.3g parameters\n", md->name,
+              md->layers, (long long)md->hidden, md->heads, (long long)md->vocab,
+              (long long)ff_model_padded_vocab(md), (double)ff_model_params(md, cfg->seq));
+    cli_print("batch %lld sequences x %lld tokens, %d micro-batch%s; %d ranks, %d per node\n",
+              (long long)cfg->batch, (long long)cfg->seq, cfg->micro_batches,
+              cfg->micro_batches > 1 ? "es" : "", cfg->ranks, p->ranks_per_node);
+    cli_print("machine %s: %s per rank, GEMM %sFLOP/s, peak %sFLOP/s, links %.3g GB/s in a node, "
+              "%.3g GB/s out of one\n",
+              p->name, fmt_bytes(b1, sizeof b1, p->memory_bytes),
+              fmt_flops(b2, sizeof b2, p->gemm_flops), fmt_flops(b3, sizeof b3, p->peak_flops),
+              p->beta_intra_Bps / 1e9, p->beta_inter_Bps / 1e9);
+    if ((cfg->cost == FF_COST_AXONN || cfg->cost == FF_COST_AXONN_CORRECTED) && grids)
+        cli_print("cost model %s: AxoNN's search space (powers of two, Gr*Gc*Gd >= %d): %zu "
+                  "grids, %zu accepted; bandwidths %s\n",
+                  ff_cost_name(cfg->cost),
+                  cfg->min_tp > 0 ? cfg->min_tp : ff_model_axonn_min_tp(md), grids, accepted,
+                  p->axonn_table ? "from the tool's table"
+                                 : "from the profile (the tool has "
+                                   "no table for this machine)");
+    else if (grids)
+        cli_print("cost model %s: %zu grids of %d ranks, %zu fit, %zu rejected%s\n",
+                  ff_cost_name(cfg->cost), grids, cfg->ranks, accepted, grids - accepted,
+                  grids > accepted ? " (--rejected says why)" : "");
+    else
+        cli_print("cost model %s\n", ff_cost_name(cfg->cost));
+}
+
+static void print_table(const ff_plan *plan, int top)
+{
+    const ff_plan_config *cfg = ff_plan_config_of(plan);
+    size_t shown = ff_plan_accepted(plan) < (size_t)top ? ff_plan_accepted(plan) : (size_t)top;
+    char g[48], t[12][24];
+    if (shown == 0) {
+        cli_print("\nno grid fits%s\n", ff_plan_count(plan) ? " (--rejected says why)" : "");
+        return;
+    }
+    cli_print("\n");
+    if (cfg->cost == FF_COST_FULL) {
+        cli_print("%4s %-14s %9s %9s %9s %9s | %8s %8s %8s %8s %8s %8s | %10s %10s %5s %8s "
+                  "%6s\n",
+                  "rank", "grid", "step", "compute", "exposed", "hidden", "AR X", "AR Y", "AG Z",
+                  "RS Z", "AR D", "other", "recv/rank", "mem/rank", "ckpt", "FLOP/s", "%peak");
+        for (size_t i = 0; i < shown; i++) {
+            const ff_plan_result *r = ff_plan_get(plan, i);
+            double other = 0;
+            for (int k = 0; k < FF_NGROUPS; k++)
+                for (int c = 0; c < FF_NCOLL; c++)
+                    other += r->coll[k][c].time_s;
+            double arx = r->coll[FF_GROUP_X][FF_COLL_ALLREDUCE].time_s;
+            double ary = r->coll[FF_GROUP_Y][FF_COLL_ALLREDUCE].time_s;
+            double agz = r->coll[FF_GROUP_Z][FF_COLL_ALLGATHER].time_s;
+            double rsz = r->coll[FF_GROUP_Z][FF_COLL_REDUCE_SCATTER].time_s;
+            double ard = r->coll[FF_GROUP_D][FF_COLL_ALLREDUCE].time_s;
+            other -= arx + ary + agz + rsz + ard;
+            char ck[16], fl[24];
+            if (r->checkpoint)
+                snprintf(ck, sizeof ck, "c%d", r->ag_cache);
+            else
+                snprintf(ck, sizeof ck, "off");
+            cli_print("%4zu %-14s %9s %9s %9s %9s | %8s %8s %8s %8s %8s %8s | %10s %10s %5s %8s "
+                      "%5.1f%%\n",
+                      i + 1, fmt_grid(g, sizeof g, r->grid), fmt_time(t[0], 24, r->step_s),
+                      fmt_time(t[1], 24, r->compute_s), fmt_time(t[2], 24, r->exposed_s),
+                      fmt_time(t[3], 24, r->hidden_s), fmt_time(t[4], 24, arx),
+                      fmt_time(t[5], 24, ary), fmt_time(t[6], 24, agz), fmt_time(t[7], 24, rsz),
+                      fmt_time(t[8], 24, ard), fmt_time(t[9], 24, other > 0 ? other : 0),
+                      fmt_bytes(t[10], 24, (double)r->bytes_recv),
+                      fmt_bytes(t[11], 24, r->mem_total), ck,
+                      fmt_flops(fl, sizeof fl, r->flops_per_rank_s), 100 * r->peak_fraction);
+        }
+        cli_print("\nstep = compute + exposed communication; hidden = communication beside "
+                  "compute (OAR/ORS/OAG/DP).\nAR X ... other: time of each collective kind "
+                  "per step; ckpt: off, or c<N> = checkpointing with\nN blocks' gathered "
+                  "weights cached; FLOP/s: model FLOP/s per rank (6 N tokens + 6 L B T^2 C).\n");
+    } else if (cfg->cost == FF_COST_PAPER) {
+        cli_print("%4s %-14s %10s | %9s %9s %9s %9s %9s | %10s\n", "rank", "grid", "comm",
+                  "AG Z 5.1", "RS Z 5.2", "AR Y", "AR X", "AR D 5.5", "mem/rank");
+        for (size_t i = 0; i < shown; i++) {
+            const ff_plan_result *r = ff_plan_get(plan, i);
+            char mem[24];
+            cli_print("%4zu %-14s %10s | %9s %9s %9s %9s %9s | %10s\n", i + 1,
+                      fmt_grid(g, sizeof g, r->grid), fmt_time(t[0], 24, r->step_s),
+                      fmt_time(t[1], 24, r->coll[FF_GROUP_Z][FF_COLL_ALLGATHER].time_s),
+                      fmt_time(t[2], 24, r->coll[FF_GROUP_Z][FF_COLL_REDUCE_SCATTER].time_s),
+                      fmt_time(t[3], 24, r->coll[FF_GROUP_Y][FF_COLL_ALLREDUCE].time_s),
+                      fmt_time(t[4], 24, r->coll[FF_GROUP_X][FF_COLL_ALLREDUCE].time_s),
+                      fmt_time(t[5], 24, r->coll[FF_GROUP_D][FF_COLL_ALLREDUCE].time_s),
+                      fmt_bytes(mem, sizeof mem, r->mem_total));
+        }
+        cli_print("\ncommunication time of equations 5.1-5.5 summed over the four linear layers "
+                  "of every block\n(5.3 and 5.4 booked on the group that carries them: Y and X "
+                  "swap in transposed layers).\n");
+    } else {
+        cli_print("%4s %4s %4s %4s %6s %14s | %10s %10s %10s %10s\n", "rank", "Gr", "Gc", "Gd",
+                  "Gdata", "Comm-Time(s)", "col (Gc)", "row (Gr)", "depth (Gd)", "data");
+        for (size_t i = 0; i < shown; i++) {
+            const ff_plan_result *r = ff_plan_get(plan, i);
+            cli_print("%4zu %4d %4d %4d %6d %14.6g | %10.4g %10.4g %10.4g %10.4g\n", i + 1,
+                      r->grid.x, r->grid.y, r->grid.z, r->grid.d, r->step_s, r->axonn_col_s,
+                      r->axonn_row_s, r->axonn_depth_s, r->axonn_data_s);
+        }
+        cli_print("\nthe tool's unit: GiB over GB/s, summed over the four layers times L. Its "
+                  "Gc is fourfold's Y,\nGr its X, Gd its Z, Gdata its D, but nested Gc "
+                  "innermost (docs/planner.md).\n");
+    }
+}
+
+static void print_rejected(const ff_plan *plan)
+{
+    size_t n = ff_plan_count(plan), a = ff_plan_accepted(plan);
+    char g[48];
+    cli_print("\nrejected grids (%zu):\n", n - a);
+    for (size_t i = a; i < n; i++) {
+        const ff_plan_result *r = ff_plan_get(plan, i);
+        cli_print("  %-14s %s\n", fmt_grid(g, sizeof g, r->grid), r->reason);
+    }
+}
+
+static const char *const group_names[FF_NGROUPS] = {"X", "Y", "Z", "D", "ZD", "TP", "WORLD"};
+static const char *const coll_names[FF_NCOLL] = {"all-gather", "reduce-scatter", "all-reduce",
+                                                 "all-to-all"};
+
+static void print_detail(const ff_plan_config *cfg, const ff_plan_result *r)
+{
+    char g[48], t[6][24];
+    int ranks = r->grid.x * r->grid.y * r->grid.z * r->grid.d;
+    int axonn = cfg->cost == FF_COST_AXONN || cfg->cost == FF_COST_AXONN_CORRECTED;
+    cli_print("\ngrid %s: ", fmt_grid(g, sizeof g, r->grid));
+    if (axonn)
+        cli_print("Gr=%d Gc=%d Gd=%d Gdata=%d (AxoNN's terms), %d ranks\n", r->grid.x, r->grid.y,
+                  r->grid.z, r->grid.d, ranks);
+    else
+        cli_print("Gx=%d Gy=%d Gz=%d Gd=%d, %d ranks\n", r->grid.x, r->grid.y, r->grid.z, r->grid.d,
+                  ranks);
+    if (r->rejected) {
+        cli_print("rejected: %s\n", r->reason);
+        return;
+    }
+    if (axonn) {
+        cli_print("  Comm-Time(s) %.6g = col %.6g + row %.6g + depth %.6g + data %.6g\n", r->step_s,
+                  r->axonn_col_s, r->axonn_row_s, r->axonn_depth_s, r->axonn_data_s);
+        cli_print(
+            "  bandwidths (GB/s): Gc %g, Gr %g, Gd %g, Gdata %g\n",
+            r->grid.y > 1 ? ff_plan_axonn_bandwidth(&cfg->machine, 1, r->grid.y) : 0.0,
+            r->grid.x > 1 ? ff_plan_axonn_bandwidth(&cfg->machine, r->grid.y, r->grid.x) : 0.0,
+            r->grid.z > 1 ? ff_plan_axonn_bandwidth(&cfg->machine, r->grid.y * r->grid.x, r->grid.z)
+                          : 0.0,
+            r->grid.d > 1 ? ff_plan_axonn_bandwidth(&cfg->machine,
+                                                    r->grid.y * r->grid.x * r->grid.z, r->grid.d)
+                          : 0.0);
+        return;
+    }
+    int64_t rows = cfg->batch / ((int64_t)r->grid.z * r->grid.d) * cfg->seq;
+    cli_print("per rank: %lld sequences x %lld tokens = %lld rows; ",
+              (long long)(cfg->batch / ((int64_t)r->grid.z * r->grid.d)), (long long)cfg->seq,
+              (long long)rows);
+    if (r->checkpoint)
+        cli_print("activation checkpointing, AG cache %d of %d blocks\n", r->ag_cache,
+                  cfg->model.layers);
+    else
+        cli_print("no activation checkpointing\n");
+    cli_print("\n  group  size  inner  placement      alpha      bandwidth\n");
+    for (int k = 0; k < FF_NGROUPS; k++) {
+        const ff_plan_link *l = &r->link[k];
+        if (l->size == 1) {
+            cli_print("  %-5s %5d %6lld  -\n", group_names[k], l->size, (long long)l->inner);
+            continue;
+        }
+        cli_print("  %-5s %5d %6lld  %-13s %6s %10.3g GB/s\n", group_names[k], l->size,
+                  (long long)l->inner, l->intra ? "inside a node" : "across nodes",
+                  fmt_time(t[0], 24, l->alpha_s), l->beta_Bps / 1e9);
+    }
+    if (cfg->cost == FF_COST_PAPER) {
+        cli_print("\n  communication %s (equations 5.1-5.5 over every layer)\n",
+                  fmt_time(t[0], 24, r->step_s));
+    } else {
+        cli_print("\n  step %s = compute %s + exposed communication %s "
+                  "(hidden beside compute: %s)\n",
+                  fmt_time(t[0], 24, r->step_s), fmt_time(t[1], 24, r->compute_s),
+                  fmt_time(t[2], 24, r->exposed_s), fmt_time(t[3], 24, r->hidden_s));
+        cli_print("  compute: GEMM %s, attention %s, elementwise %s, optimizer %s\n",
+                  fmt_time(t[0], 24, r->gemm_s), fmt_time(t[1], 24, r->attention_s),
+                  fmt_time(t[2], 24, r->elementwise_s), fmt_time(t[3], 24, r->optimizer_s));
+    }
+    cli_print(
+        "\n  collectives of rank 0 per step    calls         sent     received        time\n");
+    for (int k = 0; k < FF_NGROUPS; k++)
+        for (int c = 0; c < FF_NCOLL; c++) {
+            const ff_plan_coll *pc = &r->coll[k][c];
+            if (!pc->calls && pc->time_s <= 0)
+                continue;
+            char s1[24], s2[24];
+            cli_print(
+                "  %-5s %-24s %8llu %12s %12s %11s\n", group_names[k], coll_names[c],
+                (unsigned long long)pc->calls, fmt_bytes(s1, sizeof s1, (double)pc->bytes_sent),
+                fmt_bytes(s2, sizeof s2, (double)pc->bytes_recv), fmt_time(t[0], 24, pc->time_s));
+        }
+    cli_print("\n  memory per rank %s of %s: parameters %s, gradients %s, AdamW moments %s,\n"
+              "  gathered weights and gradients %s, activations %s\n",
+              fmt_bytes(t[0], 24, r->mem_total), fmt_bytes(t[1], 24, cfg->machine.memory_bytes),
+              fmt_bytes(t[2], 24, r->mem_params), fmt_bytes(t[3], 24, r->mem_grads),
+              fmt_bytes(t[4], 24, r->mem_optimizer), fmt_bytes(t[5], 24, r->mem_weight_buffers),
+              fmt_bytes(g, sizeof g, r->mem_activations));
+    if (cfg->cost == FF_COST_FULL)
+        cli_print("\n  model FLOPs per step (6 N tokens + 6 L B T^2 C) %.4g; per rank %sFLOP/s, "
+                  "%.1f%% of the peak %sFLOP/s\n",
+                  r->model_flops, fmt_flops(t[0], 24, r->flops_per_rank_s), 100 * r->peak_fraction,
+                  fmt_flops(t[1], 24, cfg->machine.peak_flops));
+}
+
+static void print_json_result(FILE *f, const ff_plan_config *cfg, const ff_plan_result *r)
+{
+    char g[48];
+    fprintf(f, "{\"grid\": \"%s\", ", fmt_grid(g, sizeof g, r->grid));
+    if (cfg->cost == FF_COST_AXONN || cfg->cost == FF_COST_AXONN_CORRECTED)
+        fprintf(f, "\"Gr\": %d, \"Gc\": %d, \"Gd\": %d, \"Gdata\": %d, ", r->grid.x, r->grid.y,
+                r->grid.z, r->grid.d);
+    else
+        fprintf(f, "\"gx\": %d, \"gy\": %d, \"gz\": %d, \"gd\": %d, ", r->grid.x, r->grid.y,
+                r->grid.z, r->grid.d);
+    fprintf(f, "\"rejected\": %s, \"reason\": ", r->rejected ? "true" : "false");
+    json_string(f, r->reason);
+    fprintf(f,
+            ", \"checkpoint\": %s, \"ag_cache\": %d, \"step_s\": %.9g, \"compute_s\": %.9g, "
+            "\"exposed_s\": %.9g, \"hidden_s\": %.9g, \"comm_s\": %.9g, \"gemm_s\": %.9g, "
+            "\"attention_s\": %.9g, \"elementwise_s\": %.9g, \"optimizer_s\": %.9g, "
+            "\"bytes_recv\": %llu, ",
+            r->checkpoint ? "true" : "false", r->ag_cache, r->step_s, r->compute_s, r->exposed_s,
+            r->hidden_s, r->comm_s, r->gemm_s, r->attention_s, r->elementwise_s, r->optimizer_s,
+            (unsigned long long)r->bytes_recv);
+    fprintf(f,
+            "\"memory\": {\"params\": %.6g, \"grads\": %.6g, \"optimizer\": %.6g, "
+            "\"weight_buffers\": %.6g, \"activations\": %.6g, \"total\": %.6g}, ",
+            r->mem_params, r->mem_grads, r->mem_optimizer, r->mem_weight_buffers,
+            r->mem_activations, r->mem_total);
+    fprintf(f, "\"model_flops\": %.6g, \"flops_per_rank_s\": %.6g, \"peak_fraction\": %.6g, ",
+            r->model_flops, r->flops_per_rank_s, r->peak_fraction);
+    fprintf(f,
+            "\"axonn\": {\"col_s\": %.9g, \"row_s\": %.9g, \"depth_s\": %.9g, \"data_s\": %.9g}, ",
+            r->axonn_col_s, r->axonn_row_s, r->axonn_depth_s, r->axonn_data_s);
+    fprintf(f, "\"links\": [");
+    for (int k = 0; k < FF_NGROUPS; k++)
+        fprintf(f,
+                "%s{\"group\": \"%s\", \"size\": %d, \"inner\": %lld, \"intra\": %s, "
+                "\"alpha_s\": %.6g, \"beta_Bps\": %.6g}",
+                k ? ", " : "", group_names[k], r->link[k].size, (long long)r->link[k].inner,
+                r->link[k].intra ? "true" : "false", r->link[k].alpha_s, r->link[k].beta_Bps);
+    fprintf(f, "], \"collectives\": [");
+    int first = 1;
+    for (int k = 0; k < FF_NGROUPS; k++)
+        for (int c = 0; c < FF_NCOLL; c++) {
+            const ff_plan_coll *pc = &r->coll[k][c];
+            if (!pc->calls && pc->time_s <= 0)
+                continue;
+            fprintf(f,
+                    "%s{\"group\": \"%s\", \"collective\": \"%s\", \"calls\": %llu, "
+                    "\"bytes_sent\": %llu, \"bytes_recv\": %llu, \"time_s\": %.9g}",
+                    first ? "" : ", ", group_names[k], ff_coll_name((ff_coll)c),
+                    (unsigned long long)pc->calls, (unsigned long long)pc->bytes_sent,
+                    (unsigned long long)pc->bytes_recv, pc->time_s);
+            first = 0;
+        }
+    fprintf(f, "]}");
+}
+
+static void print_json_head(FILE *f, const ff_plan_config *cfg)
+{
+    const ff_model *md = &cfg->model;
+    char machine[8192];
+    ff_profile_to_json(&cfg->machine, machine, sizeof machine);
+    size_t n = strlen(machine);
+    while (n && (machine[n - 1] == '\n'))
+        machine[--n] = '\0';
+    fprintf(f, "{\"format\": \"fourfold-plan\", \"version\": 1,\n \"model\": {\"name\": ");
+    json_string(f, md->name);
+    fprintf(f,
+            ", \"layers\": %d, \"hidden\": %lld, \"heads\": %d, \"vocab\": %lld, "
+            "\"padded_vocab\": %lld, \"params\": %lld},\n",
+            md->layers, (long long)md->hidden, md->heads, (long long)md->vocab,
+            (long long)ff_model_padded_vocab(md), (long long)ff_model_params(md, cfg->seq));
+    fprintf(f,
+            " \"batch\": %lld, \"seq\": %lld, \"ranks\": %d, \"micro_batches\": %d, "
+            "\"wire_bytes\": %d, \"overlap\": %u, \"cost\": \"%s\",\n \"machine\": %s,\n",
+            (long long)cfg->batch, (long long)cfg->seq, cfg->ranks, cfg->micro_batches,
+            cfg->wire_bytes, cfg->overlap, ff_cost_name(cfg->cost), machine);
+}
+
+static int quiet_process(void)
+{
+    /* launched by mpirun/srun without MPI_Init: only launcher rank 0 prints */
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                                       "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v)
+            return strcmp(v, "0") != 0;
+    }
+    return 0;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    if (quiet_process()) {
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+            return CLI_FAIL;
+    }
+    plan_opts o;
+    memset(&o, 0, sizeof o);
+    ff_plan_config_default(&o.cfg);
+    o.layers = o.hidden = o.heads = o.vocab = o.positions = o.ranks = o.rpn = -1;
+    o.top = 10;
+    int code = parse_args(argc, argv, &o);
+    if (code == -1)
+        return CLI_OK; /* --help */
+    if (code != CLI_OK)
+        return code;
+    if ((code = resolve(&o)) != CLI_OK)
+        return code;
+    ff_plan_config *cfg = &o.cfg;
+    char err[512];
+    if (o.print_machine) {
+        char json[8192];
+        ff_profile_to_json(&cfg->machine, json, sizeof json);
+        cli_print("%s", json);
+        return CLI_OK;
+    }
+
+    ff_dims grid = {0, 0, 0, 0};
+    if (o.grid) {
+        if (o.ranks < 0) {
+            if (explicit_grid(o.grid, &grid)) {
+                cli_error("--grid %s: give four sizes such as 2x2x4x8, or --ranks for a preset",
+                          o.grid);
+                return CLI_USAGE;
+            }
+            o.ranks = (long)grid.x * grid.y * grid.z * grid.d;
+        }
+        if (ff_grid_parse(o.grid, (int)o.ranks, cfg->machine.ranks_per_node, &grid, err,
+                          sizeof err) != FF_OK) {
+            cli_error("--grid: %s", err);
+            return CLI_USAGE;
+        }
+    }
+    cfg->ranks = o.ranks > 0 ? (int)o.ranks : 1;
+
+    if (o.grid) {
+        ff_plan_result r;
+        int rc = ff_plan_evaluate(cfg, grid, &r, err, sizeof err);
+        if (rc != FF_OK) {
+            cli_error("%s", err);
+            return rc == FF_ENOMEM ? CLI_FAIL : CLI_USAGE;
+        }
+        if (o.json) {
+            if (cli_world_rank() == 0) {
+                print_json_head(stdout, cfg);
+                fprintf(stdout, " \"grids\": [");
+                print_json_result(stdout, cfg, &r);
+                fprintf(stdout, "]}\n");
+            }
+            return CLI_OK;
+        }
+        print_header(cfg, 0, 0);
+        print_detail(cfg, &r);
+        return CLI_OK;
+    }
+
+    ff_plan *plan;
+    int rc = ff_plan_create(&plan, cfg);
+    if (rc != FF_OK) {
+        cli_error("%s", ff_plan_error(plan));
+        ff_plan_destroy(plan);
+        return rc == FF_ENOMEM ? CLI_FAIL : CLI_USAGE;
+    }
+    if (o.json) {
+        print_json_head(stdout, cfg);
+        fprintf(stdout, " \"accepted\": %zu,\n \"grids\": [\n", ff_plan_accepted(plan));
+        for (size_t i = 0; i < ff_plan_count(plan); i++) {
+            fprintf(stdout, "  ");
+            print_json_result(stdout, cfg, ff_plan_get(plan, i));
+            fprintf(stdout, "%s\n", i + 1 < ff_plan_count(plan) ? "," : "");
+        }
+        fprintf(stdout, " ]}\n");
+    } else {
+        print_header(cfg, ff_plan_count(plan), ff_plan_accepted(plan));
+        print_table(plan, o.top);
+        if (o.rejected)
+            print_rejected(plan);
+    }
+    ff_plan_destroy(plan);
+    return CLI_OK;
+}

@@ -1,0 +1,520 @@
+/* Which algorithm a collective runs: node layout, the alpha-beta cost model,
+ * the FF_ALGO_AUTO choice, and the machine profile reader.
+ *
+ * Node layout. At ff_ctx_create every rank learns the node of every other
+ * (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), one all-gather), or pretends
+ * nodes of k consecutive ranks when FF_RANKS_PER_NODE=k. A group's layout is
+ * then derived locally on its first hierarchical or AUTO collective
+ * (MPI_Group_translate_ranks, no communication), so posting never blocks.
+ *
+ * Cost model (AutoDDL §3: alpha-beta, fitted by `fourfold bench profile`).
+ * A step costs alpha + bytes/beta at its level; a step whose messages leave a
+ * node costs alpha_inter + s*bytes/beta_inter where s is the number of the
+ * busiest node's ranks sending off-node in that step (they share its link:
+ * DESIGN §6's beta_inter / min(g, P)). Each algorithm's time is the sum of
+ * its steps, with s counted from the group's actual layout:
+ *   ring              (p-1) steps of one block, s = ring edges leaving a node
+ *   recursive         lg p steps of 1, 2, 4, ... blocks, s per step from the
+ *                     layout; a non-power-of-two p adds the fold's two steps
+ *   hierarchical      inter phase: N-1 (ring) or lg N (recursive) steps of
+ *                     one block with s = k, then k-1 intra steps of N blocks
+ *   all-reduce        reduce-scatter + all-gather of chunks of n/p
+ * plus (p-1) blocks of additions at reduce_Bps for reductions. Copies and
+ * the hierarchical reordering are not modelled (beta_intra absorbs them). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo.h"
+
+/* ---- the model ---- */
+
+void ff_coll_model_default(ff_coll_model *m)
+{
+    /* this 2-core VM's shared memory (two runs of `bench profile`, the last
+     * in profiles/vm-2rank.json: alpha 3.2-3.5 us, beta 2.8-3.5 GB/s,
+     * additions too cheap to resolve); between nodes the
+     * emulated cluster's 1 Gbit/s links (116 MB/s measured by the testbed,
+     * alpha as fitted in profiles/tb-*-d0us.json). docs/coll-bench.md. */
+    m->alpha_intra_s = 3.5e-6;
+    m->beta_intra_Bps = 3.5e9;
+    m->alpha_inter_s = 3e-5;
+    m->beta_inter_Bps = 1.16e8;
+    m->reduce_Bps = 0;
+    m->strict_volume = 1;
+}
+
+static int model_ok(const ff_coll_model *m)
+{
+    return m->alpha_intra_s >= 0 && m->alpha_inter_s >= 0 && m->beta_intra_Bps > 0 &&
+           m->beta_inter_Bps > 0 && m->reduce_Bps >= 0 && isfinite(m->alpha_intra_s) &&
+           isfinite(m->alpha_inter_s) && isfinite(m->beta_intra_Bps) &&
+           isfinite(m->beta_inter_Bps) && isfinite(m->reduce_Bps);
+}
+
+int ff_ctx_set_coll_model(ff_ctx *ctx, const ff_coll_model *m)
+{
+    if (!m || !model_ok(m))
+        return ff_set_error(ctx, FF_EINVAL,
+                            "collective model: alphas and reduce_Bps must be >= 0 and betas > 0, "
+                            "all finite");
+    ctx->coll->model = *m;
+    return FF_OK;
+}
+
+void ff_ctx_coll_model(const ff_ctx *ctx, ff_coll_model *m)
+{
+    if (ctx && ctx->coll)
+        *m = ctx->coll->model;
+    else
+        ff_coll_model_default(m);
+}
+
+/* Finds "key" : number in a flat JSON object. 1 found, 0 absent, -1 bad. */
+static int json_number(const char *text, const char *key, double *out)
+{
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\"", key);
+    const char *at = strstr(text, quoted);
+    if (!at)
+        return 0;
+    at += strlen(quoted);
+    while (*at == ' ' || *at == '\t' || *at == '\n' || *at == '\r')
+        at++;
+    if (*at++ != ':')
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(at, &end);
+    if (end == at || errno)
+        return -1;
+    *out = v;
+    return 1;
+}
+
+int ff_coll_model_read(const char *path, ff_coll_model *m, char *err, size_t err_len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, err_len, "cannot open profile %s: %s", path, strerror(errno));
+        return FF_EIO;
+    }
+    enum { MAX = 1 << 20 };
+    char *text = malloc(MAX + 1);
+    size_t n = text ? fread(text, 1, MAX, f) : 0;
+    int too_big = text && n == MAX && fgetc(f) != EOF;
+    fclose(f);
+    if (!text) {
+        snprintf(err, err_len, "out of memory reading %s", path);
+        return FF_ENOMEM;
+    }
+    text[n] = '\0';
+    int rc = FF_OK;
+    if (too_big || !strstr(text, "\"fourfold-profile\"")) {
+        snprintf(err, err_len,
+                 "%s is not a fourfold machine profile (\"format\": "
+                 "\"fourfold-profile\")",
+                 path);
+        rc = FF_ECORRUPT;
+    }
+    static const char *const keys[5] = {"alpha_intra_s", "beta_intra_Bps", "alpha_inter_s",
+                                        "beta_inter_Bps", "reduce_Bps"};
+    ff_coll_model tmp = *m;
+    double *dst[5] = {&tmp.alpha_intra_s, &tmp.beta_intra_Bps, &tmp.alpha_inter_s,
+                      &tmp.beta_inter_Bps, &tmp.reduce_Bps};
+    for (int i = 0; i < 5 && rc == FF_OK; i++)
+        if (json_number(text, keys[i], dst[i]) < 0) {
+            snprintf(err, err_len, "%s: \"%s\" is not followed by a number", path, keys[i]);
+            rc = FF_ECORRUPT;
+        }
+    if (rc == FF_OK && !model_ok(&tmp)) {
+        snprintf(err, err_len, "%s: alphas and reduce_Bps must be >= 0, betas > 0", path);
+        rc = FF_ECORRUPT;
+    }
+    free(text);
+    if (rc == FF_OK)
+        *m = tmp;
+    return rc;
+}
+
+/* ---- the context's layer ---- */
+
+static int env_int(const char *name, int *out)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || x < 1 || x > 1 << 20)
+        return -1;
+    *out = (int)x;
+    return 1;
+}
+
+int ff_coll_layer_init(ff_ctx *ctx)
+{
+    /* The communication first, on every rank whatever happens locally. */
+    int size = ctx->size, leader = ctx->rank, ok, all_ok;
+    struct ff_coll_layer *L = calloc(1, sizeof *L);
+    int *leaders = malloc((size_t)size * sizeof(int));
+    int *node_of = malloc((size_t)size * sizeof(int));
+    MPI_Comm node_comm = MPI_COMM_NULL;
+    int mrc = MPI_Comm_split_type(ctx->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_comm);
+    if (mrc == MPI_SUCCESS) {
+        mrc = MPI_Allreduce(&ctx->rank, &leader, 1, MPI_INT, MPI_MIN, node_comm);
+        MPI_Comm_free(&node_comm);
+    }
+    ok = mrc == MPI_SUCCESS && L && leaders && node_of;
+    mrc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, ctx->comm);
+    if (mrc == MPI_SUCCESS && all_ok)
+        mrc = MPI_Allgather(&leader, 1, MPI_INT, leaders, 1, MPI_INT, ctx->comm);
+    if (mrc != MPI_SUCCESS || !all_ok) {
+        free(L), free(leaders), free(node_of);
+        return mrc != MPI_SUCCESS ? ff_mpi_error(ctx, mrc, "finding the nodes")
+                                  : ff_set_error(ctx, FF_ENOMEM, "out of memory finding the nodes");
+    }
+    ctx->coll = L;
+    L->node_of = node_of;
+    /* nodes numbered in the order of their lowest rank (the leader) */
+    for (int r = 0; r < size; r++) {
+        if (leaders[r] == r)
+            leaders[r] = -1 - L->n_nodes++; /* marks node index */
+    }
+    for (int r = 0; r < size; r++)
+        node_of[r] = leaders[r] < 0 ? -1 - leaders[r] : -1 - leaders[leaders[r]];
+    free(leaders);
+
+    int k = 0, rc = env_int("FF_RANKS_PER_NODE", &k);
+    if (rc < 0)
+        return ff_set_error(ctx, FF_EINVAL, "FF_RANKS_PER_NODE=%s: expected a positive integer",
+                            getenv("FF_RANKS_PER_NODE"));
+    if (rc > 0) {
+        L->per_node_override = k;
+        for (int r = 0; r < size; r++)
+            node_of[r] = r / k;
+        L->n_nodes = (size + k - 1) / k;
+    }
+    ff_coll_model_default(&L->model);
+    const char *profile = getenv("FF_PROFILE");
+    if (profile && *profile) {
+        char err[256];
+        int prc = ff_coll_model_read(profile, &L->model, err, sizeof err);
+        if (prc != FF_OK)
+            return ff_set_error(ctx, prc, "FF_PROFILE: %s", err);
+    }
+    L->forced = FF_ALGO_AUTO;
+    const char *algo = getenv("FF_ALGO");
+    if (algo && *algo) {
+        int a = ff_algo_parse(algo);
+        if (a < 0)
+            return ff_set_error(ctx, FF_EINVAL,
+                                "FF_ALGO=%s: expected auto, mpi, ring, rec, hier-ring or hier-rec",
+                                algo);
+        L->forced = (ff_algo)a;
+    }
+    return FF_OK;
+}
+
+void ff_coll_layer_free(ff_ctx *ctx)
+{
+    struct ff_coll_layer *L = ctx->coll;
+    if (!L)
+        return;
+    while (L->topos) {
+        ff_topo *t = L->topos;
+        L->topos = t->next;
+        free(t->node);
+        free(t->member);
+        free(t);
+    }
+    free(L->node_of);
+    free(L);
+    ctx->coll = NULL;
+}
+
+/* ---- a group's layout ---- */
+
+static int max_count(const int *count, int n)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (count[i] > m)
+            m = count[i];
+    return m;
+}
+
+/* The busiest node's count of off-node messages, for the cost model. */
+static void cross_counts(ff_topo *t, int *count)
+{
+    int p = t->p, N = t->n_nodes;
+    const int *nd = t->node;
+    memset(count, 0, (size_t)N * sizeof *count);
+    for (int r = 0; r < p && N > 1; r++)
+        count[nd[r]] += nd[r] != nd[(r + 1) % p];
+    t->ring_cross = max_count(count, N);
+    int pof2 = ff_floor_pow2(p), rem = p - pof2;
+#define PART(v) ((v) < rem ? 2 * (v) + 1 : (v) + rem)
+    for (int l = 0; l < FF_MAX_LOG2 && (1 << l) < pof2; l++) {
+        memset(count, 0, (size_t)N * sizeof *count);
+        for (int v = 0; v < pof2; v++)
+            count[nd[PART(v)]] += nd[PART(v)] != nd[PART(v ^ (1 << l))];
+        t->rd_cross[l] = max_count(count, N);
+    }
+#undef PART
+    memset(count, 0, (size_t)N * sizeof *count);
+    for (int e = 0; e < 2 * rem; e += 2)
+        count[nd[e]] += nd[e] != nd[e + 1];
+    t->fold_cross = max_count(count, N);
+}
+
+const ff_topo *ff_group_topo(ff_group *g)
+{
+    if (g->topo)
+        return g->topo;
+    ff_ctx *ctx = g->ctx;
+    struct ff_coll_layer *L = ctx->coll;
+    if (!L)
+        return NULL;
+    int p = g->size;
+    ff_topo *t = calloc(1, sizeof *t);
+    int *idx = malloc((size_t)p * sizeof(int)), *crank = malloc((size_t)p * sizeof(int));
+    int *map = malloc(((size_t)L->n_nodes + (size_t)p) * sizeof(int));
+    int *count = calloc((size_t)p, sizeof(int));
+    if (t)
+        t->node = malloc((size_t)p * sizeof(int));
+    if (!t || !idx || !crank || !map || !count || !t->node) {
+        if (t)
+            free(t->node);
+        free(t), free(idx), free(crank), free(map), free(count);
+        return NULL;
+    }
+    t->p = p;
+    MPI_Group gg, cg;
+    MPI_Comm_group(g->comm, &gg);
+    MPI_Comm_group(ctx->comm, &cg);
+    for (int i = 0; i < p; i++)
+        idx[i] = i;
+    MPI_Group_translate_ranks(gg, p, idx, cg, crank);
+    MPI_Group_free(&gg);
+    MPI_Group_free(&cg);
+    /* group-local node numbers, in order of first appearance; a member that
+     * is not in the context's communicator counts as a node of its own */
+    for (int i = 0; i < L->n_nodes + p; i++)
+        map[i] = -1;
+    for (int r = 0; r < p; r++) {
+        int id = (crank[r] == MPI_UNDEFINED || crank[r] < 0 || crank[r] >= ctx->size)
+                     ? L->n_nodes + r
+                     : L->node_of[crank[r]];
+        if (map[id] < 0)
+            map[id] = t->n_nodes++;
+        t->node[r] = map[id];
+        count[t->node[r]]++;
+    }
+    t->per_node = count[0];
+    for (int j = 1; j < t->n_nodes; j++)
+        if (count[j] != t->per_node)
+            t->per_node = 0;
+    t->my_node = t->node[g->rank];
+    if (t->per_node > 0) {
+        t->member = malloc((size_t)p * sizeof(int));
+        if (!t->member) {
+            free(t->node), free(t), free(idx), free(crank), free(map), free(count);
+            return NULL;
+        }
+        memset(count, 0, (size_t)t->n_nodes * sizeof(int));
+        for (int r = 0; r < p; r++) {
+            int j = t->node[r], i = count[j]++;
+            t->member[j * t->per_node + i] = r;
+            if (r == g->rank)
+                t->my_local = i;
+        }
+    }
+    cross_counts(t, count);
+    free(idx), free(crank), free(map), free(count);
+    t->next = L->topos;
+    L->topos = t;
+    g->topo = t;
+    return t;
+}
+
+void ff_group_topology(ff_group *g, int *nodes, int *ranks_per_node)
+{
+    const ff_topo *t = ff_group_topo(g);
+    *nodes = t ? t->n_nodes : 1;
+    *ranks_per_node = t ? t->per_node : g->size;
+}
+
+int ff_ctx_node_of(const ff_ctx *ctx, int rank)
+{
+    if (!ctx || !ctx->coll || rank < 0 || rank >= ctx->size)
+        return 0;
+    return ctx->coll->node_of[rank];
+}
+
+int ff_ctx_nodes(const ff_ctx *ctx) { return ctx && ctx->coll ? ctx->coll->n_nodes : 1; }
+
+/* ---- predicted times ---- */
+
+static double step_t(const ff_coll_model *m, double bytes, int streams)
+{
+    if (streams <= 0)
+        return m->alpha_intra_s + bytes / m->beta_intra_Bps;
+    return m->alpha_inter_s + bytes * streams / m->beta_inter_Bps;
+}
+
+/* Recursive doubling (or halving: the same steps in reverse) over the whole
+ * group, blocks of B bytes; the fold moves fold_in and fold_out blocks. */
+static double rec_time(const ff_topo *t, const ff_coll_model *m, double B, double fold_in,
+                       double fold_out)
+{
+    int p = t->p, pof2 = ff_floor_pow2(p);
+    double scale = (double)p / pof2, T = 0;
+    for (int l = 0; (1 << l) < pof2; l++)
+        T += step_t(m, B * (double)(1 << l) * scale, t->rd_cross[l]);
+    if (p > pof2 && fold_in > 0)
+        T += step_t(m, B * fold_in, t->fold_cross);
+    if (p > pof2 && fold_out > 0)
+        T += step_t(m, B * fold_out, t->fold_cross);
+    return T;
+}
+
+/* The inter-node phase of a hierarchical algorithm: N nodes, k streams. */
+static double inter_time(const ff_topo *t, const ff_coll_model *m, double B, int rec,
+                         double fold_in, double fold_out)
+{
+    int N = t->n_nodes, k = t->per_node;
+    if (N <= 1)
+        return 0;
+    if (!rec)
+        return (N - 1) * step_t(m, B, k);
+    int pof2 = ff_floor_pow2(N);
+    double scale = (double)N / pof2, T = 0;
+    for (int l = 0; (1 << l) < pof2; l++)
+        T += step_t(m, B * (double)(1 << l) * scale, k);
+    if (N > pof2 && fold_in > 0)
+        T += step_t(m, B * fold_in, k);
+    if (N > pof2 && fold_out > 0)
+        T += step_t(m, B * fold_out, k);
+    return T;
+}
+
+static double predict_comm(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff_algo algo,
+                           double B, int ar);
+
+static double predict(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff_algo algo,
+                      size_t count, ff_wire wire)
+{
+    int p = t->p;
+    double e = (double)ff_wire_size(wire);
+    if (p <= 1)
+        return 0;
+    int ar = coll == FF_COLL_ALLREDUCE;
+    double B = ar ? (double)count * e / p : (double)count * e; /* one block */
+    if ((algo == FF_ALGO_HIER_RING || algo == FF_ALGO_HIER_REC) && t->per_node == 0)
+        algo = algo == FF_ALGO_HIER_REC ? FF_ALGO_REC : FF_ALGO_RING;
+    /* additions: every algorithm adds (p-1) blocks into the accumulator of
+     * a reduce-scatter (the fold's one whole-vector addition is ignored) */
+    double adds = 0;
+    if (coll != FF_COLL_ALLGATHER && m->reduce_Bps > 0)
+        adds = (p - 1) * B / m->reduce_Bps;
+    double T = predict_comm(t, m, coll, algo, B, ar);
+    return T < 0 ? T : T + adds;
+}
+
+static double predict_comm(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff_algo algo,
+                           double B, int ar)
+{
+    int p = t->p;
+    switch (algo) {
+    case FF_ALGO_RING: return (ar ? 2.0 : 1.0) * (p - 1) * step_t(m, B, t->ring_cross);
+    case FF_ALGO_REC:
+        if (ar) /* RS with the fold in of the whole vector, AG with its fold out */
+            return rec_time(t, m, B, p, 0) + rec_time(t, m, B, 0, p);
+        return coll == FF_COLL_ALLGATHER ? rec_time(t, m, B, 1, p - 1) : rec_time(t, m, B, p, 1);
+    case FF_ALGO_HIER_RING:
+    case FF_ALGO_HIER_REC: {
+        int rec = algo == FF_ALGO_HIER_REC, N = t->n_nodes, k = t->per_node;
+        double intra = (k - 1) * step_t(m, N * B, 0);
+        if (ar)
+            return 2 * intra + inter_time(t, m, B, rec, N, 0) + inter_time(t, m, B, rec, 0, N);
+        return intra + (coll == FF_COLL_ALLGATHER ? inter_time(t, m, B, rec, 1, N - 1)
+                                                  : inter_time(t, m, B, rec, N, 1));
+    }
+    default: return -1;
+    }
+}
+
+/* 1 if AUTO may pick `algo` (see ff_coll_model.strict_volume). */
+static int eligible(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff_algo algo,
+                    size_t count)
+{
+    int p = t->p, even = coll != FF_COLL_ALLREDUCE || count % (size_t)p == 0;
+    /* the recursive and hierarchical ones send up to a whole buffer at once */
+    size_t whole = coll == FF_COLL_ALLREDUCE ? count : count * (size_t)p;
+    if (whole > 0x7fffffff)
+        return 0;
+    switch (algo) {
+    case FF_ALGO_REC: return !m->strict_volume || (ff_is_pow2(p) && even);
+    case FF_ALGO_HIER_RING:
+    case FF_ALGO_HIER_REC:
+        if (t->per_node == 0 || t->n_nodes < 2 || t->per_node < 2)
+            return 0; /* not different from a flat algorithm */
+        return !m->strict_volume || (even && (algo == FF_ALGO_HIER_RING || ff_is_pow2(t->n_nodes)));
+    default: return 0;
+    }
+}
+
+int ff_algo_supports(ff_algo algo, ff_coll coll)
+{
+    if (algo < 0 || algo >= FF_NALGO || coll < 0 || coll >= FF_NCOLL)
+        return 0;
+    return coll != FF_COLL_ALLTOALL || algo <= FF_ALGO_RING;
+}
+
+ff_algo ff_coll_select(ff_group *g, ff_coll coll, size_t count, ff_wire wire)
+{
+    struct ff_coll_layer *L = g->ctx->coll;
+    if (L && L->forced != FF_ALGO_AUTO && ff_algo_supports(L->forced, coll))
+        return L->forced;
+    if (coll == FF_COLL_ALLTOALL || g->size <= 2)
+        return FF_ALGO_RING; /* p = 2: every algorithm is the same exchange */
+    const ff_topo *t = ff_group_topo(g);
+    if (!t)
+        return FF_ALGO_RING;
+    ff_algo best = FF_ALGO_RING;
+    double best_t = predict(t, &L->model, coll, FF_ALGO_RING, count, wire);
+    static const ff_algo others[] = {FF_ALGO_REC, FF_ALGO_HIER_RING, FF_ALGO_HIER_REC};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        if (!eligible(t, &L->model, coll, others[i], count))
+            continue;
+        double tt = predict(t, &L->model, coll, others[i], count, wire);
+        if (tt < best_t * (1 - 1e-9)) { /* ties keep the earlier (ring first) */
+            best = others[i];
+            best_t = tt;
+        }
+    }
+    return best;
+}
+
+ff_algo ff_coll_choose(ff_group *g, ff_coll coll, size_t count, ff_wire wire)
+{
+    if (!g || coll < 0 || coll >= FF_NCOLL)
+        return FF_ALGO_RING;
+    return ff_coll_select(g, coll, count, wire);
+}
+
+double ff_coll_predict(ff_group *g, ff_coll coll, ff_algo algo, size_t count, ff_wire wire)
+{
+    if (!g || coll < 0 || coll >= FF_NCOLL || !ff_algo_supports(algo, coll))
+        return -1;
+    if (algo == FF_ALGO_AUTO)
+        algo = ff_coll_select(g, coll, count, wire);
+    const ff_topo *t = ff_group_topo(g);
+    if (!t || algo == FF_ALGO_MPI)
+        return -1;
+    return predict(t, &g->ctx->coll->model, coll, algo, count, wire);
+}

@@ -1,0 +1,304 @@
+/* Local matrix products: panelled for progress, with mode tuning
+ * (include/fourfold/gemm.h). */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fourfold/comm.h"
+#include "fourfold/gemm.h"
+#include "fourfold/trace.h"
+#include "internal.h"
+
+/* A panel is about this many flops (~5 ms of one core here), and at least
+ * FF_GEMM_PANEL_MIN_ROWS rows: every panel packs the whole other operand
+ * again, which costs about 16/rows of the rate here (80 GFLOP/s against
+ * ~10 GB/s of packing; measured: 10-40% below 128 rows, docs/linear.md). A
+ * collective in flight gets a progress call between panels. */
+#define FF_GEMM_PANEL_FLOPS 400e6
+#define FF_GEMM_PANEL_MIN_ROWS 256
+/* Tuning times candidates on a scratch output of at most this many floats;
+ * larger products are timed on their first rows only. */
+#define FF_GEMM_TUNE_MAX_ELEMS ((int64_t)1 << 24)
+
+typedef struct {
+    int ta, tb;
+    int64_t m, n, k;
+    char name[32];
+    double seconds[FF_GEMM_NMODES]; /* < 0: not a candidate */
+    int differs[FF_GEMM_NMODES];    /* 1: result not bitwise equal to direct's */
+    int mode;
+    int64_t tuned_rows; /* rows the candidates were timed on */
+    uint64_t calls;
+} tuned_shape;
+
+struct ff_gemm {
+    ff_ctx *ctx;
+    ff_gemm_tune tune;
+    int forced; /* -1 or a mode */
+    int64_t panel_rows; /* 0: ff_gemm_panel_rows() */
+    tuned_shape *shapes;
+    int n_shapes, cap_shapes;
+    float *tr_a, *tr_b, *tr_c; /* scratch for explicit transposes */
+    size_t cap_a, cap_b, cap_c;
+    double flops, seconds;
+};
+
+static const char *const mode_names[FF_GEMM_NMODES] = {"direct", "A^T", "B^T", "A^T B^T", "C^T"};
+
+const char *ff_gemm_mode_name(int mode)
+{
+    return mode >= 0 && mode < FF_GEMM_NMODES ? mode_names[mode] : "?";
+}
+
+int ff_gemm_create(ff_ctx *ctx, ff_gemm_tune tune, ff_gemm **out)
+{
+    *out = NULL;
+    ff_gemm *g = calloc(1, sizeof *g);
+    if (!g)
+        return ff_set_error(ctx, FF_ENOMEM, "out of memory for the GEMM tuner");
+    g->ctx = ctx;
+    g->tune = tune;
+    g->forced = -1;
+    *out = g;
+    return FF_OK;
+}
+
+void ff_gemm_destroy(ff_gemm *g)
+{
+    if (!g)
+        return;
+    free(g->shapes);
+    free(g->tr_a);
+    free(g->tr_b);
+    free(g->tr_c);
+    free(g);
+}
+
+void ff_gemm_force_mode(ff_gemm *g, int mode)
+{
+    g->forced = (mode >= 0 && mode < FF_GEMM_NMODES) ? mode : -1;
+}
+
+void ff_gemm_set_panel_rows(ff_gemm *g, int64_t rows) { g->panel_rows = rows > 0 ? rows : 0; }
+
+int64_t ff_gemm_panel_rows(int64_t m, int64_t n, int64_t k)
+{
+    double per_row = 2.0 * (double)(n > 0 ? n : 1) * (double)(k > 0 ? k : 1);
+    int64_t rows = (int64_t)(FF_GEMM_PANEL_FLOPS / per_row) + 1;
+    rows = (rows + 15) / 16 * 16;
+    if (rows < FF_GEMM_PANEL_MIN_ROWS)
+        rows = FF_GEMM_PANEL_MIN_ROWS;
+    return rows >= m ? (m > 0 ? m : 1) : rows;
+}
+
+static int grow(ff_gemm *g, float **buf, size_t *cap, size_t elems)
+{
+    if (*cap >= elems)
+        return FF_OK;
+    float *p = realloc(*buf, elems * sizeof(float));
+    if (!p)
+        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for a %zu-float GEMM scratch", elems);
+    *buf = p;
+    *cap = elems;
+    return FF_OK;
+}
+
+/* dst (cols x rows, leading dim rows) = src (rows x cols, leading dim lds)^T,
+ * in tiles so both sides stay in cache */
+static void transpose(float *dst, const float *src, int64_t rows, int64_t cols, int64_t lds)
+{
+    enum { TILE = 32 };
+    for (int64_t i0 = 0; i0 < rows; i0 += TILE)
+        for (int64_t j0 = 0; j0 < cols; j0 += TILE) {
+            int64_t i1 = i0 + TILE < rows ? i0 + TILE : rows;
+            int64_t j1 = j0 + TILE < cols ? j0 + TILE : cols;
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++)
+                    dst[j * rows + i] = src[i * lds + j];
+        }
+}
+
+static enum CBLAS_TRANSPOSE tr(int t) { return t ? CblasTrans : CblasNoTrans; }
+
+/* One product in one mode, in row panels with a progress call between them. */
+static int run_mode(ff_gemm *g, int mode, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                    float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                    float beta, float *c, int64_t ldc)
+{
+    int rc;
+    if (mode & 1) { /* store op(A) the other way round */
+        int64_t rows = ta ? k : m, cols = ta ? m : k;
+        if ((rc = grow(g, &g->tr_a, &g->cap_a, (size_t)(rows * cols))))
+            return rc;
+        transpose(g->tr_a, a, rows, cols, lda);
+        a = g->tr_a;
+        lda = rows;
+        ta = !ta;
+    }
+    if (mode & 2) {
+        int64_t rows = tb ? n : k, cols = tb ? k : n;
+        if ((rc = grow(g, &g->tr_b, &g->cap_b, (size_t)(rows * cols))))
+            return rc;
+        transpose(g->tr_b, b, rows, cols, ldb);
+        b = g->tr_b;
+        ldb = rows;
+        tb = !tb;
+    }
+    int64_t panel = g->panel_rows > 0 ? g->panel_rows : ff_gemm_panel_rows(m, n, k);
+    if (mode == FF_GEMM_MODE_TPROD &&
+        (rc = grow(g, &g->tr_c, &g->cap_c, (size_t)(n * panel))))
+        return rc;
+    for (int64_t r0 = 0; r0 < m; r0 += panel) {
+        int64_t rows = m - r0 < panel ? m - r0 : panel;
+        const float *ap = ta ? a + r0 : a + r0 * lda;
+        float *cp = c + r0 * ldc;
+        if (mode == FF_GEMM_MODE_TPROD) {
+            /* T (n x rows) = op(B)^T op(A_panel)^T, then C_panel = alpha T^T + beta C_panel */
+            cblas_sgemm(CblasRowMajor, tr(!tb), tr(!ta), (int)n, (int)rows, (int)k, 1.0f, b,
+                        (int)ldb, ap, (int)lda, 0.0f, g->tr_c, (int)rows);
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    float t = alpha * g->tr_c[j * rows + i];
+                    cp[i * ldc + j] = beta == 0.0f ? t : beta * cp[i * ldc + j] + t;
+                }
+        } else {
+            cblas_sgemm(CblasRowMajor, tr(ta), tr(tb), (int)rows, (int)n, (int)k, alpha, ap,
+                        (int)lda, b, (int)ldb, beta, cp, (int)ldc);
+        }
+        if (r0 + panel < m)
+            ff_poll(g->ctx);
+    }
+    return FF_OK;
+}
+
+static tuned_shape *find_shape(ff_gemm *g, int ta, int tb, int64_t m, int64_t n, int64_t k)
+{
+    for (int i = 0; i < g->n_shapes; i++) {
+        tuned_shape *s = &g->shapes[i];
+        if (s->ta == ta && s->tb == tb && s->m == m && s->n == n && s->k == k)
+            return s;
+    }
+    return NULL;
+}
+
+/* Times every candidate once on a scratch output and records the fastest of
+ * those whose result equals the direct call's bit for bit (all of them on the
+ * OpenBLAS builds measured; but OpenBLAS may route a small NN product with
+ * beta = 0 to a different kernel on AVX-512 machines, so this is checked, not
+ * assumed). The transposed product is exempt under FF_GEMM_TUNE_ALL. */
+static int tune_shape(ff_gemm *g, const char *name, int ta, int tb, int64_t m, int64_t n,
+                      int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      tuned_shape **out)
+{
+    if (g->n_shapes == g->cap_shapes) {
+        int cap = g->cap_shapes ? 2 * g->cap_shapes : 16;
+        tuned_shape *p = realloc(g->shapes, (size_t)cap * sizeof *p);
+        if (!p)
+            return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the GEMM tuner");
+        g->shapes = p;
+        g->cap_shapes = cap;
+    }
+    tuned_shape *s = &g->shapes[g->n_shapes];
+    memset(s, 0, sizeof *s);
+    s->ta = ta, s->tb = tb, s->m = m, s->n = n, s->k = k;
+    snprintf(s->name, sizeof s->name, "%s", name ? name : "gemm");
+    for (int i = 0; i < FF_GEMM_NMODES; i++)
+        s->seconds[i] = -1.0;
+    s->mode = FF_GEMM_MODE_DIRECT;
+
+    int n_modes = g->tune == FF_GEMM_TUNE_ALL ? FF_GEMM_NMODES : 4;
+    int64_t rows = m;
+    if (rows * n > FF_GEMM_TUNE_MAX_ELEMS)
+        rows = FF_GEMM_TUNE_MAX_ELEMS / (n > 0 ? n : 1) > 0 ? FF_GEMM_TUNE_MAX_ELEMS / n : 1;
+    s->tuned_rows = rows;
+    size_t elems = (size_t)(rows * n);
+    float *ref = malloc(elems * sizeof(float) + 1), *scratch = malloc(elems * sizeof(float) + 1);
+    if (!ref || !scratch) {
+        free(ref), free(scratch);
+        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for GEMM tuning");
+    }
+    int rc = FF_OK;
+    for (int mode = 0; mode < n_modes && rc == FF_OK; mode++) {
+        float *dst = mode ? scratch : ref;
+        double t0 = ff_now();
+        rc = run_mode(g, mode, ta, tb, rows, n, k, 1.0f, a, lda, b, ldb, 0.0f, dst, n);
+        s->seconds[mode] = ff_now() - t0;
+        s->differs[mode] = mode && memcmp(dst, ref, elems * sizeof(float)) != 0;
+        int allowed = !s->differs[mode] || mode == FF_GEMM_MODE_TPROD;
+        if (allowed && s->seconds[mode] < s->seconds[s->mode])
+            s->mode = mode;
+    }
+    free(ref);
+    free(scratch);
+    if (rc)
+        return rc;
+    g->n_shapes++;
+    *out = s;
+    return FF_OK;
+}
+
+int ff_gemm_run(ff_gemm *g, const char *name, int trans_a, int trans_b, int64_t m, int64_t n,
+                int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                float beta, float *c, int64_t ldc)
+{
+    if (m <= 0 || n <= 0)
+        return FF_OK;
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX ||
+        ldc > INT32_MAX)
+        return ff_set_error(g->ctx, FF_EINVAL,
+                            "GEMM %s: a dimension exceeds the BLAS's 32-bit integers",
+                            name ? name : "gemm");
+    ff_trace_begin(g->ctx, name ? name : "gemm");
+    int mode = FF_GEMM_MODE_DIRECT, rc = FF_OK;
+    if (g->forced >= 0) {
+        mode = g->forced;
+    } else if (g->tune != FF_GEMM_TUNE_OFF && k > 0) {
+        tuned_shape *s = find_shape(g, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k);
+        if (!s)
+            rc = tune_shape(g, name, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k, a, lda, b, ldb, &s);
+        if (rc == FF_OK) {
+            mode = s->mode;
+            s->calls++;
+        }
+    }
+    double t0 = ff_now();
+    if (rc == FF_OK)
+        rc = run_mode(g, mode, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k, alpha, a, lda, b, ldb,
+                      beta, c, ldc);
+    g->seconds += ff_now() - t0;
+    g->flops += 2.0 * (double)m * (double)n * (double)k;
+    ff_trace_end(g->ctx);
+    return rc;
+}
+
+void ff_gemm_report(const ff_gemm *g, FILE *out)
+{
+    fprintf(out, "%-20s %2s %2s %7s %7s %7s %6s  %-8s", "gemm", "tA", "tB", "m", "n", "k",
+            "calls", "chosen");
+    for (int i = 0; i < FF_GEMM_NMODES; i++)
+        fprintf(out, " %9s", mode_names[i]);
+    fprintf(out, "  (ms per candidate, timed once on `rows` rows; * = result differs)\n");
+    for (int i = 0; i < g->n_shapes; i++) {
+        const tuned_shape *s = &g->shapes[i];
+        fprintf(out, "%-20s %2d %2d %7lld %7lld %7lld %6llu  %-8s", s->name, s->ta, s->tb,
+                (long long)s->m, (long long)s->n, (long long)s->k, (unsigned long long)s->calls,
+                mode_names[s->mode]);
+        for (int j = 0; j < FF_GEMM_NMODES; j++) {
+            if (s->seconds[j] < 0)
+                fprintf(out, " %9s", "-");
+            else
+                fprintf(out, " %8.3f%c", 1e3 * s->seconds[j], s->differs[j] ? '*' : ' ');
+        }
+        fprintf(out, "  rows %lld\n", (long long)s->tuned_rows);
+    }
+}
+
+void ff_gemm_totals(const ff_gemm *g, double *flops, double *seconds)
+{
+    if (flops)
+        *flops = g->flops;
+    if (seconds)
+        *seconds = g->seconds;
+}
+
+void ff_gemm_totals_reset(ff_gemm *g) { g->flops = g->seconds = 0.0; }

@@ -1,0 +1,967 @@
+/* The 3D parallel linear layer and its sequence (include/fourfold/linear.h).
+ *
+ * Weight uses follow a program fixed before the run, so every overlap is a
+ * decision about *when* a collective is posted or waited on, never about what
+ * is computed: results are bitwise identical with any switch combination. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fourfold/linear.h"
+#include "fourfold/rng.h"
+#include "fourfold/trace.h"
+#include "internal.h"
+
+enum { POOL_SLOTS = 32, NAME_LEN = 32 };
+
+struct ff_linear {
+    ff_linear_seq *seq;
+    int index;
+    char name[NAME_LEN];
+    ff_linear_kind kind;
+    ff_weight_layout layout;
+    int64_t k, n;
+    int has_bias;
+    int64_t *col_perm; /* NULL: identity */
+    uint32_t stream;
+
+    ff_group *grp_r, *grp_c, *grp_z; /* rows of W split over R, columns over C */
+    int gr, gc, gz;
+    int64_t kl, nl;     /* block rows and columns */
+    size_t block, shard; /* kl*nl, block/gz */
+
+    float *w, *b, *dw, *db; /* bound views */
+
+    /* run state */
+    float *w_gathered; /* pool buffer holding W_rc (gz > 1) */
+    ff_request *ag;    /* its all-gather, if in flight */
+    int held;          /* w_gathered is allocated (gathered or in flight) */
+    float *dw_block;   /* dW_rc of this run, accumulating over its backward uses */
+    int dw_contributions;
+    ff_request *rs;  /* the reduce-scatter in flight (ORS), possibly from an earlier run */
+    float *rs_send;  /* the dW_rc it reads */
+    float *rs_out;   /* its result, added into dw when it completes */
+    int cached;      /* AG cache member */
+    int last_backward; /* program index of the last backward use, -1 none */
+};
+
+struct ff_linear_seq {
+    ff_grid *grid;
+    ff_ctx *ctx;
+    ff_linear_opts opt;
+    ff_gemm *gemm;
+    ff_linear **layers;
+    int n_layers, cap_layers;
+
+    ff_linear_use *prog;
+    unsigned char *need_gather, *keep_after;
+    int n_prog;
+    int cursor, running;
+
+    struct {
+        float *ptr;
+        size_t elems;
+    } pool[POOL_SLOTS];
+    int n_pool;
+    size_t mem_cur, mem_peak;
+    int gathers, reused;
+};
+
+void ff_linear_opts_default(ff_linear_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->oar = o->ors = o->oag = 1;
+    o->ag_cache_layers = -1;
+    o->tune = FF_GEMM_TUNE_LAYOUTS;
+    o->coll.wire = FF_WIRE_FP32;
+    o->coll.algo = FF_ALGO_AUTO;
+}
+
+/* ---- buffers ----------------------------------------------------------------
+ * Gathered weights and gradient blocks come and go every layer; keeping freed
+ * ones avoids a fresh mmap (page faults and zeroing) per use. */
+
+static float *buf_take(ff_linear_seq *s, size_t elems)
+{
+    int best = -1;
+    for (int i = 0; i < s->n_pool; i++)
+        if (s->pool[i].elems >= elems && (best < 0 || s->pool[i].elems < s->pool[best].elems))
+            best = i;
+    float *p;
+    if (best >= 0) {
+        p = s->pool[best].ptr;
+        s->pool[best] = s->pool[--s->n_pool];
+    } else {
+        p = malloc((elems ? elems : 1) * sizeof(float));
+        if (!p) {
+            ff_set_error(s->ctx, FF_ENOMEM, "out of memory for a %zu-float layer buffer", elems);
+            return NULL;
+        }
+    }
+    s->mem_cur += elems * sizeof(float);
+    if (s->mem_cur > s->mem_peak)
+        s->mem_peak = s->mem_cur;
+    return p;
+}
+
+/* The pool does not record capacities of handed-out buffers, so callers give
+ * back the size they asked for; a buffer is reused only for requests no
+ * larger than that. */
+static void buf_give(ff_linear_seq *s, float *p, size_t elems)
+{
+    if (!p)
+        return;
+    s->mem_cur -= elems * sizeof(float);
+    if (s->n_pool < POOL_SLOTS) {
+        s->pool[s->n_pool].ptr = p;
+        s->pool[s->n_pool].elems = elems;
+        s->n_pool++;
+    } else {
+        free(p);
+    }
+}
+
+/* ---- sequence and layers ------------------------------------------------------ */
+
+int ff_linear_seq_create(ff_grid *grid, const ff_linear_opts *opts, ff_linear_seq **out)
+{
+    *out = NULL;
+    ff_ctx *ctx = ff_grid_ctx(grid);
+    ff_linear_seq *s = calloc(1, sizeof *s);
+    if (!s)
+        return ff_set_error(ctx, FF_ENOMEM, "out of memory for a layer sequence");
+    s->grid = grid;
+    s->ctx = ctx;
+    if (opts)
+        s->opt = *opts;
+    else
+        ff_linear_opts_default(&s->opt);
+    int rc = ff_gemm_create(ctx, s->opt.tune, &s->gemm);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return FF_OK;
+}
+
+static void layer_free(ff_linear *l)
+{
+    free(l->col_perm);
+    free(l);
+}
+
+void ff_linear_seq_destroy(ff_linear_seq *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->n_layers; i++) {
+        ff_linear *l = s->layers[i];
+        ff_wait(&l->ag);
+        ff_wait(&l->rs);
+        free(l->w_gathered);
+        free(l->dw_block);
+        free(l->rs_send);
+        free(l->rs_out);
+        layer_free(l);
+    }
+    for (int i = 0; i < s->n_pool; i++)
+        free(s->pool[i].ptr);
+    free(s->layers);
+    free(s->prog);
+    free(s->need_gather);
+    free(s->keep_after);
+    ff_gemm_destroy(s->gemm);
+    free(s);
+}
+
+static const char *kind_name(ff_linear_kind k) { return k == FF_LINEAR_N ? "N" : "T"; }
+
+int ff_linear_add(ff_linear_seq *s, const ff_linear_desc *d, ff_linear **out)
+{
+    *out = NULL;
+    ff_ctx *ctx = s->ctx;
+    const char *name = d->name ? d->name : "linear";
+    if (s->n_prog)
+        return ff_set_error(ctx, FF_EINVAL, "layer '%s' added after the program was set", name);
+    if (d->k <= 0 || d->n <= 0)
+        return ff_set_error(ctx, FF_EINVAL, "layer '%s': sizes k=%lld n=%lld must be positive",
+                            name, (long long)d->k, (long long)d->n);
+    if (d->kind != FF_LINEAR_N && d->kind != FF_LINEAR_T)
+        return ff_set_error(ctx, FF_EINVAL, "layer '%s': kind must be N or T", name);
+    ff_dims shape = ff_grid_shape(s->grid), me = ff_grid_coords(s->grid);
+    int n_kind = d->kind == FF_LINEAR_N;
+    int gr = n_kind ? shape.y : shape.x, gc = n_kind ? shape.x : shape.y;
+    const char *rname = n_kind ? "Gy" : "Gx", *cname = n_kind ? "Gx" : "Gy";
+    if (d->k % gr)
+        return ff_set_error(ctx, FF_EDIVIDE,
+                            "layer '%s' (%s, k=%lld, n=%lld): k=%lld is not divisible by %s=%d",
+                            name, kind_name(d->kind), (long long)d->k, (long long)d->n,
+                            (long long)d->k, rname, gr);
+    if (d->n % gc)
+        return ff_set_error(ctx, FF_EDIVIDE,
+                            "layer '%s' (%s, k=%lld, n=%lld): n=%lld is not divisible by %s=%d",
+                            name, kind_name(d->kind), (long long)d->k, (long long)d->n,
+                            (long long)d->n, cname, gc);
+    int64_t kl = d->k / gr, nl = d->n / gc;
+    if ((kl * nl) % shape.z)
+        return ff_set_error(ctx, FF_EDIVIDE,
+                            "layer '%s' (%s, k=%lld, n=%lld): its %lldx%lld weight block is not "
+                            "divisible into Gz=%d pieces",
+                            name, kind_name(d->kind), (long long)d->k, (long long)d->n,
+                            (long long)kl, (long long)nl, shape.z);
+    for (int i = 0; i < s->n_layers; i++)
+        if (s->layers[i]->stream == d->rng_stream)
+            return ff_set_error(ctx, FF_EINVAL,
+                                "layers '%s' and '%s' have the same rng_stream %u: they would be "
+                                "initialised with the same values",
+                                s->layers[i]->name, name, (unsigned)d->rng_stream);
+    ff_linear *l = calloc(1, sizeof *l);
+    if (!l)
+        return ff_set_error(ctx, FF_ENOMEM, "out of memory for layer '%s'", name);
+    if (d->col_perm) {
+        l->col_perm = malloc((size_t)d->n * sizeof(int64_t));
+        unsigned char *seen = calloc((size_t)d->n, 1);
+        int bad = !l->col_perm || !seen;
+        for (int64_t j = 0; !bad && j < d->n; j++) {
+            int64_t c = d->col_perm[j];
+            if (c < 0 || c >= d->n || seen[c])
+                bad = 2;
+            else
+                seen[c] = 1, l->col_perm[j] = c;
+        }
+        free(seen);
+        if (bad) {
+            layer_free(l);
+            return bad == 1 ? ff_set_error(ctx, FF_ENOMEM, "out of memory for layer '%s'", name)
+                            : ff_set_error(ctx, FF_EINVAL,
+                                           "layer '%s': col_perm is not a permutation of 0..%lld",
+                                           name, (long long)d->n - 1);
+        }
+    }
+    if (s->n_layers == s->cap_layers) {
+        int cap = s->cap_layers ? 2 * s->cap_layers : 16;
+        ff_linear **p = realloc(s->layers, (size_t)cap * sizeof *p);
+        if (!p) {
+            layer_free(l);
+            return ff_set_error(ctx, FF_ENOMEM, "out of memory for layer '%s'", name);
+        }
+        s->layers = p;
+        s->cap_layers = cap;
+    }
+    l->seq = s;
+    l->index = s->n_layers;
+    snprintf(l->name, sizeof l->name, "%s", name);
+    l->kind = d->kind;
+    l->layout = d->layout;
+    l->k = d->k;
+    l->n = d->n;
+    l->has_bias = d->bias != 0;
+    l->stream = d->rng_stream;
+    l->grp_r = ff_grid_group(s->grid, n_kind ? FF_GROUP_Y : FF_GROUP_X);
+    l->grp_c = ff_grid_group(s->grid, n_kind ? FF_GROUP_X : FF_GROUP_Y);
+    l->grp_z = ff_grid_group(s->grid, FF_GROUP_Z);
+    l->gr = gr;
+    l->gc = gc;
+    l->gz = shape.z;
+    l->kl = kl;
+    l->nl = nl;
+    l->block = (size_t)(kl * nl);
+    l->shard = l->block / (size_t)shape.z;
+    l->last_backward = -1;
+    (void)me;
+    s->layers[s->n_layers++] = l;
+    *out = l;
+    return FF_OK;
+}
+
+ff_linear *ff_linear_seq_layer(const ff_linear_seq *s, int i)
+{
+    return i >= 0 && i < s->n_layers ? s->layers[i] : NULL;
+}
+int ff_linear_seq_count(const ff_linear_seq *s) { return s->n_layers; }
+const char *ff_linear_name(const ff_linear *l) { return l->name; }
+ff_gemm *ff_linear_seq_gemm(ff_linear_seq *s) { return s->gemm; }
+
+ff_linear_sizes ff_linear_local_sizes(const ff_linear *l)
+{
+    ff_linear_sizes z;
+    z.w_shard = l->shard;
+    z.bias = l->has_bias ? (size_t)l->nl : 0;
+    z.block_rows = z.in_local = l->kl;
+    z.block_cols = z.out_local = l->nl;
+    return z;
+}
+
+void ff_linear_bind(ff_linear *l, float *w_shard, float *b, float *dw_shard, float *db)
+{
+    l->w = w_shard;
+    l->b = b;
+    l->dw = dw_shard;
+    l->db = db;
+}
+
+/* ---- the program ---------------------------------------------------------------- */
+
+int ff_linear_seq_set_program(ff_linear_seq *s, const ff_linear_use *uses, int n)
+{
+    ff_ctx *ctx = s->ctx;
+    if (s->running)
+        return ff_set_error(ctx, FF_EINVAL, "the program cannot change during a run");
+    if (n <= 0)
+        return ff_set_error(ctx, FF_EINVAL, "a program needs at least one use");
+    int *seen_fwd = calloc((size_t)s->n_layers + 1, sizeof(int));
+    if (!seen_fwd)
+        return ff_set_error(ctx, FF_ENOMEM, "out of memory for the program");
+    for (int u = 0; u < n; u++) {
+        int li = uses[u].layer;
+        if (li < 0 || li >= s->n_layers || uses[u].kind < FF_USE_FORWARD ||
+            uses[u].kind > FF_USE_BACKWARD) {
+            free(seen_fwd);
+            return ff_set_error(ctx, FF_EINVAL, "program use %d names no layer or kind", u);
+        }
+        if (uses[u].kind == FF_USE_BACKWARD && !seen_fwd[li]) {
+            free(seen_fwd);
+            return ff_set_error(ctx, FF_EINVAL,
+                                "program use %d: backward of '%s' before its forward", u,
+                                s->layers[li]->name);
+        }
+        if (uses[u].kind != FF_USE_BACKWARD)
+            seen_fwd[li] = 1;
+    }
+    free(seen_fwd);
+
+    ff_linear_use *prog = malloc((size_t)n * sizeof *prog);
+    unsigned char *need = calloc((size_t)n, 1), *keep = calloc((size_t)n, 1);
+    int *first_fwd = malloc((size_t)s->n_layers * sizeof(int));
+    if (!prog || !need || !keep || !first_fwd) {
+        free(prog), free(need), free(keep), free(first_fwd);
+        return ff_set_error(ctx, FF_ENOMEM, "out of memory for the program");
+    }
+    memcpy(prog, uses, (size_t)n * sizeof *prog);
+
+    /* AG cache: the last ag_cache_layers layers in order of first forward use;
+     * their weights are released first in the backward (paper IV-D) */
+    int n_fwd_layers = 0;
+    for (int i = 0; i < s->n_layers; i++)
+        first_fwd[i] = -1, s->layers[i]->cached = 0, s->layers[i]->last_backward = -1;
+    for (int u = 0; u < n; u++)
+        if (prog[u].kind == FF_USE_FORWARD && first_fwd[prog[u].layer] < 0)
+            first_fwd[prog[u].layer] = n_fwd_layers++;
+    int cache = s->opt.ag_cache_layers < 0 ? n_fwd_layers : s->opt.ag_cache_layers;
+    for (int i = 0; i < s->n_layers; i++)
+        if (first_fwd[i] >= 0 && first_fwd[i] >= n_fwd_layers - cache)
+            s->layers[i]->cached = 1;
+    free(first_fwd);
+
+    /* keep the gathered weight from use u to the layer's next use q when no
+     * other use lies between, when u recomputes and q is the backward, or when
+     * the layer is cached and u is its first forward */
+    for (int u = 0; u < n; u++) {
+        ff_linear *l = s->layers[prog[u].layer];
+        int q = u + 1;
+        while (q < n && prog[q].layer != prog[u].layer)
+            q++;
+        if (q < n)
+            keep[u] = q == u + 1 ||
+                      (prog[u].kind == FF_USE_RECOMPUTE && prog[q].kind == FF_USE_BACKWARD) ||
+                      (l->cached && prog[u].kind == FF_USE_FORWARD);
+        if (prog[u].kind == FF_USE_BACKWARD)
+            l->last_backward = u;
+    }
+    for (int u = 0; u < n; u++) {
+        int p = u - 1;
+        while (p >= 0 && prog[p].layer != prog[u].layer)
+            p--;
+        need[u] = !(p >= 0 && keep[p]);
+    }
+    s->gathers = s->reused = 0;
+    for (int u = 0; u < n; u++)
+        if (s->layers[prog[u].layer]->gz > 1) {
+            if (need[u])
+                s->gathers++;
+            else
+                s->reused++;
+        }
+    free(s->prog), free(s->need_gather), free(s->keep_after);
+    s->prog = prog;
+    s->need_gather = need;
+    s->keep_after = keep;
+    s->n_prog = n;
+    return FF_OK;
+}
+
+int ff_linear_seq_program_standard(ff_linear_seq *s, int block_layers)
+{
+    int L = s->n_layers, n = 0;
+    ff_linear_use *uses = malloc((size_t)(3 * L + 1) * sizeof *uses);
+    if (!uses)
+        return ff_set_error(s->ctx, FF_ENOMEM, "out of memory for the program");
+    for (int i = 0; i < L; i++)
+        uses[n++] = (ff_linear_use){i, FF_USE_FORWARD};
+    if (block_layers <= 0) {
+        for (int i = L - 1; i >= 0; i--)
+            uses[n++] = (ff_linear_use){i, FF_USE_BACKWARD};
+    } else {
+        int n_blocks = (L + block_layers - 1) / block_layers;
+        for (int blk = n_blocks - 1; blk >= 0; blk--) {
+            int lo = blk * block_layers, hi = lo + block_layers < L ? lo + block_layers : L;
+            for (int i = lo; i < hi; i++)
+                uses[n++] = (ff_linear_use){i, FF_USE_RECOMPUTE};
+            for (int i = hi - 1; i >= lo; i--)
+                uses[n++] = (ff_linear_use){i, FF_USE_BACKWARD};
+        }
+    }
+    int rc = ff_linear_seq_set_program(s, uses, n);
+    free(uses);
+    return rc;
+}
+
+void ff_linear_seq_gather_stats(const ff_linear_seq *s, int *gathers, int *reused)
+{
+    if (gathers)
+        *gathers = s->gathers;
+    if (reused)
+        *reused = s->reused;
+}
+
+void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak)
+{
+    if (current)
+        *current = s->mem_cur;
+    if (peak)
+        *peak = s->mem_peak;
+}
+
+/* ---- weight gathers ---------------------------------------------------------------- */
+
+static int post_gather(ff_linear *l)
+{
+    ff_linear_seq *s = l->seq;
+    l->w_gathered = buf_take(s, l->block);
+    if (!l->w_gathered)
+        return FF_ENOMEM;
+    l->held = 1;
+    /* W_rc = AllGather_Z(W_shard): piece z lands at offset z * shard */
+    return ff_iallgather(l->grp_z, l->w, l->w_gathered, l->shard, &s->opt.coll, &l->ag);
+}
+
+static void drop_gathered(ff_linear *l)
+{
+    buf_give(l->seq, l->w_gathered, l->block);
+    l->w_gathered = NULL;
+    l->held = 0;
+}
+
+/* OAG: post the all-gather of the next use after `after` that needs one,
+ * unless that layer still holds its buffer (it is released first). */
+static int prefetch(ff_linear_seq *s, int after)
+{
+    if (!s->opt.oag)
+        return FF_OK;
+    for (int v = after + 1; v < s->n_prog; v++) {
+        ff_linear *l = s->layers[s->prog[v].layer];
+        if (!s->need_gather[v] || l->gz == 1)
+            continue;
+        if (l->held)
+            return FF_OK;
+        return post_gather(l);
+    }
+    return FF_OK;
+}
+
+/* Adds a completed reduce-scatter into the gradient shard. */
+static void finish_rs(ff_linear *l)
+{
+    for (size_t e = 0; e < l->shard; e++)
+        l->dw[e] += l->rs_out[e];
+    buf_give(l->seq, l->rs_out, l->shard);
+    buf_give(l->seq, l->rs_send, l->block);
+    l->rs_out = l->rs_send = NULL;
+}
+
+/* Waits for the layer's reduce-scatter, if any, and adds its result. */
+static int wait_rs(ff_linear *l)
+{
+    if (!l->rs)
+        return FF_OK;
+    int rc = ff_wait(&l->rs);
+    if (rc == FF_OK)
+        finish_rs(l);
+    return rc;
+}
+
+int ff_linear_wait_grad(ff_linear *l) { return wait_rs(l); }
+
+int ff_linear_seq_wait_grads(ff_linear_seq *s)
+{
+    int rc = FF_OK;
+    for (int i = 0; i < s->n_layers; i++) {
+        int r = wait_rs(s->layers[i]);
+        if (r && rc == FF_OK)
+            rc = r;
+    }
+    return rc;
+}
+
+/* Completes reduce-scatters that have finished, without waiting. */
+static int reap(ff_linear_seq *s)
+{
+    for (int i = 0; i < s->n_layers; i++) {
+        ff_linear *l = s->layers[i];
+        if (!l->rs)
+            continue;
+        int done = 0, rc = ff_test(l->rs, &done);
+        if (rc)
+            return rc;
+        if (done) {
+            if ((rc = ff_wait(&l->rs)))
+                return rc;
+            finish_rs(l);
+        }
+    }
+    return FF_OK;
+}
+
+/* The program's next use must be (l, one of the kinds); returns the gathered
+ * weight, ready. */
+static int acquire(ff_linear *l, int backward, const float **w)
+{
+    ff_linear_seq *s = l->seq;
+    ff_ctx *ctx = s->ctx;
+    if (!s->running)
+        return ff_set_error(ctx, FF_EINVAL, "layer '%s' used outside ff_linear_seq_begin/end",
+                            l->name);
+    if (s->cursor >= s->n_prog)
+        return ff_set_error(ctx, FF_EINVAL, "layer '%s' used after the program's last use",
+                            l->name);
+    const ff_linear_use *u = &s->prog[s->cursor];
+    int is_bwd = u->kind == FF_USE_BACKWARD;
+    if (u->layer != l->index || is_bwd != backward) {
+        static const char *const kinds[] = {"forward", "recompute", "backward"};
+        return ff_set_error(ctx, FF_EINVAL,
+                            "layer '%s' %s called out of program order: use %d is the %s of '%s'",
+                            l->name, backward ? "backward" : "forward", s->cursor,
+                            kinds[u->kind], s->layers[u->layer]->name);
+    }
+    int rc = reap(s);
+    if (rc)
+        return rc;
+    if (l->gz == 1) {
+        *w = l->w;
+        return prefetch(s, s->cursor);
+    }
+    if (s->need_gather[s->cursor] && !l->held && (rc = post_gather(l)))
+        return rc;
+    if (!l->held)
+        return ff_set_error(ctx, FF_EINVAL, "layer '%s': gathered weight missing (internal)",
+                            l->name);
+    /* OAG: the next layer's gather goes out before this one waits or computes */
+    if ((rc = prefetch(s, s->cursor)))
+        return rc;
+    if ((rc = ff_wait(&l->ag)))
+        return rc;
+    *w = l->w_gathered;
+    return FF_OK;
+}
+
+static int release(ff_linear *l)
+{
+    ff_linear_seq *s = l->seq;
+    if (l->gz > 1 && !s->keep_after[s->cursor])
+        drop_gathered(l);
+    s->cursor++;
+    /* a gather the prefetch skipped because its buffer was still in use */
+    return prefetch(s, s->cursor - 1);
+}
+
+int ff_linear_seq_begin(ff_linear_seq *s)
+{
+    if (!s->n_prog)
+        return ff_set_error(s->ctx, FF_EINVAL, "no program set for the layer sequence");
+    if (s->running)
+        return ff_set_error(s->ctx, FF_EINVAL, "ff_linear_seq_begin called twice without end");
+    for (int i = 0; i < s->n_layers; i++) {
+        ff_linear *l = s->layers[i];
+        if (!l->w || (l->has_bias && !l->b))
+            return ff_set_error(s->ctx, FF_EINVAL, "layer '%s' has no bound %s", l->name,
+                                l->w ? "bias" : "weight");
+    }
+    s->running = 1;
+    s->cursor = 0;
+    return prefetch(s, -1);
+}
+
+int ff_linear_seq_end(ff_linear_seq *s)
+{
+    if (!s->running)
+        return ff_set_error(s->ctx, FF_EINVAL, "ff_linear_seq_end without begin");
+    s->running = 0;
+    int rc = FF_OK;
+    for (int i = 0; i < s->n_layers; i++) {
+        ff_linear *l = s->layers[i];
+        /* reduce-scatters stay in flight (ORS): ff_linear_seq_wait_grads */
+        if (l->ag) {
+            int r = ff_wait(&l->ag);
+            if (r && rc == FF_OK)
+                rc = r;
+        }
+        if (l->held)
+            drop_gathered(l);
+        if (l->dw_block) {
+            buf_give(s, l->dw_block, l->block);
+            l->dw_block = NULL;
+        }
+    }
+    if (rc == FF_OK && s->cursor != s->n_prog)
+        rc = ff_set_error(s->ctx, FF_EINVAL,
+                          "the run ended after %d of the program's %d uses", s->cursor, s->n_prog);
+    return rc;
+}
+
+/* ---- forward and backward ------------------------------------------------------------- */
+
+int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows)
+{
+    ff_linear_seq *s = l->seq;
+    const float *w;
+    int rc = acquire(l, 0, &w);
+    if (rc)
+        return rc;
+    char name[NAME_LEN + 8];
+    snprintf(name, sizeof name, "fwd %s", l->name);
+    /* out (rows, nl) = inp (rows, kl) W_rc: the partial sum over this rank's rows of W */
+    if (l->layout == FF_WEIGHT_KN)
+        rc = ff_gemm_run(s->gemm, name, 0, 0, rows, l->nl, l->kl, 1.0f, inp, l->kl, w, l->nl,
+                         0.0f, out, l->nl);
+    else
+        rc = ff_gemm_run(s->gemm, name, 0, 1, rows, l->nl, l->kl, 1.0f, inp, l->kl, w, l->kl,
+                         0.0f, out, l->nl);
+    if (rc)
+        return rc;
+    /* O = AllReduce_R(O); OAG's next gather advances during this wait */
+    ff_request *req = NULL;
+    if ((rc = ff_iallreduce(l->grp_r, out, out, (size_t)(rows * l->nl), &s->opt.coll, &req)) ||
+        (rc = ff_wait(&req)))
+        return rc;
+    if (l->has_bias)
+        for (int64_t i = 0; i < rows; i++) {
+            float *o = out + i * l->nl;
+            for (int64_t j = 0; j < l->nl; j++)
+                o[j] += l->b[j];
+        }
+    return release(l);
+}
+
+int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float *inp,
+                       int64_t rows)
+{
+    ff_linear_seq *s = l->seq;
+    ff_ctx *ctx = s->ctx;
+    if (!l->dw || (l->has_bias && !l->db))
+        return ff_set_error(ctx, FF_EINVAL, "layer '%s' has no bound gradient", l->name);
+    const float *w;
+    int rc = acquire(l, 1, &w);
+    if (rc)
+        return rc;
+    char name[NAME_LEN + 8];
+    ff_request *ar = NULL;
+    if (dinp) {
+        /* dI (rows, kl) = dO (rows, nl) W_rc^T, then AllReduce_C */
+        snprintf(name, sizeof name, "dI %s", l->name);
+        if (l->layout == FF_WEIGHT_KN)
+            rc = ff_gemm_run(s->gemm, name, 0, 1, rows, l->kl, l->nl, 1.0f, dout, l->nl, w, l->nl,
+                             0.0f, dinp, l->kl);
+        else
+            rc = ff_gemm_run(s->gemm, name, 0, 0, rows, l->kl, l->nl, 1.0f, dout, l->nl, w, l->kl,
+                             0.0f, dinp, l->kl);
+        if (rc)
+            return rc;
+        if ((rc = ff_iallreduce(l->grp_c, dinp, dinp, (size_t)(rows * l->kl), &s->opt.coll, &ar)))
+            return rc;
+        /* OAR: the all-reduce runs while dW is computed (paper IV-A) */
+        if (!s->opt.oar && (rc = ff_wait(&ar)))
+            return rc;
+    }
+
+    /* dW_rc (kl, nl) = I^T dO, accumulated over this run's backward uses of
+     * the layer; with Gz = 1 the block is the shard itself */
+    float *block = l->dw;
+    float beta = 1.0f;
+    if (l->gz > 1) {
+        if (!l->dw_block) {
+            if (!(l->dw_block = buf_take(s, l->block))) {
+                ff_wait(&ar);
+                return FF_ENOMEM;
+            }
+            l->dw_contributions = 0;
+        }
+        block = l->dw_block;
+        beta = l->dw_contributions ? 1.0f : 0.0f;
+    }
+    snprintf(name, sizeof name, "dW %s", l->name);
+    if (l->layout == FF_WEIGHT_KN)
+        rc = ff_gemm_run(s->gemm, name, 1, 0, l->kl, l->nl, rows, 1.0f, inp, l->kl, dout, l->nl,
+                         beta, block, l->nl);
+    else /* dW_rc^T (nl, kl) = dO^T I */
+        rc = ff_gemm_run(s->gemm, name, 1, 0, l->nl, l->kl, rows, 1.0f, dout, l->nl, inp, l->kl,
+                         beta, block, l->kl);
+    l->dw_contributions++;
+    if (rc) {
+        ff_wait(&ar);
+        return rc;
+    }
+    /* db (nl) += column sums of dO: this rank's rows; summed over ZD later */
+    if (l->has_bias)
+        for (int64_t i = 0; i < rows; i++) {
+            const float *g = dout + i * l->nl;
+            for (int64_t j = 0; j < l->nl; j++)
+                l->db[j] += g[j];
+        }
+    if ((rc = ff_wait(&ar)))
+        return rc;
+
+    int last = s->cursor == l->last_backward;
+    if ((rc = release(l)))
+        return rc;
+    if (!last || l->gz == 1)
+        return FF_OK;
+    /* dW_shard += ReduceScatter_Z(dW_rc); ORS defers the wait until the
+     * gradient is needed (paper IV-B). The previous micro-batch's result is
+     * added first, so the order of the additions never changes. */
+    if ((rc = wait_rs(l)))
+        return rc;
+    if (!(l->rs_out = buf_take(s, l->shard)))
+        return FF_ENOMEM;
+    l->rs_send = l->dw_block;
+    l->dw_block = NULL;
+    if ((rc = ff_ireduce_scatter(l->grp_z, l->rs_send, l->rs_out, l->shard, &s->opt.coll,
+                                 &l->rs))) {
+        buf_give(s, l->rs_out, l->shard);
+        buf_give(s, l->rs_send, l->block);
+        l->rs_out = l->rs_send = NULL;
+        return rc;
+    }
+    return s->opt.ors ? FF_OK : wait_rs(l);
+}
+
+int ff_linear_seq_allreduce_grads(ff_linear_seq *s)
+{
+    if (s->running)
+        return ff_set_error(s->ctx, FF_EINVAL, "gradients are reduced after ff_linear_seq_end");
+    int rc0 = ff_linear_seq_wait_grads(s);
+    if (rc0)
+        return rc0;
+    ff_request **reqs = calloc((size_t)(2 * s->n_layers + 1), sizeof *reqs);
+    if (!reqs)
+        return ff_set_error(s->ctx, FF_ENOMEM, "out of memory for gradient all-reduces");
+    ff_group *gd = ff_grid_group(s->grid, FF_GROUP_D), *gzd = ff_grid_group(s->grid, FF_GROUP_ZD);
+    int rc = FF_OK, n = 0;
+    for (int i = 0; i < s->n_layers && rc == FF_OK; i++) {
+        ff_linear *l = s->layers[i];
+        if (!l->dw)
+            continue;
+        rc = ff_iallreduce(gd, l->dw, l->dw, l->shard, &s->opt.coll, &reqs[n++]);
+        if (rc == FF_OK && l->has_bias && l->db)
+            rc = ff_iallreduce(gzd, l->db, l->db, (size_t)l->nl, &s->opt.coll, &reqs[n++]);
+    }
+    int rc2 = ff_waitall(reqs, n);
+    free(reqs);
+    return rc ? rc : rc2;
+}
+
+/* ---- canonical layout -------------------------------------------------------------------- */
+
+static int64_t canon_col(const ff_linear *l, int64_t permuted)
+{
+    return l->col_perm ? l->col_perm[permuted] : permuted;
+}
+
+static int64_t canon_index_at(const ff_linear *l, ff_dims c, size_t e)
+{
+    int n_kind = l->kind == FF_LINEAR_N;
+    int64_t rb = n_kind ? c.y : c.x, cb = n_kind ? c.x : c.y;
+    int64_t f = (int64_t)c.z * (int64_t)l->shard + (int64_t)e, i, j;
+    if (l->layout == FF_WEIGHT_KN)
+        i = f / l->nl, j = f % l->nl;
+    else
+        j = f / l->kl, i = f % l->kl;
+    int64_t row = rb * l->kl + i, col = canon_col(l, cb * l->nl + j);
+    return l->layout == FF_WEIGHT_KN ? row * l->n + col : col * l->k + row;
+}
+
+static int64_t canon_bias_at(const ff_linear *l, ff_dims c, size_t j)
+{
+    int64_t cb = l->kind == FF_LINEAR_N ? c.x : c.y;
+    return canon_col(l, cb * l->nl + (int64_t)j);
+}
+
+int64_t ff_linear_canonical_index(const ff_linear *l, size_t e)
+{
+    return canon_index_at(l, ff_grid_coords(l->seq->grid), e);
+}
+
+int64_t ff_linear_canonical_bias_index(const ff_linear *l, size_t j)
+{
+    return canon_bias_at(l, ff_grid_coords(l->seq->grid), j);
+}
+
+/* above the engine's collective tags (1..30000), below MPI's guaranteed
+ * upper bound of 32767, so a collective in flight on the same communicator
+ * cannot match */
+enum { TAG_SHARD = 32101, TAG_BIAS = 32102 };
+#define MAX_MSG_FLOATS ((size_t)1 << 28)
+
+static int send_floats(ff_ctx *ctx, MPI_Comm comm, const float *p, size_t n, int peer, int tag)
+{
+    for (size_t off = 0; off < n || (n == 0 && off == 0); off += MAX_MSG_FLOATS) {
+        size_t len = n - off < MAX_MSG_FLOATS ? n - off : MAX_MSG_FLOATS;
+        int rc = MPI_Send(p + off, (int)len, MPI_FLOAT, peer, tag, comm);
+        if (rc != MPI_SUCCESS)
+            return ff_mpi_error(ctx, rc, "MPI_Send of a shard");
+        if (n == 0)
+            break;
+    }
+    return FF_OK;
+}
+
+static int recv_floats(ff_ctx *ctx, MPI_Comm comm, float *p, size_t n, int peer, int tag)
+{
+    for (size_t off = 0; off < n || (n == 0 && off == 0); off += MAX_MSG_FLOATS) {
+        size_t len = n - off < MAX_MSG_FLOATS ? n - off : MAX_MSG_FLOATS;
+        int rc = MPI_Recv(p + off, (int)len, MPI_FLOAT, peer, tag, comm, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return ff_mpi_error(ctx, rc, "MPI_Recv of a shard");
+        if (n == 0)
+            break;
+    }
+    return FF_OK;
+}
+
+/* Arguments are checked on every rank and agreed before any message moves,
+ * so a mistake on one rank cannot leave the others blocked. */
+static int check_transfer(ff_linear *l, int root, int is_root, const void *canon, const void *shard,
+                          const void *bcanon, const void *b, float **buf)
+{
+    ff_ctx *ctx = l->seq->ctx;
+    int rc = FF_OK;
+    *buf = NULL;
+    if (is_root) {
+        size_t n = l->shard > (size_t)l->nl ? l->shard : (size_t)l->nl;
+        if (!(*buf = malloc(n * sizeof(float) + 1)))
+            rc = ff_set_error(ctx, FF_ENOMEM, "out of memory moving layer '%s'", l->name);
+    }
+    if (rc)
+        ;
+    else if (root < 0 || root >= ff_ctx_size(ctx))
+        rc = ff_set_error(ctx, FF_EINVAL, "layer '%s': root %d is not a rank", l->name, root);
+    else if (!shard || (is_root && !canon))
+        rc = ff_set_error(ctx, FF_EINVAL, "layer '%s': missing weight buffer", l->name);
+    else if (l->has_bias && (!b || (is_root && !bcanon)))
+        rc = ff_set_error(ctx, FF_EINVAL, "layer '%s': missing bias buffer", l->name);
+    rc = ff_ctx_agree(ctx, rc);
+    if (rc) {
+        free(*buf);
+        *buf = NULL;
+    }
+    return rc;
+}
+
+int ff_linear_scatter(ff_linear *l, const float *w_canon, const float *b_canon, float *w_shard,
+                      float *b, int root)
+{
+    ff_ctx *ctx = l->seq->ctx;
+    MPI_Comm comm = ff_group_comm(ff_grid_group(l->seq->grid, FF_GROUP_WORLD));
+    int me = ff_ctx_rank(ctx), is_root = me == root;
+    float *buf;
+    int rc = check_transfer(l, root, is_root, w_canon, w_shard, b_canon, b, &buf);
+    if (rc)
+        return rc;
+    if (!is_root) {
+        if ((rc = recv_floats(ctx, comm, w_shard, l->shard, root, TAG_SHARD)))
+            return rc;
+        if (l->has_bias)
+            rc = recv_floats(ctx, comm, b, (size_t)l->nl, root, TAG_BIAS);
+        return rc;
+    }
+    ff_dims shape = ff_grid_shape(l->seq->grid);
+    for (int r = 0; r < ff_ctx_size(ctx) && rc == FF_OK; r++) {
+        ff_dims c = ff_grid_coords_of(shape, r);
+        float *dst = r == root ? w_shard : buf;
+        for (size_t e = 0; e < l->shard; e++)
+            dst[e] = w_canon[canon_index_at(l, c, e)];
+        if (r != root)
+            rc = send_floats(ctx, comm, buf, l->shard, r, TAG_SHARD);
+        if (rc == FF_OK && l->has_bias) {
+            dst = r == root ? b : buf;
+            for (size_t j = 0; j < (size_t)l->nl; j++)
+                dst[j] = b_canon[canon_bias_at(l, c, j)];
+            if (r != root)
+                rc = send_floats(ctx, comm, buf, (size_t)l->nl, r, TAG_BIAS);
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+/* The rank that sends a bias slice in a gather: d = z = 0 and the coordinate
+ * of the group that replicates it (R) = 0. */
+static int bias_owner(const ff_linear *l, ff_dims c)
+{
+    return c.d == 0 && c.z == 0 && (l->kind == FF_LINEAR_N ? c.y : c.x) == 0;
+}
+
+int ff_linear_gather(ff_linear *l, const float *w_shard, const float *b, float *w_canon,
+                     float *b_canon, int root)
+{
+    ff_ctx *ctx = l->seq->ctx;
+    MPI_Comm comm = ff_group_comm(ff_grid_group(l->seq->grid, FF_GROUP_WORLD));
+    int me = ff_ctx_rank(ctx), is_root = me == root;
+    float *buf;
+    int rc = check_transfer(l, root, is_root, w_canon, w_shard, b_canon, b, &buf);
+    if (rc)
+        return rc;
+    ff_dims shape = ff_grid_shape(l->seq->grid), mine = ff_grid_coords(l->seq->grid);
+    if (!is_root) {
+        if (mine.d == 0 && (rc = send_floats(ctx, comm, w_shard, l->shard, root, TAG_SHARD)))
+            return rc;
+        if (l->has_bias && bias_owner(l, mine))
+            rc = send_floats(ctx, comm, b, (size_t)l->nl, root, TAG_BIAS);
+        return rc;
+    }
+    for (int r = 0; r < ff_ctx_size(ctx) && rc == FF_OK; r++) {
+        ff_dims c = ff_grid_coords_of(shape, r);
+        if (c.d == 0) {
+            const float *src = w_shard;
+            if (r != root) {
+                rc = recv_floats(ctx, comm, buf, l->shard, r, TAG_SHARD);
+                src = buf;
+            }
+            for (size_t e = 0; rc == FF_OK && e < l->shard; e++)
+                w_canon[canon_index_at(l, c, e)] = src[e];
+        }
+        if (rc == FF_OK && l->has_bias && bias_owner(l, c)) {
+            const float *src = b;
+            if (r != root) {
+                rc = recv_floats(ctx, comm, buf, (size_t)l->nl, r, TAG_BIAS);
+                src = buf;
+            }
+            for (size_t j = 0; rc == FF_OK && j < (size_t)l->nl; j++)
+                b_canon[canon_bias_at(l, c, j)] = src[j];
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+int ff_linear_init(ff_linear *l, uint64_t seed, float std)
+{
+    if (!l->w)
+        return ff_set_error(l->seq->ctx, FF_EINVAL, "layer '%s' has no bound weight", l->name);
+    ff_dims c = ff_grid_coords(l->seq->grid);
+    for (size_t e = 0; e < l->shard; e++)
+        l->w[e] = std * ff_rng_normal(seed, l->stream, (uint64_t)canon_index_at(l, c, e));
+    if (l->has_bias && l->b)
+        memset(l->b, 0, (size_t)l->nl * sizeof(float));
+    return FF_OK;
+}

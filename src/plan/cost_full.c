@@ -1,0 +1,448 @@
+/* The full cost model: placement-aware links, ring collectives with latency,
+ * compute from the GEMM rate with a shape-dependent efficiency, the overlap
+ * schedule played on a timeline, and memory per rank (DESIGN §6). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h" /* ff_ring_volume: the counters' own formula */
+#include "plan/plan_internal.h"
+
+#define GiB (1024.0 * 1024.0 * 1024.0)
+
+void plan_reject(ff_plan_result *r, const char *fmt, ...)
+{
+    size_t used = strlen(r->reason);
+    if (used + 3 >= sizeof r->reason)
+        return;
+    if (r->rejected)
+        used += (size_t)snprintf(r->reason + used, sizeof r->reason - used, "; ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->reason + used, sizeof r->reason - used, fmt, ap);
+    va_end(ap);
+    r->rejected = 1;
+}
+
+/* ---- groups and placement ---- */
+
+int plan_group_size(ff_dims g, ff_group_kind kind)
+{
+    switch (kind) {
+    case FF_GROUP_X: return g.x;
+    case FF_GROUP_Y: return g.y;
+    case FF_GROUP_Z: return g.z;
+    case FF_GROUP_D: return g.d;
+    case FF_GROUP_ZD: return g.z * g.d;
+    case FF_GROUP_TP: return g.x * g.y * g.z;
+    default: return g.x * g.y * g.z * g.d;
+    }
+}
+
+int plan_group_rank(ff_dims g, ff_dims c, ff_group_kind kind)
+{
+    switch (kind) {
+    case FF_GROUP_X: return c.x;
+    case FF_GROUP_Y: return c.y;
+    case FF_GROUP_Z: return c.z;
+    case FF_GROUP_D: return c.d;
+    case FF_GROUP_ZD: return c.z + g.z * c.d;
+    case FF_GROUP_TP: return c.x + g.x * (c.y + g.y * c.z);
+    default: return c.x + g.x * (c.y + g.y * (c.z + g.z * c.d));
+    }
+}
+
+/* Members of a group are `inner` ranks apart (the product of the sizes of
+ * the groups nested inside it, X innermost). */
+static int64_t group_inner(ff_dims g, ff_group_kind kind)
+{
+    switch (kind) {
+    case FF_GROUP_Y: return g.x;
+    case FF_GROUP_Z:
+    case FF_GROUP_ZD: return (int64_t)g.x * g.y;
+    case FF_GROUP_D: return (int64_t)g.x * g.y * g.z;
+    default: return 1; /* X, TP, WORLD */
+    }
+}
+
+/* Paper §V-B / dissertation eq. 5.7: a group whose span inner*size fits in a
+ * node uses the measured intra-node bandwidth of (inner, size); otherwise the
+ * node's inter-node bandwidth is shared by min(ranks_per_node, inner) rings.
+ * With a span that does not tile the node (3 ranks of a 4-rank node), some
+ * groups straddle two nodes; unless paper_rule is set they are treated as
+ * spanning nodes, since a collective is as slow as its slowest group. */
+ff_plan_link plan_link(const ff_profile *p, int ranks, int64_t inner, int size, int paper_rule)
+{
+    ff_plan_link l;
+    memset(&l, 0, sizeof l);
+    l.size = size;
+    l.inner = inner;
+    int64_t rpn = p->ranks_per_node, span = inner * size;
+    if (paper_rule)
+        l.intra = span <= rpn;
+    else
+        l.intra = ranks <= rpn || (span <= rpn && rpn % span == 0);
+    if (l.intra) {
+        l.alpha_s = p->alpha_intra_s;
+        l.beta_Bps = p->beta_intra_Bps;
+        for (int i = 0; i < p->n_intra_bw; i++)
+            if (p->intra_bw[i].inner == inner && p->intra_bw[i].size == size)
+                l.beta_Bps = p->intra_bw[i].Bps;
+    } else {
+        l.alpha_s = p->alpha_inter_s;
+        l.beta_Bps = p->beta_inter_Bps / (double)(inner < rpn ? inner : rpn);
+    }
+    return l;
+}
+
+void plan_links(const ff_profile *p, ff_dims g, int paper_rule, ff_plan_link out[FF_NGROUPS])
+{
+    int ranks = plan_group_size(g, FF_GROUP_WORLD);
+    for (int k = 0; k < FF_NGROUPS; k++)
+        out[k] = plan_link(p, ranks, group_inner(g, (ff_group_kind)k),
+                           plan_group_size(g, (ff_group_kind)k), paper_rule);
+}
+
+/* Ring algorithms (the collective layer's default): all-gather and
+ * reduce-scatter take p-1 steps of `count` elements; all-reduce 2(p-1) steps
+ * of a chunk of count/p, the largest chunk setting the pace. The layer's
+ * automatic choice (issue 7) also runs recursive doubling/halving where it
+ * moves exactly the ring's bytes (p a power of two; for all-reduce, p
+ * dividing count): the same volume in lg p steps, so only the latency term
+ * changes. The faster of the two is the prediction. */
+double plan_coll_time(const ff_plan_link *l, ff_coll coll, int p, int64_t count, int wire)
+{
+    if (p <= 1)
+        return 0;
+    int ar = coll == FF_COLL_ALLREDUCE;
+    double step_elems = ar ? (double)((count + p - 1) / p) : (double)count;
+    double steps = ar ? 2.0 * (p - 1) : (double)(p - 1);
+    double ring = steps * (l->alpha_s + step_elems * wire / l->beta_Bps);
+    if ((p & (p - 1)) == 0 && (!ar || count % p == 0)) {
+        int lg = 0;
+        while ((1 << lg) < p)
+            lg++;
+        double rec =
+            (ar ? 2.0 * lg : (double)lg) * l->alpha_s + steps * step_elems * wire / l->beta_Bps;
+        if (rec < ring)
+            return rec;
+    }
+    return ring;
+}
+
+/* ---- compute ---- */
+
+static double gemm_rate(const ff_profile *p, int ranks)
+{
+    double rate = p->gemm_flops;
+    int on_node = ranks < p->ranks_per_node ? ranks : p->ranks_per_node;
+    if (p->cores_per_node > 0 && on_node > p->cores_per_node)
+        rate *= (double)p->cores_per_node / on_node; /* ranks share the cores */
+    return rate;
+}
+
+/* Efficiency of a GEMM of (m x k)(k x n): 1 / (1 + h/m + h/n + h/k), a
+ * smooth penalty for thin dimensions (h = gemm_half_dim; 0 = always 1). */
+static double gemm_efficiency(const ff_profile *p, int64_t m, int64_t n, int64_t k)
+{
+    double h = p->gemm_half_dim;
+    if (m < 1 || n < 1 || k < 1)
+        return 1;
+    return 1.0 / (1.0 + h / (double)m + h / (double)n + h / (double)k);
+}
+
+/* ---- checks ---- */
+
+int plan_check_divides(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r)
+{
+    const ff_model *md = &cfg->model;
+    int64_t C = md->hidden, Vp = ff_model_padded_vocab(md), B = cfg->batch;
+    int64_t zd = (int64_t)g.z * g.d;
+    if (B % zd)
+        plan_reject(r, "batch %lld does not divide over Gz*Gd = %lld", (long long)B, (long long)zd);
+    else if ((B / zd) % cfg->micro_batches)
+        plan_reject(r, "the %lld sequences per rank do not split into %d micro-batches",
+                    (long long)(B / zd), cfg->micro_batches);
+    if (C % g.x)
+        plan_reject(r, "hidden size %lld does not divide over Gx = %d", (long long)C, g.x);
+    if (C % g.y)
+        plan_reject(r, "hidden size %lld does not divide over Gy = %d", (long long)C, g.y);
+    if (md->heads % g.x)
+        plan_reject(r, "the %d heads do not divide over Gx = %d", md->heads, g.x);
+    if (Vp % g.x)
+        plan_reject(r, "padded vocabulary %lld does not divide over Gx = %d", (long long)Vp, g.x);
+    if (C % g.x == 0 && C % g.y == 0 && Vp % g.x == 0) {
+        /* each weight block W_yx is cut into Gz equal pieces (DESIGN §3) */
+        static const char *const names[4] = {"QKV", "attention projection", "MLP", "wte"};
+        int64_t xy = (int64_t)g.x * g.y;
+        int64_t block[4] = {3 * C * C / xy, C * C / xy, 4 * C * C / xy, Vp * C / xy};
+        for (int i = 0; i < 4; i++)
+            if (block[i] % g.z) {
+                plan_reject(r,
+                            "the %s weight block of %lld elements does not split into Gz = %d "
+                            "pieces",
+                            names[i], (long long)block[i], g.z);
+                break;
+            }
+    }
+    return r->rejected;
+}
+
+void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
+{
+    const ff_model *md = &cfg->model;
+    memset(s, 0, sizeof *s);
+    s->g = g;
+    s->L = md->layers;
+    s->C = md->hidden;
+    s->NH = md->heads;
+    s->hd = md->hidden / md->heads;
+    s->Vp = ff_model_padded_vocab(md);
+    s->T = cfg->seq;
+    s->positions = md->max_seq > 0 ? md->max_seq : cfg->seq;
+    s->micro = cfg->micro_batches;
+    s->b_mb = cfg->batch / ((int64_t)g.z * g.d) / cfg->micro_batches;
+    s->m = s->b_mb * s->T;
+    s->wire = cfg->wire_bytes;
+    s->overlap = cfg->overlap;
+}
+
+/* Memory of one rank, bytes, for the shape's checkpointing and AG cache.
+ * fp32 everywhere: parameters, gradients, AdamW's two moments; gathered
+ * weights (only when Gz > 1; with Gz = 1 a layer uses its shard); activations
+ * as llm.c keeps them, in the 4D layouts. */
+static void memory(const plan_shape *s, ff_plan_result *r)
+{
+    double gx = s->g.x, gy = s->g.y, C = (double)s->C, m = (double)s->m;
+    double params = (double)(plan_zsharded_params(s) + plan_other_params(s));
+    r->mem_params = 4 * params;
+    r->mem_grads = 4 * params;
+    r->mem_optimizer = 8 * params;
+    double buffers = 0;
+    if (s->g.z > 1) {
+        double wte = (double)s->Vp * C / (gx * gy), block = 12 * C * C / (gx * gy);
+        double gathered;
+        if (!s->checkpoint) /* every layer's gathered weight lives until its backward */
+            gathered = (double)s->L * block;
+        else /* cached blocks, the block being recomputed, the next one (OAG) */
+            gathered = fmin((double)s->ag_cache + 2, (double)s->L) * block;
+        /* gradients before the reduce-scatter: the LM head's, kept until the
+         * embedding's backward adds to it, and two layers in flight (ORS) */
+        double dw = wte + 2 * 4 * C * C / (gx * gy);
+        buffers = 4 * (wte + gathered + dw);
+    }
+    r->mem_weight_buffers = buffers;
+    /* per block: ln1, projection output, residual, ln2, MLP output, residual
+     * in layout Y (6C/Gy); qkv, attention output, MLP hidden before and after
+     * GELU in layout X (12C/Gx); 4 LayerNorm statistics per row; the
+     * attention probabilities of the rank's heads (T x T per head) */
+    double heads = (double)s->b_mb * (double)(s->NH / s->g.x);
+    double block_acts = m * (6 * C / gy + 12 * C / gx + 4) + heads * (double)s->T * (double)s->T;
+    double head = m * (2 * C / gy + 2 + (double)s->Vp / gx); /* encoded, lnf, logits */
+    double work = block_acts + m * C / gy; /* one block's gradients, the residual's */
+    double stored =
+        s->checkpoint ? (double)s->L * m * C / gy + block_acts : (double)s->L * block_acts;
+    r->mem_activations = 4 * (stored + head + work);
+    r->mem_total = r->mem_params + r->mem_grads + r->mem_optimizer + r->mem_weight_buffers +
+                   r->mem_activations;
+}
+
+int plan_fit_memory(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_shape *s)
+{
+    double avail = cfg->machine.memory_bytes;
+    int L = cfg->model.layers;
+    if (cfg->checkpoint == 0 || cfg->checkpoint == FF_PLAN_AUTO) {
+        s->checkpoint = 0;
+        s->ag_cache = 0;
+        memory(s, r);
+        if (r->mem_total <= avail || cfg->checkpoint == 0)
+            goto done;
+    }
+    s->checkpoint = 1;
+    if (g.z == 1) {
+        s->ag_cache = 0; /* nothing is gathered */
+    } else if (cfg->ag_cache == FF_PLAN_AUTO) {
+        /* as many blocks as fit: each cached block adds its gathered
+         * weights, except the last two, which the recompute holds anyway */
+        s->ag_cache = 0;
+        memory(s, r);
+        if (r->mem_total <= avail) {
+            double per_block = 4 * 12.0 * (double)s->C * (double)s->C / ((double)g.x * g.y);
+            double room = floor((avail - r->mem_total) / per_block);
+            s->ag_cache = room >= L - 2 ? L : (int)room;
+        }
+    } else {
+        s->ag_cache = cfg->ag_cache < L ? cfg->ag_cache : L;
+    }
+    memory(s, r);
+done:
+    r->checkpoint = s->checkpoint;
+    r->ag_cache = s->ag_cache;
+    r->micro_batches = s->micro;
+    if (r->mem_total > avail) {
+        plan_reject(r, "needs %.1f GiB per rank%s, more than the %.1f GiB available",
+                    r->mem_total / GiB,
+                    s->checkpoint ? " with activation checkpointing" : " without checkpointing",
+                    avail / GiB);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- the timeline ---- */
+
+typedef struct {
+    const ff_profile *prof;
+    const ff_plan_link *link;
+    double rate;
+    double cursor;   /* the rank's own thread */
+    double bg_free;  /* when the background channel (weights, gradients) is free */
+    double pending;  /* an OAR collective waiting for its GEMM */
+    double *tag_end; /* completion of background collectives */
+} timeline;
+
+static void play(timeline *tl, const plan_ops *o, ff_plan_result *r)
+{
+    const ff_profile *p = tl->prof;
+    for (size_t i = 0; i < o->n; i++) {
+        const plan_op *op = &o->ops[i];
+        double t;
+        switch (op->kind) {
+        case OP_GEMM:
+        case OP_ATTN:
+            t = op->work / (tl->rate * gemm_efficiency(p, op->m, op->n, op->k));
+            if (op->kind == OP_GEMM)
+                r->gemm_s += t;
+            else
+                r->attention_s += t;
+            tl->cursor += tl->pending > t ? tl->pending : t; /* OAR: beside this GEMM */
+            tl->pending = 0;
+            break;
+        case OP_ELEM:
+            t = op->work / p->mem_Bps;
+            if (op->optimizer)
+                r->optimizer_s += t;
+            else
+                r->elementwise_s += t;
+            tl->cursor += t;
+            break;
+        case OP_COLL: {
+            const ff_plan_link *l = &tl->link[op->group];
+            t = plan_coll_time(l, (ff_coll)op->coll, l->size, op->count, op->wire);
+            if (t <= 0)
+                break;
+            r->coll[op->group][op->coll].time_s += t;
+            r->comm_s += t;
+            /* over shared memory the transfer is the CPU's own copy: only
+             * the fraction intra_overlap of it can run beside compute */
+            double fixed = l->intra ? (1 - p->intra_overlap) * t : 0, free_part = t - fixed;
+            tl->cursor += fixed;
+            if (op->mode == MODE_BLOCKING) {
+                tl->cursor += free_part;
+            } else if (op->mode == MODE_OAR) {
+                tl->pending = free_part;
+            } else {
+                double start = tl->cursor > tl->bg_free ? tl->cursor : tl->bg_free;
+                tl->bg_free = start + free_part;
+                tl->tag_end[op->tag] = tl->bg_free;
+            }
+            break;
+        }
+        case OP_WAIT:
+            if (tl->tag_end[op->tag] > tl->cursor)
+                tl->cursor = tl->tag_end[op->tag];
+            break;
+        case OP_WAIT_ALL:
+            if (tl->bg_free > tl->cursor)
+                tl->cursor = tl->bg_free;
+            break;
+        }
+    }
+    tl->cursor += tl->pending;
+}
+
+/* Calls and bytes of one rank (what the counters record: no call and no
+ * byte on a group of one; ring volumes with uneven all-reduce chunks). */
+static void count_traffic(const plan_ops *o, ff_dims g, ff_dims coords,
+                          ff_plan_coll out[FF_NGROUPS][FF_NCOLL])
+{
+    for (size_t i = 0; i < o->n; i++) {
+        const plan_op *op = &o->ops[i];
+        if (op->kind != OP_COLL)
+            continue;
+        int p = plan_group_size(g, (ff_group_kind)op->group);
+        if (p <= 1)
+            continue;
+        size_t sent, recv;
+        ff_ring_volume((ff_coll)op->coll, p, plan_group_rank(g, coords, (ff_group_kind)op->group),
+                       (size_t)op->count, &sent, &recv);
+        ff_plan_coll *c = &out[op->group][op->coll];
+        c->calls++;
+        c->bytes_sent += (uint64_t)sent * op->wire;
+        c->bytes_recv += (uint64_t)recv * op->wire;
+    }
+}
+
+int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *ops,
+                   char *err, size_t err_len)
+{
+    plan_links(&cfg->machine, g, 0, r->link);
+    if (plan_check_divides(cfg, g, r))
+        return FF_OK;
+    plan_shape s;
+    plan_shape_init(cfg, g, &s);
+    if (!plan_fit_memory(cfg, g, r, &s))
+        return FF_OK;
+    ops->n = 0;
+    ops->tags = 0;
+    plan_schedule(&s, ops);
+    double *tag_end = ops->oom ? NULL : calloc((size_t)ops->tags + 1, sizeof *tag_end);
+    if (!tag_end)
+        return plan_err(err, err_len, FF_ENOMEM, "out of memory planning grid %dx%dx%dx%d", g.x,
+                        g.y, g.z, g.d);
+    int ranks = plan_group_size(g, FF_GROUP_WORLD);
+    timeline tl = {&cfg->machine, r->link, gemm_rate(&cfg->machine, ranks), 0, 0, 0, tag_end};
+    play(&tl, ops, r);
+    free(tag_end);
+    count_traffic(ops, g, (ff_dims){0, 0, 0, 0}, r->coll);
+    for (int k = 0; k < FF_NGROUPS; k++)
+        for (int c = 0; c < FF_NCOLL; c++)
+            r->bytes_recv += r->coll[k][c].bytes_recv;
+    r->step_s = tl.cursor;
+    r->compute_s = r->gemm_s + r->attention_s + r->elementwise_s + r->optimizer_s;
+    r->exposed_s = r->step_s - r->compute_s;
+    if (r->exposed_s < 0) /* rounding */
+        r->exposed_s = 0;
+    r->hidden_s = r->comm_s - r->exposed_s;
+    if (r->hidden_s < 1e-12 * r->step_s) /* rounding of the difference */
+        r->hidden_s = 0;
+    return FF_OK;
+}
+
+int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords,
+                    ff_plan_coll out[FF_NGROUPS][FF_NCOLL], char *err, size_t err_len)
+{
+    ff_plan_result *r = calloc(1, sizeof *r);
+    if (!r)
+        return plan_err(err, err_len, FF_ENOMEM, "out of memory");
+    int rc = FF_OK;
+    if (plan_check_divides(cfg, g, r)) {
+        rc = plan_err(err, err_len, FF_EDIVIDE, "grid %dx%dx%dx%d: %s", g.x, g.y, g.z, g.d,
+                      r->reason);
+    } else {
+        plan_shape s;
+        plan_shape_init(cfg, g, &s);
+        plan_fit_memory(cfg, g, r, &s); /* resolves the automatic settings */
+        plan_ops ops = {0};
+        plan_schedule(&s, &ops);
+        if (ops.oom)
+            rc = plan_err(err, err_len, FF_ENOMEM, "out of memory");
+        else
+            count_traffic(&ops, g, coords, out);
+        plan_ops_free(&ops);
+    }
+    free(r);
+    return rc;
+}

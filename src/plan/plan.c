@@ -1,0 +1,345 @@
+/* The planner's entry points: configuration, grid enumeration, evaluation of
+ * one grid under the chosen cost model, and the ranked list of every grid. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_internal.h"
+
+enum { MAX_RANKS = 1 << 24 };
+
+static const char *const cost_names[FF_NCOST] = {"full", "paper", "axonn", "axonn-corrected"};
+
+const char *ff_cost_name(ff_cost cost)
+{
+    return (unsigned)cost < FF_NCOST ? cost_names[cost] : "?";
+}
+
+int ff_cost_parse(const char *name)
+{
+    for (int i = 0; name && i < FF_NCOST; i++)
+        if (!strcmp(name, cost_names[i]))
+            return i;
+    return -1;
+}
+
+void ff_plan_config_default(ff_plan_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->batch = 8;
+    cfg->seq = 1024;
+    cfg->ranks = 1;
+    ff_profile_preset("this", &cfg->machine, NULL, 0);
+    cfg->cost = FF_COST_FULL;
+    cfg->checkpoint = FF_PLAN_AUTO;
+    cfg->ag_cache = FF_PLAN_AUTO;
+    cfg->micro_batches = 1;
+    cfg->wire_bytes = 4;
+    cfg->overlap = FF_OVERLAP_ALL;
+    cfg->min_tp = 0;
+    cfg->grad_acc = 1;
+}
+
+size_t ff_plan_grids(int ranks, ff_dims *out, size_t cap)
+{
+    size_t n = 0;
+    if (ranks < 1)
+        return 0;
+    for (int x = 1; x <= ranks; x++) {
+        if (ranks % x)
+            continue;
+        int rx = ranks / x;
+        for (int y = 1; y <= rx; y++) {
+            if (rx % y)
+                continue;
+            int ry = rx / y;
+            for (int z = 1; z <= ry; z++) {
+                if (ry % z)
+                    continue;
+                if (out && n < cap)
+                    out[n] = (ff_dims){x, y, z, ry / z};
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+/* ---- configuration ---- */
+
+static int check_profile(const ff_profile *p, char *err, size_t len)
+{
+    if (p->ranks_per_node < 1)
+        return plan_err(err, len, FF_EINVAL, "machine %s: ranks per node must be positive",
+                        p->name);
+    if (!(p->memory_bytes > 0) || !(p->gemm_flops > 0) || !(p->peak_flops > 0) ||
+        !(p->mem_Bps > 0) || !(p->beta_intra_Bps > 0) || !(p->beta_inter_Bps > 0))
+        return plan_err(err, len, FF_EINVAL,
+                        "machine %s: memory, rates and bandwidths must be positive", p->name);
+    if (!(p->alpha_intra_s >= 0) || !(p->alpha_inter_s >= 0) || !(p->gemm_half_dim >= 0) ||
+        !(p->intra_overlap >= 0 && p->intra_overlap <= 1) || p->cores_per_node < 0)
+        return plan_err(err, len, FF_EINVAL, "machine %s: a latency or option is out of range",
+                        p->name);
+    for (int i = 0; i < p->n_intra_bw; i++)
+        if (!(p->intra_bw[i].Bps > 0))
+            return plan_err(err, len, FF_EINVAL,
+                            "machine %s: intra-node bandwidths must be "
+                            "positive",
+                            p->name);
+    return FF_OK;
+}
+
+static int check_config(const ff_plan_config *cfg, char *err, size_t len)
+{
+    int rc = ff_model_check(&cfg->model, err, len);
+    if (rc != FF_OK)
+        return rc;
+    if (cfg->batch < 1 || cfg->batch > ((int64_t)1 << 40))
+        return plan_err(err, len, FF_EINVAL, "batch %lld: expected 1 to 2^40 sequences",
+                        (long long)cfg->batch);
+    if (cfg->seq < 1 || cfg->seq > ((int64_t)1 << 24))
+        return plan_err(err, len, FF_EINVAL, "sequence length %lld: expected 1 to 2^24",
+                        (long long)cfg->seq);
+    if (cfg->model.max_seq > 0 && cfg->seq > cfg->model.max_seq)
+        return plan_err(err, len, FF_EINVAL,
+                        "sequence length %lld exceeds the %lld positions of model %s",
+                        (long long)cfg->seq, (long long)cfg->model.max_seq, cfg->model.name);
+    double tokens = (double)cfg->batch * (double)cfg->seq;
+    double widest =
+        fmax((double)ff_model_padded_vocab(&cfg->model),
+             fmax(4.0 * (double)cfg->model.hidden, (double)cfg->model.heads * (double)cfg->seq));
+    if (tokens * widest > 4e18)
+        return plan_err(err, len, FF_EINVAL, "batch x sequence length is too large to plan");
+    if ((unsigned)cfg->cost >= FF_NCOST)
+        return plan_err(err, len, FF_EINVAL, "unknown cost model %d", (int)cfg->cost);
+    if (cfg->checkpoint < FF_PLAN_AUTO || cfg->checkpoint > 1)
+        return plan_err(err, len, FF_EINVAL, "checkpoint must be 0, 1 or automatic");
+    if (cfg->ag_cache < FF_PLAN_AUTO)
+        return plan_err(err, len, FF_EINVAL, "AG cache must be a number of blocks or automatic");
+    if (cfg->micro_batches < 1)
+        return plan_err(err, len, FF_EINVAL, "micro-batches must be at least 1");
+    if (cfg->wire_bytes != 2 && cfg->wire_bytes != 4)
+        return plan_err(err, len, FF_EINVAL, "wire must be 4 (fp32) or 2 (bf16) bytes");
+    if (cfg->overlap > FF_OVERLAP_ALL)
+        return plan_err(err, len, FF_EINVAL, "unknown overlap bits 0x%x", cfg->overlap);
+    if (cfg->min_tp < 0 || cfg->grad_acc < 1)
+        return plan_err(err, len, FF_EINVAL, "min-tp must be >= 0 and grad-acc >= 1");
+    return check_profile(&cfg->machine, err, len);
+}
+
+static int is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+static int axonn_min_tp(const ff_plan_config *cfg)
+{
+    return cfg->min_tp > 0 ? cfg->min_tp : ff_model_axonn_min_tp(&cfg->model);
+}
+
+/* The tool's search space: powers of two, Gr*Gc*Gd >= min_tp, batch divisible
+ * by Gd*Gdata. A grid outside it is rejected with the rule it breaks. */
+static double eval_axonn(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r)
+{
+    int gr = g.x, gc = g.y, gd = g.z, gdata = g.d;
+    r->grid = g;
+    if (!is_pow2(gr) || !is_pow2(gc) || !is_pow2(gd) || !is_pow2(gdata))
+        plan_reject(r, "AxoNN's tool searches powers of two only");
+    int min_tp = axonn_min_tp(cfg);
+    if ((int64_t)gr * gc * gd < min_tp)
+        plan_reject(r, "Gr*Gc*Gd = %lld is below the tool's minimum tensor parallelism %d",
+                    (long long)gr * gc * gd, min_tp);
+    if (cfg->batch % ((int64_t)gd * gdata))
+        plan_reject(r, "batch %lld does not divide over Gd*Gdata = %lld", (long long)cfg->batch,
+                    (long long)gd * gdata);
+    if (r->rejected)
+        return 0;
+    return plan_eval_axonn(cfg, gr, gc, gd, gdata, cfg->cost == FF_COST_AXONN_CORRECTED, r);
+}
+
+/* Evaluates one grid; *key is what grids are ranked by. */
+static int evaluate(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *ops,
+                    double *key, char *err, size_t len)
+{
+    memset(r, 0, sizeof *r);
+    r->grid = g;
+    r->micro_batches = cfg->micro_batches;
+    const ff_model *md = &cfg->model;
+    double B = (double)cfg->batch, T = (double)cfg->seq;
+    r->model_flops = 6.0 * (double)ff_model_matmul_params(md) * B * T +
+                     6.0 * md->layers * B * T * T * (double)md->hidden;
+    int rc = FF_OK;
+    switch (cfg->cost) {
+    case FF_COST_FULL: rc = plan_eval_full(cfg, g, r, ops, err, len); break;
+    case FF_COST_PAPER:
+        plan_links(&cfg->machine, g, 1, r->link);
+        if (!plan_check_divides(cfg, g, r)) {
+            plan_shape s;
+            plan_shape_init(cfg, g, &s);
+            if (plan_fit_memory(cfg, g, r, &s))
+                plan_eval_paper(cfg, g, r);
+        }
+        break;
+    default: *key = eval_axonn(cfg, g, r); return FF_OK;
+    }
+    *key = r->step_s;
+    if (cfg->cost == FF_COST_FULL && !r->rejected && r->step_s > 0) {
+        r->flops_per_rank_s = r->model_flops / plan_group_size(g, FF_GROUP_WORLD) / r->step_s;
+        r->peak_fraction = r->flops_per_rank_s / cfg->machine.peak_flops;
+    }
+    return rc;
+}
+
+static int check_grid(ff_dims g, char *err, size_t len)
+{
+    if (g.x < 1 || g.y < 1 || g.z < 1 || g.d < 1)
+        return plan_err(err, len, FF_EGRID, "grid %dx%dx%dx%d: every size must be positive", g.x,
+                        g.y, g.z, g.d);
+    if ((double)g.x * g.y * g.z * g.d > MAX_RANKS)
+        return plan_err(err, len, FF_EGRID, "grid %dx%dx%dx%d: more than %d ranks", g.x, g.y, g.z,
+                        g.d, MAX_RANKS);
+    return FF_OK;
+}
+
+int ff_plan_evaluate(const ff_plan_config *cfg, ff_dims grid, ff_plan_result *out, char *err,
+                     size_t err_len)
+{
+    int rc = check_config(cfg, err, err_len);
+    if (rc == FF_OK)
+        rc = check_grid(grid, err, err_len);
+    if (rc != FF_OK)
+        return rc;
+    plan_ops ops = {0};
+    double key;
+    rc = evaluate(cfg, grid, out, &ops, &key, err, err_len);
+    plan_ops_free(&ops);
+    return rc;
+}
+
+int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
+                    ff_plan_coll out[FF_NGROUPS][FF_NCOLL], char *err, size_t err_len)
+{
+    memset(out, 0, sizeof(ff_plan_coll) * FF_NGROUPS * FF_NCOLL);
+    int rc = check_config(cfg, err, err_len);
+    if (rc == FF_OK)
+        rc = check_grid(grid, err, err_len);
+    if (rc != FF_OK)
+        return rc;
+    if (coords.x < 0 || coords.x >= grid.x || coords.y < 0 || coords.y >= grid.y || coords.z < 0 ||
+        coords.z >= grid.z || coords.d < 0 || coords.d >= grid.d)
+        return plan_err(err, err_len, FF_EINVAL,
+                        "coordinates (%d, %d, %d, %d) lie outside grid "
+                        "%dx%dx%dx%d",
+                        coords.x, coords.y, coords.z, coords.d, grid.x, grid.y, grid.z, grid.d);
+    return plan_traffic_of(cfg, grid, coords, out, err, err_len);
+}
+
+/* ---- the ranked list ---- */
+
+struct ff_plan {
+    ff_plan_config cfg;
+    ff_plan_result *results;
+    size_t count, accepted;
+    char err[512];
+};
+
+typedef struct {
+    double key;
+    size_t index;
+    int rejected;
+} rank_entry;
+
+static int by_rank(const void *a, const void *b)
+{
+    const rank_entry *p = a, *q = b;
+    if (p->rejected != q->rejected)
+        return p->rejected - q->rejected;
+    if (!p->rejected && p->key != q->key)
+        return p->key < q->key ? -1 : 1;
+    return p->index < q->index ? -1 : p->index > q->index; /* enumeration order */
+}
+
+/* AxoNN's loops: Gc outermost, then Gr, Gd, Gdata, each 1, 2, 4, ... */
+static size_t axonn_grids(int ranks, ff_dims *out, size_t cap)
+{
+    size_t n = 0;
+    for (int64_t gc = 1; gc <= ranks; gc *= 2)
+        for (int64_t gr = 1; gr <= ranks; gr *= 2)
+            for (int64_t gd = 1; gd <= ranks; gd *= 2)
+                for (int64_t gdata = 1; gdata <= ranks; gdata *= 2)
+                    if (gc * gr * gd * gdata == ranks) {
+                        if (out && n < cap)
+                            out[n] = (ff_dims){(int)gr, (int)gc, (int)gd, (int)gdata};
+                        n++;
+                    }
+    return n;
+}
+
+int ff_plan_create(ff_plan **out, const ff_plan_config *cfg)
+{
+    ff_plan *plan = calloc(1, sizeof *plan);
+    *out = plan;
+    if (!plan)
+        return FF_ENOMEM;
+    plan->cfg = *cfg;
+    int rc = check_config(cfg, plan->err, sizeof plan->err);
+    if (rc == FF_OK && (cfg->ranks < 1 || cfg->ranks > MAX_RANKS))
+        rc = plan_err(plan->err, sizeof plan->err, FF_EINVAL, "ranks %d: expected 1 to %d",
+                      cfg->ranks, MAX_RANKS);
+    if (rc != FF_OK)
+        return rc;
+    int axonn = cfg->cost == FF_COST_AXONN || cfg->cost == FF_COST_AXONN_CORRECTED;
+    size_t n = axonn ? axonn_grids(cfg->ranks, NULL, 0) : ff_plan_grids(cfg->ranks, NULL, 0);
+    ff_dims *grids = malloc((n ? n : 1) * sizeof *grids);
+    ff_plan_result *res = calloc(n ? n : 1, sizeof *res);
+    rank_entry *order = malloc((n ? n : 1) * sizeof *order);
+    plan_ops ops = {0};
+    if (!grids || !res || !order) {
+        rc = plan_err(plan->err, sizeof plan->err, FF_ENOMEM, "out of memory (%zu grids)", n);
+        goto done;
+    }
+    if (axonn)
+        axonn_grids(cfg->ranks, grids, n);
+    else
+        ff_plan_grids(cfg->ranks, grids, n);
+    for (size_t i = 0; i < n && rc == FF_OK; i++) {
+        rc = evaluate(cfg, grids[i], &res[i], &ops, &order[i].key, plan->err, sizeof plan->err);
+        order[i].index = i;
+        order[i].rejected = res[i].rejected;
+    }
+    if (rc != FF_OK)
+        goto done;
+    qsort(order, n, sizeof *order, by_rank);
+    plan->results = calloc(n ? n : 1, sizeof *plan->results);
+    if (!plan->results) {
+        rc = plan_err(plan->err, sizeof plan->err, FF_ENOMEM, "out of memory (%zu grids)", n);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        plan->results[i] = res[order[i].index];
+        plan->accepted += !order[i].rejected;
+    }
+    plan->count = n;
+done:
+    plan_ops_free(&ops);
+    free(grids);
+    free(res);
+    free(order);
+    return rc;
+}
+
+void ff_plan_destroy(ff_plan *plan)
+{
+    if (!plan)
+        return;
+    free(plan->results);
+    free(plan);
+}
+
+const char *ff_plan_error(const ff_plan *plan) { return plan ? plan->err : "out of memory"; }
+size_t ff_plan_count(const ff_plan *plan) { return plan ? plan->count : 0; }
+size_t ff_plan_accepted(const ff_plan *plan) { return plan ? plan->accepted : 0; }
+const ff_plan_config *ff_plan_config_of(const ff_plan *plan) { return plan ? &plan->cfg : NULL; }
+
+const ff_plan_result *ff_plan_get(const ff_plan *plan, size_t i)
+{
+    return plan && i < plan->count ? &plan->results[i] : NULL;
+}

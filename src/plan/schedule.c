@@ -1,0 +1,361 @@
+/* One training step of one rank as a list of operations, in execution order:
+ * the collectives (group, kind, count) fourfold's GPT issues per DESIGN §3
+ * and §4, the GEMMs with their local shapes, attention and elementwise work.
+ *
+ * This file is the planner's only statement of what a step does, so both the
+ * byte counts (cost_full.c: ff_plan_traffic) and the timeline come from it.
+ * Where DESIGN leaves a detail open the choice is written here and in
+ * docs/planner.md ("Conventions of the step"); when the GPT model lands
+ * (issues 4 and 5) its counters are compared with ff_plan_traffic and any
+ * difference is settled in this file.
+ *
+ * Notation (per rank): m rows (tokens) per micro-batch, C hidden, Vp padded
+ * vocabulary, T sequence length, grid Gx, Gy, Gz, Gd. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_internal.h"
+
+enum { F32 = 4 }; /* statistics, losses and non-Z-sharded gradients stay fp32 */
+
+typedef struct {
+    const plan_shape *s;
+    plan_ops *o;
+    int64_t gx, gy, gz, gd;
+} sched;
+
+/* A linear layer O = I W, W of k x n (DESIGN §3). */
+typedef struct {
+    int transposed;
+    int64_t k, n;
+} linear;
+
+static plan_op *push(plan_ops *o)
+{
+    if (o->oom)
+        return NULL;
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? 2 * o->cap : 1024;
+        plan_op *ops = realloc(o->ops, cap * sizeof *ops);
+        if (!ops) {
+            o->oom = 1;
+            return NULL;
+        }
+        o->ops = ops;
+        o->cap = cap;
+    }
+    plan_op *op = &o->ops[o->n++];
+    memset(op, 0, sizeof *op);
+    return op;
+}
+
+void plan_ops_free(plan_ops *o)
+{
+    free(o->ops);
+    memset(o, 0, sizeof *o);
+}
+
+/* (m x k) times (k x n) */
+static void gemm(sched *c, int64_t m, int64_t n, int64_t k)
+{
+    plan_op *op = push(c->o);
+    if (!op)
+        return;
+    op->kind = OP_GEMM;
+    op->m = m, op->n = n, op->k = k;
+    op->work = 2.0 * (double)m * (double)n * (double)k;
+}
+
+static void attention(sched *c, double flops)
+{
+    plan_op *op = push(c->o);
+    if (!op)
+        return;
+    op->kind = OP_ATTN;
+    op->m = c->s->T, op->n = c->s->T, op->k = c->s->hd;
+    op->work = flops;
+}
+
+/* Elementwise work: `passes` passes over `elems` fp32 values. */
+static void elem(sched *c, double passes, double elems)
+{
+    plan_op *op = push(c->o);
+    if (!op)
+        return;
+    op->kind = OP_ELEM;
+    op->work = passes * elems * 4.0;
+}
+
+static int coll(sched *c, ff_group_kind g, ff_coll kind, int64_t count, int wire, coll_mode mode)
+{
+    plan_op *op = push(c->o);
+    if (!op)
+        return -1;
+    op->kind = OP_COLL;
+    op->group = (uint8_t)g;
+    op->coll = (uint8_t)kind;
+    op->count = count;
+    op->wire = (uint8_t)wire;
+    op->mode = (uint8_t)mode;
+    op->tag = mode == MODE_BACKGROUND ? c->o->tags++ : -1;
+    return op->tag;
+}
+
+static void wait_for(sched *c, int tag)
+{
+    plan_op *op = push(c->o);
+    if (op) {
+        op->kind = OP_WAIT;
+        op->tag = tag;
+    }
+}
+
+static void wait_all(sched *c)
+{
+    plan_op *op = push(c->o);
+    if (op)
+        op->kind = OP_WAIT_ALL;
+}
+
+/* Local sizes: a normal layer reads (m, k/Gy) and writes (m, n/Gx); a
+ * transposed one reads (m, k/Gx) and writes (m, n/Gy). */
+static int64_t k_local(const sched *c, const linear *w)
+{
+    return w->transposed ? w->k / c->gx : w->k / c->gy;
+}
+static int64_t n_local(const sched *c, const linear *w)
+{
+    return w->transposed ? w->n / c->gy : w->n / c->gx;
+}
+static int64_t shard(const sched *c, const linear *w)
+{
+    return w->k * w->n / (c->gx * c->gy * c->gz);
+}
+
+/* The weight all-gather over Z, posted in the background and waited for at
+ * once; with OAG, plan_prefetch() later moves the post one layer earlier. */
+static void gather(sched *c, int64_t count)
+{
+    if (c->gz == 1)
+        return;
+    int tag = coll(c, FF_GROUP_Z, FF_COLL_ALLGATHER, count, c->s->wire, MODE_BACKGROUND);
+    wait_for(c, tag);
+}
+
+/* forward: W = AllGather_Z(Ŵ); Ô = I W; O = AllReduce_Y(Ô) (N) or
+ * AllReduce_X(Ô) (T); O += b */
+static void linear_forward(sched *c, const linear *w, int do_gather)
+{
+    int64_t m = c->s->m, kl = k_local(c, w), nl = n_local(c, w);
+    if (do_gather)
+        gather(c, shard(c, w));
+    gemm(c, m, nl, kl);
+    coll(c, w->transposed ? FF_GROUP_X : FF_GROUP_Y, FF_COLL_ALLREDUCE, m * nl, c->s->wire,
+         MODE_BLOCKING);
+    elem(c, 2, (double)(m * nl));
+}
+
+/* backward: db = column sums of dO; dÎ = dO Wᵀ; dI = AllReduce_X(dÎ) (N) or
+ * AllReduce_Y (T), beside dW = Iᵀ dO (OAR); dŴ = ReduceScatter_Z(dW),
+ * waited after the backward (ORS). `scatter` = 0 for the LM head, whose dW
+ * accumulates into the embedding's gathered gradient. */
+static void linear_backward(sched *c, const linear *w, int scatter)
+{
+    int64_t m = c->s->m, kl = k_local(c, w), nl = n_local(c, w);
+    unsigned ov = c->s->overlap;
+    elem(c, 1, (double)(m * nl));
+    gemm(c, m, kl, nl);
+    coll(c, w->transposed ? FF_GROUP_Y : FF_GROUP_X, FF_COLL_ALLREDUCE, m * kl, c->s->wire,
+         (ov & FF_OVERLAP_OAR) ? MODE_OAR : MODE_BLOCKING);
+    gemm(c, kl, nl, m);
+    if (scatter && c->gz > 1)
+        coll(c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, shard(c, w), c->s->wire,
+             (ov & FF_OVERLAP_ORS) ? MODE_BACKGROUND : MODE_BLOCKING);
+}
+
+/* LayerNorm on the residual (layout Y): the row statistics need the whole
+ * row, so each pass all-reduces 2 floats per row over Y (forward: sum and sum
+ * of squares; backward: the two row sums of the gradient formula). */
+static void layernorm(sched *c, int backward)
+{
+    int64_t m = c->s->m;
+    elem(c, backward ? 5 : 3, (double)(m * c->s->C / c->gy));
+    coll(c, FF_GROUP_Y, FF_COLL_ALLREDUCE, 2 * m, F32, MODE_BLOCKING);
+}
+
+/* Causal attention of the rank's NH/Gx heads, replicated over Y: QKᵀ and
+ * A V on the lower triangle, 2 T^2 hd flops per head and sequence forward,
+ * twice that backward. The softmax makes 3 passes over its T^2/2 scores. */
+static void attention_pass(sched *c, int backward)
+{
+    const plan_shape *s = c->s;
+    double heads = (double)s->b_mb * (double)(s->NH / c->gx);
+    double fwd = heads * 2.0 * (double)s->T * (double)s->T * (double)s->hd;
+    attention(c, backward ? 2 * fwd : fwd);
+    elem(c, 3, heads * (double)s->T * (double)s->T / 2);
+}
+
+static void block_forward(sched *c, const linear *w, int do_gather)
+{
+    const plan_shape *s = c->s;
+    double y = (double)(s->m * s->C / c->gy), x4 = (double)(s->m * 4 * s->C / c->gx);
+    layernorm(c, 0);
+    linear_forward(c, &w[0], do_gather); /* QKV, N */
+    attention_pass(c, 0);
+    linear_forward(c, &w[1], do_gather); /* attention projection, T */
+    elem(c, 3, y);                       /* residual */
+    layernorm(c, 0);
+    linear_forward(c, &w[2], do_gather); /* MLP up, N */
+    elem(c, 2, x4);                      /* GELU */
+    linear_forward(c, &w[3], do_gather); /* MLP down, T */
+    elem(c, 3, y);                       /* residual */
+}
+
+static void block_backward(sched *c, const linear *w)
+{
+    const plan_shape *s = c->s;
+    double y = (double)(s->m * s->C / c->gy), x4 = (double)(s->m * 4 * s->C / c->gx);
+    elem(c, 2, y); /* residual */
+    linear_backward(c, &w[3], 1);
+    elem(c, 3, x4); /* GELU */
+    linear_backward(c, &w[2], 1);
+    layernorm(c, 1);
+    elem(c, 2, y); /* residual */
+    linear_backward(c, &w[1], 1);
+    attention_pass(c, 1);
+    linear_backward(c, &w[0], 1);
+    layernorm(c, 1);
+}
+
+int64_t plan_zsharded_params(const plan_shape *s)
+{
+    int64_t tp = (int64_t)s->g.x * s->g.y * s->g.z;
+    return (s->L * 12 * s->C * s->C + s->Vp * s->C) / tp;
+}
+
+/* LayerNorm gains and biases, biases of T layers and positions are in
+ * layout Y (C/Gy per row); biases of N layers in layout X. Per block:
+ * 2 LayerNorms (4C/Gy), projection and MLP-down biases (2C/Gy), QKV and
+ * MLP-up biases (7C/Gx); then the final LayerNorm and the positions. */
+int64_t plan_other_params(const plan_shape *s)
+{
+    int64_t gx = s->g.x, gy = s->g.y, C = s->C;
+    return s->L * (6 * C / gy + 7 * C / gx) + 2 * C / gy + s->positions * C / gy;
+}
+
+/* OAG (DESIGN §5): the all-gather of the next layer that needs one is
+ * posted right after this layer's own gather completed, in execution order
+ * (so across the forward, the recompute and into the next micro-batch).
+ * Reorders the list: each gather but the first moves to just after the wait
+ * for the gather before it. */
+static void plan_prefetch(plan_ops *o)
+{
+    size_t n_ag = 0;
+    for (size_t i = 0; i < o->n; i++)
+        n_ag += o->ops[i].kind == OP_COLL && o->ops[i].coll == FF_COLL_ALLGATHER &&
+                o->ops[i].group == FF_GROUP_Z;
+    if (n_ag < 2)
+        return;
+    size_t *ag = malloc(n_ag * sizeof *ag);
+    plan_op *out = malloc(o->n * sizeof *out);
+    if (!ag || !out) {
+        free(ag);
+        free(out);
+        o->oom = 1;
+        return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < o->n; i++)
+        if (o->ops[i].kind == OP_COLL && o->ops[i].coll == FF_COLL_ALLGATHER &&
+            o->ops[i].group == FF_GROUP_Z)
+            ag[k++] = i;
+    size_t n = 0, a = 0; /* a: gathers already emitted */
+    for (size_t i = 0; i < o->n; i++) {
+        const plan_op *op = &o->ops[i];
+        if (op->kind == OP_COLL && op->coll == FF_COLL_ALLGATHER && op->group == FF_GROUP_Z) {
+            if (i != ag[0])
+                continue; /* already posted earlier */
+            a = 1;
+        }
+        out[n++] = *op;
+        /* the wait of gather a-1 is followed by the post of gather a */
+        if (op->kind == OP_WAIT && a > 0 && a < n_ag && op->tag == o->ops[ag[a - 1]].tag)
+            out[n++] = o->ops[ag[a++]];
+    }
+    free(o->ops);
+    free(ag);
+    o->ops = out;
+    o->cap = o->n;
+}
+
+void plan_schedule(const plan_shape *s, plan_ops *o)
+{
+    sched c = {s, o, s->g.x, s->g.y, s->g.z, s->g.d};
+    const int64_t C = s->C, m = s->m;
+    const linear w[4] = {{0, C, 3 * C}, {1, C, C}, {0, C, 4 * C}, {1, 4 * C, C}};
+    const linear head = {0, C, s->Vp}; /* the tied LM head: block (y, x) of wte, transposed */
+    const int64_t wte_shard = s->Vp * C / (c.gx * c.gy * c.gz);
+    const int64_t block_shard = 12 * C * C / (c.gx * c.gy * c.gz);
+    const int wire = s->wire;
+    const unsigned ov = s->overlap;
+    const double y = (double)(m * C / c.gy), logits = (double)(m * s->Vp / c.gx);
+
+    for (int u = 0; u < s->micro; u++) {
+        int last = u == s->micro - 1;
+        /* embedding: the gathered wte block serves the lookup and the LM
+         * head, and stays until the head's backward (one gather per
+         * micro-batch); vocab-parallel lookup, then AllReduce_X gives layout Y */
+        gather(&c, wte_shard);
+        elem(&c, 4, y); /* lookup rows, zeros elsewhere, add positions */
+        coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * C / c.gy, wire, MODE_BLOCKING);
+        for (int64_t l = 0; l < s->L; l++)
+            block_forward(&c, w, 1);
+        layernorm(&c, 0); /* final LayerNorm */
+        gemm(&c, m, s->Vp / c.gx, C / c.gy);
+        coll(&c, FF_GROUP_Y, FF_COLL_ALLREDUCE, m * s->Vp / c.gx, wire, MODE_BLOCKING);
+        /* vocab-parallel cross-entropy: row max, sum of exponentials and
+         * target logit over X, one all-reduce of 3 floats per row */
+        elem(&c, 2, logits);
+        coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, 3 * m, F32, MODE_BLOCKING);
+
+        elem(&c, 2, logits); /* dlogits = softmax - onehot, local */
+        linear_backward(&c, &head, 0);
+        layernorm(&c, 1);
+        for (int64_t l = s->L - 1; l >= 0; l--) {
+            /* checkpointing keeps the block input and recomputes the block;
+             * the AG cache keeps the last ag_cache blocks' gathered weights
+             * from the forward, so their recompute gathers nothing */
+            if (s->checkpoint)
+                block_forward(&c, w, l < s->L - s->ag_cache);
+            block_backward(&c, w);
+            if (last && (ov & FF_OVERLAP_DP) && c.gd > 1) /* a bucket per block */
+                coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, block_shard, wire, MODE_BACKGROUND);
+        }
+        elem(&c, 3, y); /* embedding backward: scatter-add into the wte gradient */
+        if (c.gz > 1)
+            coll(&c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, wte_shard, wire,
+                 (ov & FF_OVERLAP_ORS) ? MODE_BACKGROUND : MODE_BLOCKING);
+        if (last && (ov & FF_OVERLAP_DP) && c.gd > 1)
+            coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, wte_shard, wire, MODE_BACKGROUND);
+    }
+    wait_all(&c);
+    if (!(ov & FF_OVERLAP_DP) && c.gd > 1) {
+        for (int64_t l = s->L - 1; l >= 0; l--)
+            coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, block_shard, wire, MODE_BLOCKING);
+        coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, wte_shard, wire, MODE_BLOCKING);
+    }
+    /* parameters that are not Z-sharded: one all-reduce of their gradients
+     * over ZD (one flat buffer); the loss (a sum over ZD); the gradient norm
+     * for clipping (a sum of squares over every rank) */
+    int64_t others = plan_other_params(s);
+    coll(&c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, others, F32, MODE_BLOCKING);
+    coll(&c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
+    coll(&c, FF_GROUP_WORLD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
+    /* AdamW reads parameter, gradient and two moments and writes three of
+     * them; the gradients are zeroed: 8 passes */
+    elem(&c, 8, (double)(plan_zsharded_params(s) + others));
+    if (!o->oom)
+        o->ops[o->n - 1].optimizer = 1;
+    if (ov & FF_OVERLAP_OAG)
+        plan_prefetch(o);
+}

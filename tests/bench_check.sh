@@ -1,0 +1,90 @@
+#!/bin/sh
+# `fourfold bench` in CI: coll's built-in check finds no wrong element (fp32
+# and bf16 wire, every algorithm, in and out of place, 2 pretended nodes of 2
+# ranks); profile writes one valid JSON file atomically (no temporary file
+# left) with every key the planner requires, which the planner's reader and
+# the collective layer (FF_PROFILE) accept; gemm prints its table. Speed is
+# never checked.   usage: bench_check.sh FOURFOLD MPIEXEC
+set -eu
+FF=$1 MPIEXEC=$2
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+fail() { echo "FAIL $*"; exit 1; }
+
+for wire in fp32 bf16; do
+    FF_RANKS_PER_NODE=2 "$MPIEXEC" -np 4 "$FF" bench coll -b 4K -e 64K -f 16 -n 2 -w 1 \
+        --wire $wire --json "$WORK/coll.jsonl" > "$WORK/coll_$wire.txt" 2>&1 ||
+        { cat "$WORK/coll_$wire.txt"; fail "bench coll --wire $wire exited non-zero"; }
+    grep -q "^# total #wrong: 0$" "$WORK/coll_$wire.txt" || fail "bench coll $wire: #wrong"
+    for algo in ring rec hier-ring hier-rec auto; do
+        grep -q " $algo" "$WORK/coll_$wire.txt" || fail "bench coll $wire: no row for $algo"
+    done
+    echo "ok   bench coll --wire $wire: every algorithm, #wrong 0"
+done
+python3 - "$WORK/coll.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+colls = {r["coll"] for r in rows}
+assert colls == {"allgather", "reduce_scatter", "allreduce", "alltoall"}, colls
+assert all(r["oop_wrong"] == 0 and r["ip_wrong"] <= 0 for r in rows)
+assert all(r["nodes"] == 2 and r["per_node"] == 2 for r in rows)
+print(f"ok   {len(rows)} JSON rows, all four collectives, none wrong")
+PY
+
+# the profile, with the inter-node level pretended (nodes of one rank) and
+# with two ranks on one node
+for k in 1 2; do
+    out="$WORK/p$k.json"
+    FF_RANKS_PER_NODE=$k "$MPIEXEC" -np 2 "$FF" bench profile --quick --name "ci k=$k" \
+        --out "$out" > "$WORK/profile$k.txt" 2>&1 ||
+        { cat "$WORK/profile$k.txt"; fail "bench profile exited non-zero"; }
+    grep -q "residual" "$WORK/profile$k.txt" || fail "bench profile printed no residuals"
+    python3 - "$out" "$k" <<'PY'
+import json, math, sys
+p = json.load(open(sys.argv[1]))
+k = int(sys.argv[2])
+need = {"format": str, "version": int, "name": str, "ranks_per_node": int,
+        "memory_bytes": (int, float), "gemm_flops": (int, float), "peak_flops": (int, float),
+        "alpha_intra_s": (int, float), "beta_intra_Bps": (int, float),
+        "alpha_inter_s": (int, float), "beta_inter_Bps": (int, float), "intra_bw": list}
+for key, t in need.items():
+    assert key in p and isinstance(p[key], t), f"key {key}: {p.get(key)!r}"
+assert p["format"] == "fourfold-profile" and p["version"] == 1
+assert p["ranks_per_node"] == k, p["ranks_per_node"]
+for key in ("memory_bytes", "gemm_flops", "peak_flops", "beta_intra_Bps", "beta_inter_Bps"):
+    assert p[key] > 0 and math.isfinite(p[key]), key
+assert p["alpha_intra_s"] >= 0 and p["alpha_inter_s"] >= 0
+if k == 2:
+    assert [(e["inner"], e["size"]) for e in p["intra_bw"]] == [(1, 2)], p["intra_bw"]
+    assert p["intra_bw"][0]["Bps"] > 0 and p["fit"]["intra"]["measured"] is True
+else:
+    assert p["intra_bw"] == [] and p["fit"]["inter"]["measured"] is True
+print(f"ok   profile (nodes of {k}): {p['name']}, alpha/beta intra {p['alpha_intra_s']:.3g}/"
+      f"{p['beta_intra_Bps']:.3g}, inter {p['alpha_inter_s']:.3g}/{p['beta_inter_Bps']:.3g}")
+PY
+done
+leftover=$(ls "$WORK" | grep -c tmp || true)
+[ "$leftover" = 0 ] || fail "temporary files left: $(ls "$WORK")"
+
+# the collective layer reads it (FF_PROFILE), and refuses a broken one
+FF_PROFILE="$WORK/p1.json" "$MPIEXEC" -np 2 "$FF" bench coll --colls ar -b 4K -e 4K -n 1 -w 0 \
+    > "$WORK/with_profile.txt" 2>&1 || { cat "$WORK/with_profile.txt"; fail "FF_PROFILE run"; }
+echo '{"format":"fourfold-profile","alpha_intra_s":"x"}' > "$WORK/bad.json"
+if FF_PROFILE="$WORK/bad.json" "$MPIEXEC" -np 2 "$FF" bench coll --colls ar -b 4K -e 4K -n 1 \
+    > "$WORK/bad.txt" 2>&1; then fail "a broken FF_PROFILE was accepted"; fi
+grep -q "FF_PROFILE: .*alpha_intra_s" "$WORK/bad.txt" || { cat "$WORK/bad.txt"; fail "message"; }
+echo "ok   FF_PROFILE read by the collective layer; a broken one refused with a message"
+
+# the planner's strict reader, where this build has the planner
+if "$FF" --help 2>&1 | grep -q "^  plan "; then
+    "$FF" plan --machine "$WORK/p2.json" --print-machine > "$WORK/plan.txt" 2>&1 ||
+        { cat "$WORK/plan.txt"; fail "fourfold plan refused the profile"; }
+    echo "ok   fourfold plan --machine reads the profile"
+fi
+
+"$MPIEXEC" -np 2 "$FF" bench gemm --shapes 64,32x48x16 --threads 1 --seconds 0 \
+    > "$WORK/gemm.txt" 2>&1 || { cat "$WORK/gemm.txt"; fail "bench gemm"; }
+grep -q "OpenBLAS core" "$WORK/gemm.txt" && grep -q "32x48x16" "$WORK/gemm.txt" ||
+    { cat "$WORK/gemm.txt"; fail "bench gemm output"; }
+echo "ok   bench gemm"
+echo "bench: passed"

@@ -1,0 +1,111 @@
+#!/bin/sh
+# fourfold plan from a plain shell (no mpirun): bad input gives one message
+# and a non-zero exit; good input prints the table, the detail of one grid,
+# the rejected grids and JSON; a profile written by --print-machine reads
+# back to the same plan; under mpirun only one process prints.
+#   usage: plan_cli.sh FOURFOLD MPIEXEC
+set -u
+FF=$1 MPIEXEC=$2
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+GPT20="--model gpt-20b --ranks 1024 --ranks-per-node 4 --batch 1024 --seq 2048 --machine perlmutter"
+
+fail() { echo "FAILED: $*"; failures=$((failures + 1)); }
+
+# bad: expected-exit expected-substring args...
+bad() {
+    code=$1 want=$2
+    shift 2
+    "$FF" plan "$@" > "$WORK/out" 2> "$WORK/err"
+    rc=$?
+    n=$(grep -c '^fourfold: error:' "$WORK/err")
+    msg=$(head -1 "$WORK/err")
+    if [ "$rc" != "$code" ]; then fail "plan $*: exit $rc, want $code ($msg)"
+    elif [ "$n" != 1 ] || [ "$(wc -l < "$WORK/err")" != 1 ]; then fail "plan $*: $n error lines"; cat "$WORK/err"
+    elif ! echo "$msg" | grep -qF -- "$want"; then fail "plan $*: '$msg' lacks '$want'"
+    elif [ -s "$WORK/out" ]; then fail "plan $*: printed to stdout on error"
+    else printf 'ok  exit %s  %-60s %s\n' "$code" "$*" "$msg"
+    fi
+}
+
+bad 2 "unknown model 'gpt-99b'"                 --model gpt-99b --ranks 8
+bad 2 "--ranks 0: expected an integer from 1"     --model gpt2 --ranks 0
+bad 2 "--batch -4: expected an integer"           --model gpt2 --batch -4
+bad 2 "needs --model NAME"                        --ranks 8
+bad 2 "--layers x: expected an integer"           --layers x --hidden 64 --heads 4
+bad 2 "not divisible by the 5 heads"              --layers 2 --hidden 64 --heads 5
+bad 2 "unknown option --rnaks"                    --model gpt2 --rnaks 8
+bad 2 "unexpected argument 'extra'"               --model gpt2 extra
+bad 2 "option --ranks needs a value"              --model gpt2 --ranks
+bad 2 "--cost foo: expected full, paper, axonn"   --model gpt2 --cost foo
+bad 2 "--checkpoint maybe: expected on, off"      --model gpt2 --checkpoint maybe
+bad 2 "--wire fp16: expected fp32 or bf16"        --model gpt2 --wire fp16
+bad 2 "'oak' is not one of oar, ors, oag, dp"      --model gpt2 --overlap oar,oak
+bad 2 "--memory 40XB: expected a size"            --model gpt2 --memory 40XB
+bad 2 "exceeds the 1024 positions of model gpt2"  --model gpt2 --seq 2048
+bad 2 "needs 16 ranks, but the job has 8"         --model gpt2 --ranks 8 --grid 2x2x2x2
+bad 2 "give four sizes such as 2x2x4x8"           --model gpt2 --grid fsdp
+bad 2 "unknown machine 'summit'"                  --model gpt2 --machine summit
+bad 1 "cannot open"                               --model gpt2 --machine "$WORK/none.json"
+printf '{"format": "fourfold-profile", "version": 1,\n "ranks_per_node": 2,\n' > "$WORK/cut.json"
+bad 1 "cut.json: line 3: expected a string, found the end of the file" \
+    --model gpt2 --machine "$WORK/cut.json"
+
+# good: the README's planning command
+"$FF" plan $GPT20 > "$WORK/table" 2> "$WORK/err" || fail "plan gpt-20b: exit $?"
+[ -s "$WORK/err" ] && fail "plan gpt-20b wrote to stderr: $(cat "$WORK/err")"
+rows=$(grep -cE '^ +[0-9]+ [0-9]+x[0-9]+x[0-9]+x[0-9]+ ' "$WORK/table")
+[ "$rows" = 10 ] || fail "plan gpt-20b: $rows table rows, want 10"
+grep -q "286 grids of 1024 ranks" "$WORK/table" || fail "plan gpt-20b: no '286 grids' line"
+head -5 "$WORK/table"
+sed -n '7p' "$WORK/table"
+
+# one grid in detail, and a rejected one
+"$FF" plan $GPT20 --grid 4x1x16x16 > "$WORK/detail" || fail "--grid: exit $?"
+grep -q "step .* = compute .* + exposed communication" "$WORK/detail" || fail "--grid: no step line"
+grep -q "Z     all-gather" "$WORK/detail" || fail "--grid: no Z all-gather row"
+"$FF" plan $GPT20 --grid 3x1x1x1 --ranks 3 > "$WORK/detail" || fail "--grid 3x1x1x1: exit $?"
+grep -q "rejected: hidden size 7168 does not divide over Gx = 3" "$WORK/detail" ||
+    fail "--grid 3x1x1x1: $(cat "$WORK/detail")"
+
+# --rejected lists every grid that did not fit, with its reason
+"$FF" plan --model gpt2 --ranks 8 --batch 8 --seq 256 --rejected > "$WORK/rej" || fail "--rejected: exit $?"
+grep -q "8x1x1x1 .*the 12 heads do not divide over Gx = 8" "$WORK/rej" || fail "--rejected: $(tail -3 "$WORK/rej")"
+
+# the other cost models
+"$FF" plan $GPT20 --cost paper --top 3 > "$WORK/paper" || fail "--cost paper: exit $?"
+grep -q "AG Z 5.1" "$WORK/paper" || fail "--cost paper: no table"
+"$FF" plan --model gpt-20b --ranks 32 --batch 16 --seq 2048 --machine perlmutter --cost axonn \
+    > "$WORK/axonn" || fail "--cost axonn: exit $?"
+grep -q "56 grids, " "$WORK/axonn" || fail "--cost axonn: not the tool's 56 grids"
+"$FF" plan --model gpt-20b --ranks 24 --batch 16 --seq 2048 --machine perlmutter --cost axonn \
+    > "$WORK/axonn24" || fail "--cost axonn on 24 ranks: exit $?"
+grep -q "no grid fits" "$WORK/axonn24" || fail "--cost axonn on 24 ranks: a grid?"
+
+# JSON: valid, one entry per grid
+"$FF" plan --model gpt2 --ranks 8 --batch 8 --seq 256 --json > "$WORK/plan.json" || fail "--json: exit $?"
+if command -v python3 > /dev/null; then
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["grids"]) == 20, len(d["grids"]); assert d["format"] == "fourfold-plan"' \
+        "$WORK/plan.json" || fail "--json: not valid JSON with 20 grids"
+fi
+
+# a preset written as a profile file gives the same plan
+"$FF" plan --machine perlmutter --print-machine > "$WORK/perl.json" || fail "--print-machine: exit $?"
+"$FF" plan $GPT20 --machine "$WORK/perl.json" > "$WORK/table2" || fail "plan from file: exit $?"
+if ! diff "$WORK/table" "$WORK/table2" > "$WORK/diff"; then
+    # only the header's machine line may differ (none expected)
+    fail "plan from the profile file differs: $(head -5 "$WORK/diff")"
+fi
+
+# under a launcher, without MPI_Init, only rank 0 prints
+if "$MPIEXEC" -np 2 --oversubscribe "$FF" plan --model tiny --ranks 4 --batch 4 --seq 32 \
+    > "$WORK/mpi" 2>&1; then
+    n=$(grep -c '^model tiny' "$WORK/mpi")
+    [ "$n" = 1 ] || fail "under mpirun -np 2: the header printed $n times"
+else
+    fail "under mpirun -np 2: exit $?: $(cat "$WORK/mpi")"
+fi
+
+echo "plan_cli: $failures failures"
+[ "$failures" = 0 ]

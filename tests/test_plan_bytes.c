@@ -1,0 +1,385 @@
+/* ff_plan_traffic: the calls and bytes per (group, collective) of one rank in
+ * one step, against a derivation by hand from DESIGN §3 and §4 for a small
+ * GPT, and the ring's volumes derived here again from the ring's rule (not
+ * from the library's function). Also the rejection reasons and the memory
+ * arithmetic. Runs without MPI.
+ *
+ * Model: L=2 blocks, C=8, NH=2, V=100 (padded to 128), T=3, fp32 wire.
+ * Per block the linear layers are QKV (N, 8 -> 24), projection (T, 8 -> 8),
+ * MLP up (N, 8 -> 32), MLP down (T, 32 -> 8); the tied LM head is N (8 -> 128). */
+#include <stdio.h>
+#include <string.h>
+
+#include "fourfold/plan.h"
+#include "test_util.h"
+
+/* ---- the ring, derived again ----
+ * A ring all-reduce of n over p ranks cuts n into p chunks, chunk i of
+ * floor(n/p) elements plus one if i < n mod p. Data flows from r to r+1 and
+ * rank r ends the reduce-scatter phase owning chunk r, so in that phase it
+ * forwards every chunk but its own (p-1 sends) and receives every chunk but
+ * r-1's (the one its left neighbour keeps); in the all-gather phase it sends
+ * every chunk but the one that completes the ring at r+1 (chunk r+1), and
+ * receives every chunk but its own. */
+static long chunk(long n, int p, int i) { return n / p + (i < n % p ? 1 : 0); }
+
+static void ring_ar(long n, int p, int r, long *sent, long *recv)
+{
+    *sent = *recv = 0;
+    if (p == 1)
+        return;
+    for (int i = 0; i < p; i++) {
+        if (i != r)
+            *sent += chunk(n, p, i); /* reduce-scatter phase */
+        if (i != (r + 1) % p)
+            *sent += chunk(n, p, i); /* all-gather phase */
+        if (i != (r - 1 + p) % p)
+            *recv += chunk(n, p, i);
+        if (i != r)
+            *recv += chunk(n, p, i);
+    }
+}
+
+typedef struct {
+    long calls, sent, recv; /* elements */
+} expect;
+
+static void add_ar(expect *e, long n, int p, int r)
+{
+    long s, v;
+    ring_ar(n, p, r, &s, &v);
+    e->calls++, e->sent += s, e->recv += v;
+}
+
+/* all-gather of `count` per rank, or reduce-scatter to `count`: p-1 blocks */
+static void add_block(expect *e, long count, int p)
+{
+    e->calls++, e->sent += (p - 1) * count, e->recv += (p - 1) * count;
+}
+
+static void compare(const char *label, ff_plan_coll got[FF_NGROUPS][FF_NCOLL],
+                    expect want[FF_NGROUPS][FF_NCOLL])
+{
+    static const char *const g[FF_NGROUPS] = {"X", "Y", "Z", "D", "ZD", "TP", "WORLD"};
+    static const char *const c[FF_NCOLL] = {"AG", "RS", "AR", "A2A"};
+    for (int k = 0; k < FF_NGROUPS; k++)
+        for (int j = 0; j < FF_NCOLL; j++) {
+            const expect *w = &want[k][j];
+            const ff_plan_coll *p = &got[k][j];
+            CHECK(p->calls == (uint64_t)w->calls && p->bytes_sent == (uint64_t)(4 * w->sent) &&
+                      p->bytes_recv == (uint64_t)(4 * w->recv),
+                  "%s: %s %s: %llu calls, %llu B sent, %llu B received; by hand %ld, %ld, %ld",
+                  label, g[k], c[j], (unsigned long long)p->calls,
+                  (unsigned long long)p->bytes_sent, (unsigned long long)p->bytes_recv, w->calls,
+                  4 * w->sent, 4 * w->recv);
+            if (w->calls)
+                printf("  %-34s %-5s %-3s %3ld calls %7ld B sent %7ld B received\n", label, g[k],
+                       c[j], w->calls, 4 * w->sent, 4 * w->recv);
+        }
+}
+
+static void base_config(ff_plan_config *cfg)
+{
+    ff_plan_config_default(cfg);
+    snprintf(cfg->model.name, sizeof cfg->model.name, "small");
+    cfg->model.layers = 2;
+    cfg->model.hidden = 8;
+    cfg->model.heads = 2;
+    cfg->model.vocab = 100;
+    cfg->batch = 4;
+    cfg->seq = 3;
+    cfg->checkpoint = 0;
+    cfg->ag_cache = 0;
+}
+
+/* Grid 2x2x2x1 (Gd = 1: no data parallelism), rank (x, y, z, 0).
+ * m = B T/(Gz Gd) = 6 rows per micro-batch (u micro-batches of m/u).
+ *   X (N backward, T forward, embedding, LM head backward, cross-entropy):
+ *     embedding forward AR of m C/Gy = 4m; per block forward: projection and
+ *     MLP down AR of m C/Gy = 4m each; backward: QKV and MLP up dI AR of
+ *     m C/Gy = 4m each; LM head dI 4m; cross-entropy 3m
+ *   Y (N forward, T backward, LayerNorm statistics):
+ *     per block forward: LN1 2m, QKV m 3C/Gx = 12m, LN2 2m, MLP up m 4C/Gx = 16m;
+ *     backward: MLP down dI m 4C/Gx = 16m, LN2 2m, projection dI m C/Gx = 4m, LN1 2m;
+ *     final LN 2m forward and 2m backward, LM head forward m Vp/Gx = 64m
+ *   Z: all-gather of each weight's shard k n/(Gx Gy Gz): QKV 24, projection 8,
+ *     MLP 32 and 32 (96 per block), wte 128*8/8 = 128; reduce-scatter of the same
+ *   ZD (2 ranks, index z): the gradients of the other parameters,
+ *     L (6C/Gy + 7C/Gx) + 2C/Gy + T C/Gy = 2 (24 + 28) + 8 + 12 = 124, and the loss (1)
+ *   WORLD (8 ranks): the gradient norm (1)
+ * Checkpointing adds the forward of every block again (its X and Y calls) and
+ * the all-gathers of the blocks outside the AG cache. */
+static void expect_2221(expect w[FF_NGROUPS][FF_NCOLL], ff_dims c, int ckpt, int cached, int u)
+{
+    memset(w, 0, sizeof(expect) * FF_NGROUPS * FF_NCOLL);
+    const int L = 2;
+    const long m = 6 / u;
+    expect *x = &w[FF_GROUP_X][FF_COLL_ALLREDUCE], *y = &w[FF_GROUP_Y][FF_COLL_ALLREDUCE];
+    for (int mb = 0; mb < u; mb++) {
+        add_ar(x, 4 * m, 2, c.x);                      /* embedding */
+        for (int l = 0; l < L * (ckpt ? 2 : 1); l++) { /* forward (and recompute) */
+            add_ar(x, 4 * m, 2, c.x);
+            add_ar(x, 4 * m, 2, c.x);
+            add_ar(y, 2 * m, 2, c.y);
+            add_ar(y, 12 * m, 2, c.y);
+            add_ar(y, 2 * m, 2, c.y);
+            add_ar(y, 16 * m, 2, c.y);
+        }
+        for (int l = 0; l < L; l++) { /* backward */
+            add_ar(x, 4 * m, 2, c.x);
+            add_ar(x, 4 * m, 2, c.x);
+            add_ar(y, 16 * m, 2, c.y);
+            add_ar(y, 2 * m, 2, c.y);
+            add_ar(y, 4 * m, 2, c.y);
+            add_ar(y, 2 * m, 2, c.y);
+        }
+        add_ar(x, 4 * m, 2, c.x);  /* LM head backward */
+        add_ar(x, 3 * m, 2, c.x);  /* cross-entropy */
+        add_ar(y, 2 * m, 2, c.y);  /* final LayerNorm forward */
+        add_ar(y, 64 * m, 2, c.y); /* LM head forward */
+        add_ar(y, 2 * m, 2, c.y);  /* final LayerNorm backward */
+        expect *ag = &w[FF_GROUP_Z][FF_COLL_ALLGATHER],
+               *rs = &w[FF_GROUP_Z][FF_COLL_REDUCE_SCATTER];
+        add_block(ag, 128, 2);
+        for (int pass = 0; pass < 2; pass++) /* the forward, then the recompute */
+            for (int l = 0; l < L; l++)
+                if (pass == 0 || (ckpt && l < L - cached)) {
+                    add_block(ag, 24, 2), add_block(ag, 8, 2);
+                    add_block(ag, 32, 2), add_block(ag, 32, 2);
+                }
+        for (int l = 0; l < L; l++) {
+            add_block(rs, 24, 2), add_block(rs, 8, 2);
+            add_block(rs, 32, 2), add_block(rs, 32, 2);
+        }
+        add_block(rs, 128, 2);
+    }
+    add_ar(&w[FF_GROUP_ZD][FF_COLL_ALLREDUCE], 124, 2, c.z);
+    add_ar(&w[FF_GROUP_ZD][FF_COLL_ALLREDUCE], 1, 2, c.z);
+    add_ar(&w[FF_GROUP_WORLD][FF_COLL_ALLREDUCE], 1, 8, c.x + 2 * (c.y + 2 * c.z));
+}
+
+/* Grid 1x1x1xGd (pure data parallelism), rank d: m = 4*3/Gd rows; only D
+ * (a bucket per block of its 12 C^2 = 768 weights, then wte's 128*8 = 1024),
+ * ZD = D (the other parameters: 2 (48 + 56) + 16 + 3*8 = 248, the loss) and
+ * WORLD = D (the norm). */
+static void expect_data(expect w[FF_NGROUPS][FF_NCOLL], int gd, int d)
+{
+    memset(w, 0, sizeof(expect) * FF_NGROUPS * FF_NCOLL);
+    add_ar(&w[FF_GROUP_D][FF_COLL_ALLREDUCE], 768, gd, d);
+    add_ar(&w[FF_GROUP_D][FF_COLL_ALLREDUCE], 768, gd, d);
+    add_ar(&w[FF_GROUP_D][FF_COLL_ALLREDUCE], 1024, gd, d);
+    add_ar(&w[FF_GROUP_ZD][FF_COLL_ALLREDUCE], 248, gd, d);
+    add_ar(&w[FF_GROUP_ZD][FF_COLL_ALLREDUCE], 1, gd, d);
+    add_ar(&w[FF_GROUP_WORLD][FF_COLL_ALLREDUCE], 1, gd, d);
+}
+
+static void run(const char *label, const ff_plan_config *cfg, ff_dims g, ff_dims c,
+                expect want[FF_NGROUPS][FF_NCOLL])
+{
+    ff_plan_coll got[FF_NGROUPS][FF_NCOLL];
+    char err[256];
+    int rc = ff_plan_traffic(cfg, g, c, got, err, sizeof err);
+    CHECK(rc == FF_OK, "%s: %s", label, err);
+    if (rc == FF_OK)
+        compare(label, got, want);
+}
+
+static void test_traffic(void)
+{
+    ff_plan_config cfg;
+    expect want[FF_NGROUPS][FF_NCOLL];
+    base_config(&cfg);
+    ff_dims g = {2, 2, 2, 1};
+    ff_dims ranks[3] = {{0, 0, 0, 0}, {1, 0, 1, 0}, {1, 1, 1, 0}};
+    for (int i = 0; i < 3; i++) {
+        char label[64];
+        snprintf(label, sizeof label, "2x2x2x1 rank (%d,%d,%d,0)", ranks[i].x, ranks[i].y,
+                 ranks[i].z);
+        expect_2221(want, ranks[i], 0, 0, 1);
+        run(label, &cfg, g, ranks[i], want);
+    }
+    cfg.checkpoint = 1;
+    cfg.ag_cache = 1;
+    expect_2221(want, ranks[1], 1, 1, 1);
+    run("2x2x2x1 checkpointing, AG cache 1", &cfg, g, ranks[1], want);
+    cfg.ag_cache = 0;
+    expect_2221(want, ranks[0], 1, 0, 1);
+    run("2x2x2x1 checkpointing, no AG cache", &cfg, g, ranks[0], want);
+    cfg.checkpoint = 0;
+    cfg.micro_batches = 2;
+    expect_2221(want, ranks[2], 0, 0, 2);
+    run("2x2x2x1 2 micro-batches", &cfg, g, ranks[2], want);
+    /* the overlaps move collectives in time, never change them */
+    cfg.micro_batches = 1;
+    cfg.overlap = 0;
+    expect_2221(want, ranks[0], 0, 0, 1);
+    run("2x2x2x1 overlaps off", &cfg, g, ranks[0], want);
+
+    base_config(&cfg);
+    for (int d = 0; d < 4; d++) {
+        char label[64];
+        snprintf(label, sizeof label, "1x1x1x4 rank d=%d", d);
+        expect_data(want, 4, d);
+        run(label, &cfg, (ff_dims){1, 1, 1, 4}, (ff_dims){0, 0, 0, d}, want);
+    }
+    /* three ranks: wte's 1024 and the 248 others split unevenly (342/341/341,
+     * 83/83/82) */
+    cfg.batch = 3;
+    for (int d = 0; d < 3; d++) {
+        char label[64];
+        snprintf(label, sizeof label, "1x1x1x3 rank d=%d (uneven)", d);
+        expect_data(want, 3, d);
+        run(label, &cfg, (ff_dims){1, 1, 1, 3}, (ff_dims){0, 0, 0, d}, want);
+    }
+    /* the serial grid communicates nothing */
+    memset(want, 0, sizeof want);
+    run("1x1x1x1", &cfg, (ff_dims){1, 1, 1, 1}, (ff_dims){0, 0, 0, 0}, want);
+
+    /* what the ring sends on three ranks, by hand: chunks of 1024 are
+     * 342, 341, 341; rank 1 sends all but chunks 1 and 2 twice... */
+    long s, v;
+    ring_ar(1024, 3, 1, &s, &v);
+    CHECK(s == 2048 - 341 - 341 && v == 2048 - 342 - 341, "ring on 3: sent %ld recv %ld", s, v);
+}
+
+static void expect_reject(ff_plan_config *cfg, ff_dims g, const char *needle)
+{
+    ff_plan_result r;
+    char err[256];
+    int rc = ff_plan_evaluate(cfg, g, &r, err, sizeof err);
+    CHECK(rc == FF_OK, "%dx%dx%dx%d: %s", g.x, g.y, g.z, g.d, err);
+    CHECK(r.rejected && strstr(r.reason, needle), "%dx%dx%dx%d: rejected %d '%s', want '%s'", g.x,
+          g.y, g.z, g.d, r.rejected, r.reason, needle);
+    printf("  %dx%dx%dx%d rejected: %s\n", g.x, g.y, g.z, g.d, r.reason);
+}
+
+static void test_rejections(void)
+{
+    ff_plan_config cfg;
+    base_config(&cfg);
+    printf("rejections\n");
+    expect_reject(&cfg, (ff_dims){3, 1, 1, 1}, "hidden size 8 does not divide over Gx = 3");
+    expect_reject(&cfg, (ff_dims){3, 1, 1, 1}, "the 2 heads do not divide over Gx = 3");
+    expect_reject(&cfg, (ff_dims){3, 1, 1, 1}, "padded vocabulary 128 does not divide over Gx = 3");
+    expect_reject(&cfg, (ff_dims){1, 3, 1, 1}, "hidden size 8 does not divide over Gy = 3");
+    expect_reject(&cfg, (ff_dims){1, 1, 1, 8}, "batch 4 does not divide over Gz*Gd = 8");
+    expect_reject(&cfg, (ff_dims){4, 1, 1, 1}, "the 2 heads do not divide over Gx = 4");
+    cfg.batch = 6;
+    /* Gz = 3: QKV block 3*64 = 192 splits, the projection's 64 does not */
+    expect_reject(&cfg, (ff_dims){1, 1, 3, 1},
+                  "the attention projection weight block of 64 elements does not split into "
+                  "Gz = 3 pieces");
+    cfg.batch = 4;
+    cfg.micro_batches = 3;
+    expect_reject(&cfg, (ff_dims){1, 1, 1, 2}, "the 2 sequences per rank do not split into 3");
+    cfg.micro_batches = 1;
+    cfg.machine.memory_bytes = 1000;
+    expect_reject(&cfg, (ff_dims){1, 1, 1, 1}, "GiB available");
+    cfg.checkpoint = FF_PLAN_AUTO;
+    expect_reject(&cfg, (ff_dims){1, 1, 1, 1}, "with activation checkpointing");
+
+    /* errors (not rejections): a bad configuration */
+    ff_plan_result r;
+    char err[256] = "";
+    cfg.seq = 0;
+    CHECK(ff_plan_evaluate(&cfg, (ff_dims){1, 1, 1, 1}, &r, err, sizeof err) == FF_EINVAL &&
+              strstr(err, "sequence length 0"),
+          "seq 0: '%s'", err);
+    base_config(&cfg);
+    CHECK(ff_plan_evaluate(&cfg, (ff_dims){0, 1, 1, 1}, &r, err, sizeof err) == FF_EGRID &&
+              strstr(err, "positive"),
+          "grid 0: '%s'", err);
+    cfg.model.heads = 3;
+    CHECK(ff_plan_evaluate(&cfg, (ff_dims){1, 1, 1, 1}, &r, err, sizeof err) == FF_EINVAL &&
+              strstr(err, "not divisible by the 3 heads"),
+          "heads 3: '%s'", err);
+    ff_model md;
+    CHECK(ff_model_preset("gpt2", &md, err, sizeof err) == FF_OK, "gpt2 preset");
+    base_config(&cfg);
+    cfg.model = md;
+    cfg.seq = 2048;
+    CHECK(ff_plan_evaluate(&cfg, (ff_dims){1, 1, 1, 1}, &r, err, sizeof err) == FF_EINVAL &&
+              strstr(err, "exceeds the 1024 positions"),
+          "gpt2 seq 2048: '%s'", err);
+    CHECK(ff_model_preset("gpt-99b", &md, err, sizeof err) == FF_EINVAL &&
+              strstr(err, "unknown model 'gpt-99b'"),
+          "unknown preset: '%s'", err);
+    base_config(&cfg);
+    ff_plan_coll traffic[FF_NGROUPS][FF_NCOLL];
+    CHECK(ff_plan_traffic(&cfg, (ff_dims){3, 1, 1, 1}, (ff_dims){0, 0, 0, 0}, traffic, err,
+                          sizeof err) == FF_EDIVIDE &&
+              strstr(err, "does not divide"),
+          "traffic on a grid that does not divide: '%s'", err);
+    CHECK(ff_plan_traffic(&cfg, (ff_dims){2, 1, 1, 1}, (ff_dims){2, 0, 0, 0}, traffic, err,
+                          sizeof err) == FF_EINVAL &&
+              strstr(err, "outside"),
+          "coordinates outside the grid: '%s'", err);
+}
+
+/* The memory of one rank on 2x2x2x1, without checkpointing (docs/planner.md):
+ *   parameters: Z-shards (2*12*64 + 128*8)/8 = 320, others 124 (above): 444
+ *     -> 444*4 = 1776 B each for parameters and gradients, 3552 for AdamW
+ *   gathered (Gz > 1): wte block 128*8/4 = 256, every block's weights 2 * 768/4 = 384,
+ *     gradients before the reduce-scatter: the LM head's 256 and two layers of
+ *     4*64/4 = 64: 384 -> (256 + 384 + 384) * 4 = 4096 B
+ *   activations, m = 6, 2 sequences of 1 head each per rank:
+ *     per block 6 (6*8/2 + 12*8/2 + 4) + 2*1*3*3 = 474; the head 6 (2*8/2 + 2 + 128/2) = 444;
+ *     work space 474 + 6*8/2 = 498; stored 2 * 474 -> (948 + 444 + 498) * 4 = 7560 B
+ *   total 1776 + 1776 + 3552 + 4096 + 7560 = 18760 B
+ * With checkpointing and AG cache 0: stored 2*6*4 + 474 = 522 instead of 948
+ * (-1704 B) and gathered weights min(0 + 2, 2) blocks (unchanged here). */
+static void test_memory(void)
+{
+    ff_plan_config cfg;
+    ff_plan_result r;
+    char err[256];
+    base_config(&cfg);
+    int rc = ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
+    CHECK(rc == FF_OK && !r.rejected, "memory: %s %s", err, r.reason);
+    printf("memory of 2x2x2x1: %.0f B (hand 18760)\n", r.mem_total);
+    CHECK(r.mem_params == 1776 && r.mem_grads == 1776 && r.mem_optimizer == 3552 &&
+              r.mem_weight_buffers == 4096 && r.mem_activations == 7560 && r.mem_total == 18760,
+          "memory: params %g grads %g opt %g buffers %g acts %g total %g", r.mem_params,
+          r.mem_grads, r.mem_optimizer, r.mem_weight_buffers, r.mem_activations, r.mem_total);
+    cfg.checkpoint = 1;
+    ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
+    CHECK(r.mem_total == 18760 - 1704, "checkpointing: %g, want %d", r.mem_total, 18760 - 1704);
+    /* automatic: exactly 18760 B available fits without checkpointing; one
+     * byte less needs it */
+    cfg.checkpoint = FF_PLAN_AUTO;
+    cfg.ag_cache = FF_PLAN_AUTO;
+    cfg.machine.memory_bytes = 18760;
+    ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
+    CHECK(!r.rejected && r.checkpoint == 0, "18760 B: checkpoint %d", r.checkpoint);
+    cfg.machine.memory_bytes = 18759;
+    ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
+    CHECK(!r.rejected && r.checkpoint == 1 && r.ag_cache == 2, "18759 B: checkpoint %d cache %d",
+          r.checkpoint, r.ag_cache);
+    /* L = 4 blocks, checkpointing: 2 blocks' gathered weights (the recompute
+     * and the prefetch) are counted at cache 0, and each further cached block
+     * adds its 12 C^2/(Gx Gy) = 192 floats = 768 B; a budget of the cache-0
+     * total plus 1.5 blocks caches 1 */
+    cfg.model.layers = 4;
+    cfg.checkpoint = 1;
+    cfg.ag_cache = 0;
+    cfg.machine.memory_bytes = 1e9;
+    ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
+    double base = r.mem_total;
+    cfg.ag_cache = FF_PLAN_AUTO;
+    cfg.machine.memory_bytes = base + 1.5 * 768;
+    ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
+    CHECK(!r.rejected && r.ag_cache == 1 && r.mem_total == base + 768,
+          "L=4: cache %d, memory %g (cache 0: %g)", r.ag_cache, r.mem_total, base);
+    cfg.machine.memory_bytes = base + 2 * 768;
+    ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
+    CHECK(!r.rejected && r.ag_cache == 4 && r.mem_total == base + 2 * 768,
+          "L=4, two blocks of room: cache %d (all four: the last two are held anyway)", r.ag_cache);
+}
+
+int main(void)
+{
+    test_traffic();
+    test_rejections();
+    test_memory();
+    return test_finish("test_plan_bytes");
+}

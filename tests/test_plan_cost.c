@@ -1,0 +1,307 @@
+/* The planner's cost models against values derived by hand (the arithmetic is
+ * in the comments), and the placement and collective-time rules they use.
+ * Runs without MPI. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fourfold/plan.h"
+#include "plan/plan_internal.h"
+#include "test_util.h"
+
+static void near(const char *what, double got, double want)
+{
+    double tol = 1e-12 * fabs(want) + 1e-30;
+    CHECK(fabs(got - want) <= tol, "%s: got %.17g, want %.17g", what, got, want);
+    printf("  %-44s %.10g (hand %.10g)\n", what, got, want);
+}
+
+/* A machine with round numbers, alphas zero (the paper has no latency). */
+static void round_machine(ff_profile *p, int rpn)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "test");
+    p->ranks_per_node = rpn;
+    p->memory_bytes = 1e12;
+    p->gemm_flops = p->peak_flops = 1e12;
+    p->beta_intra_Bps = 1e9;
+    p->beta_inter_Bps = 4e8;
+    p->mem_Bps = 1e10;
+    p->gemm_half_dim = 0;
+}
+
+static void custom_model(ff_plan_config *cfg, int layers, int hidden, int heads, int vocab)
+{
+    memset(&cfg->model, 0, sizeof cfg->model);
+    snprintf(cfg->model.name, sizeof cfg->model.name, "custom");
+    cfg->model.layers = layers;
+    cfg->model.hidden = hidden;
+    cfg->model.heads = heads;
+    cfg->model.vocab = vocab;
+}
+
+/* Equations 5.1-5.5 on two small cases. */
+static void test_paper(void)
+{
+    ff_plan_config cfg;
+    ff_plan_result r;
+    char err[256];
+    printf("paper, case 1: L=2 C=8 B=4 T=2 grid 2x2x2x1, 4 ranks per node, fp32\n");
+    ff_plan_config_default(&cfg);
+    custom_model(&cfg, 2, 8, 2, 128);
+    cfg.batch = 4;
+    cfg.seq = 2;
+    cfg.cost = FF_COST_PAPER;
+    round_machine(&cfg.machine, 4);
+    /* m = B T / Gd = 8 rows. Placement (eq. 5.7, nested X, Y, Z, D):
+     *   X: inner 1, size 2, 2 <= 4: in a node, 1e9 B/s
+     *   Y: inner 2, size 2, 4 <= 4: in a node, 1e9 B/s
+     *   Z: inner 4, size 2, 8 > 4: across nodes, 4e8 / min(4, 4) = 1e8 B/s
+     * QKV (N, k=8, n=24):
+     *   5.1 (Gz-1) k n/(Gx Gy Gz) 4/bz = 1 * 24 * 4 / 1e8 = 9.6e-7; 5.2 the same
+     *   5.3 2 (1/2) m n/(Gz Gx) 4/by = 48 * 4 / 1e9 = 1.92e-7
+     *   5.4 2 (1/2) m k/(Gz Gy) 4/bx = 16 * 4 / 1e9 = 6.4e-8
+     * projection (T, 8x8): 5.1 = 5.2 = 8*4/1e8 = 3.2e-7; 5.3 = 5.4 = 16*4/1e9 = 6.4e-8
+     * MLP up (N, 8x32): 5.1 = 5.2 = 32*4/1e8 = 1.28e-6; 5.3 = 64*4/1e9 = 2.56e-7;
+     *   5.4 = 16*4/1e9 = 6.4e-8
+     * MLP down (T, 32x8): 5.1 = 5.2 = 1.28e-6; 5.3 (X, m n/(Gz Gy)) = 16*4/1e9 = 6.4e-8;
+     *   5.4 (Y, m k/(Gz Gx)) = 64*4/1e9 = 2.56e-7
+     * per block: Z 2*(9.6e-7 + 3.2e-7 + 1.28e-6 + 1.28e-6) = 7.68e-6,
+     *   Y (N forward, T backward) 1.92e-7 + 6.4e-8 + 2.56e-7 + 2.56e-7 = 7.68e-7,
+     *   X 6.4e-8 + 6.4e-8 + 6.4e-8 + 6.4e-8 = 2.56e-7; block 8.704e-6; L=2: 1.7408e-5 */
+    int rc = ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
+    CHECK(rc == FF_OK && !r.rejected, "case 1: rc %d, %s %s", rc, err, r.reason);
+    near("case 1 total", r.step_s, 1.7408e-5);
+    near("case 1 Z all-gather (5.1)", r.coll[FF_GROUP_Z][FF_COLL_ALLGATHER].time_s, 7.68e-6);
+    near("case 1 Z reduce-scatter (5.2)", r.coll[FF_GROUP_Z][FF_COLL_REDUCE_SCATTER].time_s,
+         7.68e-6);
+    near("case 1 Y all-reduce", r.coll[FF_GROUP_Y][FF_COLL_ALLREDUCE].time_s, 2 * 7.68e-7);
+    near("case 1 X all-reduce", r.coll[FF_GROUP_X][FF_COLL_ALLREDUCE].time_s, 2 * 2.56e-7);
+
+    printf("paper, case 2: L=1 C=12 B=4 T=3 grid 2x3x1x2, 2 ranks per node, table (1,2)=2e9\n");
+    custom_model(&cfg, 1, 12, 2, 128);
+    cfg.batch = 4;
+    cfg.seq = 3;
+    round_machine(&cfg.machine, 2);
+    cfg.machine.intra_bw[0] = (ff_intra_bw){1, 2, 2e9};
+    cfg.machine.n_intra_bw = 1;
+    /* m = 4*3/2 = 6. X: inner 1, size 2, 2 <= 2: the table's 2e9. Y: inner 2,
+     * size 3, 6 > 2: 4e8/min(2, 2) = 2e8. Z: size 1. D: inner 6, size 2:
+     * 4e8/min(2, 6) = 2e8.
+     * QKV (N, 12x36): 5.3 2(2/3) (6*36/(1*2)) 4/2e8 = 144*4/2e8 = 2.88e-6 (Y);
+     *   5.4 2(1/2) (6*12/(1*3)) 4/2e9 = 24*4/2e9 = 4.8e-8 (X);
+     *   5.5 2(1/2) (12*36/6) 4/2e8 = 72*4/2e8 = 1.44e-6
+     * projection (T, 12x12): Gx and Gy swap (3, 2), and so do their bandwidths:
+     *   5.3 2(1/2) (6*12/3) 4/2e9 = 4.8e-8 (on X); 5.4 2(2/3) (6*12/2) 4/2e8 = 9.6e-7 (on Y);
+     *   5.5 2(1/2) (144/6) 4/2e8 = 4.8e-7
+     * MLP up (N, 12x48): 5.3 (4/3)(6*48/2) 4/2e8 = 3.84e-6; 5.4 24*4/2e9 = 4.8e-8;
+     *   5.5 (576/6) 4/2e8 = 1.92e-6
+     * MLP down (T, 48x12): 5.3 (6*12/3) 4/2e9 = 4.8e-8; 5.4 (4/3)(6*48/2) 4/2e8 = 3.84e-6;
+     *   5.5 1.92e-6
+     * Y: 2.88e-6 + 9.6e-7 + 3.84e-6 + 3.84e-6 = 1.152e-5; X: 4 * 4.8e-8 = 1.92e-7;
+     * D: 1.44e-6 + 4.8e-7 + 1.92e-6 + 1.92e-6 = 5.76e-6; total 1.7472e-5 */
+    rc = ff_plan_evaluate(&cfg, (ff_dims){2, 3, 1, 2}, &r, err, sizeof err);
+    CHECK(rc == FF_OK && !r.rejected, "case 2: rc %d, %s %s", rc, err, r.reason);
+    near("case 2 total", r.step_s, 1.7472e-5);
+    near("case 2 Y all-reduce", r.coll[FF_GROUP_Y][FF_COLL_ALLREDUCE].time_s, 1.152e-5);
+    near("case 2 X all-reduce", r.coll[FF_GROUP_X][FF_COLL_ALLREDUCE].time_s, 1.92e-7);
+    near("case 2 D all-reduce (5.5)", r.coll[FF_GROUP_D][FF_COLL_ALLREDUCE].time_s, 5.76e-6);
+    near("case 2 X bandwidth (table)", r.link[FF_GROUP_X].beta_Bps, 2e9);
+    near("case 2 Y bandwidth (5.7)", r.link[FF_GROUP_Y].beta_Bps, 2e8);
+}
+
+/* The tool's bandwidth tables, as the planner issue lists them. */
+static void test_axonn_tables(void)
+{
+    ff_profile p;
+    ff_profile_preset("perlmutter", &p, NULL, 0);
+    static const int perl[][3] = {{1, 2, 76}, {1, 4, 225}, {1, 8, 80}, {1, 64, 80}, {2, 2, 76},
+                                  {2, 4, 40}, {2, 32, 40}, {4, 2, 20}, {16, 8, 20}};
+    for (size_t i = 0; i < sizeof perl / sizeof perl[0]; i++)
+        CHECK(ff_plan_axonn_bandwidth(&p, perl[i][0], perl[i][1]) == perl[i][2],
+              "perlmutter stride %d size %d: %g, want %d", perl[i][0], perl[i][1],
+              ff_plan_axonn_bandwidth(&p, perl[i][0], perl[i][1]), perl[i][2]);
+    ff_profile_preset("frontier", &p, NULL, 0);
+    static const int front[][3] = {{1, 2, 129}, {1, 4, 52}, {1, 8, 135}, {1, 16, 40}, {2, 2, 50},
+                                   {2, 4, 72},  {2, 8, 20}, {2, 64, 20}, {4, 2, 36},  {4, 4, 10},
+                                   {4, 32, 10}, {8, 2, 5},  {64, 16, 5}};
+    for (size_t i = 0; i < sizeof front / sizeof front[0]; i++)
+        CHECK(ff_plan_axonn_bandwidth(&p, front[i][0], front[i][1]) == front[i][2],
+              "frontier stride %d size %d: %g, want %d", front[i][0], front[i][1],
+              ff_plan_axonn_bandwidth(&p, front[i][0], front[i][1]), front[i][2]);
+    printf("axonn: perlmutter and frontier tables as published\n");
+}
+
+static void test_axonn(void)
+{
+    ff_plan_config cfg;
+    ff_plan_result r;
+    char err[256];
+    const double GiB = 1024.0 * 1024.0 * 1024.0;
+    ff_plan_config_default(&cfg);
+    custom_model(&cfg, 3, 8, 2, 128);
+    cfg.batch = 8;
+    cfg.seq = 2;
+    cfg.cost = FF_COST_AXONN;
+    ff_profile_preset("perlmutter", &cfg.machine, NULL, 0);
+    /* Gr=2 Gc=2 Gd=2 Gdata=1, H=8, B=8, S=2: t = B/(Gdata Gd) S = 8 tokens.
+     * Bandwidths: Gc at stride 1, size 2: 76; Gr at stride 2, size 2: 76;
+     * Gd at stride 4, size 2: 20; Gdata = 1 costs nothing. Bytes per layer:
+     *   QKV (K=3, N): col 2*2(1/2) * (8*3*8/2) * 2 = 384; row 2(1/2) (8*8/2) 2 = 64;
+     *     depth 3 (1/2) (3*64/(2*2)) 2 = 144
+     *   projection (K=1, T, the tool's terms): row 2*2(1/2) (8*1*8/2) 2 = 128;
+     *     col 2(1/2) (8*8/2) 2 = 64; depth 3 (1/2) (64/4) 2 = 48
+     *   MLP up (K=4, N): col 2 (8*4*8/2) 2 = 512; row 64; depth 3 (1/2)(256/4) 2 = 192
+     *   MLP down (K=4, T): row 2 (8*4*8/2) 2 = 512; col 64; depth 192
+     * per block, in GiB over GB/s: (384+64+64+128+512+64+64+512)/76 + (144+48+192+192)/20
+     *   = 1792/76 + 576/20; times L = 3. */
+    double want = 3 * (1792.0 / 76 + 576.0 / 20) / GiB;
+    int rc = ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
+    CHECK(rc == FF_OK && !r.rejected, "axonn: rc %d, %s %s", rc, err, r.reason);
+    printf("axonn, L=3 H=8 B=8 S=2, Gr=2 Gc=2 Gd=2 Gdata=1 on perlmutter's table\n");
+    near("axonn Comm-Time", r.step_s, want);
+    near("axonn col (Gc) term", r.axonn_col_s, 3 * (384.0 + 64 + 512 + 64) / 76 / GiB);
+    near("axonn row (Gr) term", r.axonn_row_s, 3 * (64.0 + 128 + 64 + 512) / 76 / GiB);
+    near("axonn depth (Gd) term", r.axonn_depth_s, 3 * 576.0 / 20 / GiB);
+    CHECK(r.axonn_data_s == 0, "axonn data term with Gdata = 1: %g", r.axonn_data_s);
+
+    /* The corrected transposed layer: MLP down reads K H = 32 features split
+     * over Gr and writes H = 8 split over Gc; forward output over Gr twice:
+     * 2*2(1/2) (8*8/2) 2 = 128; input gradient over Gc: 2(1/2) (8*4*8/2) 2 = 256
+     * (instead of 512 and 64). The projection (K=1) is unchanged. */
+    cfg.cost = FF_COST_AXONN_CORRECTED;
+    rc = ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
+    CHECK(rc == FF_OK && !r.rejected, "axonn-corrected: rc %d, %s", rc, err);
+    near("axonn-corrected Comm-Time", r.step_s,
+         3 * ((1792.0 - 512 - 64 + 128 + 256) / 76 + 576.0 / 20) / GiB);
+    near("axonn-corrected row term", r.axonn_row_s, 3 * (64.0 + 128 + 64 + 128) / 76 / GiB);
+
+    /* data term: Gdata = 2 at stride Gc Gr Gd = 4 (perlmutter: 20 GB/s), Gd = 1:
+     * per layer 2(1/2) K H^2/(Gc Gr Gd) 4 bytes = K*64*4/4 = 64 K; t = 8/2*2 = 8;
+     * Gc = 2 (76), Gr = 2 (76). QKV: col 2 (8*3*8/2) 2 = 384, row 64, data 192;
+     * proj: row 128, col 64, data 64; up: col 512, row 64, data 256;
+     * down: row 512, col 64, data 256. */
+    cfg.cost = FF_COST_AXONN;
+    rc = ff_plan_evaluate(&cfg, (ff_dims){2, 2, 1, 2}, &r, err, sizeof err);
+    CHECK(rc == FF_OK && !r.rejected, "axonn data: rc %d, %s %s", rc, err, r.reason);
+    near("axonn with Gdata=2", r.step_s,
+         3 * ((384.0 + 64 + 128 + 64 + 512 + 64 + 512 + 64) / 76 + (192.0 + 64 + 256 + 256) / 20) /
+             GiB);
+
+    /* the tool's rules: minimum tensor parallelism, batch over Gd*Gdata,
+     * powers of two */
+    cfg.min_tp = 16;
+    ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
+    CHECK(r.rejected && strstr(r.reason, "minimum tensor parallelism 16"),
+          "min_tp: rejected %d '%s'", r.rejected, r.reason);
+    cfg.min_tp = 0;
+    cfg.batch = 6;
+    ff_plan_evaluate(&cfg, (ff_dims){1, 1, 4, 2}, &r, err, sizeof err);
+    CHECK(r.rejected && strstr(r.reason, "does not divide over Gd*Gdata = 8"), "batch: '%s'",
+          r.reason);
+    ff_plan_evaluate(&cfg, (ff_dims){3, 1, 1, 1}, &r, err, sizeof err);
+    CHECK(r.rejected && strstr(r.reason, "powers of two"), "pow2: '%s'", r.reason);
+
+    /* gpt-20b's minimum is 16; on 32 ranks the tool's space has C(5+3,3) = 56
+     * grids; counted again here: Gr Gc Gd >= 16 and 16 % (Gd Gdata) == 0 */
+    ff_model_preset("gpt-20b", &cfg.model, NULL, 0);
+    CHECK(ff_model_axonn_min_tp(&cfg.model) == 16, "gpt-20b min_tp %d",
+          ff_model_axonn_min_tp(&cfg.model));
+    cfg.batch = 16;
+    cfg.seq = 2048;
+    cfg.ranks = 32;
+    size_t want_ok = 0, want_all = 0;
+    for (int a = 1; a <= 32; a *= 2)
+        for (int b = 1; b <= 32; b *= 2)
+            for (int c = 1; c <= 32; c *= 2)
+                for (int d = 1; d <= 32; d *= 2)
+                    if (a * b * c * d == 32) {
+                        want_all++;
+                        want_ok += a * b * c >= 16 && 16 % (c * d) == 0;
+                    }
+    ff_plan *plan;
+    rc = ff_plan_create(&plan, &cfg);
+    CHECK(rc == FF_OK, "plan: %s", ff_plan_error(plan));
+    CHECK(ff_plan_count(plan) == want_all && want_all == 56, "axonn space %zu, counted %zu",
+          ff_plan_count(plan), want_all);
+    CHECK(ff_plan_accepted(plan) == want_ok, "axonn accepted %zu, counted %zu",
+          ff_plan_accepted(plan), want_ok);
+    for (size_t i = 1; i < ff_plan_accepted(plan); i++)
+        CHECK(ff_plan_get(plan, i - 1)->step_s <= ff_plan_get(plan, i)->step_s,
+              "axonn ranking not ascending at %zu", i);
+    printf("axonn gpt-20b on 32 ranks: %zu grids in the tool's space, %zu accepted; best "
+           "Gr=%d Gc=%d Gd=%d Gdata=%d\n",
+           ff_plan_count(plan), ff_plan_accepted(plan), ff_plan_get(plan, 0)->grid.x,
+           ff_plan_get(plan, 0)->grid.y, ff_plan_get(plan, 0)->grid.z,
+           ff_plan_get(plan, 0)->grid.d);
+    ff_plan_destroy(plan);
+}
+
+/* DESIGN §6's placement, and the paper's literal rule. */
+static void test_links(void)
+{
+    ff_profile p;
+    round_machine(&p, 4);
+    p.intra_bw[0] = (ff_intra_bw){2, 2, 3e9};
+    p.n_intra_bw = 1;
+    p.alpha_intra_s = 1e-6;
+    p.alpha_inter_s = 1e-5;
+    static const struct {
+        int ranks, inner, size, paper, intra;
+        double beta, alpha;
+    } cases[] = {
+        {16, 1, 2, 0, 1, 1e9, 1e-6},  /* 2 ranks of a 4-rank node */
+        {16, 2, 2, 0, 1, 3e9, 1e-6},  /* the table's (2, 2) */
+        {16, 1, 4, 0, 1, 1e9, 1e-6},  /* a whole node */
+        {16, 4, 2, 0, 0, 1e8, 1e-5},  /* across nodes, 4 rings share: 4e8/4 */
+        {16, 1, 8, 0, 0, 4e8, 1e-5},  /* one ring across two nodes: 4e8/1 */
+        {16, 2, 4, 0, 0, 2e8, 1e-5},  /* 4e8/min(4, 2) */
+        {64, 16, 4, 0, 0, 1e8, 1e-5}, /* 4e8/min(4, 16) */
+        {12, 1, 3, 0, 0, 4e8, 1e-5},  /* 3 does not tile a node of 4: straddles */
+        {12, 1, 3, 1, 1, 1e9, 1e-6},  /* the paper's rule: 3 <= 4 */
+        {3, 1, 3, 0, 1, 1e9, 1e-6},   /* the whole job fits in one node */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ff_plan_link l =
+            plan_link(&p, cases[i].ranks, cases[i].inner, cases[i].size, cases[i].paper);
+        CHECK(l.intra == cases[i].intra && l.beta_Bps == cases[i].beta &&
+                  l.alpha_s == cases[i].alpha,
+              "link %zu (ranks %d, inner %d, size %d, paper %d): intra %d beta %g alpha %g, want "
+              "%d %g %g",
+              i, cases[i].ranks, cases[i].inner, cases[i].size, cases[i].paper, l.intra, l.beta_Bps,
+              l.alpha_s, cases[i].intra, cases[i].beta, cases[i].alpha);
+    }
+    printf("links: %zu placement cases\n", sizeof cases / sizeof cases[0]);
+}
+
+/* Ring: AG/RS (p-1)(alpha + count w/beta); AR 2(p-1)(alpha + ceil(n/p) w/beta);
+ * recursive (power-of-two p, AR only when p divides n): lg p (2 lg p for AR)
+ * alphas and the ring's bandwidth term; the faster wins. */
+static void test_coll_time(void)
+{
+    ff_plan_link l = {4, 1, 1, 1e-5, 1e9};
+    /* AR of 10 on 4: ceil(10/4) = 3; 6 steps: 6 (1e-5 + 12/1e9); 4 does not
+     * divide 10, so only the ring */
+    near("ring all-reduce n=10 p=4", plan_coll_time(&l, FF_COLL_ALLREDUCE, 4, 10, 4),
+         6 * (1e-5 + 12 / 1e9));
+    /* AR of 12 on 4: ring 6 (1e-5 + 12/1e9); recursive 4e-5 + 6*12/1e9 */
+    near("recursive all-reduce n=12 p=4", plan_coll_time(&l, FF_COLL_ALLREDUCE, 4, 12, 4),
+         4e-5 + 6 * 12 / 1e9);
+    /* AG of 100 per rank on 3 (not a power of two): 2 (1e-5 + 400/1e9) */
+    near("ring all-gather count=100 p=3", plan_coll_time(&l, FF_COLL_ALLGATHER, 3, 100, 4),
+         2 * (1e-5 + 400 / 1e9));
+    /* RS of 100 on 8, bf16: recursive 3e-5 + 7*200/1e9 */
+    near("recursive reduce-scatter p=8 bf16", plan_coll_time(&l, FF_COLL_REDUCE_SCATTER, 8, 100, 2),
+         3e-5 + 7 * 200 / 1e9);
+    CHECK(plan_coll_time(&l, FF_COLL_ALLREDUCE, 1, 1000, 4) == 0, "a group of one costs 0");
+}
+
+int main(void)
+{
+    test_paper();
+    test_axonn_tables();
+    test_axonn();
+    test_links();
+    test_coll_time();
+    return test_finish("test_plan_cost");
+}
