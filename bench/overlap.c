@@ -32,6 +32,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "fourfold/fourfold.h"
 
 char *openblas_get_corename(void);
@@ -102,8 +103,6 @@ static double max_over_ranks(double t)
     return m;
 }
 
-static int cmp_double(const void *a, const void *b);
-static double median(double *v, int n);
 
 /* Sets w->iters so the loop takes `ms` of wall time with all ranks computing:
  * rescale by the median of three timed runs until within 3%. */
@@ -127,18 +126,6 @@ static void calibrate(compute *w, double ms)
         if (close)
             break;
     }
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static int post(ff_group *g, ff_coll coll, float *send, float *recv, size_t n, ff_algo algo,

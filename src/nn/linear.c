@@ -621,6 +621,18 @@ int ff_linear_seq_end(ff_linear_seq *s)
 
 /* ---- forward and backward ------------------------------------------------------------- */
 
+/* out (m, cols of op(W)) = a (m, rows of op(W)) op(W), op(W) = W_rc (kl, nl)
+ * or, with `transposed`, W_rc^T; the stored block is W_rc (KN) or W_rc^T (NK) */
+static int times_weight(ff_linear *l, const char *name, int transposed, const float *w,
+                        const float *a, int64_t m, float *out)
+{
+    int64_t inner = transposed ? l->nl : l->kl, cols = transposed ? l->kl : l->nl;
+    int stored_t = l->layout == FF_WEIGHT_NK;
+    int64_t ldw = stored_t ? l->kl : l->nl;
+    return ff_gemm_run(l->seq->gemm, name, 0, transposed != stored_t, m, cols, inner, 1.0f, a,
+                       inner, w, ldw, 0.0f, out, cols);
+}
+
 int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows)
 {
     ff_linear_seq *s = l->seq;
@@ -631,13 +643,7 @@ int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows)
     char name[NAME_LEN + 8];
     snprintf(name, sizeof name, "fwd %s", l->name);
     /* out (rows, nl) = inp (rows, kl) W_rc: the partial sum over this rank's rows of W */
-    if (l->layout == FF_WEIGHT_KN)
-        rc = ff_gemm_run(s->gemm, name, 0, 0, rows, l->nl, l->kl, 1.0f, inp, l->kl, w, l->nl,
-                         0.0f, out, l->nl);
-    else
-        rc = ff_gemm_run(s->gemm, name, 0, 1, rows, l->nl, l->kl, 1.0f, inp, l->kl, w, l->kl,
-                         0.0f, out, l->nl);
-    if (rc)
+    if ((rc = times_weight(l, name, 0, w, inp, rows, out)))
         return rc;
     /* O = AllReduce_R(O); OAG's next gather advances during this wait */
     ff_request *req = NULL;
@@ -669,13 +675,7 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
     if (dinp) {
         /* dI (rows, kl) = dO (rows, nl) W_rc^T, then AllReduce_C */
         snprintf(name, sizeof name, "dI %s", l->name);
-        if (l->layout == FF_WEIGHT_KN)
-            rc = ff_gemm_run(s->gemm, name, 0, 1, rows, l->kl, l->nl, 1.0f, dout, l->nl, w, l->nl,
-                             0.0f, dinp, l->kl);
-        else
-            rc = ff_gemm_run(s->gemm, name, 0, 0, rows, l->kl, l->nl, 1.0f, dout, l->nl, w, l->kl,
-                             0.0f, dinp, l->kl);
-        if (rc)
+        if ((rc = times_weight(l, name, 1, w, dout, rows, dinp)))
             return rc;
         if ((rc = ff_iallreduce(l->grp_c, dinp, dinp, (size_t)(rows * l->kl), &s->opt.coll, &ar)))
             return rc;
