@@ -20,7 +20,8 @@
  *   MiB         bytes each rank received per step, per group and collective
  * hidden = 1 - (step_on - compute) / (step_off - compute), compute being the
  * slowest rank's GEMM time in a step with overlaps off: the part of the
- * exposed communication that the overlaps removed. A JSON line per configuration follows the table. */
+ * exposed communication that the overlaps removed. A JSON line per configuration follows the table.
+ */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,8 +91,14 @@ static void run(ff_grid *grid, const options *o, int overlaps, result *res, int 
     float *w[2], *dw[2], *b[2], *db[2], *act[3], *dact[3];
     long rows = o->rows / (g.z * g.d);
     for (int i = 0; i < o->layers; i++) {
-        ff_linear_desc d = {i ? "T" : "N", i ? FF_LINEAR_T : FF_LINEAR_N, i ? o->n : o->k,
-                            i ? o->k : o->n, 1, FF_WEIGHT_KN, NULL, (uint32_t)i};
+        ff_linear_desc d = {i ? "T" : "N",
+                            i ? FF_LINEAR_T : FF_LINEAR_N,
+                            i ? o->n : o->k,
+                            i ? o->k : o->n,
+                            1,
+                            FF_WEIGHT_KN,
+                            NULL,
+                            (uint32_t)i};
         if (ff_linear_add(s, &d, &l[i]))
             die(rank, ff_ctx_error(ctx));
         ff_linear_sizes z = ff_linear_local_sizes(l[i]);
@@ -237,9 +244,8 @@ int main(int argc, char **argv)
             die(rank, ff_ctx_error(ctx));
     }
     double compute = 1e3 * off.gemm_s;
-    double hidden = (off.step_ms - compute) > 0
-                        ? 1 - (on.step_ms - compute) / (off.step_ms - compute)
-                        : 0;
+    double hidden =
+        (off.step_ms - compute) > 0 ? 1 - (on.step_ms - compute) / (off.step_ms - compute) : 0;
     if (rank == 0) {
         char g[32];
         snprintf(g, sizeof g, "%dx%dx%dx%d", shape.x, shape.y, shape.z, shape.d);

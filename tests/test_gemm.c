@@ -29,7 +29,7 @@ int main(int argc, char **argv)
     ff_gemm_create(ctx, FF_GEMM_TUNE_ALL, &g);
     /* small panels, so the larger shapes are cut into several */
     ff_gemm_set_panel_rows(g, 96);
-    const int64_t shapes[][3] = {{1, 1, 1},    {7, 5, 3},     {33, 17, 29},  {64, 96, 48},
+    const int64_t shapes[][3] = {{1, 1, 1},      {7, 5, 3},       {33, 17, 29},    {64, 96, 48},
                                  {130, 70, 100}, {700, 300, 150}, {1200, 257, 131}};
     double worst = 0;
     int checked = 0;
@@ -105,8 +105,8 @@ int main(int argc, char **argv)
                     for (int mode = 1; mode < 4; mode++) {
                         float *ci = rnd((size_t)(m * n), 8);
                         ff_gemm_force_mode(d, mode);
-                        ff_gemm_run(d, "mode", ta, tb, m, n, k, 1.0f, a, lda, b, ldb, (float)bi,
-                                    ci, n);
+                        ff_gemm_run(d, "mode", ta, tb, m, n, k, 1.0f, a, lda, b, ldb, (float)bi, ci,
+                                    n);
                         CHECK(!memcmp(ci, c0, (size_t)(m * n) * 4),
                               "%lldx%lldx%lld tA=%d tB=%d beta=%d (panels of %lld rows): mode %s "
                               "differs from the direct call",

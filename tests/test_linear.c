@@ -120,9 +120,10 @@ static void check_close(const char *what, const char *grid, const float *got, co
     checked_elems += (long)count;
     if (worst > worst_ratio)
         worst_ratio = worst;
-    CHECK(worst <= 1.0, "grid %s rank %d %s: element %zu = %.9g, reference %.9g, bound %.3g (%.2fx)",
-          grid, world_rank, what, worst_i, count ? got[worst_i] : 0.0,
-          count ? ref[worst_i] : 0.0, count ? bound[worst_i] : 0.0, worst);
+    CHECK(worst <= 1.0,
+          "grid %s rank %d %s: element %zu = %.9g, reference %.9g, bound %.3g (%.2fx)", grid,
+          world_rank, what, worst_i, count ? got[worst_i] : 0.0, count ? ref[worst_i] : 0.0,
+          count ? bound[worst_i] : 0.0, worst);
 }
 
 /* ---- the serial reference (double) ------------------------------------------------
@@ -332,8 +333,9 @@ static void check_shard_roundtrip(layer *t, const char *grid)
                 first = i;
         for (int64_t j = 0; t->B && j < t->n; j++)
             bad += B[j] != 0.0f;
-        CHECK(bad == 0, "grid %s: initialised %s differs from the RNG at %lld elements (first %lld)",
-              grid, ff_linear_name(t->l), (long long)bad, (long long)first);
+        CHECK(bad == 0,
+              "grid %s: initialised %s differs from the RNG at %lld elements (first %lld)", grid,
+              ff_linear_name(t->l), (long long)bad, (long long)first);
     }
     memcpy(t->w, w_saved, t->sz.w_shard * sizeof(float));
     memcpy(t->b, b_saved, t->sz.bias * sizeof(float));
@@ -356,10 +358,10 @@ typedef struct {
     const char *name;
     ff_grid *grid;
     ff_dims g, c;
-    int64_t L;    /* lcm(Gx, Gy) */
-    int64_t m;    /* rows per rank */
-    int64_t r0;   /* first row of this rank */
-    int64_t M;    /* rows of the whole batch */
+    int64_t L;  /* lcm(Gx, Gy) */
+    int64_t m;  /* rows per rank */
+    int64_t r0; /* first row of this rank */
+    int64_t M;  /* rows of the whole batch */
 } env;
 
 static void env_rows(env *e, int64_t m)
@@ -620,7 +622,8 @@ static void case_bytes(env *e, int cache)
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         ff_counters c = ff_group_counters(ff_grid_group(e->grid, want[i].grp), want[i].coll);
         CHECK(c.bytes_recv == (uint64_t)(4 * want[i].elems) &&
-                  c.bytes_sent == (uint64_t)(4 * want[i].elems) && c.calls == (uint64_t)want[i].calls,
+                  c.bytes_sent == (uint64_t)(4 * want[i].elems) &&
+                  c.calls == (uint64_t)want[i].calls,
               "grid %s (AG cache %d) %s %s: %llu calls, %llu bytes received, %llu sent; DESIGN "
               "§3 gives %lld calls, %lld bytes",
               e->name, cache, ff_group_kind_name(want[i].grp), ff_coll_name(want[i].coll),
@@ -632,9 +635,9 @@ static void case_bytes(env *e, int cache)
     /* nothing else was sent: all calls on all groups are the ones above */
     for (int gk = 0; gk < FF_NGROUPS; gk++)
         for (int cl = 0; cl < FF_NCOLL; cl++)
-            total_got += (int64_t)ff_group_counters(ff_grid_group(e->grid, (ff_group_kind)gk),
-                                                    (ff_coll)cl)
-                             .calls;
+            total_got +=
+                (int64_t)ff_group_counters(ff_grid_group(e->grid, (ff_group_kind)gk), (ff_coll)cl)
+                    .calls;
     CHECK(total_got == total_want, "grid %s: %lld collectives posted, expected %lld", e->name,
           (long long)total_got, (long long)total_want);
     free(inp), free(hid), free(y), free(dy), free(dhid), free(din);
@@ -652,8 +655,8 @@ static void case_refusals(env *e)
     CHECK(rc == FF_OK, "seq create");
     ff_linear *l = NULL;
     if (e->g.x > 1) {
-        ff_linear_desc d = {"odd", FF_LINEAR_N, 4 * e->L * e->g.z, e->g.x * 3 + 1, 0,
-                            FF_WEIGHT_KN, NULL, 9};
+        ff_linear_desc d = {
+            "odd", FF_LINEAR_N, 4 * e->L * e->g.z, e->g.x * 3 + 1, 0, FF_WEIGHT_KN, NULL, 9};
         rc = ff_linear_add(s, &d, &l);
         CHECK(rc == FF_EDIVIDE && strstr(ff_ctx_error(ctx), "'odd'") &&
                   strstr(ff_ctx_error(ctx), "not divisible by Gx"),
@@ -669,7 +672,7 @@ static void case_refusals(env *e)
     {
         ff_linear *first = NULL, *second = NULL;
         ff_linear_desc d1 = {"same1", FF_LINEAR_N, 2 * e->L * e->g.z, 2 * e->L, 0, FF_WEIGHT_KN,
-                             NULL, 77};
+                             NULL,    77};
         ff_linear_desc d2 = d1;
         d2.name = "same2";
         ff_linear_seq *s2;
@@ -774,9 +777,8 @@ static int run_chain(env *e, int mask, chain_result *res)
     }
     for (int i = 0; i < CHAIN && rc == FF_OK; i++)
         rc = ff_linear_forward(t[i].l, res->act[i + 1], res->act[i], e->m);
-    float *again = rc == FF_OK ? falloc(res->act_n[1] > res->act_n[2] ? res->act_n[1]
-                                                                        : res->act_n[2])
-                               : NULL;
+    float *again =
+        rc == FF_OK ? falloc(res->act_n[1] > res->act_n[2] ? res->act_n[1] : res->act_n[2]) : NULL;
     for (int blk = CHAIN / 2 - 1; blk >= 0 && rc == FF_OK; blk--) {
         for (int i = 2 * blk; i < 2 * blk + 2 && rc == FF_OK; i++) {
             rc = ff_linear_forward(t[i].l, again, res->act[i], e->m);
@@ -831,12 +833,13 @@ static void case_combos(env *e)
         int same = 1;
         for (int i = 0; i <= CHAIN; i++)
             same &= !memcmp(first.act[i], r.act[i], r.act_n[i] * sizeof(float)) &&
-                    !memcmp(first.dact[i] , r.dact[i], r.act_n[i] * sizeof(float));
+                    !memcmp(first.dact[i], r.dact[i], r.act_n[i] * sizeof(float));
         for (int i = 0; i < CHAIN; i++)
             same &= !memcmp(first.dw[i], r.dw[i], r.w_n[i] * sizeof(float)) &&
                     !memcmp(first.db[i], r.db[i], r.b_n[i] * sizeof(float));
-        CHECK(same, "grid %s rank %d: switches oar=%d ors=%d oag=%d cache=%d (GEMM mode %s) "
-                    "change the result",
+        CHECK(same,
+              "grid %s rank %d: switches oar=%d ors=%d oag=%d cache=%d (GEMM mode %s) "
+              "change the result",
               e->name, world_rank, mask & 1, (mask >> 1) & 1, (mask >> 2) & 1, (mask >> 3) & 1,
               ff_gemm_mode_name(mask % 4));
         identical += same;

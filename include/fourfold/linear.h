@@ -48,10 +48,10 @@ typedef enum { FF_LINEAR_N = 0, FF_LINEAR_T } ff_linear_kind;
 typedef enum { FF_WEIGHT_KN = 0, FF_WEIGHT_NK } ff_weight_layout;
 
 typedef struct {
-    const char *name;     /* for errors, traces and reports (copied) */
-    ff_linear_kind kind;  /* N or T */
-    int64_t k, n;         /* in and out features */
-    int bias;             /* 1: the layer has a bias of n elements */
+    const char *name;    /* for errors, traces and reports (copied) */
+    ff_linear_kind kind; /* N or T */
+    int64_t k, n;        /* in and out features */
+    int bias;            /* 1: the layer has a bias of n elements */
     ff_weight_layout layout;
     /* Optional output-column permutation (n entries, copied): the layer's
      * column j (in the order blocks are cut) is canonical column col_perm[j].

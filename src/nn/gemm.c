@@ -1,11 +1,12 @@
 /* Local matrix products: panelled for progress, with mode tuning
  * (include/fourfold/gemm.h). */
+#include "fourfold/gemm.h"
+
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fourfold/comm.h"
-#include "fourfold/gemm.h"
 #include "fourfold/trace.h"
 #include "internal.h"
 
@@ -14,7 +15,7 @@
  * again, which costs about 16/rows of the rate here (80 GFLOP/s against
  * ~10 GB/s of packing; measured: 10-40% below 128 rows, docs/linear.md). A
  * collective in flight gets a progress call between panels. */
-#define FF_GEMM_PANEL_FLOPS 400e6
+#define FF_GEMM_PANEL_FLOPS    400e6
 #define FF_GEMM_PANEL_MIN_ROWS 256
 /* Tuning times candidates on a scratch output of at most this many floats;
  * larger products are timed on their first rows only. */
@@ -34,7 +35,7 @@ typedef struct {
 struct ff_gemm {
     ff_ctx *ctx;
     ff_gemm_tune tune;
-    int forced; /* -1 or a mode */
+    int forced;         /* -1 or a mode */
     int64_t panel_rows; /* 0: ff_gemm_panel_rows() */
     tuned_shape *shapes;
     int n_shapes, cap_shapes;
@@ -145,8 +146,7 @@ static int run_mode(ff_gemm *g, int mode, int ta, int tb, int64_t m, int64_t n, 
         tb = !tb;
     }
     int64_t panel = g->panel_rows > 0 ? g->panel_rows : ff_gemm_panel_rows(m, n, k);
-    if (mode == FF_GEMM_MODE_TPROD &&
-        (rc = grow(g, &g->tr_c, &g->cap_c, (size_t)(n * panel))))
+    if (mode == FF_GEMM_MODE_TPROD && (rc = grow(g, &g->tr_c, &g->cap_c, (size_t)(n * panel))))
         return rc;
     for (int64_t r0 = 0; r0 < m; r0 += panel) {
         int64_t rows = m - r0 < panel ? m - r0 : panel;
@@ -186,9 +186,8 @@ static tuned_shape *find_shape(ff_gemm *g, int ta, int tb, int64_t m, int64_t n,
  * OpenBLAS builds measured; but OpenBLAS may route a small NN product with
  * beta = 0 to a different kernel on AVX-512 machines, so this is checked, not
  * assumed). The transposed product is exempt under FF_GEMM_TUNE_ALL. */
-static int tune_shape(ff_gemm *g, const char *name, int ta, int tb, int64_t m, int64_t n,
-                      int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                      tuned_shape **out)
+static int tune_shape(ff_gemm *g, const char *name, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                      const float *a, int64_t lda, const float *b, int64_t ldb, tuned_shape **out)
 {
     if (g->n_shapes == g->cap_shapes) {
         int cap = g->cap_shapes ? 2 * g->cap_shapes : 16;
@@ -273,8 +272,8 @@ int ff_gemm_run(ff_gemm *g, const char *name, int trans_a, int trans_b, int64_t 
 
 void ff_gemm_report(const ff_gemm *g, FILE *out)
 {
-    fprintf(out, "%-20s %2s %2s %7s %7s %7s %6s  %-8s", "gemm", "tA", "tB", "m", "n", "k",
-            "calls", "chosen");
+    fprintf(out, "%-20s %2s %2s %7s %7s %7s %6s  %-8s", "gemm", "tA", "tB", "m", "n", "k", "calls",
+            "chosen");
     for (int i = 0; i < FF_GEMM_NMODES; i++)
         fprintf(out, " %9s", mode_names[i]);
     fprintf(out, "  (ms per candidate, timed once on `rows` rows; * = result differs)\n");

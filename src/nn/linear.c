@@ -3,11 +3,12 @@
  * Weight uses follow a program fixed before the run, so every overlap is a
  * decision about *when* a collective is posted or waited on, never about what
  * is computed: results are bitwise identical with any switch combination. */
+#include "fourfold/linear.h"
+
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fourfold/linear.h"
 #include "fourfold/rng.h"
 #include "fourfold/trace.h"
 #include "internal.h"
@@ -27,7 +28,7 @@ struct ff_linear {
 
     ff_group *grp_r, *grp_c, *grp_z; /* rows of W split over R, columns over C */
     int gr, gc, gz;
-    int64_t kl, nl;     /* block rows and columns */
+    int64_t kl, nl;      /* block rows and columns */
     size_t block, shard; /* kl*nl, block/gz */
 
     float *w, *b, *dw, *db; /* bound views */
@@ -38,10 +39,10 @@ struct ff_linear {
     int held;          /* w_gathered is allocated (gathered or in flight) */
     float *dw_block;   /* dW_rc of this run, accumulating over its backward uses */
     int dw_contributions;
-    ff_request *rs;  /* the reduce-scatter in flight (ORS), possibly from an earlier run */
-    float *rs_send;  /* the dW_rc it reads */
-    float *rs_out;   /* its result, added into dw when it completes */
-    int cached;      /* AG cache member */
+    ff_request *rs;    /* the reduce-scatter in flight (ORS), possibly from an earlier run */
+    float *rs_send;    /* the dW_rc it reads */
+    float *rs_out;     /* its result, added into dw when it completes */
+    int cached;        /* AG cache member */
     int last_backward; /* program index of the last backward use, -1 none */
 };
 
@@ -194,15 +195,13 @@ int ff_linear_add(ff_linear_seq *s, const ff_linear_desc *d, ff_linear **out)
     int gr = n_kind ? shape.y : shape.x, gc = n_kind ? shape.x : shape.y;
     const char *rname = n_kind ? "Gy" : "Gx", *cname = n_kind ? "Gx" : "Gy";
     if (d->k % gr)
-        return ff_set_error(ctx, FF_EDIVIDE,
-                            "layer '%s' (%s, k=%lld, n=%lld): k=%lld is not divisible by %s=%d",
-                            name, kind_name(d->kind), (long long)d->k, (long long)d->n,
-                            (long long)d->k, rname, gr);
+        return ff_set_error(
+            ctx, FF_EDIVIDE, "layer '%s' (%s, k=%lld, n=%lld): k=%lld is not divisible by %s=%d",
+            name, kind_name(d->kind), (long long)d->k, (long long)d->n, (long long)d->k, rname, gr);
     if (d->n % gc)
-        return ff_set_error(ctx, FF_EDIVIDE,
-                            "layer '%s' (%s, k=%lld, n=%lld): n=%lld is not divisible by %s=%d",
-                            name, kind_name(d->kind), (long long)d->k, (long long)d->n,
-                            (long long)d->n, cname, gc);
+        return ff_set_error(
+            ctx, FF_EDIVIDE, "layer '%s' (%s, k=%lld, n=%lld): n=%lld is not divisible by %s=%d",
+            name, kind_name(d->kind), (long long)d->k, (long long)d->n, (long long)d->n, cname, gc);
     int64_t kl = d->k / gr, nl = d->n / gc;
     if ((kl * nl) % shape.z)
         return ff_set_error(ctx, FF_EDIVIDE,
@@ -541,8 +540,8 @@ static int acquire(ff_linear *l, int backward, const float **w)
         static const char *const kinds[] = {"forward", "recompute", "backward"};
         return ff_set_error(ctx, FF_EINVAL,
                             "layer '%s' %s called out of program order: use %d is the %s of '%s'",
-                            l->name, backward ? "backward" : "forward", s->cursor,
-                            kinds[u->kind], s->layers[u->layer]->name);
+                            l->name, backward ? "backward" : "forward", s->cursor, kinds[u->kind],
+                            s->layers[u->layer]->name);
     }
     int rc = reap(s);
     if (rc)
@@ -614,8 +613,8 @@ int ff_linear_seq_end(ff_linear_seq *s)
         }
     }
     if (rc == FF_OK && s->cursor != s->n_prog)
-        rc = ff_set_error(s->ctx, FF_EINVAL,
-                          "the run ended after %d of the program's %d uses", s->cursor, s->n_prog);
+        rc = ff_set_error(s->ctx, FF_EINVAL, "the run ended after %d of the program's %d uses",
+                          s->cursor, s->n_prog);
     return rc;
 }
 
@@ -659,8 +658,7 @@ int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows)
     return release(l);
 }
 
-int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float *inp,
-                       int64_t rows)
+int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float *inp, int64_t rows)
 {
     ff_linear_seq *s = l->seq;
     ff_ctx *ctx = s->ctx;
@@ -735,8 +733,8 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
         return FF_ENOMEM;
     l->rs_send = l->dw_block;
     l->dw_block = NULL;
-    if ((rc = ff_ireduce_scatter(l->grp_z, l->rs_send, l->rs_out, l->shard, &s->opt.coll,
-                                 &l->rs))) {
+    if ((rc =
+             ff_ireduce_scatter(l->grp_z, l->rs_send, l->rs_out, l->shard, &s->opt.coll, &l->rs))) {
         buf_give(s, l->rs_out, l->shard);
         buf_give(s, l->rs_send, l->block);
         l->rs_out = l->rs_send = NULL;

@@ -1,7 +1,7 @@
 /* Philox4x32-10: the counter-based generator of Random123. */
-#include <math.h>
-
 #include "fourfold/rng.h"
+
+#include <math.h>
 
 enum { PHILOX_ROUNDS = 10 };
 
