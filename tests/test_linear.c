@@ -847,8 +847,9 @@ static void case_combos(env *e)
     }
     chain_free(&first);
     if (world_rank == 0)
-        printf("  overlap switches: %d of 16 combinations bitwise identical to all-off\n",
-               identical);
+        printf("grid %s: overlap switches: %d of 16 combinations bitwise identical to all-off "
+               "(tolerance: none, exact)\n",
+               e->name, identical);
 }
 
 /* ---- main ---------------------------------------------------------------------------------- */
