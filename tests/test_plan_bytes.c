@@ -97,18 +97,28 @@ static void base_config(ff_plan_config *cfg)
  *   X (N backward, T forward, embedding, LM head backward, cross-entropy):
  *     embedding forward AR of m C/Gy = 4m; per block forward: projection and
  *     MLP down AR of m C/Gy = 4m each; backward: QKV and MLP up dI AR of
- *     m C/Gy = 4m each; LM head dI 4m; cross-entropy 3m
+ *     m C/Gy = 4m each; LM head dI 4m; cross-entropy: one all-gather in
+ *     which each rank contributes 3 floats per row (local max, local sum of
+ *     exponentials, target logit), count 3m, so (Gx - 1) 3m = 3m each way
  *   Y (N forward, T backward, LayerNorm statistics):
- *     per block forward: LN1 2m, QKV m 3C/Gx = 12m, LN2 2m, MLP up m 4C/Gx = 16m;
- *     backward: MLP down dI m 4C/Gx = 16m, LN2 2m, projection dI m C/Gx = 4m, LN1 2m;
- *     final LN 2m forward and 2m backward, LM head forward m Vp/Gx = 64m
+ *     a LayerNorm forward is two-pass: AR of m (row sums: the mean), then AR
+ *     of m (sums of squared deviations: the variance); its backward one AR of
+ *     2m (the gradient's two row sums);
+ *     per block forward: LN1 m + m, QKV m 3C/Gx = 12m, LN2 m + m, MLP up
+ *     m 4C/Gx = 16m; backward: MLP down dI m 4C/Gx = 16m, LN2 2m, projection
+ *     dI m C/Gx = 4m, LN1 2m;
+ *     final LN m + m forward and 2m backward, LM head forward m Vp/Gx = 64m
+ *     (with u = 2, m = 3 splits unevenly over Y's 2 ranks: chunks 2 and 1)
  *   Z: all-gather of each weight's shard k n/(Gx Gy Gz): QKV 24, projection 8,
  *     MLP 32 and 32 (96 per block), wte 128*8/8 = 128; reduce-scatter of the same
  *   ZD (2 ranks, index z): the gradients of the other parameters,
  *     L (6C/Gy + 7C/Gx) + 2C/Gy + T C/Gy = 2 (24 + 28) + 8 + 12 = 124, and the loss (1)
  *   WORLD (8 ranks): the gradient norm (1)
- * Checkpointing adds the forward of every block again (its X and Y calls) and
- * the all-gathers of the blocks outside the AG cache. */
+ * Checkpointing adds the forward of every block again as far as the GELU
+ * (its X and Y calls but the MLP down's X all-reduce: the MLP down's output
+ * is the next block's input, which is kept) and, for the blocks outside the
+ * AG cache, the all-gathers of those three layers and of the MLP down, whose
+ * backward must gather it again. */
 static void expect_2221(expect w[FF_NGROUPS][FF_NCOLL], ff_dims c, int ckpt, int cached, int u)
 {
     memset(w, 0, sizeof(expect) * FF_NGROUPS * FF_NCOLL);
@@ -118,11 +128,14 @@ static void expect_2221(expect w[FF_NGROUPS][FF_NCOLL], ff_dims c, int ckpt, int
     for (int mb = 0; mb < u; mb++) {
         add_ar(x, 4 * m, 2, c.x);                      /* embedding */
         for (int l = 0; l < L * (ckpt ? 2 : 1); l++) { /* forward (and recompute) */
-            add_ar(x, 4 * m, 2, c.x);
-            add_ar(x, 4 * m, 2, c.x);
-            add_ar(y, 2 * m, 2, c.y);
+            add_ar(x, 4 * m, 2, c.x);                  /* attention projection */
+            if (l < L)
+                add_ar(x, 4 * m, 2, c.x); /* MLP down: not recomputed */
+            add_ar(y, m, 2, c.y);         /* LN1: mean */
+            add_ar(y, m, 2, c.y);         /* LN1: variance */
             add_ar(y, 12 * m, 2, c.y);
-            add_ar(y, 2 * m, 2, c.y);
+            add_ar(y, m, 2, c.y); /* LN2: mean */
+            add_ar(y, m, 2, c.y); /* LN2: variance */
             add_ar(y, 16 * m, 2, c.y);
         }
         for (int l = 0; l < L; l++) { /* backward */
@@ -133,9 +146,11 @@ static void expect_2221(expect w[FF_NGROUPS][FF_NCOLL], ff_dims c, int ckpt, int
             add_ar(y, 4 * m, 2, c.y);
             add_ar(y, 2 * m, 2, c.y);
         }
-        add_ar(x, 4 * m, 2, c.x);  /* LM head backward */
-        add_ar(x, 3 * m, 2, c.x);  /* cross-entropy */
-        add_ar(y, 2 * m, 2, c.y);  /* final LayerNorm forward */
+        add_ar(x, 4 * m, 2, c.x); /* LM head backward */
+        /* cross-entropy: 3 floats per row from each of the Gx = 2 ranks */
+        add_block(&w[FF_GROUP_X][FF_COLL_ALLGATHER], 3 * m, 2);
+        add_ar(y, m, 2, c.y);      /* final LayerNorm forward: mean */
+        add_ar(y, m, 2, c.y);      /* final LayerNorm forward: variance */
         add_ar(y, 64 * m, 2, c.y); /* LM head forward */
         add_ar(y, 2 * m, 2, c.y);  /* final LayerNorm backward */
         expect *ag = &w[FF_GROUP_Z][FF_COLL_ALLGATHER],
@@ -145,7 +160,9 @@ static void expect_2221(expect w[FF_NGROUPS][FF_NCOLL], ff_dims c, int ckpt, int
             for (int l = 0; l < L; l++)
                 if (pass == 0 || (ckpt && l < L - cached)) {
                     add_block(ag, 24, 2), add_block(ag, 8, 2);
-                    add_block(ag, 32, 2), add_block(ag, 32, 2);
+                    add_block(ag, 32, 2);
+                    add_block(ag, 32, 2); /* MLP down: in the recompute pass its
+                                             backward's gather, not a recompute */
                 }
         for (int l = 0; l < L; l++) {
             add_block(rs, 24, 2), add_block(rs, 8, 2);
@@ -231,6 +248,29 @@ static void test_traffic(void)
         expect_data(want, 3, d);
         run(label, &cfg, (ff_dims){1, 1, 1, 3}, (ff_dims){0, 0, 0, d}, want);
     }
+    /* the cross-entropy's all-gather on Gx = 4 (4 heads so they divide):
+     * m = B T = 12 rows, each rank contributes count 3m = 36 and the ring
+     * passes on Gx - 1 = 3 such pieces: 108 floats = 432 B each way; with
+     * Gz = 1 it is the step's only all-gather */
+    {
+        ff_plan_config c4;
+        base_config(&c4);
+        c4.model.heads = 4;
+        ff_plan_coll got[FF_NGROUPS][FF_NCOLL];
+        char err[256];
+        int rc = ff_plan_traffic(&c4, (ff_dims){4, 1, 1, 1}, (ff_dims){2, 0, 0, 0}, got, err,
+                                 sizeof err);
+        CHECK(rc == FF_OK, "4x1x1x1: %s", err);
+        const ff_plan_coll *ag = &got[FF_GROUP_X][FF_COLL_ALLGATHER];
+        CHECK(rc == FF_OK && ag->calls == 1 && ag->bytes_sent == 432 && ag->bytes_recv == 432,
+              "4x1x1x1 X all-gather: %llu calls, %llu B sent, %llu B received; by hand 1, 432, "
+              "432",
+              (unsigned long long)ag->calls, (unsigned long long)ag->bytes_sent,
+              (unsigned long long)ag->bytes_recv);
+        printf("  %-34s %-5s %-3s %3d calls %7d B sent %7d B received\n", "4x1x1x1 rank x=2", "X",
+               "AG", 1, 432, 432);
+    }
+
     /* the serial grid communicates nothing */
     memset(want, 0, sizeof want);
     run("1x1x1x1", &cfg, (ff_dims){1, 1, 1, 1}, (ff_dims){0, 0, 0, 0}, want);

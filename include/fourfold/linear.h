@@ -78,7 +78,10 @@ void ff_linear_opts_default(ff_linear_opts *o);
 typedef struct ff_linear ff_linear;
 typedef struct ff_linear_seq ff_linear_seq;
 
-typedef enum { FF_USE_FORWARD = 0, FF_USE_RECOMPUTE, FF_USE_BACKWARD } ff_use_kind;
+/* FF_USE_GRAD: a backward use by code other than the layer's product that
+ * adds into the weight's gradient without reading the weight (the tied
+ * embedding's lookup backward); it needs no gathered weight. */
+typedef enum { FF_USE_FORWARD = 0, FF_USE_RECOMPUTE, FF_USE_BACKWARD, FF_USE_GRAD } ff_use_kind;
 typedef struct {
     int layer; /* index in the order of ff_linear_add */
     ff_use_kind kind;
@@ -133,6 +136,17 @@ int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows);
  * (+=), so micro-batches add up. Must be the program's next use. */
 int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float *inp,
                        int64_t rows);
+
+/* A use of the layer's weight by code other than its product (the tied
+ * embedding's lookup, which reads the LM head's wte block). The program's
+ * next use must be this layer's forward or recompute: *w_block is then the
+ * gathered block W_rc in the layer's storage (W_rc^T for NK), and *dw_block
+ * NULL; or its FF_USE_GRAD: *w_block is NULL and *dw_block the block's
+ * gradient of this run, stored like the block, to add into (zeroed at the
+ * run's first contribution). ff_linear_use_end finishes the use (after the
+ * layer's last backward use, it posts the gradient's reduce-scatter). */
+int ff_linear_use_begin(ff_linear *l, const float **w_block, float **dw_block);
+int ff_linear_use_end(ff_linear *l);
 
 /* Ends the run: checks that every use of the program was made and releases
  * gathered weights. Reduce-scatters stay in flight (ORS): a layer's result is

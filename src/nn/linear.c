@@ -315,17 +315,18 @@ int ff_linear_seq_set_program(ff_linear_seq *s, const ff_linear_use *uses, int n
     for (int u = 0; u < n; u++) {
         int li = uses[u].layer;
         if (li < 0 || li >= s->n_layers || uses[u].kind < FF_USE_FORWARD ||
-            uses[u].kind > FF_USE_BACKWARD) {
+            uses[u].kind > FF_USE_GRAD) {
             free(seen_fwd);
             return ff_set_error(ctx, FF_EINVAL, "program use %d names no layer or kind", u);
         }
-        if (uses[u].kind == FF_USE_BACKWARD && !seen_fwd[li]) {
+        int bwd = uses[u].kind == FF_USE_BACKWARD || uses[u].kind == FF_USE_GRAD;
+        if (bwd && !seen_fwd[li]) {
             free(seen_fwd);
             return ff_set_error(ctx, FF_EINVAL,
                                 "program use %d: backward of '%s' before its forward", u,
                                 s->layers[li]->name);
         }
-        if (uses[u].kind != FF_USE_BACKWARD)
+        if (!bwd)
             seen_fwd[li] = 1;
     }
     free(seen_fwd);
@@ -353,30 +354,35 @@ int ff_linear_seq_set_program(ff_linear_seq *s, const ff_linear_use *uses, int n
             s->layers[i]->cached = 1;
     free(first_fwd);
 
-    /* keep the gathered weight from use u to the layer's next use q when no
-     * other use lies between, when u recomputes and q is the backward, or when
-     * the layer is cached and u is its first forward */
+    /* keep the gathered weight from use u to the layer's next weight use q
+     * when no other use lies between, when u recomputes and q is the
+     * backward, or when the layer is cached and u is its first forward.
+     * Gradient-only uses (FF_USE_GRAD) neither read nor hold the weight. */
     for (int u = 0; u < n; u++) {
         ff_linear *l = s->layers[prog[u].layer];
+        if (prog[u].kind == FF_USE_BACKWARD || prog[u].kind == FF_USE_GRAD)
+            l->last_backward = u;
+        if (prog[u].kind == FF_USE_GRAD)
+            continue;
         int q = u + 1;
-        while (q < n && prog[q].layer != prog[u].layer)
+        while (q < n && (prog[q].layer != prog[u].layer || prog[q].kind == FF_USE_GRAD))
             q++;
         if (q < n)
             keep[u] = q == u + 1 ||
                       (prog[u].kind == FF_USE_RECOMPUTE && prog[q].kind == FF_USE_BACKWARD) ||
                       (l->cached && prog[u].kind == FF_USE_FORWARD);
-        if (prog[u].kind == FF_USE_BACKWARD)
-            l->last_backward = u;
     }
     for (int u = 0; u < n; u++) {
+        if (prog[u].kind == FF_USE_GRAD)
+            continue;
         int p = u - 1;
-        while (p >= 0 && prog[p].layer != prog[u].layer)
+        while (p >= 0 && (prog[p].layer != prog[u].layer || prog[p].kind == FF_USE_GRAD))
             p--;
         need[u] = !(p >= 0 && keep[p]);
     }
     s->gathers = s->reused = 0;
     for (int u = 0; u < n; u++)
-        if (s->layers[prog[u].layer]->gz > 1) {
+        if (s->layers[prog[u].layer]->gz > 1 && prog[u].kind != FF_USE_GRAD) {
             if (need[u])
                 s->gathers++;
             else
@@ -522,9 +528,10 @@ static int reap(ff_linear_seq *s)
     return FF_OK;
 }
 
-/* The program's next use must be (l, one of the kinds); returns the gathered
- * weight, ready. */
-static int acquire(ff_linear *l, int backward, const float **w)
+/* The program's next use must be (l, kind), where kind FF_USE_FORWARD also
+ * accepts a recompute; returns the gathered weight, ready (NULL for a
+ * gradient-only use). */
+static int acquire(ff_linear *l, ff_use_kind want, const float **w)
 {
     ff_linear_seq *s = l->seq;
     ff_ctx *ctx = s->ctx;
@@ -535,17 +542,20 @@ static int acquire(ff_linear *l, int backward, const float **w)
         return ff_set_error(ctx, FF_EINVAL, "layer '%s' used after the program's last use",
                             l->name);
     const ff_linear_use *u = &s->prog[s->cursor];
-    int is_bwd = u->kind == FF_USE_BACKWARD;
-    if (u->layer != l->index || is_bwd != backward) {
-        static const char *const kinds[] = {"forward", "recompute", "backward"};
-        return ff_set_error(ctx, FF_EINVAL,
-                            "layer '%s' %s called out of program order: use %d is the %s of '%s'",
-                            l->name, backward ? "backward" : "forward", s->cursor, kinds[u->kind],
-                            s->layers[u->layer]->name);
+    ff_use_kind kind = u->kind == FF_USE_RECOMPUTE ? FF_USE_FORWARD : u->kind;
+    if (u->layer != l->index || kind != want) {
+        static const char *const kinds[] = {"forward", "recompute", "backward", "gradient use"};
+        return ff_set_error(
+            ctx, FF_EINVAL, "layer '%s' %s called out of program order: use %d is the %s of '%s'",
+            l->name, kinds[want], s->cursor, kinds[u->kind], s->layers[u->layer]->name);
     }
     int rc = reap(s);
     if (rc)
         return rc;
+    if (want == FF_USE_GRAD) {
+        *w = NULL;
+        return prefetch(s, s->cursor);
+    }
     if (l->gz == 1) {
         *w = l->w;
         return prefetch(s, s->cursor);
@@ -567,7 +577,7 @@ static int acquire(ff_linear *l, int backward, const float **w)
 static int release(ff_linear *l)
 {
     ff_linear_seq *s = l->seq;
-    if (l->gz > 1 && !s->keep_after[s->cursor])
+    if (l->gz > 1 && s->prog[s->cursor].kind != FF_USE_GRAD && !s->keep_after[s->cursor])
         drop_gathered(l);
     s->cursor++;
     /* a gather the prefetch skipped because its buffer was still in use */
@@ -632,11 +642,32 @@ static int times_weight(ff_linear *l, const char *name, int transposed, const fl
                        inner, w, ldw, 0.0f, out, cols);
 }
 
+/* The block gradient this run's backward uses accumulate into: with Gz = 1
+ * the shard itself (beta 1, micro-batches add up), else a pool buffer that
+ * the first contribution overwrites (beta 0). */
+static int grad_block(ff_linear *l, float **block, float *beta)
+{
+    *block = l->dw;
+    *beta = 1.0f;
+    if (l->gz == 1)
+        return FF_OK;
+    if (!l->dw_block) {
+        if (!(l->dw_block = buf_take(l->seq, l->block)))
+            return FF_ENOMEM;
+        l->dw_contributions = 0;
+    }
+    *block = l->dw_block;
+    *beta = l->dw_contributions ? 1.0f : 0.0f;
+    return FF_OK;
+}
+
+static int backward_use_done(ff_linear *l);
+
 int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows)
 {
     ff_linear_seq *s = l->seq;
     const float *w;
-    int rc = acquire(l, 0, &w);
+    int rc = acquire(l, FF_USE_FORWARD, &w);
     if (rc)
         return rc;
     char name[NAME_LEN + 8];
@@ -665,7 +696,7 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
     if (!l->dw || (l->has_bias && !l->db))
         return ff_set_error(ctx, FF_EINVAL, "layer '%s' has no bound gradient", l->name);
     const float *w;
-    int rc = acquire(l, 1, &w);
+    int rc = acquire(l, FF_USE_BACKWARD, &w);
     if (rc)
         return rc;
     char name[NAME_LEN + 8];
@@ -682,20 +713,11 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
             return rc;
     }
 
-    /* dW_rc (kl, nl) = I^T dO, accumulated over this run's backward uses of
-     * the layer; with Gz = 1 the block is the shard itself */
-    float *block = l->dw;
-    float beta = 1.0f;
-    if (l->gz > 1) {
-        if (!l->dw_block) {
-            if (!(l->dw_block = buf_take(s, l->block))) {
-                ff_wait(&ar);
-                return FF_ENOMEM;
-            }
-            l->dw_contributions = 0;
-        }
-        block = l->dw_block;
-        beta = l->dw_contributions ? 1.0f : 0.0f;
+    /* dW_rc (kl, nl) = I^T dO, accumulated over this run's backward uses */
+    float *block, beta;
+    if ((rc = grad_block(l, &block, &beta))) {
+        ff_wait(&ar);
+        return rc;
     }
     snprintf(name, sizeof name, "dW %s", l->name);
     if (l->layout == FF_WEIGHT_KN)
@@ -718,8 +740,45 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
         }
     if ((rc = ff_wait(&ar)))
         return rc;
+    return backward_use_done(l);
+}
 
-    int last = s->cursor == l->last_backward;
+int ff_linear_use_begin(ff_linear *l, const float **w_block, float **dw_block)
+{
+    ff_linear_seq *s = l->seq;
+    *w_block = NULL;
+    *dw_block = NULL;
+    int grad = s->running && s->cursor < s->n_prog && s->prog[s->cursor].kind == FF_USE_GRAD;
+    if (grad && !l->dw)
+        return ff_set_error(s->ctx, FF_EINVAL, "layer '%s' has no bound gradient", l->name);
+    int rc = acquire(l, grad ? FF_USE_GRAD : FF_USE_FORWARD, w_block);
+    if (rc || !grad)
+        return rc;
+    float beta;
+    if ((rc = grad_block(l, dw_block, &beta)))
+        return rc;
+    if (beta == 0.0f)
+        memset(*dw_block, 0, l->block * sizeof(float));
+    l->dw_contributions++;
+    return FF_OK;
+}
+
+int ff_linear_use_end(ff_linear *l)
+{
+    ff_linear_seq *s = l->seq;
+    if (!s->running || s->cursor >= s->n_prog || s->prog[s->cursor].layer != l->index)
+        return ff_set_error(s->ctx, FF_EINVAL, "ff_linear_use_end on '%s' without a use", l->name);
+    if (s->prog[s->cursor].kind == FF_USE_GRAD)
+        return backward_use_done(l);
+    return release(l);
+}
+
+/* After a backward use: releases the weight; after the layer's last
+ * backward use of the run, posts the gradient's reduce-scatter. */
+static int backward_use_done(ff_linear *l)
+{
+    ff_linear_seq *s = l->seq;
+    int rc, last = s->cursor == l->last_backward;
     if ((rc = release(l)))
         return rc;
     if (!last || l->gz == 1)

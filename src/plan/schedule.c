@@ -174,13 +174,27 @@ static void linear_backward(sched *c, const linear *w, int scatter)
 }
 
 /* LayerNorm on the residual (layout Y): the row statistics need the whole
- * row, so each pass all-reduces 2 floats per row over Y (forward: sum and sum
- * of squares; backward: the two row sums of the gradient formula). */
+ * row, which is split over Y. The forward is the model's two-pass, stable
+ * form (src/nn): the row sums give the mean (one all-reduce of m floats over
+ * Y), and only then can the sums of squared deviations from it be formed
+ * (a second all-reduce of m); so it reads the input once more than a one-pass
+ * sum and sum of squares would (4 passes: two for the statistics, then read
+ * and write to normalise). The backward all-reduces the two row sums of the
+ * gradient formula together, 2m floats. */
 static void layernorm(sched *c, int backward)
 {
     int64_t m = c->s->m;
-    elem(c, backward ? 5 : 3, (double)(m * c->s->C / c->gy));
-    coll(c, FF_GROUP_Y, FF_COLL_ALLREDUCE, 2 * m, F32, MODE_BLOCKING);
+    double local = (double)(m * c->s->C / c->gy);
+    if (backward) {
+        elem(c, 5, local);
+        coll(c, FF_GROUP_Y, FF_COLL_ALLREDUCE, 2 * m, F32, MODE_BLOCKING);
+        return;
+    }
+    elem(c, 1, local); /* row sums */
+    coll(c, FF_GROUP_Y, FF_COLL_ALLREDUCE, m, F32, MODE_BLOCKING);
+    elem(c, 1, local); /* row sums of (x - mean)^2 */
+    coll(c, FF_GROUP_Y, FF_COLL_ALLREDUCE, m, F32, MODE_BLOCKING);
+    elem(c, 2, local); /* normalise, scale and shift */
 }
 
 /* Causal attention of the rank's NH/Gx heads, replicated over Y: QKᵀ and
@@ -195,7 +209,10 @@ static void attention_pass(sched *c, int backward)
     elem(c, 3, heads * (double)s->T * (double)s->T / 2);
 }
 
-static void block_forward(sched *c, const linear *w, int do_gather)
+/* A block's forward; a recompute (activation checkpointing) stops after
+ * the GELU: the MLP down's output is the next block's input, which is kept,
+ * and its backward needs only its input (src/nn/gpt.c). */
+static void block_forward(sched *c, const linear *w, int do_gather, int recompute)
 {
     const plan_shape *s = c->s;
     double y = (double)(s->m * s->C / c->gy), x4 = (double)(s->m * 4 * s->C / c->gx);
@@ -207,15 +224,21 @@ static void block_forward(sched *c, const linear *w, int do_gather)
     layernorm(c, 0);
     linear_forward(c, &w[2], do_gather); /* MLP up, N */
     elem(c, 2, x4);                      /* GELU */
+    if (recompute)
+        return;
     linear_forward(c, &w[3], do_gather); /* MLP down, T */
     elem(c, 3, y);                       /* residual */
 }
 
-static void block_backward(sched *c, const linear *w)
+/* gather_down: the MLP down was not recomputed and its weight not cached,
+ * so its backward gathers it. */
+static void block_backward(sched *c, const linear *w, int gather_down)
 {
     const plan_shape *s = c->s;
     double y = (double)(s->m * s->C / c->gy), x4 = (double)(s->m * 4 * s->C / c->gx);
     elem(c, 2, y); /* residual */
+    if (gather_down)
+        gather(c, shard(c, &w[3]));
     linear_backward(c, &w[3], 1);
     elem(c, 3, x4); /* GELU */
     linear_backward(c, &w[2], 1);
@@ -247,7 +270,8 @@ int64_t plan_other_params(const plan_shape *s)
  * posted right after this layer's own gather completed, in execution order
  * (so across the forward, the recompute and into the next micro-batch).
  * Reorders the list: each gather but the first moves to just after the wait
- * for the gather before it. */
+ * for the gather before it. Only Z's weight gathers move: the
+ * cross-entropy's all-gather over X needs the logits just computed. */
 static void plan_prefetch(plan_ops *o)
 {
     size_t n_ag = 0;
@@ -307,16 +331,22 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
          * micro-batch); vocab-parallel lookup, then AllReduce_X gives layout Y */
         gather(&c, wte_shard);
         elem(&c, 4, y); /* lookup rows, zeros elsewhere, add positions */
-        coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * C / c.gy, wire, MODE_BLOCKING);
+        coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * C / c.gy, F32, MODE_BLOCKING); /* exact: fp32 */
         for (int64_t l = 0; l < s->L; l++)
-            block_forward(&c, w, 1);
+            block_forward(&c, w, 1, 0);
         layernorm(&c, 0); /* final LayerNorm */
         gemm(&c, m, s->Vp / c.gx, C / c.gy);
         coll(&c, FF_GROUP_Y, FF_COLL_ALLREDUCE, m * s->Vp / c.gx, wire, MODE_BLOCKING);
-        /* vocab-parallel cross-entropy: row max, sum of exponentials and
-         * target logit over X, one all-reduce of 3 floats per row */
+        /* vocab-parallel cross-entropy over X, as the model does it: each
+         * rank forms per row its local max, its sum of exp(logit - local
+         * max) and its target logit (0 outside its vocabulary block), and
+         * one all-gather of those 3 floats per row (count 3m per rank into
+         * a buffer of Gx*3m) lets every rank combine the Gx triples in rank
+         * order.
+         * The collective layer's all-reduce only sums, so the max cannot
+         * travel with the sums in one; the gather takes a single call. */
         elem(&c, 2, logits);
-        coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, 3 * m, F32, MODE_BLOCKING);
+        coll(&c, FF_GROUP_X, FF_COLL_ALLGATHER, 3 * m, F32, MODE_BLOCKING);
 
         elem(&c, 2, logits); /* dlogits = softmax - onehot, local */
         linear_backward(&c, &head, 0);
@@ -326,8 +356,8 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
              * the AG cache keeps the last ag_cache blocks' gathered weights
              * from the forward, so their recompute gathers nothing */
             if (s->checkpoint)
-                block_forward(&c, w, l < s->L - s->ag_cache);
-            block_backward(&c, w);
+                block_forward(&c, w, l < s->L - s->ag_cache, 1);
+            block_backward(&c, w, s->checkpoint && l < s->L - s->ag_cache);
             if (last && (ov & FF_OVERLAP_DP) && c.gd > 1) /* a bucket per block */
                 coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, block_shard, wire, MODE_BACKGROUND);
         }

@@ -1,0 +1,183 @@
+/* One GPT-2 training step (forward, backward, clipping, AdamW) on a grid:
+ * the median of --reps steps after --warmup, tokens/s, and model FLOP/s as a
+ * fraction of the sgemm rate measured in the same run (every rank at once,
+ * with the same BLAS threads).
+ *
+ * Model FLOPs per step = (6 N + 12 L C T) * B * T, N = parameters without
+ * positions (ff_gpt_flops_per_token).
+ *
+ *   mpirun -np R ff_bench_gpt --grid 1x1x1x1 --L 12 --C 768 --NH 12 --V 50257
+ *          --maxT 1024 --B 4 --T 64 [--threads 1] [--reps 5] [--warmup 2]
+ *          [--checkpoint] [--label TEXT]
+ * Prints a line per step, a summary and one JSON line. */
+#include "fourfold/gpt.h"
+
+#include <cblas.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "fourfold/fourfold.h"
+
+char *openblas_get_corename(void);
+void openblas_set_num_threads(int n);
+
+typedef struct {
+    const char *grid, *label;
+    int L, C, NH, V, maxT, B, T, threads, reps, warmup, checkpoint;
+} options;
+
+static void die(int rank, const char *msg)
+{
+    if (rank == 0)
+        fprintf(stderr, "ff_bench_gpt: %s\n", msg);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+/* sgemm rate of a square product of side n, every rank at once: the median
+ * of 5 after one warm-up. */
+static double sgemm_rate(int n)
+{
+    size_t e = (size_t)n * n;
+    float *a = malloc(e * 4), *b = malloc(e * 4), *c = malloc(e * 4);
+    for (size_t i = 0; i < e; i++)
+        a[i] = (float)(i % 7) * 0.1f, b[i] = (float)(i % 5) * 0.1f;
+    double t[5];
+    for (int r = 0; r < 6; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
+                    n);
+        if (r > 0)
+            t[r - 1] = MPI_Wtime() - t0;
+    }
+    free(a), free(b), free(c);
+    return 2.0 * n * (double)n * n / median(t, 5);
+}
+
+static int parse(int argc, char **argv, options *o)
+{
+    *o = (options){"1x1x1x1", "", 12, 768, 12, 50257, 1024, 4, 64, 1, 5, 2, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        struct {
+            const char *name;
+            int *dst;
+        } ints[] = {{"--L", &o->L},       {"--C", &o->C},
+                    {"--NH", &o->NH},     {"--V", &o->V},
+                    {"--maxT", &o->maxT}, {"--B", &o->B},
+                    {"--T", &o->T},       {"--threads", &o->threads},
+                    {"--reps", &o->reps}, {"--warmup", &o->warmup}};
+        int done = 0;
+        for (size_t k = 0; k < sizeof ints / sizeof *ints && !done; k++)
+            if (strcmp(a, ints[k].name) == 0 && v) {
+                *ints[k].dst = atoi(v);
+                i++;
+                done = 1;
+            }
+        if (done)
+            continue;
+        if (strcmp(a, "--grid") == 0 && v)
+            o->grid = argv[++i];
+        else if (strcmp(a, "--label") == 0 && v)
+            o->label = argv[++i];
+        else if (strcmp(a, "--checkpoint") == 0)
+            o->checkpoint = 1;
+        else
+            return -1;
+    }
+    return o->reps > 0 && o->reps <= 100 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    int provided, rank, size;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    options o;
+    if (parse(argc, argv, &o))
+        die(rank, "bad arguments (see the header of bench/gpt.c)");
+    openblas_set_num_threads(o.threads);
+
+    ff_ctx *ctx;
+    ff_grid *grid;
+    ff_dims shape;
+    char err[256];
+    if (ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL) != FF_OK)
+        die(rank, "context");
+    if (ff_grid_parse(o.grid, size, size, &shape, err, sizeof err) != FF_OK)
+        die(rank, err);
+    if (ff_grid_create(ctx, shape, &grid) != FF_OK)
+        die(rank, ff_ctx_error(ctx));
+    ff_gpt_config cfg = {o.L, o.C, o.NH, o.V, 0, o.maxT};
+    ff_gpt_opts opts;
+    ff_gpt_opts_default(&opts);
+    opts.checkpoint = o.checkpoint;
+    ff_gpt *g;
+    if (ff_gpt_create(grid, &cfg, &opts, o.B, o.T, &g) != FF_OK || ff_gpt_init(g, 1))
+        die(rank, ff_ctx_error(ctx));
+    int first, count;
+    ff_gpt_local_sequences(g, &first, &count);
+    size_t n_tok = (size_t)count * o.T;
+    int32_t *tok = malloc(n_tok * sizeof *tok), *tgt = malloc(n_tok * sizeof *tgt);
+    for (size_t i = 0; i < n_tok; i++) {
+        tok[i] = (int32_t)((i * 2654435761u + (size_t)first * 97) % (size_t)o.V);
+        tgt[i] = (int32_t)((i * 40503u + 7 + (size_t)first) % (size_t)o.V);
+    }
+    ff_adamw h;
+    ff_adamw_default(&h);
+    h.steps = o.warmup + o.reps;
+
+    double t[100];
+    ff_gpt_step_info info = {0};
+    for (int s = 0; s < o.warmup + o.reps; s++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        if (ff_gpt_step(g, tok, tgt, 1, &h, s, &info) != FF_OK)
+            die(rank, ff_ctx_error(ctx));
+        double dt = MPI_Wtime() - t0;
+        MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (s >= o.warmup)
+            t[s - o.warmup] = dt;
+        if (rank == 0)
+            printf("step %d: %.1f ms, loss %.4f%s\n", s, dt * 1e3, info.loss,
+                   s < o.warmup ? " (warm-up)" : "");
+    }
+    double runs[100];
+    memcpy(runs, t, sizeof(double) * (size_t)o.reps);
+    double step_s = median(t, o.reps);
+    double rate = sgemm_rate(1536); /* per rank, all ranks at once */
+    double flops = ff_gpt_flops_per_token(g, o.T) * o.B * o.T;
+    double frac = flops / step_s / (rate * size);
+    ff_gpt_memory mem;
+    ff_gpt_memory_report(g, &mem);
+    if (rank == 0) {
+        printf("%s grid %s, %d rank(s) x %d BLAS thread(s), kernel %s: L=%d C=%d NH=%d V=%d B=%d "
+               "T=%d%s\n",
+               o.label, o.grid, size, o.threads, openblas_get_corename(), o.L, o.C, o.NH, o.V, o.B,
+               o.T, o.checkpoint ? ", checkpointing" : "");
+        printf("  step %.1f ms (median of %d), %.0f tokens/s, model %.1f GFLOP/s = %.3f of sgemm "
+               "%.1f GFLOP/s x %d ranks; rank 0 memory: params %.1f MiB, activations %.1f MiB\n",
+               step_s * 1e3, o.reps, o.B * o.T / step_s, flops / step_s / 1e9, frac, rate / 1e9,
+               size, mem.params / 1048576.0, mem.activations / 1048576.0);
+        printf("{\"bench\":\"gpt\",\"label\":\"%s\",\"grid\":\"%s\",\"ranks\":%d,\"threads\":%d,"
+               "\"kernel\":\"%s\",\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"B\":%d,\"T\":%d,"
+               "\"checkpoint\":%d,\"median_ms\":%.2f,\"runs_ms\":[",
+               o.label, o.grid, size, o.threads, openblas_get_corename(), o.L, o.C, o.NH, o.V, o.B,
+               o.T, o.checkpoint, step_s * 1e3);
+        for (int r = 0; r < o.reps; r++)
+            printf("%s%.2f", r ? "," : "", runs[r] * 1e3);
+        printf("],\"tokens_per_s\":%.1f,\"model_gflops\":%.3f,\"sgemm_gflops_per_rank\":%.3f,"
+               "\"fraction\":%.4f}\n",
+               o.B * o.T / step_s, flops / step_s / 1e9, rate / 1e9, frac);
+    }
+    free(tok), free(tgt);
+    ff_gpt_destroy(g);
+    ff_grid_destroy(grid);
+    ff_ctx_destroy(ctx);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,172 @@
+/* The GPT-2 model in 4D (DESIGN §4): every parameter and activation laid out
+ * over the grid, forward and backward on the rank's shards, AdamW on them,
+ * and the canonical (llm.c gpt2_*.bin v3) layout for files and tests.
+ *
+ * One block, residual stream h in layout Y (rows of the rank's sequences,
+ * columns C/Gy):
+ *
+ *   LayerNorm 1 (row statistics AllReduce_Y) -> QKV (N layer, whole heads per
+ *   X rank) -> causal attention of the rank's NH/Gx heads (local) ->
+ *   projection (T layer) -> residual -> LayerNorm 2 -> MLP up (N) -> GELU ->
+ *   MLP down (T) -> residual.
+ *
+ * The token embedding wte (Vp x C) is one linear layer (NK storage, kind N,
+ * C -> Vp) with four uses per micro-batch: the lookup (vocab-parallel over X,
+ * then AllReduce_X), the tied LM head's forward and backward, and the
+ * lookup's gradient. Cross-entropy is vocab-parallel over X.
+ *
+ * Parameters live in one flat buffer per rank: first the Z-sharded weights
+ * (wte, then each block's four weight shards, contiguous per block: the
+ * data-parallel buckets), then everything else (positions, LayerNorms,
+ * biases: split over X or Y, replicated over Z and D, gradients all-reduced
+ * over ZD in one call). Gradients and AdamW moments mirror it. */
+#ifndef FOURFOLD_GPT_H
+#define FOURFOLD_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fourfold/grid.h"
+#include "fourfold/linear.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int L;    /* blocks */
+    int C;    /* channels */
+    int NH;   /* heads */
+    int V;    /* vocabulary */
+    int Vp;   /* padded vocabulary; 0: V rounded up to a multiple of 128 (llm.c) */
+    int maxT; /* positions */
+} ff_gpt_config;
+
+typedef struct {
+    int checkpoint;        /* activation checkpointing: keep each block's input,
+                              recompute the block before its backward */
+    int dp_overlap;        /* post the D all-reduce of a block's gradients during the
+                              backward, as soon as they are complete (one bucket per block) */
+    ff_linear_opts linear; /* overlaps of the linear layers, AG cache, wire */
+} ff_gpt_opts;
+
+void ff_gpt_opts_default(ff_gpt_opts *o);
+
+/* AdamW, gradient clipping and the learning-rate schedule. */
+typedef struct {
+    float lr, min_lr_frac; /* peak rate; the cosine decays to lr * min_lr_frac */
+    int warmup, steps;     /* linear warm-up steps; total steps of the schedule */
+    float beta1, beta2, eps, weight_decay;
+    float clip; /* global gradient-norm clipping; 0: none */
+} ff_adamw;
+
+/* lr 3e-4, min 0.1, warmup 0, steps 1, betas (0.9, 0.95), eps 1e-8, decay 0.1, clip 1. */
+void ff_adamw_default(ff_adamw *h);
+/* The rate of 0-based step `step`: linear warm-up to lr over `warmup` steps,
+ * then cosine decay to lr * min_lr_frac at `steps`. */
+float ff_adamw_lr(const ff_adamw *h, int step);
+
+typedef struct ff_gpt ff_gpt;
+
+/* Creates the model for micro-batches of B sequences of T tokens (the whole
+ * grid's micro-batch; each (z, d) pair holds B/(Gz*Gd) of them). Refuses, on
+ * every rank with one message, a shape the grid does not divide. Parameters
+ * are zero until ff_gpt_init or a load. */
+int ff_gpt_create(ff_grid *grid, const ff_gpt_config *cfg, const ff_gpt_opts *opts, int B, int T,
+                  ff_gpt **out);
+void ff_gpt_destroy(ff_gpt *g);
+ff_gpt_config ff_gpt_get_config(const ff_gpt *g);
+
+/* The sequences of a micro-batch this rank reads: [*first, *first + *count). */
+void ff_gpt_local_sequences(const ff_gpt *g, int *first, int *count);
+
+/* GPT-2's initialization (OpenAI's model.py) from the grid-independent RNG:
+ * wte and linear weights N(0, 0.02), the two residual projections
+ * N(0, 0.02/sqrt(2L)), wpe N(0, 0.01), LayerNorm gains 1, biases 0, padded
+ * vocabulary rows zero. Identical parameters on every grid. */
+int ff_gpt_init(ff_gpt *g, uint64_t seed);
+
+/* ---- training ---------------------------------------------------------------- */
+
+int ff_gpt_zero_grad(ff_gpt *g);
+/* One micro-batch (index `micro` of `n_micro`): forward, loss, backward;
+ * gradients of the mean loss over all n_micro * B * T tokens accumulate.
+ * tokens and targets: this rank's sequences (ff_gpt_local_sequences), T
+ * each, row-major. */
+int ff_gpt_forward_backward(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int micro,
+                            int n_micro);
+/* After the last micro-batch: completes the gradients (reduce-scatters,
+ * data-parallel and ZD all-reduces) and returns the mean loss of the step,
+ * the same on every rank. */
+int ff_gpt_finish_grads(ff_gpt *g, float *loss);
+/* The global gradient norm, each parameter counted once. */
+int ff_gpt_grad_norm(ff_gpt *g, float *norm);
+/* AdamW update of the local shards (step: 0-based), gradients scaled by
+ * grad_scale (clipping) first. */
+int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale);
+
+typedef struct {
+    float loss, grad_norm, lr;
+} ff_gpt_step_info;
+/* A whole step: zero, n_micro micro-batches (tokens/targets hold this
+ * rank's sequences of micro-batch u at offset u * count * T), finish,
+ * clip, AdamW. A NaN or Inf loss or norm stops before the update with
+ * FF_ENUMERIC (parameters untouched). */
+int ff_gpt_step(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n_micro,
+                const ff_adamw *h, int step, ff_gpt_step_info *info);
+/* Forward only (no gradients): the mean loss over the micro-batch. */
+int ff_gpt_eval(ff_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss);
+/* The rank's logits of the last forward: (count*T, Vp/Gx), vocabulary block
+ * x of the padded vocabulary. Valid after ff_gpt_eval. */
+const float *ff_gpt_logits(const ff_gpt *g, int64_t *rows, int64_t *cols);
+
+/* ---- canonical layout (llm.c gpt2_*.bin v3, fp32) -------------------------------
+ * Tensors in llm.c's order: wte (Vp,C), wpe (maxT,C), ln1w (L,C), ln1b,
+ * qkvw (L,3C,C), qkvb (L,3C), attprojw (L,C,C), attprojb, ln2w, ln2b,
+ * fcw (L,4C,C), fcb (L,4C), fcprojw (L,C,4C), fcprojb (L,C), lnfw (C), lnfb. */
+
+enum { FF_GPT_NTENSORS = 16 };
+const char *ff_gpt_tensor_name(int i);
+/* Elements of canonical tensor i and of the whole canonical model. */
+size_t ff_gpt_tensor_size(const ff_gpt *g, int i);
+size_t ff_gpt_canonical_size(const ff_gpt *g);
+
+typedef enum { FF_GPT_PARAMS = 0, FF_GPT_GRADS, FF_GPT_ADAM_M, FF_GPT_ADAM_V } ff_gpt_buffer;
+/* Gathers a flat buffer to canonical layout (ff_gpt_canonical_size floats,
+ * tensors concatenated in order) on `root`. Collective over the world. */
+int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root);
+/* Scatters canonical values from root into the flat buffer. */
+int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root);
+
+/* llm.c's 256-int32 header: magic 20240326, version 3, maxT, V, L, NH, C, Vp. */
+void ff_gpt_header(const ff_gpt *g, int32_t header[256]);
+/* Writes the parameters (or another buffer of the same shape, e.g. the
+ * gradients) as a v3 file: written by rank 0 to a temporary file, fsync,
+ * rename. Collective. */
+int ff_gpt_save(ff_gpt *g, ff_gpt_buffer which, const char *path);
+/* Loads a v3 fp32 file written by fourfold or llm.c: header checked against
+ * the model (a different shape is refused naming the field), size checked.
+ * Collective; the outcome agrees on every rank. */
+int ff_gpt_load(ff_gpt *g, const char *path);
+
+/* ---- memory and parameters --------------------------------------------------- */
+
+typedef struct {
+    size_t params, grads, adam; /* bytes of the flat buffers on this rank */
+    size_t activations;         /* bytes kept for the backward of one micro-batch */
+    size_t scratch;             /* backward and cross-entropy work space */
+    size_t linear_peak;         /* gathered weights and gradient blocks, at most */
+} ff_gpt_memory;
+void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m);
+/* Parameters of the canonical model without the padded vocabulary rows. */
+int64_t ff_gpt_num_params(const ff_gpt *g);
+/* Model FLOPs of one token's forward and backward: 6 N plus attention
+ * (6 L T C for QK^T and AV forward and backward, causal half not taken off),
+ * as llm.c and the PaLM paper count. */
+double ff_gpt_flops_per_token(const ff_gpt *g, int T);
+ff_linear_seq *ff_gpt_linear_seq(ff_gpt *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

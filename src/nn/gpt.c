@@ -1,0 +1,665 @@
+/* The GPT-2 model in 4D (include/fourfold/gpt.h, DESIGN §4): parameters,
+ * activations, the program of weight uses, forward and backward of a
+ * micro-batch, and the gradient collectives around it. */
+#include "fourfold/gpt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fourfold/rng.h"
+#include "gpt_internal.h"
+#include "gpt_ops.h"
+
+void ff_gpt_opts_default(ff_gpt_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->dp_overlap = 1;
+    ff_linear_opts_default(&o->linear);
+}
+
+ff_gpt_config ff_gpt_get_config(const ff_gpt *g) { return g->cfg; }
+ff_linear_seq *ff_gpt_linear_seq(ff_gpt *g) { return g->seq; }
+
+void ff_gpt_local_sequences(const ff_gpt *g, int *first, int *count)
+{
+    *first = (g->me.z + g->gz * g->me.d) * g->Bl;
+    *count = g->Bl;
+}
+
+/* ---- creation ------------------------------------------------------------------- */
+
+static int check_shape(ff_ctx *ctx, const ff_gpt_config *c, ff_dims s, int B, int T)
+{
+    if (c->L <= 0 || c->C <= 0 || c->NH <= 0 || c->V <= 0 || c->maxT <= 0 || B <= 0 || T <= 0)
+        return ff_set_error(ctx, FF_EINVAL,
+                            "model L=%d C=%d NH=%d V=%d maxT=%d, batch B=%d T=%d: every size "
+                            "must be positive",
+                            c->L, c->C, c->NH, c->V, c->maxT, B, T);
+    if (c->Vp < c->V)
+        return ff_set_error(ctx, FF_EINVAL, "padded vocabulary %d is smaller than V=%d", c->Vp,
+                            c->V);
+    if (T > c->maxT)
+        return ff_set_error(ctx, FF_EINVAL, "sequence length T=%d exceeds the model's maxT=%d", T,
+                            c->maxT);
+    if (c->C % c->NH)
+        return ff_set_error(ctx, FF_EDIVIDE, "C=%d is not divisible by NH=%d", c->C, c->NH);
+    if (c->NH % s.x)
+        return ff_set_error(ctx, FF_EDIVIDE,
+                            "NH=%d heads are not divisible by Gx=%d (each X rank takes whole "
+                            "heads)",
+                            c->NH, s.x);
+    if (c->C % s.y)
+        return ff_set_error(ctx, FF_EDIVIDE, "C=%d is not divisible by Gy=%d", c->C, s.y);
+    if (c->Vp % s.x)
+        return ff_set_error(ctx, FF_EDIVIDE,
+                            "the padded vocabulary Vp=%d is not divisible by Gx=%d", c->Vp, s.x);
+    if (B % (s.z * s.d))
+        return ff_set_error(ctx, FF_EDIVIDE,
+                            "the micro-batch of B=%d sequences is not divisible by Gz*Gd=%d", B,
+                            s.z * s.d);
+    return FF_OK;
+}
+
+static int add_layer(ff_gpt *g, const char *name, ff_linear_kind kind, int64_t k, int64_t n,
+                     int bias, const int64_t *perm, ff_linear **out)
+{
+    ff_linear_desc d = {0};
+    d.name = name;
+    d.kind = kind;
+    d.k = k;
+    d.n = n;
+    d.bias = bias;
+    d.layout = FF_WEIGHT_NK; /* llm.c and torch store (out, in) */
+    d.col_perm = perm;
+    d.rng_stream = (uint32_t)ff_linear_seq_count(g->seq) + 1;
+    return ff_linear_add(g->seq, &d, out);
+}
+
+/* Output column j of the QKV layer, in the order blocks are cut, is the
+ * canonical column perm[j]: block x holds [Q | K | V] of its heads. */
+static int64_t *qkv_permutation(int C, int gx)
+{
+    int64_t *perm = malloc((size_t)3 * C * sizeof *perm), cx = C / gx;
+    if (!perm)
+        return NULL;
+    for (int64_t x = 0; x < gx; x++)
+        for (int64_t j = 0; j < 3 * cx; j++)
+            perm[x * 3 * cx + j] = (j / cx) * C + x * cx + j % cx;
+    return perm;
+}
+
+static float *falloc(size_t n, size_t *acc)
+{
+    if (acc)
+        *acc += n * sizeof(float);
+    return calloc(n ? n : 1, sizeof(float));
+}
+
+static int alloc_buffers(ff_gpt *g)
+{
+    const int64_t m = g->m, L = g->cfg.L, T = g->T;
+    size_t *act = &g->act_bytes, *scr = &g->scratch_bytes;
+    int ok = 1;
+#define A(ptr, n, acc) ok &= ((ptr) = falloc((size_t)(n), acc)) != NULL
+    A(g->params, g->n_params, NULL);
+    A(g->grads, g->n_params, NULL);
+    A(g->resid, (L + 1) * m * g->cy, act);
+    for (int s = 0; s < g->n_sets; s++) {
+        ff_gpt_acts *a = &g->acts[s];
+        A(a->ln1, m * g->cy, act);
+        A(a->ln1_mean, m, act);
+        A(a->ln1_rstd, m, act);
+        A(a->qkv, m * g->c3x, act);
+        A(a->att, (int64_t)g->Bl * g->nhx * T * T, act);
+        A(a->atty, m * g->cx, act);
+        A(a->mid, m * g->cy, act);
+        A(a->ln2, m * g->cy, act);
+        A(a->ln2_mean, m, act);
+        A(a->ln2_rstd, m, act);
+        A(a->fch, m * g->fx, act);
+        A(a->fch_gelu, m * g->fx, act);
+    }
+    A(g->lnf, m * g->cy, act);
+    A(g->lnf_mean, m, act);
+    A(g->lnf_rstd, m, act);
+    A(g->logits, m * g->vx, act);
+    A(g->losses, m, scr);
+    A(g->dres, m * g->cy, scr);
+    A(g->dln, m * g->cy, scr);
+    A(g->tmp, m * g->cy, scr);
+    A(g->dqkv, m * g->c3x, scr);
+    A(g->datty, m * g->cx, scr);
+    A(g->dfch, m * g->fx, scr);
+    A(g->att_scratch, T * T, scr);
+    A(g->ce_scratch, 3 * m + (int64_t)g->gx * 3 * m + g->vx, scr);
+    A(g->ln_scratch, 2 * m, scr);
+#undef A
+    return ok ? FF_OK : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model's buffers");
+}
+
+/* Views into the flat buffers: Z-sharded weights first (wte, then each
+ * block's four shards: one data-parallel bucket per block), then positions,
+ * the final LayerNorm and each block's LayerNorms and biases. */
+static void bind_views(ff_gpt *g)
+{
+    const int L = g->cfg.L;
+    size_t off = 0;
+    for (int b = 0; b < 2; b++) { /* params, then grads */
+        float *base = b ? g->grads : g->params;
+        ff_gpt_views *v = b ? &g->gv : &g->pv;
+        off = 0;
+        v->wte = base + off;
+        off += ff_linear_local_sizes(g->wte).w_shard;
+        for (int l = 0; l < L; l++) {
+            g->bucket_off[l] = off;
+            ff_linear *ls[4] = {g->qkv[l], g->attproj[l], g->fc[l], g->fcproj[l]};
+            float **w[4] = {&v->qkvw[l], &v->attprojw[l], &v->fcw[l], &v->fcprojw[l]};
+            for (int i = 0; i < 4; i++) {
+                *w[i] = base + off;
+                off += ff_linear_local_sizes(ls[i]).w_shard;
+            }
+            g->bucket_len[l] = off - g->bucket_off[l];
+        }
+        g->n_zsharded = off;
+        v->wpe = base + off;
+        off += (size_t)g->cfg.maxT * g->cy;
+        g->n_decay = off; /* weight decay: the Z-sharded weights and the positions */
+        v->lnfw = base + off, off += g->cy;
+        v->lnfb = base + off, off += g->cy;
+        for (int l = 0; l < L; l++) {
+            v->ln1w[l] = base + off, off += g->cy;
+            v->ln1b[l] = base + off, off += g->cy;
+            v->ln2w[l] = base + off, off += g->cy;
+            v->ln2b[l] = base + off, off += g->cy;
+            v->attprojb[l] = base + off, off += g->cy;
+            v->fcprojb[l] = base + off, off += g->cy;
+        }
+        g->n_ytype = off; /* up to here: layout Y (or Z-sharded); then layout X */
+        for (int l = 0; l < L; l++) {
+            v->qkvb[l] = base + off, off += g->c3x;
+            v->fcb[l] = base + off, off += g->fx;
+        }
+    }
+    g->n_params = off;
+    ff_linear_bind(g->wte, g->pv.wte, NULL, g->gv.wte, NULL);
+    for (int l = 0; l < L; l++) {
+        ff_linear_bind(g->qkv[l], g->pv.qkvw[l], g->pv.qkvb[l], g->gv.qkvw[l], g->gv.qkvb[l]);
+        ff_linear_bind(g->attproj[l], g->pv.attprojw[l], g->pv.attprojb[l], g->gv.attprojw[l],
+                       g->gv.attprojb[l]);
+        ff_linear_bind(g->fc[l], g->pv.fcw[l], g->pv.fcb[l], g->gv.fcw[l], g->gv.fcb[l]);
+        ff_linear_bind(g->fcproj[l], g->pv.fcprojw[l], g->pv.fcprojb[l], g->gv.fcprojw[l],
+                       g->gv.fcprojb[l]);
+    }
+}
+
+/* Counts the flat buffer's size with a dry run of the layout. */
+static size_t flat_size(const ff_gpt *g)
+{
+    size_t n = ff_linear_local_sizes(g->wte).w_shard;
+    for (int l = 0; l < g->cfg.L; l++)
+        n += ff_linear_local_sizes(g->qkv[l]).w_shard +
+             ff_linear_local_sizes(g->attproj[l]).w_shard +
+             ff_linear_local_sizes(g->fc[l]).w_shard + ff_linear_local_sizes(g->fcproj[l]).w_shard;
+    n += (size_t)g->cfg.maxT * g->cy + 2 * (size_t)g->cy;
+    n += (size_t)g->cfg.L * (6 * (size_t)g->cy + (size_t)g->c3x + (size_t)g->fx);
+    return n;
+}
+
+static int create_layers(ff_gpt *g)
+{
+    const int L = g->cfg.L;
+    const int64_t C = g->cfg.C;
+    int rc = ff_linear_seq_create(g->grid, &g->opt.linear, &g->seq);
+    if (rc)
+        return rc;
+    int64_t *perm = qkv_permutation((int)C, g->gx);
+    if (!perm)
+        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the QKV permutation");
+    char name[48];
+    rc = add_layer(g, "wte", FF_LINEAR_N, C, g->cfg.Vp, 0, NULL, &g->wte);
+    for (int l = 0; l < L && rc == FF_OK; l++) {
+        snprintf(name, sizeof name, "h%d.qkv", l);
+        rc = add_layer(g, name, FF_LINEAR_N, C, 3 * C, 1, perm, &g->qkv[l]);
+        snprintf(name, sizeof name, "h%d.attproj", l);
+        if (rc == FF_OK)
+            rc = add_layer(g, name, FF_LINEAR_T, C, C, 1, NULL, &g->attproj[l]);
+        snprintf(name, sizeof name, "h%d.fc", l);
+        if (rc == FF_OK)
+            rc = add_layer(g, name, FF_LINEAR_N, C, 4 * C, 1, NULL, &g->fc[l]);
+        snprintf(name, sizeof name, "h%d.fcproj", l);
+        if (rc == FF_OK)
+            rc = add_layer(g, name, FF_LINEAR_T, 4 * C, C, 1, NULL, &g->fcproj[l]);
+    }
+    free(perm);
+    return rc;
+}
+
+/* The programs of weight uses (layer index: wte 0, block l's layers
+ * 1 + 4l + {qkv, attproj, fc, fcproj}). Training: the lookup, the blocks,
+ * the LM head's forward and backward, the blocks backward (under
+ * checkpointing each recomputes QKV, projection and MLP up first: the MLP
+ * down's output is the next block's input, which is kept), the lookup's
+ * gradient. Evaluation: the forward only. */
+static int build_programs(ff_gpt *g)
+{
+    const int L = g->cfg.L;
+    g->train_prog = malloc((size_t)(11 * L + 4) * sizeof *g->train_prog);
+    g->eval_prog = malloc((size_t)(4 * L + 2) * sizeof *g->eval_prog);
+    if (!g->train_prog || !g->eval_prog)
+        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model's program");
+    ff_linear_use *u = g->train_prog;
+    int n = 0, e = 0;
+    u[n++] = (ff_linear_use){0, FF_USE_FORWARD};
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < 4; i++)
+            u[n++] = (ff_linear_use){1 + 4 * l + i, FF_USE_FORWARD};
+    u[n++] = (ff_linear_use){0, FF_USE_FORWARD};
+    memcpy(g->eval_prog, u, (size_t)n * sizeof *u);
+    e = n;
+    u[n++] = (ff_linear_use){0, FF_USE_BACKWARD};
+    for (int l = L - 1; l >= 0; l--) {
+        if (g->opt.checkpoint)
+            for (int i = 0; i < 3; i++)
+                u[n++] = (ff_linear_use){1 + 4 * l + i, FF_USE_RECOMPUTE};
+        for (int i = 3; i >= 0; i--)
+            u[n++] = (ff_linear_use){1 + 4 * l + i, FF_USE_BACKWARD};
+    }
+    u[n++] = (ff_linear_use){0, FF_USE_GRAD};
+    g->n_train_prog = n;
+    g->n_eval_prog = e;
+    g->prog_mode = -1;
+    return FF_OK;
+}
+
+static int use_program(ff_gpt *g, int train)
+{
+    if (g->prog_mode == train)
+        return FF_OK;
+    int rc = train ? ff_linear_seq_set_program(g->seq, g->train_prog, g->n_train_prog)
+                   : ff_linear_seq_set_program(g->seq, g->eval_prog, g->n_eval_prog);
+    if (rc == FF_OK)
+        g->prog_mode = train;
+    return rc;
+}
+
+static int gpt_create_local(ff_gpt *g)
+{
+    const ff_gpt_config *c = &g->cfg;
+    int rc = check_shape(g->ctx, c, g->shape, g->B, g->T);
+    if (rc)
+        return rc;
+    g->Bl = g->B / (g->gz * g->gd);
+    g->m = (int64_t)g->Bl * g->T;
+    g->cy = c->C / g->gy;
+    g->cx = c->C / g->gx;
+    g->c3x = 3 * g->cx;
+    g->fx = 4 * g->cx;
+    g->vx = c->Vp / g->gx;
+    g->nhx = c->NH / g->gx;
+    g->hs = c->C / c->NH;
+    g->n_sets = g->opt.checkpoint ? 1 : c->L;
+    const size_t L = (size_t)c->L;
+    ff_linear ***lists[4] = {&g->qkv, &g->attproj, &g->fc, &g->fcproj};
+    for (int i = 0; i < 4; i++)
+        if (!(*lists[i] = calloc(L, sizeof(ff_linear *))))
+            return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
+    ff_gpt_views *vs[2] = {&g->pv, &g->gv};
+    for (int b = 0; b < 2; b++) {
+        float ***arrs[12] = {&vs[b]->qkvw,     &vs[b]->attprojw, &vs[b]->fcw,  &vs[b]->fcprojw,
+                             &vs[b]->ln1w,     &vs[b]->ln1b,     &vs[b]->ln2w, &vs[b]->ln2b,
+                             &vs[b]->attprojb, &vs[b]->fcprojb,  &vs[b]->qkvb, &vs[b]->fcb};
+        for (int i = 0; i < 12; i++)
+            if (!(*arrs[i] = calloc(L, sizeof(float *))))
+                return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
+    }
+    g->acts = calloc((size_t)g->n_sets, sizeof *g->acts);
+    g->bucket_off = calloc(L, sizeof(size_t));
+    g->bucket_len = calloc(L, sizeof(size_t));
+    g->bucket_req = calloc(L + 1, sizeof(ff_request *));
+    if (!g->acts || !g->bucket_off || !g->bucket_len || !g->bucket_req)
+        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
+    if ((rc = create_layers(g)) || (rc = build_programs(g)))
+        return rc;
+    g->n_params = flat_size(g);
+    if ((rc = alloc_buffers(g)))
+        return rc;
+    bind_views(g);
+    return FF_OK;
+}
+
+int ff_gpt_create(ff_grid *grid, const ff_gpt_config *cfg, const ff_gpt_opts *opts, int B, int T,
+                  ff_gpt **out)
+{
+    *out = NULL;
+    ff_ctx *ctx = ff_grid_ctx(grid);
+    ff_gpt *g = calloc(1, sizeof *g);
+    int rc = FF_OK;
+    if (!g)
+        rc = ff_set_error(ctx, FF_ENOMEM, "out of memory for the model");
+    if (rc == FF_OK) {
+        g->grid = grid;
+        g->ctx = ctx;
+        g->cfg = *cfg;
+        if (g->cfg.Vp == 0)
+            g->cfg.Vp = (cfg->V + 127) / 128 * 128;
+        if (opts)
+            g->opt = *opts;
+        else
+            ff_gpt_opts_default(&g->opt);
+        g->B = B;
+        g->T = T;
+        g->shape = ff_grid_shape(grid);
+        g->me = ff_grid_coords(grid);
+        g->gx = g->shape.x, g->gy = g->shape.y, g->gz = g->shape.z, g->gd = g->shape.d;
+        g->grp_x = ff_grid_group(grid, FF_GROUP_X);
+        g->grp_y = ff_grid_group(grid, FF_GROUP_Y);
+        g->grp_d = ff_grid_group(grid, FF_GROUP_D);
+        g->grp_zd = ff_grid_group(grid, FF_GROUP_ZD);
+        g->grp_world = ff_grid_group(grid, FF_GROUP_WORLD);
+        rc = gpt_create_local(g);
+    }
+    /* the checks give the same answer everywhere; allocation may not */
+    rc = ff_ctx_agree(ctx, rc);
+    if (rc) {
+        ff_gpt_destroy(g);
+        return rc;
+    }
+    *out = g;
+    return FF_OK;
+}
+
+void ff_gpt_destroy(ff_gpt *g)
+{
+    if (!g)
+        return;
+    for (int l = 0; g->bucket_req && l <= g->cfg.L; l++)
+        ff_wait(&g->bucket_req[l]);
+    ff_linear_seq_destroy(g->seq);
+    free(g->params), free(g->grads), free(g->adam_m), free(g->adam_v);
+    free(g->resid);
+    for (int s = 0; g->acts && s < g->n_sets; s++) {
+        ff_gpt_acts *a = &g->acts[s];
+        float *p[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv,      a->att, a->atty,
+                      a->mid, a->ln2,      a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu};
+        for (size_t i = 0; i < sizeof p / sizeof *p; i++)
+            free(p[i]);
+    }
+    free(g->acts);
+    float *bufs[] = {g->lnf,  g->lnf_mean,    g->lnf_rstd,   g->logits,    g->losses,
+                     g->dres, g->dln,         g->tmp,        g->dqkv,      g->datty,
+                     g->dfch, g->att_scratch, g->ce_scratch, g->ln_scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        free(bufs[i]);
+    ff_gpt_views *vs[2] = {&g->pv, &g->gv};
+    for (int b = 0; b < 2; b++) {
+        float **arrs[12] = {vs[b]->qkvw,     vs[b]->attprojw, vs[b]->fcw,  vs[b]->fcprojw,
+                            vs[b]->ln1w,     vs[b]->ln1b,     vs[b]->ln2w, vs[b]->ln2b,
+                            vs[b]->attprojb, vs[b]->fcprojb,  vs[b]->qkvb, vs[b]->fcb};
+        for (int i = 0; i < 12; i++)
+            free(arrs[i]);
+    }
+    free(g->qkv), free(g->attproj), free(g->fc), free(g->fcproj);
+    free(g->bucket_off), free(g->bucket_len), free(g->bucket_req);
+    free(g->train_prog), free(g->eval_prog);
+    free(g);
+}
+
+/* ---- initialization -------------------------------------------------------------- */
+
+enum { STREAM_WPE = 1u << 20 }; /* linear layers use streams 1.. */
+
+int ff_gpt_init(ff_gpt *g, uint64_t seed)
+{
+    const ff_gpt_config *c = &g->cfg;
+    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * (float)c->L);
+    int rc = ff_linear_init(g->wte, seed, std);
+    /* padded vocabulary rows stay zero (NK: canonical index = v * C + c) */
+    size_t wte_shard = ff_linear_local_sizes(g->wte).w_shard;
+    for (size_t e = 0; e < wte_shard; e++)
+        if (ff_linear_canonical_index(g->wte, e) / c->C >= c->V)
+            g->pv.wte[e] = 0.0f;
+    for (int l = 0; l < c->L && rc == FF_OK; l++) {
+        if ((rc = ff_linear_init(g->qkv[l], seed, std)) ||
+            (rc = ff_linear_init(g->attproj[l], seed, resid_std)) ||
+            (rc = ff_linear_init(g->fc[l], seed, std)) ||
+            (rc = ff_linear_init(g->fcproj[l], seed, resid_std)))
+            break;
+        for (int64_t j = 0; j < g->cy; j++)
+            g->pv.ln1w[l][j] = g->pv.ln2w[l][j] = 1.0f, g->pv.ln1b[l][j] = g->pv.ln2b[l][j] = 0.0f;
+    }
+    for (int64_t t = 0; t < c->maxT; t++)
+        for (int64_t j = 0; j < g->cy; j++) {
+            uint64_t canon = (uint64_t)(t * c->C + g->me.y * g->cy + j);
+            g->pv.wpe[t * g->cy + j] = 0.01f * ff_rng_normal(seed, STREAM_WPE, canon);
+        }
+    for (int64_t j = 0; j < g->cy; j++)
+        g->pv.lnfw[j] = 1.0f, g->pv.lnfb[j] = 0.0f;
+    if (g->adam_m)
+        memset(g->adam_m, 0, g->n_params * sizeof(float));
+    if (g->adam_v)
+        memset(g->adam_v, 0, g->n_params * sizeof(float));
+    return rc;
+}
+
+/* ---- forward and backward ----------------------------------------------------------- */
+
+static float *resid_at(ff_gpt *g, int l) { return g->resid + (int64_t)l * g->m * g->cy; }
+
+/* Block l from resid[l]: to resid[l + 1], or under recompute only as far as
+ * the backward needs (the MLP down's input). */
+static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
+{
+    const int64_t m = g->m, cy = g->cy, C = g->cfg.C;
+    const float *h = resid_at(g, l);
+    int rc;
+    // ln1 (m, C/Gy) = LayerNorm(h); qkv (m, 3C/Gx) = ln1 Wqkv + b
+    if ((rc = ff_ln_forward(g->grp_y, a->ln1, a->ln1_mean, a->ln1_rstd, h, g->pv.ln1w[l],
+                            g->pv.ln1b[l], m, cy, C)) ||
+        (rc = ff_linear_forward(g->qkv[l], a->qkv, a->ln1, m)))
+        return rc;
+    // atty (m, C/Gx): the rank's heads
+    ff_attention_forward(g->ctx, a->atty, a->att, a->qkv, g->Bl, g->T, (int)g->nhx, (int)g->hs);
+    // mid (m, C/Gy) = h + atty Wproj + b
+    if ((rc = ff_linear_forward(g->attproj[l], g->tmp, a->atty, m)))
+        return rc;
+    for (int64_t i = 0; i < m * cy; i++)
+        a->mid[i] = h[i] + g->tmp[i];
+    // fch (m, 4C/Gx) = LayerNorm(mid) Wfc + b; fch_gelu = GELU(fch)
+    if ((rc = ff_ln_forward(g->grp_y, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, g->pv.ln2w[l],
+                            g->pv.ln2b[l], m, cy, C)) ||
+        (rc = ff_linear_forward(g->fc[l], a->fch, a->ln2, m)))
+        return rc;
+    ff_gelu_forward(a->fch_gelu, a->fch, m * g->fx);
+    if (recompute)
+        return FF_OK;
+    // resid[l+1] (m, C/Gy) = mid + fch_gelu Wfcproj + b
+    if ((rc = ff_linear_forward(g->fcproj[l], g->tmp, a->fch_gelu, m)))
+        return rc;
+    float *out = resid_at(g, l + 1);
+    for (int64_t i = 0; i < m * cy; i++)
+        out[i] = a->mid[i] + g->tmp[i];
+    return FF_OK;
+}
+
+/* dres (m, C/Gy) holds d loss / d resid[l + 1]; leaves d loss / d resid[l]. */
+static int block_backward(ff_gpt *g, int l, ff_gpt_acts *a)
+{
+    const int64_t m = g->m, cy = g->cy, C = g->cfg.C;
+    int rc;
+    // MLP: dfch (m, 4C/Gx) = dres Wfcproj^T, then through GELU; dln (m, C/Gy)
+    if ((rc = ff_linear_backward(g->fcproj[l], g->dfch, g->dres, a->fch_gelu, m)))
+        return rc;
+    ff_gelu_backward(g->dfch, a->fch, g->dfch, m * g->fx);
+    if ((rc = ff_linear_backward(g->fc[l], g->dln, g->dfch, a->ln2, m)) ||
+        (rc = ff_ln_backward(g->grp_y, g->dres, g->gv.ln2w[l], g->gv.ln2b[l], g->dln, a->mid,
+                             g->pv.ln2w[l], a->ln2_mean, a->ln2_rstd, m, cy, C, g->ln_scratch)))
+        return rc;
+    // attention: datty (m, C/Gy) = dres Wproj^T; dqkv (m, 3C/Gx)
+    if ((rc = ff_linear_backward(g->attproj[l], g->datty, g->dres, a->atty, m)))
+        return rc;
+    ff_attention_backward(g->ctx, g->dqkv, g->att_scratch, g->datty, a->qkv, a->att, g->Bl, g->T,
+                          (int)g->nhx, (int)g->hs);
+    if ((rc = ff_linear_backward(g->qkv[l], g->dln, g->dqkv, a->ln1, m)))
+        return rc;
+    return ff_ln_backward(g->grp_y, g->dres, g->gv.ln1w[l], g->gv.ln1b[l], g->dln, resid_at(g, l),
+                          g->pv.ln1w[l], a->ln1_mean, a->ln1_rstd, m, cy, C, g->ln_scratch);
+}
+
+/* The embedding, the blocks, the final LayerNorm, the LM head and the loss
+ * (each row's -log p, into g->losses). With dscale != 0 the logits become
+ * d loss / d logits. */
+static int forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets, float dscale)
+{
+    const int64_t m = g->m, v0 = (int64_t)g->me.x * g->vx;
+    const float *wte_block;
+    float *unused;
+    int rc;
+    if ((rc = ff_linear_use_begin(g->wte, &wte_block, &unused)) ||
+        (rc = ff_embed_forward(g->grp_x, resid_at(g, 0), tokens, wte_block, g->pv.wpe, g->Bl, g->T,
+                               v0, g->vx, g->cy)) ||
+        (rc = ff_linear_use_end(g->wte)))
+        return rc;
+    for (int l = 0; l < g->cfg.L; l++)
+        if ((rc = block_forward(g, l, &g->acts[g->n_sets == 1 ? 0 : l], 0)))
+            return rc;
+    if ((rc = ff_ln_forward(g->grp_y, g->lnf, g->lnf_mean, g->lnf_rstd, resid_at(g, g->cfg.L),
+                            g->pv.lnfw, g->pv.lnfb, m, g->cy, g->cfg.C)) ||
+        (rc = ff_linear_forward(g->wte, g->logits, g->lnf, m)))
+        return rc;
+    return ff_crossentropy(g->grp_x, g->losses, g->logits, targets, m, v0, g->vx, g->cfg.V, dscale,
+                           g->ce_scratch);
+}
+
+int ff_gpt_run_forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets)
+{
+    int rc;
+    if ((rc = use_program(g, 0)) || (rc = ff_linear_seq_begin(g->seq)))
+        return rc;
+    rc = forward(g, tokens, targets, 0.0f);
+    int rc2 = ff_linear_seq_end(g->seq);
+    return rc ? rc : rc2;
+}
+
+static double sum_losses(const ff_gpt *g)
+{
+    double s = 0;
+    for (int64_t i = 0; i < g->m; i++)
+        s += g->losses[i];
+    return s;
+}
+
+/* Data parallelism: once a block's reduce-scatters are in, its gradient
+ * shards (one contiguous bucket) are all-reduced over D in the background. */
+static int post_bucket(ff_gpt *g, int l)
+{
+    int rc;
+    if (l == g->cfg.L) {
+        if ((rc = ff_linear_wait_grad(g->wte)))
+            return rc;
+        return ff_iallreduce(g->grp_d, g->gv.wte, g->gv.wte, ff_linear_local_sizes(g->wte).w_shard,
+                             &g->opt.linear.coll, &g->bucket_req[l]);
+    }
+    ff_linear *ls[4] = {g->qkv[l], g->attproj[l], g->fc[l], g->fcproj[l]};
+    for (int i = 0; i < 4; i++)
+        if ((rc = ff_linear_wait_grad(ls[i])))
+            return rc;
+    float *p = g->grads + g->bucket_off[l];
+    return ff_iallreduce(g->grp_d, p, p, g->bucket_len[l], &g->opt.linear.coll, &g->bucket_req[l]);
+}
+
+int ff_gpt_zero_grad(ff_gpt *g)
+{
+    int rc = ff_linear_seq_wait_grads(g->seq);
+    for (int l = 0; l <= g->cfg.L; l++)
+        ff_wait(&g->bucket_req[l]);
+    memset(g->grads, 0, g->n_params * sizeof(float));
+    g->loss_sum = 0;
+    return rc;
+}
+
+int ff_gpt_forward_backward(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int micro,
+                            int n_micro)
+{
+    const int L = g->cfg.L;
+    const int64_t m = g->m;
+    int rc, overlap_dp = g->opt.dp_overlap && g->gd > 1 && micro == n_micro - 1;
+    if (n_micro <= 0 || micro < 0 || micro >= n_micro)
+        return ff_set_error(g->ctx, FF_EINVAL, "micro-batch %d of %d", micro, n_micro);
+    for (int64_t i = 0; i < m; i++)
+        if (tokens[i] < 0 || tokens[i] >= g->cfg.V || targets[i] < 0 || targets[i] >= g->cfg.V)
+            return ff_set_error(g->ctx, FF_EINVAL,
+                                "token %d or target %d at row %lld is outside the vocabulary "
+                                "[0, %d)",
+                                tokens[i], targets[i], (long long)i, g->cfg.V);
+    if ((rc = use_program(g, 1)) || (rc = ff_linear_seq_begin(g->seq)))
+        return rc;
+    /* d(mean loss)/d(row loss): every token of every micro-batch weighs the same */
+    float dscale = 1.0f / ((float)n_micro * (float)g->B * (float)g->T);
+    if ((rc = forward(g, tokens, targets, dscale)))
+        return rc;
+    g->loss_sum += sum_losses(g);
+
+    // LM head: dlnf (m, C/Gy) = dlogits wte_block; dwte += dlogits^T lnf
+    if ((rc = ff_linear_backward(g->wte, g->dln, g->logits, g->lnf, m)))
+        return rc;
+    memset(g->dres, 0, (size_t)(m * g->cy) * sizeof(float));
+    if ((rc = ff_ln_backward(g->grp_y, g->dres, g->gv.lnfw, g->gv.lnfb, g->dln, resid_at(g, L),
+                             g->pv.lnfw, g->lnf_mean, g->lnf_rstd, m, g->cy, g->cfg.C,
+                             g->ln_scratch)))
+        return rc;
+    for (int l = L - 1; l >= 0; l--) {
+        ff_gpt_acts *a = &g->acts[g->n_sets == 1 ? 0 : l];
+        if (g->opt.checkpoint && (rc = block_forward(g, l, a, 1)))
+            return rc;
+        if ((rc = block_backward(g, l, a)))
+            return rc;
+        /* the bucket one block behind: its reduce-scatters had a block's
+         * backward to finish (ORS) */
+        if (overlap_dp && l + 1 < L && (rc = post_bucket(g, l + 1)))
+            return rc;
+    }
+    // the lookup's gradient: rows of dres into the wte block, positions
+    const float *unused;
+    float *dwte_block;
+    if ((rc = ff_linear_use_begin(g->wte, &unused, &dwte_block)))
+        return rc;
+    ff_embed_backward(dwte_block, g->gv.wpe, g->dres, tokens, g->Bl, g->T, (int64_t)g->me.x * g->vx,
+                      g->vx, g->cy);
+    if ((rc = ff_linear_use_end(g->wte)))
+        return rc;
+    if ((rc = ff_linear_seq_end(g->seq)))
+        return rc;
+    if (overlap_dp && ((rc = post_bucket(g, 0)) || (rc = post_bucket(g, L))))
+        return rc;
+    g->micro_done = micro + 1;
+    return FF_OK;
+}
+
+int ff_gpt_finish_grads(ff_gpt *g, float *loss)
+{
+    const int L = g->cfg.L;
+    int rc = ff_linear_seq_wait_grads(g->seq);
+    if (rc)
+        return rc;
+    if (g->gd > 1) {
+        /* without the overlap: after the backward, block by block, then wte */
+        for (int i = 0; !g->opt.dp_overlap && i <= L; i++) {
+            int l = i < L ? L - 1 - i : L;
+            if ((rc = post_bucket(g, l)) || (rc = ff_wait(&g->bucket_req[l])))
+                return rc;
+        }
+        if ((rc = ff_waitall(g->bucket_req, L + 1)))
+            return rc;
+    }
+    /* everything that is not Z-sharded: one all-reduce over ZD */
+    float *others = g->grads + g->n_zsharded;
+    if ((rc = ff_allreduce(g->grp_zd, others, others, g->n_params - g->n_zsharded, NULL)))
+        return rc;
+    float l_sum = (float)g->loss_sum;
+    if ((rc = ff_allreduce(g->grp_zd, &l_sum, &l_sum, 1, NULL)))
+        return rc;
+    if (loss)
+        *loss = l_sum / ((float)(g->micro_done ? g->micro_done : 1) * (float)g->B * (float)g->T);
+    return FF_OK;
+}

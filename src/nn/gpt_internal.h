@@ -1,0 +1,71 @@
+/* The GPT model's state, shared by gpt.c (model, forward, backward),
+ * gpt_optim.c (norm, AdamW, step) and gpt_io.c (canonical layout, files).
+ * Internal to the library. */
+#ifndef FF_GPT_INTERNAL_H
+#define FF_GPT_INTERNAL_H
+
+#include "fourfold/gpt.h"
+#include "internal.h"
+
+/* Named views into a flat buffer (parameters or gradients); per-block
+ * arrays have L entries. */
+typedef struct {
+    float *wte, *wpe, *lnfw, *lnfb;
+    float **qkvw, **attprojw, **fcw, **fcprojw;
+    float **ln1w, **ln1b, **ln2w, **ln2b, **attprojb, **fcprojb; /* layout Y */
+    float **qkvb, **fcb;                                         /* layout X */
+} ff_gpt_views;
+
+/* What a block keeps for its backward (rows m = B/(Gz*Gd) * T). */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (m, C/Gy), (m), (m) */
+    float *qkv;                       /* (m, 3C/Gx) */
+    float *att;                       /* (B/(Gz*Gd), NH/Gx, T, T) */
+    float *atty;                      /* (m, C/Gx) */
+    float *mid;                       /* (m, C/Gy): the residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (m, C/Gy), (m), (m) */
+    float *fch, *fch_gelu;            /* (m, 4C/Gx) */
+} ff_gpt_acts;
+
+struct ff_gpt {
+    ff_grid *grid;
+    ff_ctx *ctx;
+    ff_gpt_config cfg;
+    ff_gpt_opts opt;
+    int B, T, Bl; /* micro-batch sequences: all, this rank's */
+    int64_t m;    /* this rank's rows, Bl * T */
+    ff_dims shape, me;
+    int gx, gy, gz, gd;
+    int64_t cy, cx, c3x, fx, vx, nhx, hs; /* local widths */
+    ff_group *grp_x, *grp_y, *grp_d, *grp_zd, *grp_world;
+
+    ff_linear_seq *seq;
+    ff_linear *wte, **qkv, **attproj, **fc, **fcproj;
+    ff_linear_use *train_prog, *eval_prog;
+    int n_train_prog, n_eval_prog, prog_mode;
+
+    /* flat buffers: [0, n_zsharded) Z-sharded weights, [n_zsharded, n_decay)
+     * positions, [n_decay, n_ytype) layout Y, [n_ytype, n_params) layout X */
+    size_t n_params, n_zsharded, n_decay, n_ytype;
+    float *params, *grads, *adam_m, *adam_v;
+    ff_gpt_views pv, gv;
+    size_t *bucket_off, *bucket_len; /* block l's weight shards in the flat buffer */
+    ff_request **bucket_req;         /* L + 1: blocks, then wte */
+
+    float *resid; /* (L + 1) x (m, C/Gy): block inputs and the last output */
+    ff_gpt_acts *acts;
+    int n_sets; /* L, or 1 under checkpointing */
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    float *dres, *dln, *tmp, *dqkv, *datty, *dfch, *att_scratch, *ce_scratch, *ln_scratch;
+    size_t act_bytes, scratch_bytes;
+
+    double loss_sum; /* this rank's rows, over the step's micro-batches */
+    int micro_done;
+};
+
+/* Allocates AdamW's moments (zero) if they are not yet. */
+int ff_gpt_adam_ensure(ff_gpt *g);
+/* The forward of the evaluation program: losses into g->losses, logits kept. */
+int ff_gpt_run_forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets);
+
+#endif

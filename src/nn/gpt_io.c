@@ -1,0 +1,367 @@
+/* The GPT's canonical layout (llm.c gpt2_*.bin v3): gathering shards to it,
+ * scattering from it, the file format; and the model's size reports. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpt_internal.h"
+
+enum { MAGIC = 20240326, VERSION_FP32 = 3, VERSION_BF16 = 5, HEADER_INTS = 256 };
+
+static const char *const tensor_names[FF_GPT_NTENSORS] = {
+    "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
+
+const char *ff_gpt_tensor_name(int i)
+{
+    return i >= 0 && i < FF_GPT_NTENSORS ? tensor_names[i] : "?";
+}
+
+size_t ff_gpt_tensor_size(const ff_gpt *g, int i)
+{
+    const size_t L = (size_t)g->cfg.L, C = (size_t)g->cfg.C;
+    switch (i) {
+    case 0: return (size_t)g->cfg.Vp * C;
+    case 1: return (size_t)g->cfg.maxT * C;
+    case 4: return L * 3 * C * C;
+    case 5: return L * 3 * C;
+    case 6: return L * C * C;
+    case 10:
+    case 12: return L * 4 * C * C;
+    case 11: return L * 4 * C;
+    case 14:
+    case 15: return C;
+    default: return i >= 0 && i < FF_GPT_NTENSORS ? L * C : 0;
+    }
+}
+
+static size_t tensor_offset(const ff_gpt *g, int i)
+{
+    size_t off = 0;
+    for (int j = 0; j < i; j++)
+        off += ff_gpt_tensor_size(g, j);
+    return off;
+}
+
+size_t ff_gpt_canonical_size(const ff_gpt *g) { return tensor_offset(g, FF_GPT_NTENSORS); }
+
+int64_t ff_gpt_num_params(const ff_gpt *g)
+{
+    return (int64_t)ff_gpt_canonical_size(g) - (int64_t)(g->cfg.Vp - g->cfg.V) * g->cfg.C;
+}
+
+double ff_gpt_flops_per_token(const ff_gpt *g, int T)
+{
+    /* 6 N for the products with weights (N without positions: they are added,
+     * not multiplied; wte counted once, as the LM head), and 12 L C T for
+     * QK^T and AV forward (4 L C T) and backward (8 L C T) */
+    double n = (double)ff_gpt_num_params(g) - (double)g->cfg.maxT * g->cfg.C;
+    return 6.0 * n + 12.0 * g->cfg.L * (double)g->cfg.C * T;
+}
+
+void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m)
+{
+    memset(m, 0, sizeof *m);
+    m->params = m->grads = g->n_params * sizeof(float);
+    m->adam = 2 * g->n_params * sizeof(float);
+    m->activations = g->act_bytes;
+    m->scratch = g->scratch_bytes;
+    ff_linear_seq_memory(g->seq, NULL, &m->linear_peak);
+}
+
+static float *flat_of(ff_gpt *g, ff_gpt_buffer which)
+{
+    switch (which) {
+    case FF_GPT_PARAMS: return g->params;
+    case FF_GPT_GRADS: return g->grads;
+    case FF_GPT_ADAM_M: return g->adam_m;
+    case FF_GPT_ADAM_V: return g->adam_v;
+    }
+    return NULL;
+}
+
+/* ---- the parameters in layout Y (positions and LayerNorms) -----------------
+ * They travel as one vector: wpe, then ln1w, ln1b, ln2w, ln2b (L C each),
+ * then lnfw, lnfb. Rank (0, y, 0, 0) owns slice y of every row. */
+
+typedef struct {
+    int tensor;    /* canonical tensor */
+    int64_t rows;  /* rows of C */
+    float *local;  /* parameter view of row 0 (block 0), or NULL: per-block */
+    float **block; /* per-block views */
+} yparam;
+
+static int yparams(ff_gpt *g, yparam out[7])
+{
+    const int64_t L = g->cfg.L;
+    out[0] = (yparam){1, g->cfg.maxT, g->pv.wpe, NULL};
+    out[1] = (yparam){2, L, NULL, g->pv.ln1w};
+    out[2] = (yparam){3, L, NULL, g->pv.ln1b};
+    out[3] = (yparam){8, L, NULL, g->pv.ln2w};
+    out[4] = (yparam){9, L, NULL, g->pv.ln2b};
+    out[5] = (yparam){14, 1, g->pv.lnfw, NULL};
+    out[6] = (yparam){15, 1, g->pv.lnfb, NULL};
+    return 7;
+}
+
+/* Copies between the flat buffer `flat` and the packed vector `packed` (the
+ * layout-Y tensors concatenated), for this rank's slice y. */
+static void ycopy(ff_gpt *g, float *flat, float *packed, int to_canon)
+{
+    yparam yp[7];
+    int n = yparams(g, yp);
+    const int64_t C = g->cfg.C, cy = g->cy, y0 = (int64_t)g->me.y * cy;
+    size_t base = 0;
+    for (int i = 0; i < n; base += ff_gpt_tensor_size(g, yp[i].tensor), i++) {
+        float *canon = packed;
+        for (int64_t r = 0; r < yp[i].rows; r++) {
+            float *view = yp[i].local ? yp[i].local + r * cy : yp[i].block[r];
+            float *local = flat + (view - g->params);
+            float *c = canon + base + (size_t)(r * C + y0);
+            if (to_canon)
+                memcpy(c, local, (size_t)cy * sizeof(float));
+            else
+                memcpy(local, c, (size_t)cy * sizeof(float));
+        }
+    }
+}
+
+/* The linear layers: layer, canonical weight and bias tensors, block. */
+static int for_each_linear(ff_gpt *g, float *flat, float *canon, int root, int gather)
+{
+    struct {
+        ff_linear **layers;
+        int wt, bt;
+        float **w, **b;
+    } kinds[4] = {{g->qkv, 4, 5, g->pv.qkvw, g->pv.qkvb},
+                  {g->attproj, 6, 7, g->pv.attprojw, g->pv.attprojb},
+                  {g->fc, 10, 11, g->pv.fcw, g->pv.fcb},
+                  {g->fcproj, 12, 13, g->pv.fcprojw, g->pv.fcprojb}};
+    int rc;
+    float *wte_c = canon ? canon : NULL;
+    float *wte_l = flat + (g->pv.wte - g->params);
+    rc = gather ? ff_linear_gather(g->wte, wte_l, NULL, wte_c, NULL, root)
+                : ff_linear_scatter(g->wte, wte_c, NULL, wte_l, NULL, root);
+    for (int l = 0; l < g->cfg.L && rc == FF_OK; l++)
+        for (int k = 0; k < 4 && rc == FF_OK; k++) {
+            ff_linear *lin = kinds[k].layers[l];
+            size_t wn = ff_gpt_tensor_size(g, kinds[k].wt) / (size_t)g->cfg.L;
+            size_t bn = ff_gpt_tensor_size(g, kinds[k].bt) / (size_t)g->cfg.L;
+            float *wc = canon ? canon + tensor_offset(g, kinds[k].wt) + (size_t)l * wn : NULL;
+            float *bc = canon ? canon + tensor_offset(g, kinds[k].bt) + (size_t)l * bn : NULL;
+            float *wl = flat + (kinds[k].w[l] - g->params);
+            float *bl = flat + (kinds[k].b[l] - g->params);
+            rc = gather ? ff_linear_gather(lin, wl, bl, wc, bc, root)
+                        : ff_linear_scatter(lin, wc, bc, wl, bl, root);
+        }
+    return rc;
+}
+
+static size_t ysize(ff_gpt *g)
+{
+    yparam yp[7];
+    int k = yparams(g, yp);
+    size_t n = 0;
+    for (int i = 0; i < k; i++)
+        n += ff_gpt_tensor_size(g, yp[i].tensor);
+    return n;
+}
+
+/* Between the packed layout-Y vector and the canonical model. */
+static void ypack(ff_gpt *g, float *packed, float *canon, int to_canon)
+{
+    yparam yp[7];
+    int k = yparams(g, yp);
+    size_t p = 0;
+    for (int i = 0; i < k; i++) {
+        size_t off = tensor_offset(g, yp[i].tensor), n = ff_gpt_tensor_size(g, yp[i].tensor);
+        if (to_canon)
+            memcpy(canon + off, packed + p, n * sizeof(float));
+        else
+            memcpy(packed + p, canon + off, n * sizeof(float));
+        p += n;
+    }
+}
+
+static int buffer_ready(ff_gpt *g, ff_gpt_buffer which, float **flat)
+{
+    if ((which == FF_GPT_ADAM_M || which == FF_GPT_ADAM_V) && !g->adam_m) {
+        int rc = ff_gpt_adam_ensure(g);
+        if (rc)
+            return rc;
+    }
+    *flat = flat_of(g, which);
+    return *flat ? FF_OK : ff_set_error(g->ctx, FF_EINVAL, "no such model buffer (%d)", which);
+}
+
+int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
+{
+    float *flat = NULL;
+    int rc = ff_ctx_agree(g->ctx, buffer_ready(g, which, &flat));
+    if (rc)
+        return rc;
+    int is_root = ff_ctx_rank(g->ctx) == root;
+    if ((rc = for_each_linear(g, flat, is_root ? canon : NULL, root, 1)))
+        return rc;
+    /* layout-Y parameters: the owners' slices summed into one packed vector
+     * (others contribute zeros, so the sum is exact) */
+    size_t n = ysize(g);
+    float *part = calloc(n, sizeof(float)), *sum = is_root ? calloc(n, sizeof(float)) : NULL;
+    rc = part && (!is_root || sum) ? FF_OK
+                                   : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for a gather");
+    if ((rc = ff_ctx_agree(g->ctx, rc)) == FF_OK) {
+        if (g->me.x == 0 && g->me.z == 0 && g->me.d == 0)
+            ycopy(g, flat, part, 1);
+        int mrc = MPI_Reduce(part, sum, (int)n, MPI_FLOAT, MPI_SUM, root, ff_ctx_comm(g->ctx));
+        if (mrc != MPI_SUCCESS)
+            rc = ff_set_error(g->ctx, FF_EMPI, "MPI_Reduce of the layout-Y parameters failed");
+        else if (is_root)
+            ypack(g, sum, canon, 1);
+    }
+    free(part);
+    free(sum);
+    return rc;
+}
+
+int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
+{
+    float *flat = NULL;
+    int rc = ff_ctx_agree(g->ctx, buffer_ready(g, which, &flat));
+    if (rc)
+        return rc;
+    int is_root = ff_ctx_rank(g->ctx) == root;
+    if ((rc = for_each_linear(g, flat, is_root ? (float *)canon : NULL, root, 0)))
+        return rc;
+    size_t n = ysize(g);
+    float *all = calloc(n, sizeof(float));
+    rc = ff_ctx_agree(g->ctx,
+                      all ? FF_OK : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for a scatter"));
+    if (rc == FF_OK) {
+        if (is_root)
+            ypack(g, all, (float *)canon, 0);
+        if (MPI_Bcast(all, (int)n, MPI_FLOAT, root, ff_ctx_comm(g->ctx)) != MPI_SUCCESS)
+            rc = ff_set_error(g->ctx, FF_EMPI, "MPI_Bcast of the layout-Y parameters failed");
+        else
+            ycopy(g, flat, all, 0);
+    }
+    free(all);
+    return rc;
+}
+
+/* ---- files ------------------------------------------------------------------------- */
+
+void ff_gpt_header(const ff_gpt *g, int32_t h[256])
+{
+    memset(h, 0, HEADER_INTS * sizeof(int32_t));
+    h[0] = MAGIC;
+    h[1] = VERSION_FP32;
+    h[2] = g->cfg.maxT;
+    h[3] = g->cfg.V;
+    h[4] = g->cfg.L;
+    h[5] = g->cfg.NH;
+    h[6] = g->cfg.C;
+    h[7] = g->cfg.Vp;
+}
+
+static int write_file(ff_gpt *g, const char *path, const float *canon)
+{
+    int32_t h[HEADER_INTS];
+    ff_gpt_header(g, h);
+    size_t n = ff_gpt_canonical_size(g), len = strlen(path) + 16;
+    char *tmp = malloc(len);
+    if (!tmp)
+        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory");
+    snprintf(tmp, len, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(h, sizeof h, 1, f) == 1 && fwrite(canon, sizeof(float), n, f) == n &&
+             fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    if (ok && rename(tmp, path) != 0)
+        ok = 0;
+    int rc = FF_OK;
+    if (!ok) {
+        rc = ff_set_error(g->ctx, FF_EIO, "cannot write the checkpoint '%s'", path);
+        remove(tmp);
+    }
+    free(tmp);
+    return rc;
+}
+
+int ff_gpt_save(ff_gpt *g, ff_gpt_buffer which, const char *path)
+{
+    int is_root = ff_ctx_rank(g->ctx) == 0;
+    float *canon = is_root ? malloc(ff_gpt_canonical_size(g) * sizeof(float)) : NULL;
+    int rc = ff_ctx_agree(g->ctx,
+                          !is_root || canon
+                              ? FF_OK
+                              : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for a checkpoint"));
+    if (rc == FF_OK)
+        rc = ff_gpt_gather(g, which, canon, 0);
+    if (rc == FF_OK)
+        rc = ff_ctx_agree(g->ctx, is_root ? write_file(g, path, canon) : FF_OK);
+    free(canon);
+    return rc;
+}
+
+static int read_file(ff_gpt *g, const char *path, float **out)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ff_set_error(g->ctx, FF_EIO, "cannot open the checkpoint '%s'", path);
+    int32_t h[HEADER_INTS], want[HEADER_INTS];
+    int rc = FF_OK;
+    if (fread(h, sizeof h, 1, f) != 1)
+        rc = ff_set_error(g->ctx, FF_ECORRUPT, "checkpoint '%s': shorter than its header", path);
+    else if (h[0] != MAGIC)
+        rc = ff_set_error(g->ctx, FF_ECORRUPT,
+                          "'%s' is not a GPT-2 checkpoint (magic %d, expected %d)", path, h[0],
+                          MAGIC);
+    else if (h[1] != VERSION_FP32)
+        rc = ff_set_error(g->ctx, FF_EUNSUPPORTED,
+                          "checkpoint '%s' has version %d%s; fourfold reads version 3 (fp32)", path,
+                          h[1], h[1] == VERSION_BF16 ? " (bf16)" : "");
+    if (rc == FF_OK) {
+        static const char *const fields[8] = {"", "", "maxT", "V", "L", "NH", "C", "Vp"};
+        ff_gpt_header(g, want);
+        for (int i = 2; i < 8 && rc == FF_OK; i++)
+            if (h[i] != want[i])
+                rc = ff_set_error(g->ctx, FF_EINVAL,
+                                  "checkpoint '%s' has %s=%d, the model has %s=%d", path, fields[i],
+                                  h[i], fields[i], want[i]);
+    }
+    size_t n = ff_gpt_canonical_size(g);
+    float *canon = NULL;
+    if (rc == FF_OK && !(canon = malloc(n * sizeof(float))))
+        rc = ff_set_error(g->ctx, FF_ENOMEM, "out of memory for a checkpoint");
+    if (rc == FF_OK) {
+        size_t got = fread(canon, sizeof(float), n, f);
+        char extra;
+        if (got != n)
+            rc = ff_set_error(g->ctx, FF_ECORRUPT,
+                              "checkpoint '%s' is truncated: %zu of %zu parameters", path, got, n);
+        else if (fread(&extra, 1, 1, f) == 1)
+            rc = ff_set_error(g->ctx, FF_ECORRUPT,
+                              "checkpoint '%s' is longer than its header says (%zu parameters)",
+                              path, n);
+    }
+    fclose(f);
+    if (rc)
+        free(canon);
+    else
+        *out = canon;
+    return rc;
+}
+
+int ff_gpt_load(ff_gpt *g, const char *path)
+{
+    int is_root = ff_ctx_rank(g->ctx) == 0;
+    float *canon = NULL;
+    int rc = ff_ctx_agree(g->ctx, is_root ? read_file(g, path, &canon) : FF_OK);
+    if (rc == FF_OK)
+        rc = ff_gpt_scatter(g, FF_GPT_PARAMS, canon, 0);
+    free(canon);
+    return rc;
+}

@@ -1,0 +1,59 @@
+/* The GPT's operations outside the linear layers (src/nn/gpt_ops.c): pairs
+ * of forward and backward functions in llm.c's style, shapes in comments,
+ * gradients of parameters accumulated (+=), no allocation inside. Rows are
+ * the rank's token rows; a layout-Y op sees C/Gy columns and all-reduces its
+ * row statistics over Y, a layout-X op (attention, GELU) sees its heads or
+ * its slice of the MLP. Internal to the library. */
+#ifndef FF_GPT_OPS_H
+#define FF_GPT_OPS_H
+
+#include <stdint.h>
+
+#include "fourfold/comm.h"
+
+/* out, inp (m, cl); w, b (cl); mean, rstd (m) saved for the backward; the
+ * row has C columns in all, split over gy. Two passes (mean, then the sum of
+ * squared deviations), each one AllReduce_Y of m floats. */
+int ff_ln_forward(ff_group *gy, float *out, float *mean, float *rstd, const float *inp,
+                  const float *w, const float *b, int64_t m, int64_t cl, int64_t C);
+/* dinp += d LayerNorm; dw, db += their gradients. The two row sums of the
+ * gradient formula in one AllReduce_Y of 2m floats (scratch: 2m). */
+int ff_ln_backward(ff_group *gy, float *dinp, float *dw, float *db, const float *dout,
+                   const float *inp, const float *w, const float *mean, const float *rstd,
+                   int64_t m, int64_t cl, int64_t C, float *scratch);
+
+/* Causal self-attention of nh local heads of size hs over B sequences of T:
+ * qkv (B*T, 3*nh*hs) as [Q heads | K heads | V heads], out (B*T, nh*hs),
+ * att (B, nh, T, T) the softmax probabilities, kept for the backward. */
+void ff_attention_forward(ff_ctx *ctx, float *out, float *att, const float *qkv, int B, int T,
+                          int nh, int hs);
+/* dqkv (B*T, 3*nh*hs) overwritten; dout (B*T, nh*hs); scratch (T, T). */
+void ff_attention_backward(ff_ctx *ctx, float *dqkv, float *scratch, const float *dout,
+                           const float *qkv, const float *att, int B, int T, int nh, int hs);
+
+/* GELU, tanh approximation (GPT-2). out, inp (n). */
+void ff_gelu_forward(float *out, const float *inp, int64_t n);
+/* dinp = dout * GELU'(inp), overwritten (may alias dout). */
+void ff_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n);
+
+/* Vocab-parallel embedding, rows (m, cl): out = AllReduce_X(lookup) + wpe.
+ * The rank's vocabulary block is [v0, v0 + vl); wte_block (vl, cl) holds its
+ * rows; a token outside gives zeros before the all-reduce. wpe (maxT, cl). */
+int ff_embed_forward(ff_group *gx, float *out, const int32_t *tokens, const float *wte_block,
+                     const float *wpe, int64_t B, int64_t T, int64_t v0, int64_t vl, int64_t cl);
+/* dwte_block (vl, cl) += rows of dout for the rank's tokens; dwpe += dout
+ * summed over the rank's sequences. */
+void ff_embed_backward(float *dwte_block, float *dwpe, const float *dout, const int32_t *tokens,
+                       int64_t B, int64_t T, int64_t v0, int64_t vl, int64_t cl);
+
+/* Vocab-parallel cross-entropy over X. logits (m, vl): the rank's block
+ * [v0, v0 + vl) of the padded vocabulary; columns >= V are padding and take
+ * no part. One AllGather_X of 3 floats per row (local max, local sum of
+ * exponentials, target logit), combined in rank order, so every X rank gets
+ * the same losses (m, each row's -log p(target)). scratch: 3m + gx*3m + vl.
+ * With dscale != 0 the logits are overwritten by d(loss)/d(logits) of
+ * dscale * sum(losses): dscale * (softmax - onehot), zeros on padding. */
+int ff_crossentropy(ff_group *gx, float *losses, float *logits, const int32_t *targets, int64_t m,
+                    int64_t v0, int64_t vl, int64_t V, float dscale, float *scratch);
+
+#endif
