@@ -330,6 +330,42 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
     ff_grid_destroy(grid);
 }
 
+/* Bad input is refused on every rank, with one message, and nothing hangs:
+ * a shape whose heads do not divide over X, and a token outside the
+ * vocabulary on one rank only. */
+static void check_refusals(ff_ctx *ctx, const test_config *tc, int world)
+{
+    ff_grid *grid;
+    ff_dims all_x = {world, 1, 1, 1};
+    if (ff_grid_create(ctx, all_x, &grid) != FF_OK) {
+        CHECK(0, "grid %dx1x1x1: %s", world, ff_ctx_error(ctx));
+        return;
+    }
+    ff_gpt_config bad = tc->cfg;
+    bad.NH = 4; /* divides C, not Gx = 6 or 8 */
+    ff_gpt *g = NULL;
+    int rc = ff_gpt_create(grid, &bad, NULL, tc->B, tc->T, &g);
+    CHECK(rc == FF_EDIVIDE && strstr(ff_ctx_error(ctx), "NH=4"), "NH=4 on %dx1x1x1: got %s '%s'",
+          world, ff_strerror(rc), ff_ctx_error(ctx));
+    if (ff_ctx_rank(ctx) == 0)
+        printf("refused on every rank: %s\n", ff_ctx_error(ctx));
+    if (ff_gpt_create(grid, &tc->cfg, NULL, tc->B, tc->T, &g) == FF_OK) {
+        int32_t *tok, *tgt;
+        local_batch(tc, g, 1, 1, &tok, &tgt);
+        if (ff_ctx_rank(ctx) == world - 1)
+            tok[3] = tc->cfg.V; /* one bad token on the last rank */
+        rc = ff_gpt_forward_backward(g, tok, tgt, 0, 1);
+        CHECK(rc == FF_EINVAL, "a bad token on rank %d: got %s on rank %d", world - 1,
+              ff_strerror(rc), ff_ctx_rank(ctx));
+        if (ff_ctx_rank(ctx) == 0)
+            printf("refused on every rank: %s\n", ff_ctx_error(ctx));
+        free(tok);
+        free(tgt);
+        ff_gpt_destroy(g);
+    }
+    ff_grid_destroy(grid);
+}
+
 /* ---- the oracle's files ---------------------------------------------------------- */
 
 static int write_raw(const char *dir, const char *name, const void *p, size_t bytes)
@@ -500,6 +536,7 @@ int main(int argc, char **argv)
             run_grid(ctx, s, tc, &ref, tshape, tol, worst);
         }
     }
+    check_refusals(ctx, tc, world_size);
     if (rank == 0)
         printf("%d grids; worst: loss %.2e (tol 1e-5); error/bound: gradients %.3f, updates "
                "%.3f (bound %.2e per tensor, plus the parameters' rounding for updates)\n",

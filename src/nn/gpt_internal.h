@@ -65,6 +65,8 @@ struct ff_gpt {
 
 /* Allocates AdamW's moments (zero) if they are not yet. */
 int ff_gpt_adam_ensure(ff_gpt *g);
+/* Refuses, on every rank, a token or target outside [0, V) on any rank. */
+int ff_gpt_check_tokens(ff_gpt *g, const int32_t *tokens, const int32_t *targets);
 /* The forward of the evaluation program: losses into g->losses, logits kept. */
 int ff_gpt_run_forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets);
 

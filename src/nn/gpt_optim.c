@@ -133,13 +133,8 @@ int ff_gpt_step(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n_
 int ff_gpt_eval(ff_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss)
 {
     int rc;
-    for (int64_t i = 0; i < g->m; i++)
-        if (tokens[i] < 0 || tokens[i] >= g->cfg.V || targets[i] < 0 || targets[i] >= g->cfg.V)
-            return ff_set_error(g->ctx, FF_EINVAL,
-                                "token %d or target %d at row %lld is outside the vocabulary "
-                                "[0, %d)",
-                                tokens[i], targets[i], (long long)i, g->cfg.V);
-    if ((rc = ff_gpt_run_forward(g, tokens, targets)))
+    if ((rc = ff_gpt_check_tokens(g, tokens, targets)) ||
+        (rc = ff_gpt_run_forward(g, tokens, targets)))
         return rc;
     double s = 0;
     for (int64_t i = 0; i < g->m; i++)
