@@ -68,6 +68,19 @@ def _check_cfg(cfg, where):
         raise ValueError(f"{where}: Vp={cfg['Vp']} < V={cfg['V']}")
 
 
+def _read_header(f, path, magic, version, what):
+    """The 256-int32 header of a checkpoint or batch file, magic and version checked."""
+    hdr = np.fromfile(f, dtype="<i4", count=HEADER_INTS)
+    if hdr.size != HEADER_INTS:
+        raise ValueError(f"{path}: too short for a {HEADER_INTS}-int32 header")
+    if hdr[0] != magic:
+        raise ValueError(f"{path}: bad {what}magic {hdr[0]} (want {magic})")
+    if hdr[1] != version:
+        raise ValueError(f"{path}: {what}version {hdr[1]} unsupported (want {version}"
+                         f"{', fp32' if not what else ''})")
+    return hdr
+
+
 def read_checkpoint(path):
     """Read a v3 fp32 checkpoint (or gradient file).
 
@@ -77,13 +90,7 @@ def read_checkpoint(path):
     """
     size = os.path.getsize(path)
     with open(path, "rb") as f:
-        hdr = np.fromfile(f, dtype="<i4", count=HEADER_INTS)
-        if hdr.size != HEADER_INTS:
-            raise ValueError(f"{path}: too short for a {HEADER_INTS}-int32 header")
-        if hdr[0] != CKPT_MAGIC:
-            raise ValueError(f"{path}: bad magic {hdr[0]} (want {CKPT_MAGIC})")
-        if hdr[1] != CKPT_VERSION:
-            raise ValueError(f"{path}: version {hdr[1]} unsupported (want {CKPT_VERSION}, fp32)")
+        hdr = _read_header(f, path, CKPT_MAGIC, CKPT_VERSION, "")
         cfg = dict(zip(CFG_KEYS, (int(x) for x in hdr[2:8])))
         _check_cfg(cfg, path)
         shapes = param_shapes(cfg)
@@ -122,13 +129,7 @@ def read_batch(path):
     """Read a fourfold batch file; returns (tokens, targets), int64 numpy (N, T)."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
-        hdr = np.fromfile(f, dtype="<i4", count=HEADER_INTS)
-        if hdr.size != HEADER_INTS:
-            raise ValueError(f"{path}: too short for a {HEADER_INTS}-int32 header")
-        if hdr[0] != BATCH_MAGIC:
-            raise ValueError(f"{path}: bad batch magic {hdr[0]} (want {BATCH_MAGIC})")
-        if hdr[1] != BATCH_VERSION:
-            raise ValueError(f"{path}: batch version {hdr[1]} unsupported (want {BATCH_VERSION})")
+        hdr = _read_header(f, path, BATCH_MAGIC, BATCH_VERSION, "batch ")
         N, T = int(hdr[2]), int(hdr[3])
         if N <= 0 or T <= 0:
             raise ValueError(f"{path}: bad N={N} T={T}")

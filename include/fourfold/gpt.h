@@ -160,9 +160,9 @@ typedef struct {
 void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m);
 /* Parameters of the canonical model without the padded vocabulary rows. */
 int64_t ff_gpt_num_params(const ff_gpt *g);
-/* Model FLOPs of one token's forward and backward: 6 N plus attention
- * (6 L T C for QK^T and AV forward and backward, causal half not taken off),
- * as llm.c and the PaLM paper count. */
+/* Model FLOPs of one token's forward and backward: 6 N (N without the
+ * positions) plus attention, 12 L C T for QK^T and AV forward and backward
+ * (the causal half not taken off), as the PaLM paper and nanoGPT count. */
 double ff_gpt_flops_per_token(const ff_gpt *g, int T);
 ff_linear_seq *ff_gpt_linear_seq(ff_gpt *g);
 

@@ -139,10 +139,9 @@ static int for_each_linear(ff_gpt *g, float *flat, float *canon, int root, int g
                   {g->fc, 10, 11, g->pv.fcw, g->pv.fcb},
                   {g->fcproj, 12, 13, g->pv.fcprojw, g->pv.fcprojb}};
     int rc;
-    float *wte_c = canon ? canon : NULL;
     float *wte_l = flat + (g->pv.wte - g->params);
-    rc = gather ? ff_linear_gather(g->wte, wte_l, NULL, wte_c, NULL, root)
-                : ff_linear_scatter(g->wte, wte_c, NULL, wte_l, NULL, root);
+    rc = gather ? ff_linear_gather(g->wte, wte_l, NULL, canon, NULL, root)
+                : ff_linear_scatter(g->wte, canon, NULL, wte_l, NULL, root);
     for (int l = 0; l < g->cfg.L && rc == FF_OK; l++)
         for (int k = 0; k < 4 && rc == FF_OK; k++) {
             ff_linear *lin = kinds[k].layers[l];

@@ -10,11 +10,11 @@
 #include "internal.h"
 
 /* exp(x) for the wide elementwise loops (GELU, cross-entropy): Cody-Waite
- * reduction x = k ln2 + r and Cephes' degree-6 polynomial, relative error
- * within 2 ulp of expf over [-87, 88] (inputs are clamped there). Written
- * without calls so that the compiler vectorizes the loops around it; libm's
- * expf and tanhf are scalar calls and were the largest cost outside the
- * GEMMs of a step. */
+ * reduction x = k ln2 + r and Cephes' degree-6 polynomial; inputs clamped to
+ * [-87, 88]. Relative error against double exp at most 8.3e-8 (1.4 units
+ * of 2^-24), measured on a 1e-4 grid over that range. Inline and call-free,
+ * cheaper than libm's expf/tanhf here; GCC does not vectorize its loops yet
+ * (the clamps are control flow without -ffinite-math-only). */
 static inline float exp_fast(float x)
 {
     x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
