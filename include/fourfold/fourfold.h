@@ -10,11 +10,14 @@
 
 #include "fourfold/comm.h"
 #include "fourfold/ctx.h"
+#include "fourfold/data.h"
 #include "fourfold/gemm.h"
+#include "fourfold/gpt.h"
 #include "fourfold/grid.h"
 #include "fourfold/linear.h"
 #include "fourfold/plan.h"
 #include "fourfold/rng.h"
 #include "fourfold/trace.h"
+#include "fourfold/train.h"
 
 #endif

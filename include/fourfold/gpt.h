@@ -111,7 +111,8 @@ typedef struct {
 /* A whole step: zero, n_micro micro-batches (tokens/targets hold this
  * rank's sequences of micro-batch u at offset u * count * T), finish,
  * clip, AdamW. A NaN or Inf loss or norm stops before the update with
- * FF_ENUMERIC (parameters untouched). */
+ * FF_ENUMERIC (parameters untouched; the message names the step counting
+ * from 1, as `fourfold train` prints steps). */
 int ff_gpt_step(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n_micro,
                 const ff_adamw *h, int step, ff_gpt_step_info *info);
 /* Forward only (no gradients): the mean loss over the micro-batch. */
@@ -138,12 +139,20 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root);
 /* Scatters canonical values from root into the flat buffer. */
 int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root);
 
-/* llm.c's 256-int32 header: magic 20240326, version 3, maxT, V, L, NH, C, Vp. */
+/* llm.c's 256-int32 header: magic 20240326, version 3, maxT, V, L, NH, C, Vp;
+ * fourfold's files add a CRC-32 of the parameters in two slots llm.c leaves
+ * zero and ignores. */
+enum { FF_GPT_SLOT_CRC_TAG = 252, FF_GPT_SLOT_CRC = 253, FF_GPT_CRC_TAG = 0x46463031 /* "FF01" */ };
 void ff_gpt_header(const ff_gpt *g, int32_t header[256]);
 /* Writes the parameters (or another buffer of the same shape, e.g. the
  * gradients) as a v3 file: written by rank 0 to a temporary file, fsync,
- * rename. Collective. */
+ * rename. A CRC-32 of the parameters goes in free header slots 252-253
+ * (tag "FF01", then the CRC), which llm.c ignores; ff_gpt_load verifies it
+ * when the tag is there. Collective. */
 int ff_gpt_save(ff_gpt *g, ff_gpt_buffer which, const char *path);
+/* The model shape in a v3 file's header (read on rank 0, broadcast).
+ * Collective over the context; the outcome agrees on every rank. */
+int ff_gpt_read_config(ff_ctx *ctx, const char *path, ff_gpt_config *cfg);
 /* Loads a v3 fp32 file written by fourfold or llm.c: header checked against
  * the model (a different shape is refused naming the field), size checked.
  * Collective; the outcome agrees on every rank. */

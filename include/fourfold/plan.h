@@ -36,7 +36,7 @@ typedef struct {
 
 /* Presets: gpt-5b ... gpt-640b (table 5.1 of the dissertation), gpt2,
  * gpt2-medium, gpt2-large, gpt2-xl (also gpt2-124m, -350m, -774m, -1558m) and
- * tiny. Returns FF_EINVAL (message listing the names) if unknown. */
+ * tiny, mini. Returns FF_EINVAL (message listing the names) if unknown. */
 int ff_model_preset(const char *name, ff_model *out, char *err, size_t err_len);
 /* The i-th preset name, or NULL past the end. */
 const char *ff_model_preset_name(size_t i);

@@ -66,10 +66,25 @@ int cli_ranks_per_node(MPI_Comm comm);
 void cli_set_blas_threads(int n);
 const char *cli_blas_core(void);
 
+/* sample.c: generates n tokens after the prompt in every sequence of the
+ * model's micro-batch (each starts with end-of-text, token V-1) and prints
+ * the first `show` sequences on rank 0 as they are drawn: bytes for a
+ * byte-level vocabulary (V = 257), token ids otherwise. Collective. */
+int cli_generate(ff_gpt *g, const int32_t *prompt, int prompt_len, long n, const ff_sampler *s,
+                 int show);
+/* tokenize.c: makes DIR/fortunes_train.bin and DIR/fortunes_val.bin from the
+ * fortune(6) files of Debian's `fortunes` packages unless they exist (no
+ * MPI; call on one rank). 0, or -1 with a message in err. */
+int cli_default_corpus(const char *dir, char *err, size_t err_len);
+
 /* Subcommands */
 int cmd_selftest(int argc, char **argv);
 /* bench.c: coll, gemm, profile */
 int cmd_bench(int argc, char **argv);
-int cmd_plan(int argc, char **argv); /* runs without MPI */
+int cmd_plan(int argc, char **argv);     /* runs without MPI */
+int cmd_tokenize(int argc, char **argv); /* runs without MPI (tokenize.c) */
+int cmd_train(int argc, char **argv);    /* train.c */
+int cmd_eval(int argc, char **argv);     /* sample.c */
+int cmd_sample(int argc, char **argv);   /* sample.c */
 
 #endif

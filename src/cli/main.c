@@ -304,6 +304,10 @@ typedef struct {
 static const command commands[] = {
     {"selftest", cmd_selftest, "check every collective on every group of a grid"},
     {"bench", cmd_bench, "collective algorithms, sgemm, machine profile (coll|gemm|profile)"},
+    {"train", cmd_train, "train a GPT on token shards; checkpoints, resume (any grid)"},
+    {"sample", cmd_sample, "generate text from a checkpoint, on any grid"},
+    {"eval", cmd_eval, "the mean loss of a checkpoint on token shards"},
+    {"tokenize", cmd_tokenize, "text files to byte-level token shards (no MPI)"},
     {"plan", cmd_plan, "rank every grid of a rank count by predicted step time (no MPI)"},
 };
 
@@ -335,6 +339,8 @@ int main(int argc, char **argv)
      * initialising MPI (cli_error and cli_print then print unconditionally). */
     if (argc >= 2 && !strcmp(argv[1], "plan"))
         return cmd_plan(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "tokenize"))
+        return cmd_tokenize(argc - 2, argv + 2);
     /* MPI first, so that every message below is printed once, by rank 0.
      * The progress thread calls MPI concurrently with the main thread; the
      * other modes need only the main thread in MPI. */

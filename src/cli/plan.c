@@ -19,7 +19,7 @@ static const char help[] =
     "training step (no MPI needed; docs/planner.md).\n\n"
     "model:\n"
     "  --model NAME         gpt-5b gpt-10b gpt-20b gpt-40b gpt-60b gpt-80b gpt-160b gpt-320b\n"
-    "                       gpt-640b gpt2 gpt2-medium gpt2-large gpt2-xl tiny\n"
+    "                       gpt-640b gpt2 gpt2-medium gpt2-large gpt2-xl tiny mini\n"
     "  --layers N --hidden N --heads N --vocab N --positions N   (override or define)\n"
     "training:\n"
     "  --batch N            global batch in sequences (default 8)\n"

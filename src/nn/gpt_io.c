@@ -6,8 +6,14 @@
 #include <unistd.h>
 
 #include "gpt_internal.h"
+#include "util/crc32.h"
 
 enum { MAGIC = 20240326, VERSION_FP32 = 3, VERSION_BF16 = 5, HEADER_INTS = 256 };
+/* llm.c reads header slots 0-7 and writes zeros in the rest; fourfold keeps
+ * a CRC-32 of the parameters in two of the free slots, so its files still
+ * load in llm.c, and a file that carries the tag is verified when read
+ * (llm.c's own files, without it, are checked for size only). */
+enum { SLOT_CRC_TAG = FF_GPT_SLOT_CRC_TAG, SLOT_CRC = FF_GPT_SLOT_CRC, CRC_TAG = FF_GPT_CRC_TAG };
 
 static const char *const tensor_names[FF_GPT_NTENSORS] = {
     "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
@@ -268,6 +274,9 @@ static int write_file(ff_gpt *g, const char *path, const float *canon)
     int32_t h[HEADER_INTS];
     ff_gpt_header(g, h);
     size_t n = ff_gpt_canonical_size(g), len = strlen(path) + 16;
+    uint32_t crc = ff_crc32(0, canon, n * sizeof(float));
+    h[SLOT_CRC_TAG] = CRC_TAG;
+    memcpy(&h[SLOT_CRC], &crc, sizeof crc);
     char *tmp = malloc(len);
     if (!tmp)
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory");
@@ -346,6 +355,14 @@ static int read_file(ff_gpt *g, const char *path, float **out)
                               "checkpoint '%s' is longer than its header says (%zu parameters)",
                               path, n);
     }
+    if (rc == FF_OK && h[SLOT_CRC_TAG] == CRC_TAG) {
+        uint32_t want_crc, got_crc = ff_crc32(0, canon, n * sizeof(float));
+        memcpy(&want_crc, &h[SLOT_CRC], sizeof want_crc);
+        if (got_crc != want_crc)
+            rc = ff_set_error(g->ctx, FF_ECORRUPT,
+                              "checkpoint '%s' fails its checksum (CRC-32 %08x, header says %08x)",
+                              path, got_crc, want_crc);
+    }
     fclose(f);
     if (rc)
         free(canon);
@@ -363,4 +380,47 @@ int ff_gpt_load(ff_gpt *g, const char *path)
         rc = ff_gpt_scatter(g, FF_GPT_PARAMS, canon, 0);
     free(canon);
     return rc;
+}
+
+int ff_gpt_read_config(ff_ctx *ctx, const char *path, ff_gpt_config *cfg)
+{
+    int rc = FF_OK;
+    if (ff_ctx_rank(ctx) == 0) {
+        int32_t h[HEADER_INTS];
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            rc = ff_set_error(ctx, FF_EIO, "cannot open the checkpoint '%s'", path);
+        else if (fread(h, sizeof h, 1, f) != 1)
+            rc = ff_set_error(ctx, FF_ECORRUPT, "checkpoint '%s': shorter than its header", path);
+        else if (h[0] != MAGIC)
+            rc = ff_set_error(ctx, FF_ECORRUPT,
+                              "'%s' is not a GPT-2 checkpoint (magic %d, expected %d)", path, h[0],
+                              MAGIC);
+        else if (h[1] != VERSION_FP32)
+            rc = ff_set_error(ctx, FF_EUNSUPPORTED,
+                              "checkpoint '%s' has version %d; fourfold reads version 3 (fp32)",
+                              path, h[1]);
+        else {
+            cfg->maxT = h[2];
+            cfg->V = h[3];
+            cfg->L = h[4];
+            cfg->NH = h[5];
+            cfg->C = h[6];
+            cfg->Vp = h[7];
+        }
+        if (f)
+            fclose(f);
+    }
+    if ((rc = ff_ctx_agree(ctx, rc)))
+        return rc;
+    int v[6] = {cfg->maxT, cfg->V, cfg->L, cfg->NH, cfg->C, cfg->Vp};
+    if (MPI_Bcast(v, 6, MPI_INT, 0, ff_ctx_comm(ctx)) != MPI_SUCCESS)
+        return ff_ctx_agree(ctx, ff_set_error(ctx, FF_EMPI, "MPI_Bcast of a header failed"));
+    cfg->maxT = v[0];
+    cfg->V = v[1];
+    cfg->L = v[2];
+    cfg->NH = v[3];
+    cfg->C = v[4];
+    cfg->Vp = v[5];
+    return FF_OK;
 }

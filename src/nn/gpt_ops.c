@@ -14,10 +14,15 @@
  * [-87, 88]. Relative error against double exp at most 8.3e-8 (1.4 units
  * of 2^-24), measured on a 1e-4 grid over that range. Inline and call-free,
  * cheaper than libm's expf/tanhf here; GCC does not vectorize its loops yet
- * (the clamps are control flow without -ffinite-math-only). */
-static inline float exp_fast(float x)
+ * (the clamps are control flow without -ffinite-math-only). A NaN input
+ * gives NaN: the clamp would turn it into a finite number (and converting
+ * NaN to an integer is undefined), so the arithmetic runs on the clamped
+ * value and NaN is passed through at the end; a diverging run must still
+ * see its NaN loss. */
+static inline float exp_fast(float x_in)
 {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    float x = x_in < -87.0f ? -87.0f : (x_in > 88.0f ? 88.0f : x_in);
+    x = x == x ? x : 0.0f;
     /* round x / ln 2 to nearest: adding 1.5 * 2^23 leaves no fraction bits */
     float kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     int32_t k = (int32_t)kf;
@@ -32,7 +37,7 @@ static inline float exp_fast(float x)
     int32_t bits = (k + 127) << 23; /* 2^k, k in [-126, 127] after the clamp */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return y * scale;
+    return x_in == x_in ? y * scale : x_in;
 }
 
 /* tanh(u) = 1 - 2 / (exp(2u) + 1) */

@@ -117,7 +117,7 @@ int ff_gpt_step(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n_
     /* the loss and the norm are the same on every rank: so is this outcome */
     if (!isfinite(loss) || !isfinite(norm))
         return ff_set_error(g->ctx, FF_ENUMERIC,
-                            "step %d: the %s is %s; parameters left as they were", step,
+                            "step %d: the %s is %s; parameters left as they were", step + 1,
                             isfinite(loss) ? "gradient norm" : "loss",
                             isnan(isfinite(loss) ? norm : loss) ? "NaN" : "infinite");
     /* clipping as torch.nn.utils.clip_grad_norm_ computes it */

@@ -15,7 +15,8 @@ typedef struct {
  * of the 4D paper has 5B-80B); their vocabulary is GPT-2's, as in the
  * Megatron-LM code the paper trained. GPT-2's sizes are OpenAI's (llm.c's
  * gpt2_*.bin, 1024 positions). `tiny` is the small model of the GPT issue's
- * tests (L=2, C=64, NH=4, V=512). */
+ * tests (L=2, C=64, NH=4, V=512); `mini` the default model of `fourfold
+ * train` (L=4, C=128, NH=4, the byte-level vocabulary of `fourfold tokenize`). */
 /* clang-format off */
 static const preset presets[] = {
     {"gpt-5b", 24, 32, 4096, 50257, 0, 4},
@@ -36,6 +37,7 @@ static const preset presets[] = {
     {"gpt2-774m", 36, 20, 1280, 50257, 1024, 1},
     {"gpt2-1558m", 48, 25, 1600, 50257, 1024, 1},
     {"tiny", 2, 4, 64, 512, 0, 1},
+    {"mini", 4, 4, 128, 257, 0, 1},
 };
 /* clang-format on */
 enum { NPRESETS = sizeof presets / sizeof presets[0] };

@@ -1,0 +1,294 @@
+/* fourfold sample and fourfold eval: a checkpoint's text and its loss, on
+ * any grid (the model's shape comes from the checkpoint's header). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Prints token t of a sequence: the byte itself for the byte-level
+ * vocabulary (end-of-text as a newline), else the token id. */
+static void put_token(int V, int32_t t)
+{
+    if (V == FF_BYTE_VOCAB)
+        putchar(t == FF_BYTE_EOT ? '\n' : (int)t);
+    else
+        printf("%d ", (int)t);
+}
+
+int cli_generate(ff_gpt *g, const int32_t *prompt, int prompt_len, long n, const ff_sampler *s,
+                 int show)
+{
+    ff_gpt_config cfg = ff_gpt_get_config(g);
+    int first, count;
+    ff_gpt_local_sequences(g, &first, &count);
+    int T;
+    {
+        int64_t rows, cols;
+        ff_gpt_logits(g, &rows, &cols);
+        T = (int)(rows / (count ? count : 1));
+    }
+    int32_t *ctxt = malloc((size_t)count * T * sizeof *ctxt);
+    int32_t *next = malloc((size_t)count * sizeof *next);
+    int32_t *out = malloc((size_t)count * (size_t)n * sizeof *out);
+    int world, rank;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int ok = ctxt && next && out, all_ok;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    int rc = all_ok ? FF_OK : FF_ENOMEM;
+    /* every sequence: end-of-text, then the prompt (its last T-1 tokens) */
+    int len = 0;
+    if (rc == FF_OK) {
+        int skip = prompt_len > T - 1 ? prompt_len - (T - 1) : 0;
+        for (int j = 0; j < count; j++) {
+            int32_t *c = ctxt + (size_t)j * T;
+            for (int t = 0; t < T; t++)
+                c[t] = cfg.V - 1;
+            for (int t = skip; t < prompt_len; t++)
+                c[1 + t - skip] = prompt[t];
+        }
+        len = 1 + prompt_len - skip;
+    }
+    const int printer = rank == 0 && first == 0 && show > 0;
+    for (long i = 0; rc == FF_OK && i < n; i++) {
+        if ((rc = ff_gpt_sample_next(g, ctxt, len - 1, s, (uint64_t)i, next)))
+            break;
+        for (int j = 0; j < count; j++) {
+            int32_t *c = ctxt + (size_t)j * T;
+            if (len == T) /* a full window slides by one */
+                memmove(c, c + 1, (size_t)(T - 1) * sizeof *c);
+            c[len == T ? T - 1 : len] = next[j];
+            out[(size_t)j * n + i] = next[j];
+        }
+        if (len < T)
+            len++;
+        if (printer) {
+            put_token(cfg.V, next[0]);
+            fflush(stdout);
+        }
+    }
+    if (printer)
+        putchar('\n');
+    /* further samples (held by other ranks) are printed at the end */
+    if (rc == FF_OK && show > 1) {
+        int *firsts = rank == 0 ? malloc((size_t)world * sizeof *firsts) : NULL;
+        int32_t *gathered =
+            rank == 0 ? malloc((size_t)world * count * (size_t)n * sizeof *gathered) : NULL;
+        MPI_Gather(&first, 1, MPI_INT, firsts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Gather(out, (int)(count * n), MPI_INT32_T, gathered, (int)(count * n), MPI_INT32_T, 0,
+                   MPI_COMM_WORLD);
+        for (int seq = 1; rank == 0 && firsts && gathered && seq < show; seq++)
+            for (int r = 0; r < world; r++)
+                if (seq >= firsts[r] && seq < firsts[r] + count) {
+                    printf("---- sample %d\n", seq);
+                    for (long i = 0; i < n; i++)
+                        put_token(cfg.V, gathered[((size_t)r * count + seq - firsts[r]) * n + i]);
+                    putchar('\n');
+                    break;
+                }
+        fflush(stdout);
+        free(firsts);
+        free(gathered);
+    }
+    free(ctxt);
+    free(next);
+    free(out);
+    return rc;
+}
+
+typedef struct {
+    cli_run_opts run;
+    const char *checkpoint, *prompt, *data;
+    long tokens, samples, seq, batch, batches, seed, top_k;
+    double temperature;
+} sample_opts;
+
+static const char help_sample[] =
+    "usage: mpirun -np N fourfold sample --checkpoint FILE [options]\n\n"
+    "Generates text from an llm.c gpt2_*.bin v3 checkpoint (fourfold's or llm.c's) on\n"
+    "any grid; the same seed gives the same text on every grid. A byte-level model\n"
+    "(vocabulary 257) prints text; others print token ids.\n\n"
+    "options:\n"
+    "  --checkpoint FILE  the model (e.g. out/model_00000200.bin)\n"
+    "  --prompt TEXT      text to continue (byte-level models; default none)\n"
+    "  --tokens N         tokens to generate (default 256)\n"
+    "  --temperature F    0 = greedy (default 0.8)\n"
+    "  --top-k N          draw among the N likeliest, 0 = all (default 40)\n"
+    "  --samples N        sequences to print (default 1)\n"
+    "  --seq N            context window (default: the model's positions)\n"
+    "  --seed N           (default 1337)\n";
+
+static const char help_eval[] =
+    "usage: mpirun -np N fourfold eval --checkpoint FILE --data GLOB [options]\n\n"
+    "The mean cross-entropy loss of a checkpoint on the first batches of token\n"
+    "shards, on any grid.\n\n"
+    "options:\n"
+    "  --checkpoint FILE  the model\n"
+    "  --data GLOB        token shards (llm.c .bin)\n"
+    "  --batch N          sequences per batch, whole grid (default: Gz*Gd)\n"
+    "  --seq N            tokens per sequence (default: the model's positions)\n"
+    "  --batches N        batches averaged (default 1)\n";
+
+/* Returns CLI_OK, CLI_USAGE, or -1 for --help. */
+static int parse(int argc, char **argv, sample_opts *o, const char *command)
+{
+    cli_args a;
+    cli_args_init(&a, argc, argv);
+    int bad = 0;
+    while (!bad && cli_next(&a)) {
+        const char *v;
+        if (cli_run_option(&a, &o->run, &bad))
+            continue;
+        if (!a.name)
+            return cli_unknown(&a, command);
+        if (cli_is(&a, "help"))
+            return -1;
+        else if (cli_is(&a, "checkpoint"))
+            bad = !(o->checkpoint = cli_value(&a));
+        else if (cli_is(&a, "prompt"))
+            bad = !(o->prompt = cli_value(&a));
+        else if (cli_is(&a, "data"))
+            bad = !(o->data = cli_value(&a));
+        else if (cli_is(&a, "tokens"))
+            bad = !(v = cli_value(&a)) || cli_parse_int("tokens", v, 1, 1 << 24, &o->tokens);
+        else if (cli_is(&a, "samples"))
+            bad = !(v = cli_value(&a)) || cli_parse_int("samples", v, 1, 1 << 16, &o->samples);
+        else if (cli_is(&a, "seq"))
+            bad = !(v = cli_value(&a)) || cli_parse_int("seq", v, 1, 1 << 20, &o->seq);
+        else if (cli_is(&a, "batch"))
+            bad = !(v = cli_value(&a)) || cli_parse_int("batch", v, 1, 1 << 24, &o->batch);
+        else if (cli_is(&a, "batches"))
+            bad = !(v = cli_value(&a)) || cli_parse_int("batches", v, 1, 1 << 24, &o->batches);
+        else if (cli_is(&a, "seed"))
+            bad = !(v = cli_value(&a)) || cli_parse_int("seed", v, 0, 0x7fffffffL, &o->seed);
+        else if (cli_is(&a, "top-k"))
+            bad = !(v = cli_value(&a)) || cli_parse_int("top-k", v, 0, 1 << 24, &o->top_k);
+        else if (cli_is(&a, "temperature"))
+            bad =
+                !(v = cli_value(&a)) || cli_parse_double("temperature", v, 0, 1e6, &o->temperature);
+        else
+            return cli_unknown(&a, command);
+    }
+    if (bad)
+        return CLI_USAGE;
+    if (!o->checkpoint) {
+        cli_error("%s needs --checkpoint FILE", command);
+        return CLI_USAGE;
+    }
+    if (!strcmp(command, "eval") && !o->data) {
+        cli_error("eval needs --data GLOB");
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+/* The checkpoint's model on the grid, for micro-batches of `batch`
+ * sequences (0: one per (z, d) pair) of `seq` tokens (0: all positions). */
+static int load_model(ff_ctx *ctx, ff_grid *grid, const sample_opts *o, long batch, ff_gpt **g,
+                      int *T)
+{
+    ff_gpt_config cfg;
+    int rc = ff_gpt_read_config(ctx, o->checkpoint, &cfg);
+    if (rc)
+        return rc;
+    *T = o->seq ? (int)o->seq : cfg.maxT;
+    if (*T > cfg.maxT)
+        return ff_ctx_agree(ctx,
+                            ff_ctx_set_error(ctx, FF_EINVAL,
+                                             "--seq %d is longer than the %d positions of '%s'", *T,
+                                             cfg.maxT, o->checkpoint));
+    ff_gpt_opts go;
+    ff_gpt_opts_default(&go);
+    if ((rc = ff_gpt_create(grid, &cfg, &go, (int)batch, *T, g)))
+        return rc;
+    return ff_gpt_load(*g, o->checkpoint);
+}
+
+static int run(int argc, char **argv, const char *command)
+{
+    sample_opts o;
+    memset(&o, 0, sizeof o);
+    cli_run_opts_default(&o.run);
+    o.tokens = 256;
+    o.samples = 1;
+    o.batches = 1;
+    o.seed = 1337;
+    o.top_k = 40;
+    o.temperature = 0.8;
+    int eval = !strcmp(command, "eval");
+    int code = parse(argc, argv, &o, command);
+    if (code == -1) {
+        cli_print("%s%s", eval ? help_eval : help_sample, cli_run_help);
+        return CLI_OK;
+    }
+    if (code != CLI_OK)
+        return code;
+    ff_ctx *ctx;
+    ff_grid *grid;
+    if (cli_setup(&o.run, &ctx, &grid) != CLI_OK)
+        return CLI_FAIL;
+    ff_dims s = ff_grid_shape(grid);
+    const long pairs = (long)s.z * s.d;
+    long batch = eval ? (o.batch ? o.batch : pairs) : (o.samples + pairs - 1) / pairs * pairs;
+    ff_gpt *g = NULL;
+    ff_data *data = NULL;
+    int32_t *tok = NULL, *tgt = NULL, *prompt = NULL;
+    int T = 0;
+    int rc = load_model(ctx, grid, &o, batch, &g, &T);
+    if (rc == FF_OK && eval) {
+        ff_gpt_config cfg = ff_gpt_get_config(g);
+        int first, count;
+        ff_gpt_local_sequences(g, &first, &count);
+        tok = malloc((size_t)count * T * sizeof *tok);
+        tgt = malloc((size_t)count * T * sizeof *tgt);
+        rc = ff_ctx_agree(ctx,
+                          tok && tgt ? FF_OK : ff_ctx_set_error(ctx, FF_ENOMEM, "out of memory"));
+        if (rc == FF_OK)
+            rc = ff_data_open(ctx, o.data, batch * T + 1, &data);
+        double sum = 0;
+        for (long i = 0; rc == FF_OK && i < o.batches; i++) {
+            float l = 0;
+            rc = ff_ctx_agree(ctx,
+                              ff_data_next(data, 1, (int)batch, T, first, count, cfg.V, tok, tgt));
+            if (rc == FF_OK && (rc = ff_gpt_eval(g, tok, tgt, &l)) == FF_OK)
+                sum += l;
+        }
+        if (rc == FF_OK)
+            cli_print("loss %.9g (%ld batches of %ld x %d tokens, grid %dx%dx%dx%d)\n",
+                      sum / (double)o.batches, o.batches, batch, T, s.x, s.y, s.z, s.d);
+    } else if (rc == FF_OK) {
+        ff_gpt_config cfg = ff_gpt_get_config(g);
+        int n = 0;
+        if (o.prompt && cfg.V != FF_BYTE_VOCAB)
+            rc = ff_ctx_agree(ctx, ff_ctx_set_error(ctx, FF_EINVAL,
+                                                    "--prompt needs a byte-level model "
+                                                    "(vocabulary %d); this one has %d",
+                                                    FF_BYTE_VOCAB, cfg.V));
+        else if (o.prompt) {
+            n = (int)strlen(o.prompt);
+            if ((prompt = malloc((size_t)(n ? n : 1) * sizeof *prompt)))
+                for (int i = 0; i < n; i++)
+                    prompt[i] = (unsigned char)o.prompt[i];
+            rc = ff_ctx_agree(ctx,
+                              prompt ? FF_OK : ff_ctx_set_error(ctx, FF_ENOMEM, "out of memory"));
+        }
+        ff_sampler smp = {(float)o.temperature, (int)o.top_k, (uint64_t)o.seed};
+        if (rc == FF_OK) {
+            if (o.prompt)
+                cli_print("%s", o.prompt);
+            rc = cli_generate(g, prompt, n, o.tokens, &smp, (int)o.samples);
+        }
+    }
+    if (rc)
+        cli_error("%s", ff_ctx_error(ctx));
+    free(tok);
+    free(tgt);
+    free(prompt);
+    ff_data_close(data);
+    ff_gpt_destroy(g);
+    return cli_teardown(&o.run, ctx, grid, rc ? CLI_FAIL : CLI_OK);
+}
+
+int cmd_sample(int argc, char **argv) { return run(argc, argv, "sample"); }
+int cmd_eval(int argc, char **argv) { return run(argc, argv, "eval"); }

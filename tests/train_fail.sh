@@ -1,0 +1,57 @@
+#!/bin/sh
+# fourfold train, sample and eval fail cleanly: one message naming the
+# problem, a non-zero exit on every rank, no hang; and a NaN stops the run
+# keeping the last good checkpoint.
+#   usage: train_fail.sh FOURFOLD MPIEXEC NP
+set -u
+FF=$1 MPIEXEC=$2 NP=$3
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+CASE_TIMEOUT=120
+. "$(dirname "$0")/cases.sh"
+
+# a corpus with two documents per file, a small model
+i=0
+while [ $i -lt 300 ]; do
+    echo "line $i of a small corpus for the failure tests, with some words in it"
+    i=$((i + 1))
+done > "$WORK/text"
+"$FF" tokenize --out "$WORK/d" --val-fraction 0 "$WORK/text" > /dev/null
+D="$WORK/d_train.bin"
+S="--layers 2 --hidden 64 --heads 4 --seq 16 --batch 4 --steps 2 --val-every 0 --grid 1x2x2x1"
+
+# a good run to resume from
+"$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" train $S --data "$D" \
+    --out "$WORK/good" > "$WORK/good.out" 2>&1 || { cat "$WORK/good.out"; failures=1; }
+
+case_ "the loss is NaN"                    1 train $S --steps 4 --data "$D" --lr 1e30 --clip 0 --save-every 1 --out "$WORK/nan"
+if grep -q "last good checkpoint: $WORK/nan/model_00000001.bin" "$WORK/out" &&
+    [ -e "$WORK/nan/DONE_00000001" ] && [ ! -e "$WORK/nan/DONE_00000002" ]; then
+    echo "      the NaN run kept its checkpoint of step 1"
+else
+    echo "FAILED: the NaN run's checkpoint: $(ls "$WORK/nan")"
+    failures=$((failures + 1))
+fi
+case_ "no file matches"                    1 train $S --data "$WORK/missing_*.bin" --out "$WORK/o"
+head -c 2000 "$D" > "$WORK/short_train.bin"
+case_ "short_train.bin"                    1 train $S --data "$WORK/short_train.bin" --out "$WORK/o"
+case_ "has C=64, the model has C=96"       1 train $S --hidden 96 --data "$D" --out "$WORK/good" --resume
+: > "$WORK/afile"
+case_ "cannot create the output folder"    1 train $S --data "$D" --out "$WORK/afile/sub"
+case_ "no complete checkpoint"             1 train $S --data "$D" --out "$WORK/empty" --resume
+case_ "is not a multiple of --micro-batch" 2 train $S --data "$D" --micro-batch 3 --out "$WORK/o"
+case_ "vocabulary"                         1 train $S --vocab 100 --data "$D" --out "$WORK/o"
+
+# corrupt checkpoints: one flipped byte in the model, then in the state
+cp -r "$WORK/good" "$WORK/bad_model"
+printf 'X' | dd of="$WORK/bad_model/model_00000002.bin" bs=1 seek=5000 conv=notrunc 2> /dev/null
+case_ "fails its checksum"                 1 train $S --data "$D" --out "$WORK/bad_model" --resume
+cp -r "$WORK/good" "$WORK/bad_state"
+printf 'X' | dd of="$WORK/bad_state/state_00000002.bin" bs=1 seek=5000 conv=notrunc 2> /dev/null
+case_ "fails its checksum"                 1 train $S --data "$D" --out "$WORK/bad_state" --resume
+case_ "cannot open the checkpoint"         1 sample --grid 1x2x2x1 --checkpoint "$WORK/none.bin"
+case_ "is truncated"                       1 eval --grid 1x2x2x1 --checkpoint "$WORK/good/model_00000002.bin" --data "$WORK/short_train.bin"
+
+echo "train_fail: $failures failures"
+[ "$failures" = 0 ]
