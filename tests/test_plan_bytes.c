@@ -89,7 +89,7 @@ static void base_config(ff_plan_config *cfg)
     cfg->batch = 4;
     cfg->seq = 3;
     cfg->checkpoint = 0;
-    cfg->ag_cache = 0;
+    cfg->ag_cache = FF_PLAN_AUTO; /* every block, wte too: the model's default */
 }
 
 /* Grid 2x2x2x1 (Gd = 1: no data parallelism), rank (x, y, z, 0).
@@ -118,7 +118,13 @@ static void base_config(ff_plan_config *cfg)
  * (its X and Y calls but the MLP down's X all-reduce: the MLP down's output
  * is the next block's input, which is kept) and, for the blocks outside the
  * AG cache, the all-gathers of those three layers and of the MLP down, whose
- * backward must gather it again. */
+ * backward must gather it again. Without checkpointing a block outside the
+ * AG cache gathers its four weights again for the backward (the forward's
+ * were released): the same four sizes. Unless the cache holds every block
+ * (`cached` = L), wte is not kept from the lookup to the LM head either,
+ * and the head gathers it again (src/nn/linear.c keeps a gathered weight
+ * from one use to the layer's next only when they are adjacent, or a
+ * recompute precedes its backward, or the layer is cached). */
 static void expect_2221(expect w[FF_NGROUPS][FF_NCOLL], ff_dims c, int ckpt, int cached, int u)
 {
     memset(w, 0, sizeof(expect) * FF_NGROUPS * FF_NCOLL);
@@ -156,9 +162,12 @@ static void expect_2221(expect w[FF_NGROUPS][FF_NCOLL], ff_dims c, int ckpt, int
         expect *ag = &w[FF_GROUP_Z][FF_COLL_ALLGATHER],
                *rs = &w[FF_GROUP_Z][FF_COLL_REDUCE_SCATTER];
         add_block(ag, 128, 2);
-        for (int pass = 0; pass < 2; pass++) /* the forward, then the recompute */
+        if (cached < L)
+            add_block(ag, 128, 2); /* the LM head's own gather */
+        /* the forward, then the recompute (or the backward) */
+        for (int pass = 0; pass < 2; pass++)
             for (int l = 0; l < L; l++)
-                if (pass == 0 || (ckpt && l < L - cached)) {
+                if (pass == 0 || l < L - cached) {
                     add_block(ag, 24, 2), add_block(ag, 8, 2);
                     add_block(ag, 32, 2);
                     add_block(ag, 32, 2); /* MLP down: in the recompute pass its
@@ -212,7 +221,7 @@ static void test_traffic(void)
         char label[64];
         snprintf(label, sizeof label, "2x2x2x1 rank (%d,%d,%d,0)", ranks[i].x, ranks[i].y,
                  ranks[i].z);
-        expect_2221(want, ranks[i], 0, 0, 1);
+        expect_2221(want, ranks[i], 0, 2, 1);
         run(label, &cfg, g, ranks[i], want);
     }
     cfg.checkpoint = 1;
@@ -223,14 +232,19 @@ static void test_traffic(void)
     expect_2221(want, ranks[0], 1, 0, 1);
     run("2x2x2x1 checkpointing, no AG cache", &cfg, g, ranks[0], want);
     cfg.checkpoint = 0;
+    cfg.ag_cache = FF_PLAN_AUTO;
     cfg.micro_batches = 2;
-    expect_2221(want, ranks[2], 0, 0, 2);
+    expect_2221(want, ranks[2], 0, 2, 2);
     run("2x2x2x1 2 micro-batches", &cfg, g, ranks[2], want);
     /* the overlaps move collectives in time, never change them */
     cfg.micro_batches = 1;
     cfg.overlap = 0;
-    expect_2221(want, ranks[0], 0, 0, 1);
+    expect_2221(want, ranks[0], 0, 2, 1);
     run("2x2x2x1 overlaps off", &cfg, g, ranks[0], want);
+    cfg.overlap = FF_OVERLAP_ALL;
+    cfg.ag_cache = 0;
+    expect_2221(want, ranks[1], 0, 0, 1);
+    run("2x2x2x1 no AG cache", &cfg, g, ranks[1], want);
 
     base_config(&cfg);
     for (int d = 0; d < 4; d++) {
@@ -382,6 +396,7 @@ static void test_memory(void)
           "memory: params %g grads %g opt %g buffers %g acts %g total %g", r.mem_params,
           r.mem_grads, r.mem_optimizer, r.mem_weight_buffers, r.mem_activations, r.mem_total);
     cfg.checkpoint = 1;
+    cfg.ag_cache = 0;
     ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
     CHECK(r.mem_total == 18760 - 1704, "checkpointing: %g, want %d", r.mem_total, 18760 - 1704);
     /* automatic: exactly 18760 B available fits without checkpointing; one
@@ -414,6 +429,19 @@ static void test_memory(void)
     ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
     CHECK(!r.rejected && r.ag_cache == 4 && r.mem_total == base + 2 * 768,
           "L=4, two blocks of room: cache %d (all four: the last two are held anyway)", r.ag_cache);
+    /* without checkpointing the AG cache counts the same way: every block
+     * (automatic) holds 4 blocks' gathered weights, none holds 2 (the block
+     * run backward and the next one) */
+    cfg.checkpoint = 0;
+    cfg.ag_cache = FF_PLAN_AUTO;
+    cfg.machine.memory_bytes = 1e9;
+    ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
+    double all = r.mem_total;
+    cfg.ag_cache = 0;
+    ff_plan_evaluate(&cfg, (ff_dims){2, 2, 2, 1}, &r, err, sizeof err);
+    CHECK(!r.rejected && r.ag_cache == 0 && r.mem_total == all - 2 * 768,
+          "L=4 without checkpointing: cache 0 needs %g, every block %g (want 1536 B less)",
+          r.mem_total, all);
 }
 
 int main(void)

@@ -22,6 +22,7 @@ typedef struct {
     ff_adamw hyper;
     const char *data, *val_data, *out, *resume_from, *init_from;
     int resume, grid_auto;
+    long ag_cache_blocks; /* the planner's unit; -1: every layer, wte included */
     long seed, val_every, val_batches, save_every, keep, log_every, sample_tokens;
     ff_gpt_opts gpt;
 } train_opts;
@@ -62,7 +63,8 @@ static const char help[] =
     "parallelism:\n"
     "  --checkpoint on|off   activation checkpointing (default off)\n"
     "  --overlap on|off      all overlaps: OAR, ORS, OAG, data-parallel buckets (default on)\n"
-    "  --ag-cache N          blocks whose gathered weights are kept, -1 all (default -1)\n"
+    "  --ag-cache N          the last N blocks keep their gathered weights from the forward\n"
+    "                        to the backward (-1: every layer and wte; default -1)\n"
     "  --wire fp32|bf16      element format of the linear layers' collectives (default fp32)\n"
     "  --grid auto           the planner's first choice for this model, batch and job\n";
 
@@ -81,6 +83,7 @@ static void defaults(train_opts *o)
     o->val_every = 50;
     o->val_batches = 8;
     o->keep = 2;
+    o->ag_cache_blocks = -1;
     o->log_every = 1;
     ff_gpt_opts_default(&o->gpt);
 }
@@ -166,7 +169,7 @@ static int parse(int argc, char **argv, train_opts *o)
         {"init-from", 's', &o->init_from, 0, 0},
         {"log-every", 'l', &o->log_every, 1, big},
         {"sample", 'l', &o->sample_tokens, 0, 1 << 20},
-        {"ag-cache", 'i', &o->gpt.linear.ag_cache_layers, -1, 1 << 20},
+        {"ag-cache", 'l', &o->ag_cache_blocks, -1, 1 << 20},
     };
     cli_args a;
     cli_args_init(&a, argc, argv);
@@ -219,6 +222,8 @@ static int parse(int argc, char **argv, train_opts *o)
         return CLI_USAGE;
     }
     o->hyper.steps = (int)o->steps;
+    /* the model counts layers (four per block; wte is cached only with "all") */
+    o->gpt.linear.ag_cache_layers = o->ag_cache_blocks < 0 ? -1 : (int)(4 * o->ag_cache_blocks);
     return CLI_OK;
 }
 
@@ -266,6 +271,9 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
     MPI_Comm_size(MPI_COMM_WORLD, &pc.ranks);
     pc.machine.ranks_per_node = cli_ranks_per_node(MPI_COMM_WORLD);
     pc.checkpoint = o->gpt.checkpoint;
+    pc.ag_cache = o->ag_cache_blocks < 0 ? cfg->L : (int)o->ag_cache_blocks;
+    if (!o->gpt.linear.oar || !o->gpt.dp_overlap)
+        pc.overlap = 0; /* --overlap off */
     ff_plan *plan = NULL;
     int rc = ff_plan_create(&plan, &pc);
     if (rc || ff_plan_accepted(plan) == 0) {
@@ -457,9 +465,12 @@ static void print_settings(const train_opts *o, ff_gpt *g, ff_grid *grid, double
     ROW("output", "%s (checkpoint every %ld, keep %ld)", o->out, o->save_every, o->keep);
     ROW("seed", "%ld", o->seed);
     ROW("activation ckpt", "%s", o->gpt.checkpoint ? "on" : "off");
-    ROW("overlaps", "OAR %s ORS %s OAG %s DP %s, AG cache %d", o->gpt.linear.oar ? "on" : "off",
+    char agc[32] = "all";
+    if (o->ag_cache_blocks >= 0)
+        snprintf(agc, sizeof agc, "last %ld blocks", o->ag_cache_blocks);
+    ROW("overlaps", "OAR %s ORS %s OAG %s DP %s, AG cache %s", o->gpt.linear.oar ? "on" : "off",
         o->gpt.linear.ors ? "on" : "off", o->gpt.linear.oag ? "on" : "off",
-        o->gpt.dp_overlap ? "on" : "off", o->gpt.linear.ag_cache_layers);
+        o->gpt.dp_overlap ? "on" : "off", agc);
     ROW("wire", "%s", o->gpt.linear.coll.wire == FF_WIRE_BF16 ? "bf16" : "fp32");
     ROW("memory per rank", "params %.1f grads %.1f adam %.1f act %.1f MiB", mem.params * mib,
         mem.grads * mib, mem.adam * mib, mem.activations * mib);

@@ -223,11 +223,10 @@ static void memory(const plan_shape *s, ff_plan_result *r)
     double buffers = 0;
     if (s->g.z > 1) {
         double wte = (double)s->Vp * C / (gx * gy), block = 12 * C * C / (gx * gy);
-        double gathered;
-        if (!s->checkpoint) /* every layer's gathered weight lives until its backward */
-            gathered = (double)s->L * block;
-        else /* cached blocks, the block being recomputed, the next one (OAG) */
-            gathered = fmin((double)s->ag_cache + 2, (double)s->L) * block;
+        /* gathered weights: the AG-cached blocks (kept from the forward to
+         * the backward), the block being recomputed or run backward, and the
+         * next one (OAG) */
+        double gathered = fmin((double)s->ag_cache + 2, (double)s->L) * block;
         /* gradients before the reduce-scatter: the LM head's, kept until the
          * embedding's backward adds to it, and two layers in flight (ORS) */
         double dw = wte + 2 * 4 * C * C / (gx * gy);
@@ -254,8 +253,14 @@ int plan_fit_memory(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pla
     double avail = cfg->machine.memory_bytes;
     int L = cfg->model.layers;
     if (cfg->checkpoint == 0 || cfg->checkpoint == FF_PLAN_AUTO) {
+        /* the AG cache applies without checkpointing too (the model keeps a
+         * gathered weight from the forward to the backward only for cached
+         * layers); automatic: every block, the model's default */
         s->checkpoint = 0;
-        s->ag_cache = 0;
+        if (g.z == 1 || cfg->ag_cache == FF_PLAN_AUTO)
+            s->ag_cache = g.z == 1 ? 0 : L;
+        else
+            s->ag_cache = cfg->ag_cache < L ? cfg->ag_cache : L;
         memory(s, r);
         if (r->mem_total <= avail || cfg->checkpoint == 0)
             goto done;

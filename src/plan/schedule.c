@@ -5,9 +5,10 @@
  * This file is the planner's only statement of what a step does, so both the
  * byte counts (cost_full.c: ff_plan_traffic) and the timeline come from it.
  * Where DESIGN leaves a detail open the choice is written here and in
- * docs/planner.md ("Conventions of the step"); when the GPT model lands
- * (issues 4 and 5) its counters are compared with ff_plan_traffic and any
- * difference is settled in this file.
+ * docs/planner.md ("Conventions of the step"): what src/nn/gpt.c and
+ * linear.c do. tests/test_plan_vs_run.c compares ff_plan_traffic with the
+ * counters of real steps of the GPT on every grid of 8 ranks; a difference
+ * is settled in this file.
  *
  * Notation (per rank): m rows (tokens) per micro-batch, C hidden, Vp padded
  * vocabulary, T sequence length, grid Gx, Gy, Gz, Gd. */
@@ -230,22 +231,31 @@ static void block_forward(sched *c, const linear *w, int do_gather, int recomput
     elem(c, 3, y);                       /* residual */
 }
 
-/* gather_down: the MLP down was not recomputed and its weight not cached,
- * so its backward gathers it. */
-static void block_backward(sched *c, const linear *w, int gather_down)
+/* regather: which of the block's four layers (bit i: w[i]) gather their
+ * weight again before their backward: outside the AG cache, all four
+ * without checkpointing (the forward's gathered weight was released), only
+ * the MLP down with it (it was not recomputed; the recompute's gathered
+ * weights of the other three stay for their backward). */
+static void block_backward(sched *c, const linear *w, unsigned regather)
 {
     const plan_shape *s = c->s;
     double y = (double)(s->m * s->C / c->gy), x4 = (double)(s->m * 4 * s->C / c->gx);
     elem(c, 2, y); /* residual */
-    if (gather_down)
+    if (regather & 8)
         gather(c, shard(c, &w[3]));
     linear_backward(c, &w[3], 1);
     elem(c, 3, x4); /* GELU */
+    if (regather & 4)
+        gather(c, shard(c, &w[2]));
     linear_backward(c, &w[2], 1);
     layernorm(c, 1);
     elem(c, 2, y); /* residual */
+    if (regather & 2)
+        gather(c, shard(c, &w[1]));
     linear_backward(c, &w[1], 1);
     attention_pass(c, 1);
+    if (regather & 1)
+        gather(c, shard(c, &w[0]));
     linear_backward(c, &w[0], 1);
     layernorm(c, 1);
 }
@@ -324,17 +334,26 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
     const unsigned ov = s->overlap;
     const double y = (double)(m * C / c.gy), logits = (double)(m * s->Vp / c.gx);
 
+    /* the AG cache holds the last ag_cache blocks (the model's last
+     * 4 ag_cache layers in forward order) and, when it holds every block,
+     * wte too (the model's "every layer", its default) */
+    const int wte_cached = s->ag_cache >= s->L;
+
     for (int u = 0; u < s->micro; u++) {
         int last = u == s->micro - 1;
         /* embedding: the gathered wte block serves the lookup and the LM
-         * head, and stays until the head's backward (one gather per
-         * micro-batch); vocab-parallel lookup, then AllReduce_X gives layout Y */
+         * head; in the AG cache it stays from the lookup to the head's
+         * backward (one gather per micro-batch), else the head gathers it
+         * again and keeps it for its backward; vocab-parallel lookup, then
+         * AllReduce_X gives layout Y */
         gather(&c, wte_shard);
         elem(&c, 4, y); /* lookup rows, zeros elsewhere, add positions */
         coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * C / c.gy, F32, MODE_BLOCKING); /* exact: fp32 */
         for (int64_t l = 0; l < s->L; l++)
             block_forward(&c, w, 1, 0);
         layernorm(&c, 0); /* final LayerNorm */
+        if (!wte_cached)
+            gather(&c, wte_shard);
         gemm(&c, m, s->Vp / c.gx, C / c.gy);
         coll(&c, FF_GROUP_Y, FF_COLL_ALLREDUCE, m * s->Vp / c.gx, wire, MODE_BLOCKING);
         /* vocab-parallel cross-entropy over X, as the model does it: each
@@ -354,10 +373,13 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
         for (int64_t l = s->L - 1; l >= 0; l--) {
             /* checkpointing keeps the block input and recomputes the block;
              * the AG cache keeps the last ag_cache blocks' gathered weights
-             * from the forward, so their recompute gathers nothing */
+             * from the forward, so their recompute and backward gather
+             * nothing; outside it the recompute gathers again, or without
+             * checkpointing the backward */
+            int uncached = l < s->L - s->ag_cache;
             if (s->checkpoint)
-                block_forward(&c, w, l < s->L - s->ag_cache, 1);
-            block_backward(&c, w, s->checkpoint && l < s->L - s->ag_cache);
+                block_forward(&c, w, uncached, 1);
+            block_backward(&c, w, !uncached ? 0u : s->checkpoint ? 8u : 15u);
             if (last && (ov & FF_OVERLAP_DP) && c.gd > 1) /* a bucket per block */
                 coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, block_shard, wire, MODE_BACKGROUND);
         }

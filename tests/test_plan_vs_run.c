@@ -1,0 +1,301 @@
+/* The planner's bytes against a real training step (issue 6; DESIGN §3:
+ * "The program counts what it actually sends and receives, per group and per
+ * collective, and that count must equal what the planner predicts for the
+ * same model, batch and grid").
+ *
+ * For every grid of 8 ranks (ff_plan_grids: 20 of them) and every variant
+ * below, each rank builds a small GPT, runs one warm-up step (ff_gpt_step),
+ * resets every group's counters, runs one more step and compares, for each
+ * of the 7 groups x 4 collectives, the counters' calls, bytes sent and bytes
+ * received with ff_plan_traffic for its own coordinates and a plan
+ * configuration describing the same model, batch, sequence length,
+ * micro-batches, checkpointing, AG cache, overlaps and wire (fp32; one
+ * variant sends the linear layers' collectives and the data-parallel
+ * buckets as bf16, the rest stays fp32). Equality is exact: tolerance 0.
+ * Rank 0 prints one line per grid and variant and, for a mismatch, every
+ * differing (group, collective) of the first rank that differs.
+ *
+ * Model: L=2, C=64, NH=8 (whole heads for every Gx up to 8), V=500 (padded
+ * 512), 24 positions, T=8, micro-batches of B=8 sequences (Gz*Gd up to 8
+ * divides them). The AG cache is given to the planner in blocks and to the
+ * model in layers: c blocks are its last 4c layers in forward order, and
+ * every block is "every layer" (-1), wte included.
+ *
+ * What the counters record: the collective layer's automatic choice
+ * (FF_ALGO_AUTO) runs an algorithm other than the ring only where that
+ * algorithm's per-rank byte counts are the ring's (ff_coll_model's
+ * strict_volume, the default), and FF_ALGO_MPI records the ring's volume;
+ * so the planner predicts ring volumes, whatever FF_RANKS_PER_NODE or
+ * FF_PROFILE make AUTO pick. Only FF_ALGO, which forces one algorithm where
+ * AUTO would choose, can change them (recursive doubling on a count the
+ * group does not divide): this test unsets it, so that the model's
+ * collectives run as a user's do. */
+#define _POSIX_C_SOURCE 200809L
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fourfold/fourfold.h"
+#include "test_util.h"
+
+/* B sequences of T tokens per micro-batch, at most MAX_MICRO micro-batches */
+enum { MAX_GRIDS = 32, WORLD = 8, DETAIL = 2048, B = 8, T = 8, MAX_MICRO = 2 };
+
+static const ff_gpt_config model_cfg = {2, 64, 8, 500, 0, 24}; /* L C NH V Vp maxT */
+
+typedef struct {
+    const char *name;
+    int micro;      /* micro-batches per step */
+    int checkpoint; /* activation checkpointing */
+    int ag_cache;   /* blocks; FF_PLAN_AUTO: every layer (the model's default) */
+    int overlaps;   /* 1: every overlap on (the default); 0: every one off */
+    int wire;       /* bytes per element of the linear layers' collectives: 4 fp32, 2 bf16 */
+} variant;
+
+static const variant variants[] = {
+    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4},
+    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4},
+    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4},
+    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4},
+    {"checkpointing, no AG cache", 1, 1, 0, 1, 4},
+    {"no AG cache, overlaps off", 1, 0, 0, 0, 4},
+    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2},
+};
+enum { NVARIANTS = sizeof variants / sizeof variants[0] };
+
+static const char *const coll_names[FF_NCOLL] = {"all-gather", "reduce-scatter", "all-reduce",
+                                                 "all-to-all"};
+
+/* What one rank found, gathered to rank 0. */
+typedef struct {
+    int mismatches;          /* (group, collective) pairs that differ */
+    int with_traffic;        /* pairs with at least one call, measured */
+    unsigned long long sent; /* bytes sent, measured, every pair */
+    char detail[DETAIL];     /* the differing pairs, one per line */
+} rank_report;
+
+static void model_opts(const variant *v, ff_gpt_opts *o)
+{
+    ff_gpt_opts_default(o);
+    o->checkpoint = v->checkpoint;
+    /* blocks -> layers: block l's four layers are layers 1 + 4l .. 4 + 4l
+     * after wte (layer 0) in forward order */
+    o->linear.ag_cache_layers =
+        v->ag_cache == FF_PLAN_AUTO || v->ag_cache >= model_cfg.L ? -1 : 4 * v->ag_cache;
+    if (!v->overlaps) {
+        o->linear.oar = o->linear.ors = o->linear.oag = 0;
+        o->dp_overlap = 0;
+    }
+    o->linear.coll.wire = v->wire == 2 ? FF_WIRE_BF16 : FF_WIRE_FP32;
+}
+
+static void plan_config(const variant *v, ff_plan_config *pc)
+{
+    ff_plan_config_default(pc);
+    snprintf(pc->model.name, sizeof pc->model.name, "test");
+    pc->model.layers = model_cfg.L;
+    pc->model.heads = model_cfg.NH;
+    pc->model.hidden = model_cfg.C;
+    pc->model.vocab = model_cfg.V;
+    pc->model.max_seq = model_cfg.maxT;
+    pc->batch = (int64_t)B * v->micro; /* the step's global batch */
+    pc->seq = T;
+    pc->ranks = WORLD;
+    pc->micro_batches = v->micro;
+    pc->checkpoint = v->checkpoint;
+    pc->ag_cache = v->ag_cache == FF_PLAN_AUTO ? model_cfg.L : v->ag_cache;
+    pc->wire_bytes = v->wire;
+    pc->overlap = v->overlaps ? FF_OVERLAP_ALL : 0;
+}
+
+/* This rank's tokens for one step: n_micro micro-batches of its sequences. */
+static void fill_tokens(ff_gpt *g, int micro, int32_t *tok, int32_t *tgt)
+{
+    int first, count;
+    ff_gpt_local_sequences(g, &first, &count);
+    size_t k = 0;
+    for (int u = 0; u < micro; u++)
+        for (int s = 0; s < count; s++)
+            for (int t = 0; t < T; t++, k++) {
+                int64_t seq = (int64_t)u * B + first + s;
+                tok[k] = (int32_t)((seq * 131 + t * 17) % model_cfg.V);
+                tgt[k] = (int32_t)((seq * 131 + (t + 1) * 17) % model_cfg.V);
+            }
+}
+
+/* An error here leaves the other ranks in a collective: report and abort. */
+static void die(ff_ctx *ctx, const char *what, int rc)
+{
+    fprintf(stderr, "%s failed (%d): %s\n", what, rc, ctx ? ff_ctx_error(ctx) : ff_strerror(rc));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void step(ff_ctx *ctx, ff_gpt *g, int micro, int index)
+{
+    int32_t tok[MAX_MICRO * B * T], tgt[MAX_MICRO * B * T]; /* a rank holds at most B */
+    fill_tokens(g, micro, tok, tgt);
+    ff_adamw h;
+    ff_adamw_default(&h);
+    h.lr = 1e-4f;
+    h.steps = 2;
+    ff_gpt_step_info info;
+    int rc = ff_gpt_step(g, tok, tgt, micro, &h, index, &info);
+    if (rc)
+        die(ctx, "ff_gpt_step", rc);
+}
+
+/* Compares this rank's counters with the planner's prediction. */
+static void compare(ff_grid *grid, const variant *v, rank_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    ff_dims shape = ff_grid_shape(grid), me = ff_grid_coords(grid);
+    ff_plan_config pc;
+    plan_config(v, &pc);
+    ff_plan_coll want[FF_NGROUPS][FF_NCOLL];
+    char err[256];
+    size_t used = 0;
+    int rc = ff_plan_traffic(&pc, shape, me, want, err, sizeof err);
+    if (rc != FF_OK) {
+        rep->mismatches = 1;
+        snprintf(rep->detail, sizeof rep->detail, "    ff_plan_traffic: %s\n", err);
+        return;
+    }
+    for (int k = 0; k < FF_NGROUPS; k++)
+        for (int c = 0; c < FF_NCOLL; c++) {
+            ff_counters got = ff_group_counters(ff_grid_group(grid, (ff_group_kind)k), (ff_coll)c);
+            const ff_plan_coll *w = &want[k][c];
+            rep->with_traffic += got.calls > 0;
+            rep->sent += got.bytes_sent;
+            if (got.calls == w->calls && got.bytes_sent == w->bytes_sent &&
+                got.bytes_recv == w->bytes_recv)
+                continue;
+            rep->mismatches++;
+            if (used < sizeof rep->detail)
+                used += (size_t)snprintf(
+                    rep->detail + used, sizeof rep->detail - used,
+                    "    %-5s %-14s predicted %4llu calls %9llu B sent %9llu B received; "
+                    "measured %4llu calls %9llu B sent %9llu B received\n",
+                    ff_group_kind_name((ff_group_kind)k), coll_names[c],
+                    (unsigned long long)w->calls, (unsigned long long)w->bytes_sent,
+                    (unsigned long long)w->bytes_recv, (unsigned long long)got.calls,
+                    (unsigned long long)got.bytes_sent, (unsigned long long)got.bytes_recv);
+        }
+    /* a sanity check that does not go through the planner: one gradient
+     * norm per step over the world */
+    ff_counters norm = ff_group_counters(ff_grid_group(grid, FF_GROUP_WORLD), FF_COLL_ALLREDUCE);
+    CHECK(norm.calls == 1, "%dx%dx%dx%d %s: %llu world all-reduces, want 1 (the norm)", shape.x,
+          shape.y, shape.z, shape.d, v->name, (unsigned long long)norm.calls);
+}
+
+/* Gathers the reports to rank 0, which prints the grid's line. Returns the
+ * number of ranks that differ. */
+static int report(ff_grid *grid, const variant *v, const rank_report *mine, rank_report *all)
+{
+    MPI_Gather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, 0,
+               MPI_COMM_WORLD);
+    int rank, bad = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank != 0)
+        return 0;
+    ff_dims s = ff_grid_shape(grid);
+    unsigned long long sent = 0;
+    int first_bad = -1, pairs = 0;
+    for (int r = 0; r < WORLD; r++) {
+        sent += all[r].sent;
+        pairs += all[r].with_traffic;
+        if (all[r].mismatches) {
+            bad++;
+            if (first_bad < 0)
+                first_bad = r;
+        }
+    }
+    char gname[32];
+    snprintf(gname, sizeof gname, "%dx%dx%dx%d", s.x, s.y, s.z, s.d);
+    printf("%-8s %-35s %3d (group, coll) pairs compared (%3d with traffic) %10llu B sent  %s\n",
+           gname, v->name, WORLD * FF_NGROUPS * FF_NCOLL, pairs, sent, bad ? "FAIL" : "PASS");
+    if (bad) {
+        ff_dims c = ff_grid_coords_of(s, first_bad);
+        printf("  %d of %d ranks differ; rank %d (%d,%d,%d,%d), %d pairs:\n%s", bad, WORLD,
+               first_bad, c.x, c.y, c.z, c.d, all[first_bad].mismatches, all[first_bad].detail);
+    }
+    fflush(stdout);
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    int provided, rank, size;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != WORLD) {
+        if (rank == 0)
+            fprintf(stderr, "test_plan_vs_run: run under mpirun -np %d (got %d)\n", WORLD, size);
+        MPI_Finalize();
+        return 2;
+    }
+    const char *forced = getenv("FF_ALGO");
+    if (forced && *forced && strcmp(forced, "auto") != 0) {
+        if (rank == 0)
+            printf("FF_ALGO=%s unset: the planner predicts the automatic choice\n", forced);
+        unsetenv("FF_ALGO");
+    }
+    ff_ctx *ctx;
+    int rc = ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL);
+    if (rc)
+        die(ctx, "ff_ctx_create", rc);
+    ff_dims grids[MAX_GRIDS];
+    int n_grids = (int)ff_plan_grids(WORLD, grids, MAX_GRIDS);
+    CHECK(n_grids == 20, "ff_plan_grids(8): %d grids, want 20", n_grids);
+    if (rank == 0)
+        printf("model L=%d C=%d NH=%d V=%d (padded %d) maxT=%d; micro-batches of B=%d x T=%d; "
+               "fp32 wire (bf16 where named); %d grids of %d ranks x %d variants; tolerance: "
+               "exact\n",
+               model_cfg.L, model_cfg.C, model_cfg.NH, model_cfg.V, (model_cfg.V + 127) / 128 * 128,
+               model_cfg.maxT, B, T, n_grids, WORLD, (int)NVARIANTS);
+    rank_report mine, *all = rank == 0 ? malloc(WORLD * sizeof *all) : NULL;
+    double t0 = MPI_Wtime();
+    int failed = 0, runs = 0;
+    for (int i = 0; i < n_grids; i++) {
+        ff_grid *grid;
+        if ((rc = ff_grid_create(ctx, grids[i], &grid)))
+            die(ctx, "ff_grid_create", rc);
+        ff_gpt *g = NULL;
+        for (int v = 0; v < NVARIANTS; v++) {
+            const variant *va = &variants[v];
+            /* a new model where the options change; its first step warms up */
+            int fresh = !g || va->checkpoint != variants[v - 1].checkpoint ||
+                        va->ag_cache != variants[v - 1].ag_cache ||
+                        va->overlaps != variants[v - 1].overlaps ||
+                        va->wire != variants[v - 1].wire;
+            if (fresh) {
+                ff_gpt_destroy(g);
+                ff_gpt_opts o;
+                model_opts(va, &o);
+                if ((rc = ff_gpt_create(grid, &model_cfg, &o, B, T, &g)) ||
+                    (rc = ff_gpt_init(g, 1234)))
+                    die(ctx, "creating the model", rc);
+                step(ctx, g, va->micro, 0);
+            }
+            for (int k = 0; k < FF_NGROUPS; k++)
+                ff_group_counters_reset(ff_grid_group(grid, (ff_group_kind)k));
+            step(ctx, g, va->micro, 1);
+            compare(grid, va, &mine);
+            int bad = report(grid, va, &mine, all);
+            test_failures += mine.mismatches > 0; /* rank 0 printed the differences */
+            failed += bad > 0;
+            runs++;
+        }
+        ff_gpt_destroy(g);
+        ff_grid_destroy(grid);
+    }
+    if (rank == 0)
+        printf("%d of %d runs (grid, variant) equal the planner exactly; %.1f s\n", runs - failed,
+               runs, MPI_Wtime() - t0);
+    free(all);
+    ff_ctx_destroy(ctx);
+    int code = test_finish("plan_vs_run");
+    MPI_Finalize();
+    return code;
+}
