@@ -12,6 +12,6 @@ FF_RANKS=${FF_RANKS:-8}
 . scripts/env.sh
 if [ $# -eq 0 ]; then
     set -- train --grid 2x1x2x2 --steps 1500 --lr 2e-3 --warmup 20 --val-every 250 \
-        --log-every 50 --sample 400 --out runs/fortunes
+        --log-every 50 --sample 400 --out runs/fortunes --overwrite
 fi
 exec mpirun -np "$FF_RANKS" build/fourfold "$@"

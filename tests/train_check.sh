@@ -53,11 +53,23 @@ resume_from_5() { # DIR: a folder holding only the checkpoint of step 5
     mkdir -p "$1" && cp "$WORK"/a/model_00000005.bin "$WORK"/a/state_00000005.bin \
         "$WORK"/a/DONE_00000005 "$1"/
 }
+resumed() { # the run really continued from step 5 (a fresh run would give the same losses)
+    grep -q "resumed from step 5 of" "$WORK/out" && ! grep -q '"type":"step","step":[1-5],' "$1/log.jsonl" ||
+        fail "$1 did not resume from step 5"
+}
+same_files() { # A B: the checkpoints of step 10, parameters and moments, bit for bit
+    for f in model_00000010.bin state_00000010.bin; do
+        cmp -s "$1/$f" "$2/$f" || fail "$f differs between $1 and $2"
+    done
+    echo "checkpoint of step 10 (parameters and AdamW moments) identical in $(basename "$1") and $(basename "$2")"
+}
 
 # 1. resume on the same grid: steps 6..10 identical
 resume_from_5 "$WORK/b"
 run 8 train --grid 2x2x2x1 $TRAIN --save-every 5 --out "$WORK/b" --resume || { cat "$WORK/out"; fail "resume 2x2x2x1"; }
+resumed "$WORK/b"
 compare "$WORK/a/log.jsonl" "$WORK/b/log.jsonl" 6 0 "resume on 2x2x2x1 (same grid)" || fail "bit-exact resume"
+same_files "$WORK/a" "$WORK/b"
 
 # 2. resume on other grids and rank counts: the loss curve continues. The
 # tolerance is issue 4's bound for one step's loss on another grid (1e-5
@@ -66,6 +78,7 @@ for g in "1 1x1x1x1" "4 1x2x1x2"; do
     set -- $g
     resume_from_5 "$WORK/c$1"
     run "$1" train --grid "$2" $TRAIN --out "$WORK/c$1" --resume || { cat "$WORK/out"; fail "resume $2"; }
+    resumed "$WORK/c$1"
     compare "$WORK/a/log.jsonl" "$WORK/c$1/log.jsonl" 6 1e-5 "saved on 2x2x2x1, resumed on $2" || fail "resume on $2"
 done
 
@@ -82,6 +95,7 @@ fi
 run 8 train --grid 2x2x2x1 $TRAIN --save-every 5 --out "$WORK/k" --resume || { cat "$WORK/out"; fail "resume after kill"; }
 grep -q "resumed from step 5" "$WORK/out" || fail "did not resume from step 5"
 compare "$WORK/a/log.jsonl" "$WORK/k/log.jsonl" 6 0 "resume after a kill mid-save" || fail "resume after kill"
+same_files "$WORK/a" "$WORK/k"
 
 # 4. the model file is llm.c's v3 format: header and size
 python3 - "$WORK/a/model_00000010.bin" <<'EOF' || fail "model file format"

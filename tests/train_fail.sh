@@ -25,10 +25,13 @@ S="--layers 2 --hidden 64 --heads 4 --seq 16 --batch 4 --steps 2 --val-every 0 -
 "$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" train $S --data "$D" \
     --out "$WORK/good" > "$WORK/good.out" 2>&1 || { cat "$WORK/good.out"; failures=1; }
 
-case_ "the loss is NaN"                    1 train $S --steps 4 --data "$D" --lr 1e30 --clip 0 --save-every 1 --out "$WORK/nan"
-if grep -q "last good checkpoint: $WORK/nan/model_00000001.bin" "$WORK/out" &&
+# the step-1 update (lr 1e30) makes step 2's loss NaN: the checkpoint of
+# step 1 holds the parameters that diverged, so no checkpoint is known good,
+# and it is kept (nothing is written or removed after the NaN)
+case_ "step 2: the loss is NaN"            1 train $S --steps 4 --data "$D" --lr 1e30 --clip 0 --save-every 1 --out "$WORK/nan"
+if grep -q "the last good checkpoint: none" "$WORK/out" &&
     [ -e "$WORK/nan/DONE_00000001" ] && [ ! -e "$WORK/nan/DONE_00000002" ]; then
-    echo "      the NaN run kept its checkpoint of step 1"
+    echo "      the NaN run names no good checkpoint and left its checkpoint of step 1"
 else
     echo "FAILED: the NaN run's checkpoint: $(ls "$WORK/nan")"
     failures=$((failures + 1))
@@ -40,6 +43,7 @@ case_ "has C=64, the model has C=96"       1 train $S --hidden 96 --data "$D" --
 : > "$WORK/afile"
 case_ "cannot create the output folder"    1 train $S --data "$D" --out "$WORK/afile/sub"
 case_ "no complete checkpoint"             1 train $S --data "$D" --out "$WORK/empty" --resume
+case_ "holds the checkpoints of another run" 1 train $S --data "$D" --out "$WORK/good"
 case_ "is not a multiple of --micro-batch" 2 train $S --data "$D" --micro-batch 3 --out "$WORK/o"
 case_ "vocabulary"                         1 train $S --vocab 100 --data "$D" --out "$WORK/o"
 
@@ -50,6 +54,10 @@ case_ "fails its checksum"                 1 train $S --data "$D" --out "$WORK/b
 cp -r "$WORK/good" "$WORK/bad_state"
 printf 'X' | dd of="$WORK/bad_state/state_00000002.bin" bs=1 seek=5000 conv=notrunc 2> /dev/null
 case_ "fails its checksum"                 1 train $S --data "$D" --out "$WORK/bad_state" --resume
+# a shape field of the header (NH, slot 5) changed: the CRC covers the header
+cp "$WORK/good/model_00000002.bin" "$WORK/bad_header.bin"
+printf '\002' | dd of="$WORK/bad_header.bin" bs=1 seek=20 conv=notrunc 2> /dev/null
+case_ "fails its checksum"                 1 eval --grid 1x2x2x1 --checkpoint "$WORK/bad_header.bin" --data "$D" --seq 16
 case_ "cannot open the checkpoint"         1 sample --grid 1x2x2x1 --checkpoint "$WORK/none.bin"
 case_ "is truncated"                       1 eval --grid 1x2x2x1 --checkpoint "$WORK/good/model_00000002.bin" --data "$WORK/short_train.bin"
 

@@ -76,6 +76,7 @@ int ff_gpt_create(ff_grid *grid, const ff_gpt_config *cfg, const ff_gpt_opts *op
                   ff_gpt **out);
 void ff_gpt_destroy(ff_gpt *g);
 ff_gpt_config ff_gpt_get_config(const ff_gpt *g);
+ff_ctx *ff_gpt_ctx(const ff_gpt *g); /* the grid's context (errors) */
 
 /* The sequences of a micro-batch this rank reads: [*first, *first + *count). */
 void ff_gpt_local_sequences(const ff_gpt *g, int *first, int *count);
@@ -140,15 +141,15 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root);
 int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root);
 
 /* llm.c's 256-int32 header: magic 20240326, version 3, maxT, V, L, NH, C, Vp;
- * fourfold's files add a CRC-32 of the parameters in two slots llm.c leaves
+ * fourfold's files add a CRC-32 of header and parameters in two slots llm.c leaves
  * zero and ignores. */
 enum { FF_GPT_SLOT_CRC_TAG = 252, FF_GPT_SLOT_CRC = 253, FF_GPT_CRC_TAG = 0x46463031 /* "FF01" */ };
 void ff_gpt_header(const ff_gpt *g, int32_t header[256]);
 /* Writes the parameters (or another buffer of the same shape, e.g. the
  * gradients) as a v3 file: written by rank 0 to a temporary file, fsync,
- * rename. A CRC-32 of the parameters goes in free header slots 252-253
- * (tag "FF01", then the CRC), which llm.c ignores; ff_gpt_load verifies it
- * when the tag is there. Collective. */
+ * rename. A CRC-32 of the header (CRC slot zero) and the parameters goes
+ * in free header slots 252-253 (tag "FF01", then the CRC), which llm.c
+ * ignores; ff_gpt_load verifies it when the tag is there. Collective. */
 int ff_gpt_save(ff_gpt *g, ff_gpt_buffer which, const char *path);
 /* The model shape in a v3 file's header (read on rank 0, broadcast).
  * Collective over the context; the outcome agrees on every rank. */

@@ -41,12 +41,15 @@ typedef struct {
 } ff_train_state;
 
 /* Writes the checkpoint of st->step into `dir` (which must exist) and then
- * removes all but the newest `keep` complete checkpoints there (keep <= 0:
- * remove none). */
+ * removes all but the newest `keep` complete checkpoints of steps up to
+ * st->step there (keep <= 0: remove none). A complete checkpoint of the
+ * same step is replaced (its DONE marker is withdrawn first). */
 int ff_ckpt_save(ff_gpt *g, const char *dir, ff_train_state *st, int keep);
 /* The newest complete checkpoint in `dir` (the largest step with a DONE
  * marker): *step, or -1 if there is none. */
 int ff_ckpt_latest(ff_ctx *ctx, const char *dir, int64_t *step);
+/* Removes every checkpoint in `dir` (a new run in a used folder). */
+int ff_ckpt_clear(ff_ctx *ctx, const char *dir);
 /* Loads parameters, AdamW moments and the state of checkpoint `step` from
  * `dir`, verifying both checksums, the pairing, and the model shape. */
 int ff_ckpt_load(ff_gpt *g, const char *dir, int64_t step, ff_train_state *st);

@@ -1,5 +1,6 @@
 /* fourfold sample and fourfold eval: a checkpoint's text and its loss, on
  * any grid (the model's shape comes from the checkpoint's header). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +35,10 @@ int cli_generate(ff_gpt *g, const int32_t *prompt, int prompt_len, long n, const
     int world, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    int ok = ctxt && next && out, all_ok;
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    int rc = all_ok ? FF_OK : FF_ENOMEM;
+    ff_ctx *ctx = ff_gpt_ctx(g);
+    int rc = ff_ctx_agree(
+        ctx, ctxt && next && out ? FF_OK
+                                 : ff_ctx_set_error(ctx, FF_ENOMEM, "out of memory for sampling"));
     /* every sequence: end-of-text, then the prompt (its last T-1 tokens) */
     int len = 0;
     if (rc == FF_OK) {
@@ -71,14 +73,25 @@ int cli_generate(ff_gpt *g, const int32_t *prompt, int prompt_len, long n, const
     if (printer)
         putchar('\n');
     /* further samples (held by other ranks) are printed at the end */
+    if (rc == FF_OK && show > 1 && (double)count * n * world > INT32_MAX)
+        rc = ff_ctx_set_error(ctx, FF_EINVAL, "too many samples to print (%d x %ld tokens)", show,
+                              n);
+    int *firsts = NULL;
+    int32_t *gathered = NULL;
     if (rc == FF_OK && show > 1) {
-        int *firsts = rank == 0 ? malloc((size_t)world * sizeof *firsts) : NULL;
-        int32_t *gathered =
-            rank == 0 ? malloc((size_t)world * count * (size_t)n * sizeof *gathered) : NULL;
+        if (rank == 0) {
+            firsts = malloc((size_t)world * sizeof *firsts);
+            gathered = malloc((size_t)world * count * (size_t)n * sizeof *gathered);
+        }
+        rc = ff_ctx_agree(ctx, rank != 0 || (firsts && gathered)
+                                   ? FF_OK
+                                   : ff_ctx_set_error(ctx, FF_ENOMEM, "out of memory for samples"));
+    }
+    if (rc == FF_OK && show > 1) {
         MPI_Gather(&first, 1, MPI_INT, firsts, 1, MPI_INT, 0, MPI_COMM_WORLD);
         MPI_Gather(out, (int)(count * n), MPI_INT32_T, gathered, (int)(count * n), MPI_INT32_T, 0,
                    MPI_COMM_WORLD);
-        for (int seq = 1; rank == 0 && firsts && gathered && seq < show; seq++)
+        for (int seq = 1; rank == 0 && seq < show; seq++)
             for (int r = 0; r < world; r++)
                 if (seq >= firsts[r] && seq < firsts[r] + count) {
                     printf("---- sample %d\n", seq);
@@ -88,9 +101,9 @@ int cli_generate(ff_gpt *g, const int32_t *prompt, int prompt_len, long n, const
                     break;
                 }
         fflush(stdout);
-        free(firsts);
-        free(gathered);
     }
+    free(firsts);
+    free(gathered);
     free(ctxt);
     free(next);
     free(out);
@@ -189,6 +202,7 @@ static int load_model(ff_ctx *ctx, ff_grid *grid, const sample_opts *o, long bat
                       int *T)
 {
     ff_gpt_config cfg;
+    memset(&cfg, 0, sizeof cfg);
     int rc = ff_gpt_read_config(ctx, o->checkpoint, &cfg);
     if (rc)
         return rc;
@@ -254,6 +268,9 @@ static int run(int argc, char **argv, const char *command)
             if (rc == FF_OK && (rc = ff_gpt_eval(g, tok, tgt, &l)) == FF_OK)
                 sum += l;
         }
+        if (rc == FF_OK && !isfinite(sum))
+            rc = ff_ctx_set_error(ctx, FF_ENUMERIC, "the loss of '%s' is %s", o.checkpoint,
+                                  isnan(sum) ? "NaN" : "infinite"); /* the same on every rank */
         if (rc == FF_OK)
             cli_print("loss %.9g (%ld batches of %ld x %d tokens, grid %dx%dx%dx%d)\n",
                       sum / (double)o.batches, o.batches, batch, T, s.x, s.y, s.z, s.d);

@@ -21,7 +21,7 @@ typedef struct {
     long batch, micro, seq, steps;
     ff_adamw hyper;
     const char *data, *val_data, *out, *resume_from, *init_from;
-    int resume, grid_auto;
+    int resume, overwrite, grid_auto;
     long ag_cache_blocks; /* the planner's unit; -1: every layer, wte included */
     long seed, val_every, val_batches, save_every, keep, log_every, sample_tokens;
     ff_gpt_opts gpt;
@@ -58,6 +58,7 @@ static const char help[] =
     "  --keep N          complete checkpoints kept (default 2)\n"
     "  --resume          continue from the newest checkpoint in --out (any grid)\n"
     "  --resume-from DIR continue from the newest checkpoint in DIR\n"
+    "  --overwrite       start afresh in an --out that holds checkpoints (removes them)\n"
     "  --log-every N     print every N-th step (default 1; JSON gets every step)\n"
     "  --sample N        print N sampled tokens at the end (default 0)\n"
     "parallelism:\n"
@@ -186,6 +187,8 @@ static int parse(int argc, char **argv, train_opts *o)
             return -1;
         if (cli_is(&a, "resume")) {
             o->resume = 1;
+        } else if (cli_is(&a, "overwrite")) {
+            o->overwrite = 1;
         } else if (cli_is(&a, "checkpoint")) {
             bad = !(v = cli_value(&a)) || parse_onoff("checkpoint", v, &o->gpt.checkpoint);
         } else if (cli_is(&a, "overlap")) {
@@ -215,6 +218,10 @@ static int parse(int argc, char **argv, train_opts *o)
     }
     if (o->resume && o->resume_from) {
         cli_error("--resume and --resume-from: give one");
+        return CLI_USAGE;
+    }
+    if (o->resume && o->overwrite) {
+        cli_error("--overwrite starts a new run; it cannot be combined with --resume");
         return CLI_USAGE;
     }
     if ((o->resume || o->resume_from) && o->init_from) {
@@ -347,7 +354,7 @@ static comm_totals totals(ff_grid *grid)
     comm_totals t = {0};
     for (int k = 0; k < FF_NGROUPS; k++) {
         ff_group *g = ff_grid_group(grid, (ff_group_kind)k);
-        if (!g || (k == FF_GROUP_WORLD))
+        if (!g)
             continue;
         for (int c = 0; c < FF_NCOLL; c++) {
             ff_counters n = ff_group_counters(g, (ff_coll)c);
@@ -422,7 +429,8 @@ static int default_data(ff_ctx *ctx, train_opts *o, char *train, char *val, size
  * by "val" (llm.c's names: fineweb_train_*.bin, fineweb_val_*.bin). */
 static void guess_val(train_opts *o, char *buf, size_t len)
 {
-    const char *p = NULL, *q = o->data;
+    const char *name = strrchr(o->data, '/'), *p = NULL;
+    const char *q = name ? name + 1 : o->data; /* in the file name only */
     while ((q = strstr(q, "train")))
         p = q++;
     if (!p || o->val_data)
@@ -511,6 +519,14 @@ static int start_run(ff_ctx *ctx, ff_gpt *g, ff_data *data, const train_opts *o,
                                                       resume_dir));
         if ((rc = ff_ckpt_load(g, resume_dir, step, st)))
             return rc;
+        const ff_adamw *h = &st->hyper, *n = &o->hyper;
+        if (h->lr != n->lr || h->warmup != n->warmup || h->steps != n->steps ||
+            h->min_lr_frac != n->min_lr_frac || h->weight_decay != n->weight_decay ||
+            h->clip != n->clip)
+            cli_print("note: the schedule differs from the checkpoint's (--lr %g --warmup %d "
+                      "--steps %d --min-lr-frac %g --weight-decay %g --clip %g); continuing "
+                      "with this command line's, so the run is not the one that was saved\n",
+                      h->lr, h->warmup, h->steps, h->min_lr_frac, h->weight_decay, h->clip);
         if (st->batch != o->batch || st->seq != o->seq)
             cli_print("note: the checkpoint was trained with --batch %d --seq %d; continuing with "
                       "--batch %ld --seq %ld from its data position\n",
@@ -556,10 +572,30 @@ int cmd_train(int argc, char **argv)
     FILE *log = NULL;
     ff_train_state st;
     int rc, first = 0, count = 0;
-    int64_t saved = -1; /* the last checkpoint written or loaded */
+    /* the last two checkpoints written or loaded: checkpoint s is known good
+     * once step s + 1 has a finite loss */
+    char ck_last[4300] = "", ck_prev[4300] = "";
+    int64_t saved = -1;
 
     if ((rc = prepare_out(ctx, o.out)))
         goto done;
+    if (resume_dir != o.out) {
+        /* a new run (or one resumed from elsewhere) must not mix its
+         * checkpoints with an older run's: --resume would pick the wrong one */
+        int64_t newest;
+        if ((rc = ff_ckpt_latest(ctx, o.out, &newest)))
+            goto done;
+        if (newest >= 0 && o.overwrite)
+            rc = ff_ckpt_clear(ctx, o.out);
+        else if (newest >= 0)
+            rc = ff_ctx_agree(ctx, ff_ctx_set_error(ctx, FF_EINVAL,
+                                                    "'%s' holds the checkpoints of another run "
+                                                    "(newest: step %lld); --resume continues it, "
+                                                    "--overwrite removes them",
+                                                    o.out, (long long)newest));
+        if (rc)
+            goto done;
+    }
     if (!o.data)
         rc = default_data(ctx, &o, train_glob, val_glob, sizeof train_glob);
     else
@@ -589,8 +625,13 @@ int cmd_train(int argc, char **argv)
         goto done;
     if ((rc = start_run(ctx, g, data, &o, resume_dir, &st)))
         goto done;
-    if (resume_dir)
+    if (resume_dir) {
         saved = st.step;
+        ff_ckpt_path(ck_last, sizeof ck_last, resume_dir, "model", saved);
+        if (st.step >= o.steps)
+            cli_print("note: the checkpoint is at step %lld, --steps is %ld: nothing to train\n",
+                      (long long)st.step, o.steps);
+    }
     st.seed = (uint64_t)o.seed;
     st.batch = (int)o.batch;
     st.micro_batch = (int)o.micro;
@@ -619,6 +660,9 @@ int cmd_train(int argc, char **argv)
                     "\"blas_core\":\"%s\",\"ranks\":%d}\n",
                     s.x, s.y, s.z, s.d, cfg.L, cfg.C, cfg.NH, cfg.V, cfg.maxT, o.batch, o.micro, T,
                     o.steps, o.hyper.lr, (long long)st.step, sgemm_med, cli_blas_core(), world);
+            if (resume_dir)
+                fprintf(log, "{\"type\":\"resume\",\"step\":%lld,\"from\":\"%s\"}\n",
+                        (long long)st.step, resume_dir);
             fflush(log);
         }
     }
@@ -627,22 +671,25 @@ int cmd_train(int argc, char **argv)
 
     const double flops_step = ff_gpt_flops_per_token(g, T) * (double)o.batch * T;
     for (int64_t step = st.step; step < o.steps; step++) {
+        comm_totals c0 = totals(grid);
+        double t0 = ff_now();
         rc = ff_ctx_agree(
             ctx, ff_data_next(data, n_micro, (int)o.micro, T, first, count, cfg.V, tok, tgt));
         if (rc)
             goto done;
-        comm_totals c0 = totals(grid);
-        double t0 = ff_now();
         ff_gpt_step_info info;
         rc = ff_gpt_step(g, tok, tgt, n_micro, &o.hyper, (int)step, &info);
         double dt = ff_now() - t0;
         if (rc == FF_ENUMERIC) {
-            char last[4300] = "none was written";
-            if (saved >= 0)
-                ff_ckpt_path(last, sizeof last, resume_dir ? resume_dir : o.out, "model", saved);
+            /* the checkpoint of the previous step holds the parameters that
+             * gave this loss; an older one was followed by a finite loss */
+            const char *good = saved >= 0 && saved < step ? ck_last : ck_prev;
+            if (good == ck_prev && o.keep == 1)
+                good = ""; /* removed when the newer one was written */
             char why[1024];
             snprintf(why, sizeof why, "%s", ff_ctx_error(ctx)); /* names the step */
-            ff_ctx_set_error(ctx, rc, "%s; stopping (the last good checkpoint: %s)", why, last);
+            ff_ctx_set_error(ctx, rc, "%s; stopping (the last good checkpoint: %s)", why,
+                             *good ? good : "none");
             goto done;
         }
         if (rc)
@@ -688,9 +735,9 @@ int cmd_train(int argc, char **argv)
             if ((rc = ff_ckpt_save(g, o.out, &st, (int)o.keep)))
                 goto done;
             saved = st.step;
-            ff_ckpt_path(path, sizeof path, o.out, "model", saved);
-            cli_print("step %5lld/%ld | checkpoint %s\n", (long long)saved, o.steps, path);
-            resume_dir = NULL;
+            memcpy(ck_prev, ck_last, sizeof ck_prev);
+            ff_ckpt_path(ck_last, sizeof ck_last, o.out, "model", saved);
+            cli_print("step %5lld/%ld | checkpoint %s\n", (long long)saved, o.steps, ck_last);
         }
     }
     if (log) {

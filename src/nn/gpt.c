@@ -19,6 +19,7 @@ void ff_gpt_opts_default(ff_gpt_opts *o)
 }
 
 ff_gpt_config ff_gpt_get_config(const ff_gpt *g) { return g->cfg; }
+ff_ctx *ff_gpt_ctx(const ff_gpt *g) { return g->ctx; }
 ff_linear_seq *ff_gpt_linear_seq(ff_gpt *g) { return g->seq; }
 
 void ff_gpt_local_sequences(const ff_gpt *g, int *first, int *count)

@@ -10,10 +10,20 @@
 
 enum { MAGIC = 20240326, VERSION_FP32 = 3, VERSION_BF16 = 5, HEADER_INTS = 256 };
 /* llm.c reads header slots 0-7 and writes zeros in the rest; fourfold keeps
- * a CRC-32 of the parameters in two of the free slots, so its files still
+ * a CRC-32 of header and parameters in two of the free slots, so its files still
  * load in llm.c, and a file that carries the tag is verified when read
  * (llm.c's own files, without it, are checked for size only). */
 enum { SLOT_CRC_TAG = FF_GPT_SLOT_CRC_TAG, SLOT_CRC = FF_GPT_SLOT_CRC, CRC_TAG = FF_GPT_CRC_TAG };
+
+/* The CRC of a file: its header (with the CRC slot zero, the tag set) and
+ * then the parameters, so a corrupt shape field is caught too. */
+static uint32_t file_crc(const int32_t *header, const float *canon, size_t n)
+{
+    int32_t h[HEADER_INTS];
+    memcpy(h, header, sizeof h);
+    h[SLOT_CRC] = 0;
+    return ff_crc32(ff_crc32(0, h, sizeof h), canon, n * sizeof(float));
+}
 
 static const char *const tensor_names[FF_GPT_NTENSORS] = {
     "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
@@ -274,8 +284,8 @@ static int write_file(ff_gpt *g, const char *path, const float *canon)
     int32_t h[HEADER_INTS];
     ff_gpt_header(g, h);
     size_t n = ff_gpt_canonical_size(g), len = strlen(path) + 16;
-    uint32_t crc = ff_crc32(0, canon, n * sizeof(float));
     h[SLOT_CRC_TAG] = CRC_TAG;
+    uint32_t crc = file_crc(h, canon, n);
     memcpy(&h[SLOT_CRC], &crc, sizeof crc);
     char *tmp = malloc(len);
     if (!tmp)
@@ -356,7 +366,7 @@ static int read_file(ff_gpt *g, const char *path, float **out)
                               path, n);
     }
     if (rc == FF_OK && h[SLOT_CRC_TAG] == CRC_TAG) {
-        uint32_t want_crc, got_crc = ff_crc32(0, canon, n * sizeof(float));
+        uint32_t want_crc, got_crc = file_crc(h, canon, n);
         memcpy(&want_crc, &h[SLOT_CRC], sizeof want_crc);
         if (got_crc != want_crc)
             rc = ff_set_error(g->ctx, FF_ECORRUPT,
@@ -413,7 +423,11 @@ int ff_gpt_read_config(ff_ctx *ctx, const char *path, ff_gpt_config *cfg)
     }
     if ((rc = ff_ctx_agree(ctx, rc)))
         return rc;
-    int v[6] = {cfg->maxT, cfg->V, cfg->L, cfg->NH, cfg->C, cfg->Vp};
+    int v[6] = {0};
+    if (ff_ctx_rank(ctx) == 0) {
+        v[0] = cfg->maxT, v[1] = cfg->V, v[2] = cfg->L;
+        v[3] = cfg->NH, v[4] = cfg->C, v[5] = cfg->Vp;
+    }
     if (MPI_Bcast(v, 6, MPI_INT, 0, ff_ctx_comm(ctx)) != MPI_SUCCESS)
         return ff_ctx_agree(ctx, ff_set_error(ctx, FF_EMPI, "MPI_Bcast of a header failed"));
     cfg->maxT = v[0];

@@ -197,7 +197,7 @@ static int write_state(ff_gpt *g, const char *path, const ff_train_state *st)
         io = FF_EIO;
     if (rc == FF_OK && root && io == FF_OK && rename(tmp, path) != 0)
         io = FF_EIO;
-    if (root && io != FF_OK) {
+    if (root && (rc != FF_OK || io != FF_OK)) {
         remove(tmp);
         if (io == FF_EIO)
             io = ff_set_error(ctx, FF_EIO, "cannot write the training state '%s'", path);
@@ -261,14 +261,18 @@ static int64_t *done_steps(const char *dir, int *n)
     return steps;
 }
 
-/* Removes all but the newest `keep` checkpoints: the DONE marker first, so
- * a checkpoint half removed never looks complete. */
-static void prune(const char *dir, int keep)
+/* Removes the checkpoints of steps <= upto but the newest `keep` of them:
+ * the DONE marker first, so a checkpoint half removed never looks complete.
+ * Steps above `upto` (none, when the caller checked the folder) are left. */
+static void prune(const char *dir, int keep, int64_t upto)
 {
     int n;
     int64_t *steps = done_steps(dir, &n);
     char path[4096];
-    for (int i = 0; i < n - keep; i++) {
+    int below = 0;
+    while (below < n && steps[below] <= upto)
+        below++;
+    for (int i = 0; i < below - keep; i++) {
         ff_ckpt_path(path, sizeof path, dir, "done", steps[i]);
         remove(path);
         ff_ckpt_path(path, sizeof path, dir, "model", steps[i]);
@@ -279,6 +283,19 @@ static void prune(const char *dir, int keep)
     free(steps);
 }
 
+int ff_ckpt_clear(ff_ctx *ctx, const char *dir)
+{
+    int rc = FF_OK;
+    if (ff_ctx_rank(ctx) == 0) {
+        prune(dir, 0, INT64_MAX);
+        int n;
+        free(done_steps(dir, &n));
+        if (n != 0 || sync_dir(dir) != 0)
+            rc = ff_set_error(ctx, FF_EIO, "cannot remove the checkpoints in '%s'", dir);
+    }
+    return ff_ctx_agree(ctx, rc);
+}
+
 int ff_ckpt_save(ff_gpt *g, const char *dir, ff_train_state *st, int keep)
 {
     ff_ctx *ctx = g->ctx;
@@ -287,8 +304,13 @@ int ff_ckpt_save(ff_gpt *g, const char *dir, ff_train_state *st, int keep)
     ff_ckpt_path(model, sizeof model, dir, "model", st->step);
     ff_ckpt_path(state, sizeof state, dir, "state", st->step);
     ff_ckpt_path(done, sizeof done, dir, "done", st->step);
-    int rc = ff_gpt_save(g, FF_GPT_PARAMS, model);
-    if (rc)
+    /* a checkpoint of this step already complete: withdraw its DONE marker
+     * before its files are replaced, so a kill meanwhile cannot leave a
+     * marker over a mismatched pair */
+    int rc = FF_OK;
+    if (root && access(done, F_OK) == 0 && (remove(done) != 0 || sync_dir(dir) != 0))
+        rc = ff_set_error(ctx, FF_EIO, "cannot replace the checkpoint '%s'", done);
+    if ((rc = ff_ctx_agree(ctx, rc)) || (rc = ff_gpt_save(g, FF_GPT_PARAMS, model)))
         return rc;
     /* the state names the model file it belongs with */
     rc = ff_ctx_agree(ctx, root ? model_crc(ctx, model, &st->model_crc) : FF_OK);
@@ -305,7 +327,7 @@ int ff_ckpt_save(ff_gpt *g, const char *dir, ff_train_state *st, int keep)
         if (sync_dir(dir) != 0 || write_done(done, st->step) != 0 || sync_dir(dir) != 0)
             io = ff_set_error(ctx, FF_EIO, "cannot complete the checkpoint '%s'", done);
         else if (keep > 0)
-            prune(dir, keep);
+            prune(dir, keep, st->step);
     }
     return ff_ctx_agree(ctx, io);
 }

@@ -1,11 +1,13 @@
-/* CRC-32, reflected, polynomial 0xEDB88320, slicing by 8 (about 1.5 GB/s
- * here, so a 124M-parameter checkpoint costs a third of a second). The
- * tables are built on first use; building them twice from two threads is
- * harmless (same values). */
+/* CRC-32, reflected, polynomial 0xEDB88320, slicing by 8: 1.87 GB/s on
+ * this 2-core VM (gcc -O2, best of 5 over 256 MiB, 2026-11-22), so the
+ * 0.5 GB of a 124M-parameter checkpoint costs about 0.27 s. The
+ * tables are built once, on first use (pthread_once), and only read after. */
 #include "util/crc32.h"
 
+#include <pthread.h>
+
 static uint32_t table[8][256];
-static int table_ready;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
 static void build_tables(void)
 {
@@ -18,13 +20,11 @@ static void build_tables(void)
     for (uint32_t i = 0; i < 256; i++)
         for (int t = 1; t < 8; t++)
             table[t][i] = (table[t - 1][i] >> 8) ^ table[0][table[t - 1][i] & 0xFF];
-    table_ready = 1;
 }
 
 uint32_t ff_crc32(uint32_t crc, const void *buf, size_t len)
 {
-    if (!table_ready)
-        build_tables();
+    pthread_once(&table_once, build_tables);
     const unsigned char *p = buf;
     crc = ~crc;
     while (len >= 8) {
