@@ -53,7 +53,7 @@ launch() { # fourfold ARGS... on NP ranks, here or on the emulated cluster
     if [ -n "${TB:-}" ]; then
         set -- "$FF" "$@"
         # shellcheck disable=SC2086
-        TB_MPIRUN_ARGS="--mca btl_tcp_links 2 --mca mpi_yield_when_idle 1" \
+        TB_MPIRUN_ARGS="--mca btl_tcp_links 2" \
             "$HERE/../../shared/tools/testbed/tbcluster.sh" -p fftrain -s 10.78.0 \
             -n $(echo "$TB" | cut -d' ' -f1) -m $(echo "$TB" | cut -d' ' -f2) \
             -r $(echo "$TB" | cut -d' ' -f3) -d $(echo "$TB" | cut -d' ' -f4) all -- "$@"
