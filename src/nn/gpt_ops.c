@@ -13,8 +13,9 @@
  * reduction x = k ln2 + r and Cephes' degree-6 polynomial; inputs clamped to
  * [-87, 88]. Relative error against double exp at most 8.3e-8 (1.4 units
  * of 2^-24), measured on a 1e-4 grid over that range. Inline and call-free,
- * cheaper than libm's expf/tanhf here; GCC does not vectorize its loops yet
- * (the clamps are control flow without -ffinite-math-only). A NaN input
+ * cheaper than libm's expf/tanhf here; GCC vectorizes the loops that call it
+ * because the library is built with -fno-trapping-math (CMakeLists.txt:
+ * without it the clamps count as control flow). A NaN input
  * gives NaN: the clamp would turn it into a finite number (and converting
  * NaN to an integer is undefined), so the arithmetic runs on the clamped
  * value and NaN is passed through at the end; a diverging run must still
