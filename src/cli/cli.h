@@ -16,6 +16,9 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints on rank 0 only (stdout). */
 void cli_print(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_world_rank(void);
+/* 1 in a process that mpirun or srun started as rank > 0 of a command that
+ * runs without MPI (plan, tokenize): such a process should do nothing. */
+int cli_quiet_process(void);
 
 /* Command-line options as "--name value" or "--name=value". */
 typedef struct {

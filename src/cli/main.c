@@ -51,6 +51,19 @@ void cli_print(const char *fmt, ...)
     fflush(stdout);
 }
 
+int cli_quiet_process(void)
+{
+    /* launched by mpirun/srun without MPI_Init: only launcher rank 0 works */
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                                       "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v)
+            return strcmp(v, "0") != 0;
+    }
+    return 0;
+}
+
 /* ---- option parsing ---- */
 
 void cli_args_init(cli_args *a, int argc, char **argv)

@@ -658,22 +658,9 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
             cfg->wire_bytes, cfg->overlap, ff_cost_name(cfg->cost), machine);
 }
 
-static int quiet_process(void)
-{
-    /* launched by mpirun/srun without MPI_Init: only launcher rank 0 prints */
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
-                                       "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v)
-            return strcmp(v, "0") != 0;
-    }
-    return 0;
-}
-
 int cmd_plan(int argc, char **argv)
 {
-    if (quiet_process()) {
+    if (cli_quiet_process()) {
         if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
             return CLI_FAIL;
     }

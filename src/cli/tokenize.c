@@ -311,22 +311,9 @@ int cli_default_corpus(const char *dir, char *err, size_t err_len)
     return code == CLI_OK ? 0 : -1;
 }
 
-static int quiet_process(void)
-{
-    /* launched by mpirun/srun without MPI_Init: only launcher rank 0 works */
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
-                                       "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v)
-            return strcmp(v, "0") != 0;
-    }
-    return 0;
-}
-
 int cmd_tokenize(int argc, char **argv)
 {
-    if (quiet_process())
+    if (cli_quiet_process())
         return CLI_OK;
     const char *out = NULL, *sep = NULL, *decode_path = NULL, *v;
     double val_fraction = 0.1;

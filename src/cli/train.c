@@ -265,6 +265,22 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
     char err[512];
     if (ff_profile_preset("this", &pc.machine, err, sizeof err))
         goto fail;
+    ff_gpt_config from_file;
+    if (o->init_from) {
+        /* plan for the checkpoint's shape: its header, read here on every
+         * rank (no context yet; the same file, so the same outcome) */
+        int32_t h[8];
+        FILE *f = fopen(o->init_from, "rb");
+        int ok = f && fread(h, sizeof h, 1, f) == 1 && h[0] == 20240326;
+        if (f)
+            fclose(f);
+        if (!ok) {
+            snprintf(err, sizeof err, "cannot read the model shape of '%s'", o->init_from);
+            goto fail;
+        }
+        from_file = (ff_gpt_config){.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6]};
+        cfg = &from_file;
+    }
     memset(&pc.model, 0, sizeof pc.model);
     snprintf(pc.model.name, sizeof pc.model.name, "%s", o->model);
     pc.model.layers = cfg->L;
