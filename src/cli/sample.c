@@ -120,7 +120,7 @@ typedef struct {
 static const char help_sample[] =
     "usage: mpirun -np N fourfold sample --checkpoint FILE [options]\n\n"
     "Generates text from an llm.c gpt2_*.bin v3 checkpoint (fourfold's or llm.c's) on\n"
-    "any grid; the same seed gives the same text on every grid. A byte-level model\n"
+    "any grid; the draws depend on the seed, not the grid (docs/train.md). A byte-level model\n"
     "(vocabulary 257) prints text; others print token ids.\n\n"
     "options:\n"
     "  --checkpoint FILE  the model (e.g. out/model_00000200.bin)\n"

@@ -395,8 +395,8 @@ int ff_gpt_load(ff_gpt *g, const char *path)
 int ff_gpt_read_config(ff_ctx *ctx, const char *path, ff_gpt_config *cfg)
 {
     int rc = FF_OK;
+    int32_t h[HEADER_INTS] = {0}; /* rank 0 reads it; slots 2-7 are broadcast */
     if (ff_ctx_rank(ctx) == 0) {
-        int32_t h[HEADER_INTS];
         FILE *f = fopen(path, "rb");
         if (!f)
             rc = ff_set_error(ctx, FF_EIO, "cannot open the checkpoint '%s'", path);
@@ -410,31 +410,13 @@ int ff_gpt_read_config(ff_ctx *ctx, const char *path, ff_gpt_config *cfg)
             rc = ff_set_error(ctx, FF_EUNSUPPORTED,
                               "checkpoint '%s' has version %d; fourfold reads version 3 (fp32)",
                               path, h[1]);
-        else {
-            cfg->maxT = h[2];
-            cfg->V = h[3];
-            cfg->L = h[4];
-            cfg->NH = h[5];
-            cfg->C = h[6];
-            cfg->Vp = h[7];
-        }
         if (f)
             fclose(f);
     }
     if ((rc = ff_ctx_agree(ctx, rc)))
         return rc;
-    int v[6] = {0};
-    if (ff_ctx_rank(ctx) == 0) {
-        v[0] = cfg->maxT, v[1] = cfg->V, v[2] = cfg->L;
-        v[3] = cfg->NH, v[4] = cfg->C, v[5] = cfg->Vp;
-    }
-    if (MPI_Bcast(v, 6, MPI_INT, 0, ff_ctx_comm(ctx)) != MPI_SUCCESS)
+    if (MPI_Bcast(&h[2], 6, MPI_INT32_T, 0, ff_ctx_comm(ctx)) != MPI_SUCCESS)
         return ff_ctx_agree(ctx, ff_set_error(ctx, FF_EMPI, "MPI_Bcast of a header failed"));
-    cfg->maxT = v[0];
-    cfg->V = v[1];
-    cfg->L = v[2];
-    cfg->NH = v[3];
-    cfg->C = v[4];
-    cfg->Vp = v[5];
+    *cfg = (ff_gpt_config){.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6], .Vp = h[7]};
     return FF_OK;
 }
