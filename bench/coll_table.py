@@ -2,6 +2,11 @@
 """Markdown tables from `fourfold bench coll --json` lines (bench/coll_testbed.sh).
 
     bench/coll_table.py bench/results/coll/tb-2x2-1gbit-d0us.jsonl [...]
+    bench/coll_table.py bench/results/coll/tb-2x2-1gbit-d0us.r*.jsonl   # repeated runs
+
+Files named NAME.rK.jsonl are runs of one configuration: each time is the
+median over the runs (with two runs, their mean), and the summary also gives
+each run's own count.
 
 Per file and collective: one row per size, the out-of-place median time (ms)
 of every algorithm, the algorithm AUTO picked (from its row's "ran") with its
@@ -11,7 +16,10 @@ and hier-rec on 2 nodes; hier-X and X with one rank per node) are named, so a
 "loss" to a twin reads as what it is: noise between two runs of one schedule.
 """
 import json
+import re
+import statistics
 import sys
+from collections import OrderedDict
 
 ALGOS = ["mpi-blk", "mpi", "ring", "rec", "hier-ring", "hier-rec"]
 OURS = ["ring", "rec", "hier-ring", "hier-rec"]
@@ -42,23 +50,40 @@ def size_text(b):
     return f"{b} B"
 
 
-def table(path):
-    rows = [json.loads(line) for line in open(path)]
+def merged(paths):
+    """One row per (coll, size, algo): the median over the runs' times."""
+    runs = [[json.loads(line) for line in open(p)] for p in paths]
+    out = OrderedDict()
+    for rows in runs:
+        for r in rows:
+            key = (r["coll"], r["size"], r["algo"])
+            if key not in out:
+                out[key] = dict(r, oop_runs=[])
+            out[key]["oop_runs"].append(r["oop_us"])
+    for r in out.values():
+        r["oop_us"] = statistics.median(r["oop_runs"])
+    return list(out.values()), runs
+
+
+def table(name, paths, quiet=False):
+    rows, runs = merged(paths)
     if not rows:
-        return
+        return None
     r0 = rows[0]
     tw = twins(r0["nodes"], r0["per_node"])
-    print(f"\n#### {path.split('/')[-1].replace('.jsonl', '')}: {r0['ranks']} ranks, "
-          f"{r0['nodes']} node(s) x {r0['per_node']}\n")
-    regrets = []
+    if not quiet:
+        print(f"\n#### {name}: {r0['ranks']} ranks, {r0['nodes']} node(s) x {r0['per_node']}"
+              + (f", median of {len(paths)} runs" if len(paths) > 1 else "") + "\n")
+    out = print if not quiet else (lambda *a, **k: None)
+    regrets, overall = [], []
     for coll in ["allgather", "reduce_scatter", "allreduce", "alltoall"]:
         rs = [r for r in rows if r["coll"] == coll]
         if not rs:
             continue
         algos = [a for a in ALGOS if any(r["algo"] == a for r in rs)]
-        print(f"\n{coll} (ms, median of the slowest rank, out of place)\n")
-        print("| size/rank | " + " | ".join(algos) + " | AUTO ran | pick / best ours | best MPI / pick |")
-        print("|---:|" + "---:|" * len(algos) + "---|---:|---:|")
+        out(f"\n{coll} (ms, median of the slowest rank, out of place)\n")
+        out("| size/rank | " + " | ".join(algos) + " | AUTO ran | pick / best ours | best MPI / pick |")
+        out("|---:|" + "---:|" * len(algos) + "---|---:|---:|")
         for size in sorted({r["size"] for r in rs}):
             at = {r["algo"]: r for r in rs if r["size"] == size}
             t = {a: at[a]["oop_us"] for a in algos if a in at}
@@ -84,13 +109,40 @@ def table(path):
                     regrets.append(1.0)
             if pick in ours and mpi:
                 best_mpi = f"{min(mpi) / ours[pick]:.2f}"
-            print(f"| {size_text(size)} | " + " | ".join(cells) + f" | {pick} | {ratio} | {best_mpi} |")
+                overall.append(ours[pick] / min(min(mpi), ours[best]))
+            out(f"| {size_text(size)} | " + " | ".join(cells) + f" | {pick} | {ratio} | {best_mpi} |")
+    summary = None
     if regrets:
         worst = max(regrets)
         over = sum(1 for x in regrets if x > 1.10)
-        print(f"\nPick vs fastest different schedule: worst {worst:.2f}, "
-              f"{over} of {len(regrets)} cells more than 10% slower.")
+        summary = (worst, over, len(regrets))
+        out(f"\nPick vs fastest different schedule of fourfold's: worst {worst:.2f}, "
+            f"{over} of {len(regrets)} cells more than 10% slower.")
+        if overall:
+            out(f"Pick vs fastest of all, the MPI library's included: worst {max(overall):.2f}, "
+                f"{sum(1 for x in overall if x > 1.10)} of {len(overall)} cells more than 10% slower.")
+        if len(paths) > 1 and not quiet:
+            # the noise: one algorithm at one size, run against run
+            spread = []
+            for r in rows:
+                t = [x for x in r["oop_runs"] if x > 0]
+                if len(t) > 1 and r["algo"] != "auto":
+                    spread.append(max(t) / min(t))
+            if spread:
+                spread.sort()
+                out(f"Run to run, the same algorithm at the same size: median ratio "
+                    f"{statistics.median(spread):.2f}, {sum(1 for x in spread if x > 1.10)} of "
+                    f"{len(spread)} cells differ by more than 10%, largest {spread[-1]:.2f}.")
+            each = [table(name, [p], quiet=True) for p in paths]
+            out("Each run alone (pick vs fastest different schedule of fourfold's): " + "; ".join(
+                f"run {i + 1}: worst {w:.2f}, {o} of {n} cells > 10%"
+                for i, (w, o, n) in enumerate(e for e in each if e)) + ".")
+    return summary
 
 
+groups = OrderedDict()
 for p in sys.argv[1:]:
-    table(p)
+    name = re.sub(r"(\.r\d+)?\.jsonl$", "", p.split("/")[-1])
+    groups.setdefault(name, []).append(p)
+for name, paths in groups.items():
+    table(name, paths)

@@ -8,8 +8,11 @@
 # The machine's load average is logged before and after every run (the VM
 # is shared; see the doc). Needs root for the network namespaces.
 #
+# With REPEAT=R (default 1) step 2 runs R times (NAME.rK.coll.txt and
+# .rK.jsonl), and bench/coll_table.py takes the median over the runs.
+#
 #   usage: bench/coll_testbed.sh BUILD_DIR OUT_DIR [SHAPES] [DELAYS] [MAXBYTES]
-#   e.g.   bench/coll_testbed.sh build-coll-rel bench/results/coll "4x1 2x2" "0 100" 64M
+#   e.g.   REPEAT=2 bench/coll_testbed.sh build-coll-rel bench/results/coll "4x1 2x2" "0 100" 64M
 set -eu
 BUILD=$(cd "$1" && pwd)
 OUT=$2
@@ -57,11 +60,17 @@ for shape in $SHAPES; do
             "$FF" bench profile --out "$OUT/$name.json" --name "$name" --max-bytes 1M \
             --iters 5 --cores-per-node 1 > "$OUT/$name.profile.txt" 2>&1
         echo "   load after profile: $(cat /proc/loadavg)" >> "$LOG"
-        rm -f "$OUT/$name.jsonl"
-        echo "   before coll: $(wait_idle); load $(cat /proc/loadavg)" >> "$LOG"
-        TB_MPIRUN_ARGS="$LINKS -x FF_PROFILE=$OUT/$name.json" "$TB" $NET -n "$n" -m "$m" -r 1gbit \
-            -d "$d" all -- "$FF" bench coll -b 4K -e "$MAXB" -f 4 -n 15 -w 1 --max-seconds 8 \
-            --place out --json "$OUT/$name.jsonl" > "$OUT/$name.coll.txt" 2>&1
-        echo "   load after coll: $(cat /proc/loadavg) $(date -u +%FT%TZ)" >> "$LOG"
+        k=1
+        while [ "$k" -le "${REPEAT:-1}" ]; do
+            run=$name
+            [ "${REPEAT:-1}" -gt 1 ] && run=$name.r$k
+            rm -f "$OUT/$run.jsonl"
+            echo "   before coll $k: $(wait_idle); load $(cat /proc/loadavg)" >> "$LOG"
+            TB_MPIRUN_ARGS="$LINKS -x FF_PROFILE=$OUT/$name.json" "$TB" $NET -n "$n" -m "$m" \
+                -r 1gbit -d "$d" all -- "$FF" bench coll -b 4K -e "$MAXB" -f 4 -n 15 -w 1 \
+                --max-seconds 8 --place out --json "$OUT/$run.jsonl" > "$OUT/$run.coll.txt" 2>&1
+            echo "   load after coll $k: $(cat /proc/loadavg) $(date -u +%FT%TZ)" >> "$LOG"
+            k=$((k + 1))
+        done
     done
 done

@@ -75,6 +75,28 @@ if FF_PROFILE="$WORK/bad.json" "$MPIEXEC" -np 2 "$FF" bench coll --colls ar -b 4
 grep -q "FF_PROFILE: .*alpha_intra_s" "$WORK/bad.txt" || { cat "$WORK/bad.txt"; fail "message"; }
 echo "ok   FF_PROFILE read by the collective layer; a broken one refused with a message"
 
+# a second regime in the profile reaches the model: small messages priced at
+# 1 s each make a 2-step ring all-reduce of 4 KiB cost 2 s in the pred
+# column (nodes of one rank: every step between nodes)
+python3 - "$WORK/p1.json" "$WORK/regime.json" "$WORK/regime_bad.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p.update(small_max_inter_B=1e9, alpha_inter_small_s=1.0, beta_inter_small_Bps=1e12)
+json.dump(p, open(sys.argv[2], "w"))
+p["beta_inter_small_Bps"] = 0
+json.dump(p, open(sys.argv[3], "w"))
+PY
+FF_RANKS_PER_NODE=1 FF_PROFILE="$WORK/regime.json" "$MPIEXEC" -np 2 "$FF" bench coll --colls ar \
+    --algos ring -b 4K -e 4K -n 1 -w 0 --place out > "$WORK/regime.txt" 2>&1 ||
+    { cat "$WORK/regime.txt"; fail "FF_PROFILE with two regimes"; }
+pred=$(awk '$5 == "ring" { print $6 }' "$WORK/regime.txt")
+awk -v p="$pred" 'BEGIN { exit !(p > 1.99e6 && p < 2.01e6) }' ||
+    { cat "$WORK/regime.txt"; fail "two-regime profile: predicted $pred us, expected 2e6"; }
+if FF_PROFILE="$WORK/regime_bad.json" "$MPIEXEC" -np 2 "$FF" bench coll --colls ar -b 4K -e 4K \
+    -n 1 > "$WORK/regime_bad.txt" 2>&1; then fail "a zero small-message beta was accepted"; fi
+grep -q "FF_PROFILE: .*small" "$WORK/regime_bad.txt" || { cat "$WORK/regime_bad.txt"; fail "message"; }
+echo "ok   a profile's second regime is read (ring all-reduce of 4 KiB predicted $pred us, 2e6 expected); a zero small beta refused"
+
 # the planner's strict reader, where this build has the planner
 if "$FF" --help 2>&1 | grep -q "^  plan "; then
     "$FF" plan --machine "$WORK/p2.json" --print-machine > "$WORK/plan.txt" 2>&1 ||

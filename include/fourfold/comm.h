@@ -158,6 +158,11 @@ int ff_algo_supports(ff_algo algo, ff_coll coll);
 typedef struct {
     double alpha_intra_s, beta_intra_Bps; /* within a node */
     double alpha_inter_s, beta_inter_Bps; /* between nodes, one stream */
+    /* A second regime per level: messages of at most small_max_*_B bytes
+     * cost alpha_*_small_s + bytes/beta_*_small_Bps instead (an eager
+     * protocol, a shaper's burst). small_max 0 = one regime, the default. */
+    double small_max_intra_B, alpha_intra_small_s, beta_intra_small_Bps;
+    double small_max_inter_B, alpha_inter_small_s, beta_inter_small_Bps;
     /* bytes per second of a reduction's local additions (received partial
      * sums added into the accumulator); 0 = free. Not a level: the CPU's. */
     double reduce_Bps;
@@ -172,8 +177,11 @@ typedef struct {
 void ff_coll_model_default(ff_coll_model *m);
 /* Reads the model from a machine profile written by `fourfold bench
  * profile` (keys alpha_intra_s, beta_intra_Bps, alpha_inter_s,
- * beta_inter_Bps, reduce_Bps); keys it does not find keep their value in
- * *m. Returns FF_OK, FF_EIO, FF_ENOMEM or FF_ECORRUPT with a message in err. */
+ * beta_inter_Bps, reduce_Bps, and for a second regime small_max_intra_B,
+ * alpha_intra_small_s, beta_intra_small_Bps and their _inter_ twins); keys
+ * it does not find keep their value in *m, except that a level without
+ * small_max gets one regime. Returns FF_OK, FF_EIO, FF_ENOMEM or
+ * FF_ECORRUPT with a message in err. */
 int ff_coll_model_read(const char *path, ff_coll_model *m, char *err, size_t err_len);
 /* Sets the context's model; must be called with the same values on every
  * rank (the choice of algorithm must agree within a group). */
@@ -191,6 +199,30 @@ void ff_group_topology(ff_group *g, int *nodes, int *ranks_per_node);
  * lowest rank; FF_RANKS_PER_NODE applied) and the number of nodes. */
 int ff_ctx_node_of(const ff_ctx *ctx, int rank);
 int ff_ctx_nodes(const ff_ctx *ctx);
+
+/* ---- fitting a level's parameters (`fourfold bench profile`) ----
+ * A sample: a collective that ran `steps` messages of `msg_bytes` one after
+ * another and added `add_bytes` of received partial sums in t_s seconds (a
+ * ring all-gather of p ranks: p-1 steps of one block, no additions). */
+typedef struct {
+    double steps, msg_bytes, add_bytes, t_s;
+} ff_coll_sample;
+typedef struct {
+    int ok;                   /* 0: fewer than 3 usable samples, or no fit with parameters >= 0 */
+    int n;                    /* samples used (t_s > 0, steps > 0) */
+    double alpha_s, beta_Bps; /* messages above small_max_B (all, if it is 0) */
+    double small_max_B, alpha_small_s, beta_small_Bps; /* 0 = one regime */
+    double reduce_Bps;                                 /* 0 = additions free */
+    double rms_rel, max_rel; /* relative residuals: RMS and largest magnitude */
+} ff_coll_fit_result;
+/* Least squares on the relative error, all parameters >= 0 (AutoDDL §3);
+ * with two_regimes, also searches a threshold between the measured sizes
+ * and keeps the split only if the Bayesian information criterion prefers
+ * it. FF_OK or
+ * FF_ENOMEM. docs/collectives.md. */
+int ff_coll_fit(const ff_coll_sample *s, int n, int two_regimes, ff_coll_fit_result *out);
+/* The fitted time of a sample. */
+double ff_coll_fit_predict(const ff_coll_fit_result *f, const ff_coll_sample *s);
 
 /* bfloat16 conversion (round to nearest even; NaN stays NaN). */
 uint16_t ff_bf16_from_float(float f);

@@ -22,6 +22,9 @@
  * divided by its measured time, so that microsecond and second samples count
  * alike), with every parameter >= 0. Over shared memory the additions are as
  * costly as the copies, which a two-parameter fit would fold into beta.
+ * Where the cost is not one line in the message size (an eager protocol, a
+ * shaper's burst), the fit takes a second (alpha, beta) for messages up to a
+ * threshold it searches (comm/fit.c, ff_coll_fit).
  * Each sample is the median over iterations of the slowest rank's time, with
  * a barrier before each iteration over the node (intra-node samples) or the
  * job (inter-node samples). Printed: every sample with its fitted time and
@@ -41,134 +44,40 @@ typedef struct {
     int level; /* 0 intra, 1 inter */
     ff_coll coll;
     int p;
-    double block_bytes, steps, t;
-    double x[3]; /* the equation: t = x0 alpha + x1 / beta + x2 / reduce */
+    ff_coll_sample s; /* steps of one block, the additions, the time */
 } sample;
 
-typedef struct {
-    double alpha, beta, reduce, rms, max_abs;
-    int n, measured;
-} level_fit;
+/* The fit of one level (ff_coll_fit on its samples). */
+static void fit_level(const sample *smp, int n, int level, ff_coll_fit_result *f)
+{
+    ff_coll_sample *s = malloc((size_t)(n > 0 ? n : 1) * sizeof *s);
+    int m = 0;
+    if (!s)
+        MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
+    for (int i = 0; i < n; i++)
+        if (smp[i].level == level)
+            s[m++] = smp[i].s;
+    if (ff_coll_fit(s, m, 1, f) != FF_OK)
+        MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
+    free(s);
+}
 
 static const char help_profile[] =
     "usage: mpirun -np N fourfold bench profile [options]\n\n"
     "Measures collectives within and between nodes and sgemm, fits alpha and beta\n"
-    "per level by least squares, prints every sample's residual and writes the\n"
+    "per level by least squares (two regimes, small and large messages, where the\n"
+    "data call for it), prints every sample's residual and writes the\n"
     "machine profile (JSON) that `fourfold plan` and FF_PROFILE read. Run it with\n"
     "the ranks per node of the real job; FF_RANKS_PER_NODE=k pretends nodes of k.\n\n"
     "options:\n"
     "  --out FILE        where to write the profile (default profile.json)\n"
     "  --name NAME       the profile's name (default: the host name)\n"
     "  --max-bytes S     largest block per rank (default 4M)\n"
+    "  --factor F        block sizes from 1K by factors of F (default 2)\n"
     "  --iters N         timed iterations per sample (default 7, after 2 warm-ups)\n"
     "  --cores-per-node N  cores the ranks of one node share (default: this host's;\n"
     "                    on an emulated cluster, the host's cores / nodes)\n"
     "  --quick           3 sizes, 3 iterations, small sgemm (for tests)\n";
-
-/* Solves the k x k system A x = y (Gaussian elimination, partial pivoting);
- * returns -1 if singular. */
-static int solve(int k, double A[3][3], double *y, double *x)
-{
-    for (int c = 0; c < k; c++) {
-        int piv = c;
-        for (int r = c + 1; r < k; r++)
-            if (fabs(A[r][c]) > fabs(A[piv][c]))
-                piv = r;
-        if (fabs(A[piv][c]) < 1e-300)
-            return -1;
-        for (int j = 0; j < k; j++) {
-            double t = A[c][j];
-            A[c][j] = A[piv][j];
-            A[piv][j] = t;
-        }
-        double t = y[c];
-        y[c] = y[piv];
-        y[piv] = t;
-        for (int r = c + 1; r < k; r++) {
-            double f = A[r][c] / A[c][c];
-            for (int j = c; j < k; j++)
-                A[r][j] -= f * A[c][j];
-            y[r] -= f * y[c];
-        }
-    }
-    for (int c = k - 1; c >= 0; c--) {
-        double v = y[c];
-        for (int j = c + 1; j < k; j++)
-            v -= A[c][j] * x[j];
-        x[c] = v / A[c][c];
-    }
-    return 0;
-}
-
-static double rel_residual(const sample *s, const double *theta)
-{
-    double pred = s->x[0] * theta[0] + s->x[1] * theta[1] + s->x[2] * theta[2];
-    return (pred - s->t) / s->t;
-}
-
-/* Least squares of t = x . theta on the relative error (each equation
- * divided by its t), theta >= 0: the best of the unconstrained solutions on
- * every subset of the parameters that contains 1/beta (a parameter the
- * samples cannot resolve, such as a latency far below the noise, is 0). */
-static void fit_level(sample *s, int n, int level, level_fit *f)
-{
-    memset(f, 0, sizeof *f);
-    for (int i = 0; i < n; i++)
-        f->n += s[i].level == level && s[i].t > 0;
-    f->measured = f->n >= 3;
-    if (!f->measured)
-        return;
-    double best[3] = {0, 0, 0}, best_ss = -1;
-    for (int mask = 1; mask < 8; mask++) {
-        if (!(mask & 2))
-            continue;
-        int idx[3], k = 0;
-        for (int j = 0; j < 3; j++)
-            if (mask & (1 << j))
-                idx[k++] = j;
-        double A[3][3] = {{0}}, y[3] = {0}, x[3] = {0};
-        for (int i = 0; i < n; i++) {
-            if (s[i].level != level || !(s[i].t > 0))
-                continue;
-            for (int a = 0; a < k; a++) {
-                y[a] += s[i].x[idx[a]] / s[i].t;
-                for (int b = 0; b < k; b++)
-                    A[a][b] += s[i].x[idx[a]] * s[i].x[idx[b]] / (s[i].t * s[i].t);
-            }
-        }
-        if (solve(k, A, y, x) != 0)
-            continue;
-        double theta[3] = {0, 0, 0}, ss = 0;
-        int ok = 1;
-        for (int a = 0; a < k; a++) {
-            theta[idx[a]] = x[a];
-            ok &= x[a] > 0;
-        }
-        if (!ok)
-            continue;
-        for (int i = 0; i < n; i++)
-            if (s[i].level == level && s[i].t > 0) {
-                double r = rel_residual(&s[i], theta);
-                ss += r * r;
-            }
-        if (best_ss < 0 || ss < best_ss) {
-            best_ss = ss;
-            memcpy(best, theta, sizeof best);
-        }
-    }
-    if (best_ss < 0) { /* nothing fits with positive parameters */
-        f->measured = 0;
-        return;
-    }
-    f->alpha = best[0];
-    f->beta = 1.0 / best[1];
-    f->reduce = best[2] > 0 ? 1.0 / best[2] : 0; /* 0: additions free */
-    f->max_abs = 0;
-    for (int i = 0; i < n; i++)
-        if (s[i].level == level && s[i].t > 0 && fabs(rel_residual(&s[i], best)) > f->max_abs)
-            f->max_abs = fabs(rel_residual(&s[i], best));
-    f->rms = sqrt(best_ss / f->n);
-}
 
 /* Times fourfold's ring `coll` on the group this rank is in (NULL: none)
  * for a block of `block` floats per rank; every rank of `world` calls it. */
@@ -225,7 +134,7 @@ int cmd_bench_profile(int argc, char **argv)
 {
     const char *out = "profile.json", *name = NULL;
     size_t max_bytes = 4u << 20;
-    int iters = 7, quick = 0;
+    int iters = 7, quick = 0, factor = 2;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     cli_args a;
     cli_args_init(&a, argc, argv);
@@ -256,6 +165,10 @@ int cmd_bench_profile(int argc, char **argv)
         } else if (cli_is(&a, "cores-per-node")) {
             if (cli_parse_int("cores-per-node", v, 1, 1 << 20, &cores))
                 return CLI_USAGE;
+        } else if (cli_is(&a, "factor")) {
+            if (cli_parse_int("factor", v, 2, 16, &n))
+                return CLI_USAGE;
+            factor = (int)n;
         } else if (cli_is(&a, "iters")) {
             if (cli_parse_int("iters", v, 1, 10000, &n))
                 return CLI_USAGE;
@@ -304,10 +217,12 @@ int cmd_bench_profile(int argc, char **argv)
     MPI_Comm node_comm;
     MPI_Comm_split(world, my_node, me, &node_comm);
 
-    /* sizes: block bytes from 1K by 4x to max_bytes (quick: 3 sizes) */
-    size_t blocks[16];
+    /* sizes: block bytes from 1K by `factor` to max_bytes (quick: 3 sizes);
+     * factor 2 by default, so that a regime boundary (comm/fit.c) falls
+     * within a factor of two of where it is */
+    size_t blocks[48];
     int nb = 0;
-    for (size_t b = 1024; b <= max_bytes && nb < 16; b *= quick ? 16 : 4)
+    for (size_t b = 1024; b <= max_bytes && nb < 48; b *= quick ? 16 : (size_t)factor)
         blocks[nb++] = b / 4;
     int gmax = g > N ? g : N;
     size_t max_block = blocks[nb - 1];
@@ -336,57 +251,67 @@ int cmd_bench_profile(int argc, char **argv)
                     s->level = level;
                     s->coll = colls[ci];
                     s->p = p;
-                    s->block_bytes = (double)blocks[bi] * 4;
-                    s->steps = (colls[ci] == FF_COLL_ALLREDUCE ? 2.0 : 1.0) * (p - 1);
-                    s->t = t;
-                    s->x[0] = s->steps;
-                    s->x[1] = s->steps * s->block_bytes;
+                    s->s.msg_bytes = (double)blocks[bi] * 4;
+                    s->s.steps = (colls[ci] == FF_COLL_ALLREDUCE ? 2.0 : 1.0) * (p - 1);
+                    s->s.t_s = t;
                     /* a ring reduce-scatter adds p-1 received blocks */
-                    s->x[2] = colls[ci] == FF_COLL_ALLGATHER ? 0 : (p - 1) * s->block_bytes;
+                    s->s.add_bytes = colls[ci] == FF_COLL_ALLGATHER ? 0 : (p - 1) * s->s.msg_bytes;
                 }
             ff_group_destroy(grp);
         }
     }
-    level_fit fit[2];
+    ff_coll_fit_result fit[2];
     fit_level(smp, ns, 0, &fit[0]);
     fit_level(smp, ns, 1, &fit[1]);
     ff_coll_model dflt;
     ff_coll_model_default(&dflt);
-    if (!fit[0].measured) {
-        fit[0].alpha = dflt.alpha_intra_s;
-        fit[0].beta = dflt.beta_intra_Bps;
-        fit[0].reduce = dflt.reduce_Bps;
+    if (!fit[0].ok) {
+        fit[0].alpha_s = dflt.alpha_intra_s;
+        fit[0].beta_Bps = dflt.beta_intra_Bps;
+        fit[0].small_max_B = 0;
+        fit[0].reduce_Bps = dflt.reduce_Bps;
     }
-    if (!fit[1].measured) {
-        fit[1].alpha = dflt.alpha_inter_s;
-        fit[1].beta = dflt.beta_inter_Bps;
-        fit[1].reduce = dflt.reduce_Bps;
+    if (!fit[1].ok) {
+        fit[1].alpha_s = dflt.alpha_inter_s;
+        fit[1].beta_Bps = dflt.beta_inter_Bps;
+        fit[1].small_max_B = 0;
+        fit[1].reduce_Bps = dflt.reduce_Bps;
     }
     /* the additions are the CPU's: from the node's own samples if any */
-    double reduce = fit[0].measured ? fit[0].reduce : fit[1].reduce;
+    double reduce = fit[0].ok ? fit[0].reduce_Bps : fit[1].reduce_Bps;
     cli_print("\n# samples: fourfold ring, median of %d iterations of the slowest rank\n"
-              "#%5s %-14s %3s %12s %12s %12s %9s\n",
-              iters, "level", "collective", "p", "block(B)", "time(us)", "fit(us)", "residual");
+              "#%5s %-14s %3s %12s %12s %12s %9s %s\n",
+              iters, "level", "collective", "p", "block(B)", "time(us)", "fit(us)", "residual",
+              "regime");
     for (int i = 0; i < ns; i++) {
         const sample *s = &smp[i];
-        const level_fit *f = &fit[s->level];
-        double pred =
-            s->x[0] * f->alpha + s->x[1] / f->beta + (f->reduce > 0 ? s->x[2] / f->reduce : 0);
-        cli_print(" %5s %-14s %3d %12.0f %12.1f %12.1f %8.1f%%\n", s->level ? "inter" : "intra",
-                  ff_coll_name(s->coll), s->p, s->block_bytes, s->t * 1e6, pred * 1e6,
-                  100 * (pred - s->t) / s->t);
+        const ff_coll_fit_result *f = &fit[s->level];
+        double pred = ff_coll_fit_predict(f, &s->s), t = s->s.t_s;
+        int small = f->small_max_B > 0 && s->s.msg_bytes <= f->small_max_B;
+        cli_print(" %5s %-14s %3d %12.0f %12.1f %12.1f %8.1f%% %s\n", s->level ? "inter" : "intra",
+                  ff_coll_name(s->coll), s->p, s->s.msg_bytes, t * 1e6, pred * 1e6,
+                  100 * (pred - t) / t, f->small_max_B > 0 ? (small ? "small" : "large") : "-");
     }
     for (int l = 0; l < 2; l++) {
-        if (fit[l].measured)
-            cli_print("# %s: alpha %.3g s, beta %.4g B/s (%.3f GB/s), additions %.4g B/s; "
-                      "relative residual RMS %.1f%%, largest %.1f%%, %d samples\n",
-                      l ? "inter" : "intra", fit[l].alpha, fit[l].beta, fit[l].beta * 1e-9,
-                      fit[l].reduce, 100 * fit[l].rms, 100 * fit[l].max_abs, fit[l].n);
-        else
+        const ff_coll_fit_result *f = &fit[l];
+        const char *lname = l ? "inter" : "intra";
+        if (!f->ok) {
             cli_print("# %s: not measured (%s); the defaults are written: alpha %.3g s, beta "
                       "%.4g B/s\n",
-                      l ? "inter" : "intra", l ? "one node" : "one rank per node", fit[l].alpha,
-                      fit[l].beta);
+                      lname, l ? "one node" : "one rank per node", f->alpha_s, f->beta_Bps);
+            continue;
+        }
+        if (f->small_max_B > 0)
+            cli_print("# %s: two regimes: messages <= %.0f B alpha %.3g s, beta %.4g B/s; larger "
+                      "alpha %.3g s, beta %.4g B/s",
+                      lname, f->small_max_B, f->alpha_small_s, f->beta_small_Bps, f->alpha_s,
+                      f->beta_Bps);
+        else
+            cli_print("# %s: alpha %.3g s, beta %.4g B/s (%.3f GB/s)", lname, f->alpha_s,
+                      f->beta_Bps, f->beta_Bps * 1e-9);
+        cli_print("; additions %.4g B/s; relative residual RMS %.1f%%, largest %.1f%%, %d "
+                  "samples\n",
+                  f->reduce_Bps, 100 * f->rms_rel, 100 * f->max_rel, f->n);
     }
 
     /* intra_bw: (P, G) with P*G <= g, all groups of every node at once */
@@ -445,6 +370,16 @@ int cmd_bench_profile(int argc, char **argv)
         for (char *q = host; *q; q++)
             if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20)
                 *q = '_';
+        char regime[2][256] = {"", ""};
+        for (int l = 0; l < 2; l++)
+            if (fit[l].small_max_B > 0) {
+                const char *lname = l ? "inter" : "intra";
+                snprintf(regime[l], sizeof regime[l],
+                         "\n \"small_max_%s_B\":%.6g,\"alpha_%s_small_s\":%.6g,"
+                         "\"beta_%s_small_Bps\":%.6g,",
+                         lname, fit[l].small_max_B, lname, fit[l].alpha_small_s, lname,
+                         fit[l].beta_small_Bps);
+            }
         size_t cap = 8192 + bw_len;
         char *text = malloc(cap);
         if (!text)
@@ -455,16 +390,18 @@ int cmd_bench_profile(int argc, char **argv)
                  "\"gemm_flops\":%.6g,"
                  "\"peak_flops\":%.6g,\"alpha_intra_s\":%.6g,\"beta_intra_Bps\":%.6g,"
                  "\"alpha_inter_s\":%.6g,\"beta_inter_Bps\":%.6g,\"intra_bw\":[%s],\n"
-                 " \"reduce_Bps\":%.6g,\n"
-                 " \"fit\":{\"method\":\"least squares on relative error, ring all-gather, "
+                 " \"reduce_Bps\":%.6g,%s%s\n"
+                 " \"fit\":{\"method\":\"least squares on relative error, one or two regimes per "
+                 "level (BIC), ring all-gather, "
                  "reduce-scatter, all-reduce\",\"date\":\"%s\",\"host\":\"%s\",\"ranks\":%d,"
                  "\"nodes\":%d,\"iters\":%d,\"gemm_shape\":\"%dx%dx%d\","
                  "\"intra\":{\"measured\":%s,\"samples\":%d,\"rms_rel\":%.4f,\"max_rel\":%.4f},"
                  "\"inter\":{\"measured\":%s,\"samples\":%d,\"rms_rel\":%.4f,\"max_rel\":%.4f}}}\n",
-                 label, g, cores, mem, med, med, fit[0].alpha, fit[0].beta, fit[1].alpha,
-                 fit[1].beta, bw_json, reduce, date, host, size, N, iters, dim, dim, dim,
-                 fit[0].measured ? "true" : "false", fit[0].n, fit[0].rms, fit[0].max_abs,
-                 fit[1].measured ? "true" : "false", fit[1].n, fit[1].rms, fit[1].max_abs);
+                 label, g, cores, mem, med, med, fit[0].alpha_s, fit[0].beta_Bps, fit[1].alpha_s,
+                 fit[1].beta_Bps, bw_json, reduce, regime[0], regime[1], date, host, size, N, iters,
+                 dim, dim, dim, fit[0].ok ? "true" : "false", fit[0].n, fit[0].rms_rel,
+                 fit[0].max_rel, fit[1].ok ? "true" : "false", fit[1].n, fit[1].rms_rel,
+                 fit[1].max_rel);
         if (write_profile(out, text) != 0) {
             fprintf(stderr, "fourfold: error: cannot write %s: %s\n", out, strerror(errno));
             code = CLI_FAIL;

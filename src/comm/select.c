@@ -8,7 +8,9 @@
  * (MPI_Group_translate_ranks, no communication), so posting never blocks.
  *
  * Cost model (AutoDDL §3: alpha-beta, fitted by `fourfold bench profile`).
- * A step costs alpha + bytes/beta at its level; a step whose messages leave a
+ * A step costs alpha + bytes/beta at its level (with a second (alpha, beta)
+ * for messages up to small_max bytes where the profile found two regimes,
+ * comm/fit.c); a step whose messages leave a
  * node costs alpha_inter + s*bytes/beta_inter where s is the number of the
  * busiest node's ranks sending off-node in that step (they share its link:
  * DESIGN §6's beta_inter / min(g, P)). Each algorithm's time is the sum of
@@ -43,23 +45,37 @@ void ff_coll_model_default(ff_coll_model *m)
     m->alpha_inter_s = 3e-5;
     m->beta_inter_Bps = 1.16e8;
     m->reduce_Bps = 0;
+    m->small_max_intra_B = m->alpha_intra_small_s = m->beta_intra_small_Bps = 0;
+    m->small_max_inter_B = m->alpha_inter_small_s = m->beta_inter_small_Bps = 0;
     m->strict_volume = 1;
+}
+
+/* alpha >= 0 and beta > 0, finite; a second regime only with small_max > 0 */
+static int level_ok(double alpha, double beta, double small_max, double alpha_small,
+                    double beta_small)
+{
+    int ok = alpha >= 0 && beta > 0 && isfinite(alpha) && isfinite(beta) && small_max >= 0 &&
+             isfinite(small_max);
+    if (small_max > 0)
+        ok &= alpha_small >= 0 && beta_small > 0 && isfinite(alpha_small) && isfinite(beta_small);
+    return ok;
 }
 
 static int model_ok(const ff_coll_model *m)
 {
-    return m->alpha_intra_s >= 0 && m->alpha_inter_s >= 0 && m->beta_intra_Bps > 0 &&
-           m->beta_inter_Bps > 0 && m->reduce_Bps >= 0 && isfinite(m->alpha_intra_s) &&
-           isfinite(m->alpha_inter_s) && isfinite(m->beta_intra_Bps) &&
-           isfinite(m->beta_inter_Bps) && isfinite(m->reduce_Bps);
+    return level_ok(m->alpha_intra_s, m->beta_intra_Bps, m->small_max_intra_B,
+                    m->alpha_intra_small_s, m->beta_intra_small_Bps) &&
+           level_ok(m->alpha_inter_s, m->beta_inter_Bps, m->small_max_inter_B,
+                    m->alpha_inter_small_s, m->beta_inter_small_Bps) &&
+           m->reduce_Bps >= 0 && isfinite(m->reduce_Bps);
 }
 
 int ff_ctx_set_coll_model(ff_ctx *ctx, const ff_coll_model *m)
 {
     if (!m || !model_ok(m))
         return ff_set_error(ctx, FF_EINVAL,
-                            "collective model: alphas and reduce_Bps must be >= 0 and betas > 0, "
-                            "all finite");
+                            "collective model: alphas, small_max and reduce_Bps must be >= 0 and "
+                            "betas > 0 (small betas too where small_max > 0), all finite");
     ctx->coll->model = *m;
     return FF_OK;
 }
@@ -119,18 +135,29 @@ int ff_coll_model_read(const char *path, ff_coll_model *m, char *err, size_t err
                  path);
         rc = FF_ECORRUPT;
     }
-    static const char *const keys[5] = {"alpha_intra_s", "beta_intra_Bps", "alpha_inter_s",
-                                        "beta_inter_Bps", "reduce_Bps"};
+    enum { NKEYS = 11 };
+    static const char *const keys[NKEYS] = {
+        "alpha_intra_s",     "beta_intra_Bps",      "alpha_inter_s",       "beta_inter_Bps",
+        "reduce_Bps",        "small_max_intra_B",   "alpha_intra_small_s", "beta_intra_small_Bps",
+        "small_max_inter_B", "alpha_inter_small_s", "beta_inter_small_Bps"};
     ff_coll_model tmp = *m;
-    double *dst[5] = {&tmp.alpha_intra_s, &tmp.beta_intra_Bps, &tmp.alpha_inter_s,
-                      &tmp.beta_inter_Bps, &tmp.reduce_Bps};
-    for (int i = 0; i < 5 && rc == FF_OK; i++)
+    /* a profile without a second regime for a level has one */
+    tmp.small_max_intra_B = tmp.small_max_inter_B = 0;
+    double *dst[NKEYS] = {
+        &tmp.alpha_intra_s,       &tmp.beta_intra_Bps,       &tmp.alpha_inter_s,
+        &tmp.beta_inter_Bps,      &tmp.reduce_Bps,           &tmp.small_max_intra_B,
+        &tmp.alpha_intra_small_s, &tmp.beta_intra_small_Bps, &tmp.small_max_inter_B,
+        &tmp.alpha_inter_small_s, &tmp.beta_inter_small_Bps};
+    for (int i = 0; i < NKEYS && rc == FF_OK; i++)
         if (json_number(text, keys[i], dst[i]) < 0) {
             snprintf(err, err_len, "%s: \"%s\" is not followed by a number", path, keys[i]);
             rc = FF_ECORRUPT;
         }
     if (rc == FF_OK && !model_ok(&tmp)) {
-        snprintf(err, err_len, "%s: alphas and reduce_Bps must be >= 0, betas > 0", path);
+        snprintf(err, err_len,
+                 "%s: alphas, small_max and reduce_Bps must be >= 0, betas > 0 (small betas "
+                 "too where small_max > 0)",
+                 path);
         rc = FF_ECORRUPT;
     }
     free(text);
@@ -359,10 +386,18 @@ int ff_ctx_nodes(const ff_ctx *ctx) { return ctx && ctx->coll ? ctx->coll->n_nod
 
 /* ---- predicted times ---- */
 
+/* One step: messages of `bytes` within a node (streams 0) or leaving it with
+ * `streams` of the busiest node's ranks sharing its link; the regime is the
+ * message's (a protocol or a shaper's burst acts per message). */
 static double step_t(const ff_coll_model *m, double bytes, int streams)
 {
-    if (streams <= 0)
+    if (streams <= 0) {
+        if (m->small_max_intra_B > 0 && bytes <= m->small_max_intra_B)
+            return m->alpha_intra_small_s + bytes / m->beta_intra_small_Bps;
         return m->alpha_intra_s + bytes / m->beta_intra_Bps;
+    }
+    if (m->small_max_inter_B > 0 && bytes <= m->small_max_inter_B)
+        return m->alpha_inter_small_s + bytes * streams / m->beta_inter_small_Bps;
     return m->alpha_inter_s + bytes * streams / m->beta_inter_Bps;
 }
 

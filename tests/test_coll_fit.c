@@ -1,0 +1,237 @@
+/* The profile fit (ff_coll_fit) and the selector's use of its two regimes.
+ *
+ * Part 1, rank 0, no communication: samples shaped like `bench profile`'s
+ * (ring all-gather, reduce-scatter, all-reduce on p = 2..4 ranks, blocks of
+ * 1 KiB .. 1 MiB by factors of 2) are generated from known parameters, with
+ * and without a deterministic multiplicative noise, and the fit must give
+ * the parameters back: exactly generated data to 1e-6, noisy data to the
+ * tolerances printed with each check; data from one line must not be split,
+ * data from two regimes must be split at the generator's threshold.
+ *
+ * Part 2, every rank (run with FF_RANKS_PER_NODE=1: each rank a node): with
+ * a two-regime inter-node model set on the context, ff_coll_predict of the
+ * ring and of recursive doubling must equal the step sums written out here
+ * from the model's definition (docs/collectives.md), and ff_coll_choose must
+ * pick the ring where recursive doubling's one double-size message crosses
+ * the threshold and recursive doubling where it does not. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+typedef struct {
+    double alpha, beta, small_max, alpha_small, beta_small, reduce;
+} truth;
+
+static double gen_time(const truth *t, const ff_coll_sample *s)
+{
+    int small = t->small_max > 0 && s->msg_bytes <= t->small_max;
+    double a = small ? t->alpha_small : t->alpha, b = small ? t->beta_small : t->beta;
+    return s->steps * (a + s->msg_bytes / b) + (t->reduce > 0 ? s->add_bytes / t->reduce : 0);
+}
+
+/* A fixed pseudo-random factor in [1 - amp, 1 + amp] (xorshift). */
+static double noise(unsigned *state, double amp)
+{
+    unsigned x = *state;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    *state = x;
+    return 1 + amp * (2.0 * (x / 4294967296.0) - 1);
+}
+
+static int make_samples(const truth *t, double amp, unsigned seed, ff_coll_sample *s)
+{
+    int n = 0;
+    unsigned state = seed;
+    for (int p = 2; p <= 4; p++)
+        for (int c = 0; c < 3; c++) /* AG, RS, AR as bench profile times them */
+            for (double b = 1024; b <= 1048576; b *= 2) {
+                ff_coll_sample *x = &s[n++];
+                x->steps = (c == 2 ? 2.0 : 1.0) * (p - 1);
+                x->msg_bytes = b;
+                x->add_bytes = c == 0 ? 0 : (p - 1) * b;
+                x->t_s = gen_time(t, x) * noise(&state, amp);
+            }
+    return n;
+}
+
+static int close_rel(double got, double want, double tol)
+{
+    return fabs(got - want) <= tol * fabs(want);
+}
+
+static void check_fit(const char *what, const ff_coll_fit_result *f, const truth *t, double tol)
+{
+    printf("  %-34s alpha %.4g beta %.4g small_max %.0f alpha_s %.4g beta_s %.4g reduce %.4g "
+           "(RMS %.2f%%, tolerance %g)\n",
+           what, f->alpha_s, f->beta_Bps, f->small_max_B, f->alpha_small_s, f->beta_small_Bps,
+           f->reduce_Bps, 100 * f->rms_rel, tol);
+    CHECK(f->ok, "%s: no fit", what);
+    CHECK(f->small_max_B == t->small_max, "%s: threshold %.0f, generated %.0f", what,
+          f->small_max_B, t->small_max);
+    CHECK(close_rel(f->alpha_s, t->alpha, tol), "%s: alpha %.6g, generated %.6g", what, f->alpha_s,
+          t->alpha);
+    CHECK(close_rel(f->beta_Bps, t->beta, tol), "%s: beta %.6g, generated %.6g", what, f->beta_Bps,
+          t->beta);
+    if (t->small_max > 0) {
+        CHECK(close_rel(f->alpha_small_s, t->alpha_small, tol), "%s: alpha_small %.6g, gen %.6g",
+              what, f->alpha_small_s, t->alpha_small);
+        CHECK(close_rel(f->beta_small_Bps, t->beta_small, tol), "%s: beta_small %.6g, gen %.6g",
+              what, f->beta_small_Bps, t->beta_small);
+    }
+    if (t->reduce > 0)
+        CHECK(close_rel(f->reduce_Bps, t->reduce, tol), "%s: reduce %.6g, generated %.6g", what,
+              f->reduce_Bps, t->reduce);
+}
+
+static void part_fit(void)
+{
+    ff_coll_sample s[3 * 3 * 11];
+    ff_coll_fit_result f;
+    /* one line: shared memory-like, additions as costly as copies */
+    truth one = {3e-6, 3e9, 0, 0, 0, 6e9};
+    int n = make_samples(&one, 0, 1, s);
+    ff_coll_fit(s, n, 1, &f);
+    check_fit("one regime, exact", &f, &one, 1e-6);
+    CHECK(f.rms_rel < 1e-9, "exact data fitted with RMS %g", f.rms_rel);
+    /* noisy: the split must not chase the noise, for any of these seeds */
+    for (unsigned seed = 1; seed <= 10; seed++) {
+        char what[64];
+        snprintf(what, sizeof what, "one regime, +-10%% noise, seed %u", seed);
+        make_samples(&one, 0.10, seed * 7919u, s);
+        ff_coll_fit(s, n, 1, &f);
+        check_fit(what, &f, &one, 0.2);
+    }
+    /* two regimes: the emulated 1 Gbit/s link's shape (docs/coll-bench.md) */
+    truth two = {2e-4, 8e7, 16384, 3e-5, 6e8, 0};
+    make_samples(&two, 0, 2, s);
+    ff_coll_fit(s, n, 1, &f);
+    check_fit("two regimes, exact", &f, &two, 1e-6);
+    for (unsigned seed = 1; seed <= 10; seed++) {
+        char what[64];
+        snprintf(what, sizeof what, "two regimes, +-10%% noise, seed %u", seed);
+        make_samples(&two, 0.10, seed * 104729u, s);
+        ff_coll_fit(s, n, 1, &f);
+        check_fit(what, &f, &two, 0.2);
+    }
+    /* refusing a second regime when asked for one */
+    make_samples(&two, 0, 2, s);
+    ff_coll_fit(s, n, 0, &f);
+    printf("  two regimes fitted with one: RMS %.1f%%\n", 100 * f.rms_rel);
+    CHECK(f.ok && f.small_max_B == 0, "two_regimes = 0 still split at %.0f", f.small_max_B);
+    CHECK(f.rms_rel > 0.2, "one line fits two regimes with RMS %g: the test data are too easy",
+          f.rms_rel);
+    /* the prediction is the generator's formula */
+    make_samples(&two, 0, 2, s);
+    ff_coll_fit(s, n, 1, &f);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs(ff_coll_fit_predict(&f, &s[i]) - s[i].t_s) / s[i].t_s;
+        worst = d > worst ? d : worst;
+    }
+    CHECK(worst < 1e-6, "ff_coll_fit_predict differs from the generator by %g", worst);
+    /* too few or unusable samples */
+    for (int i = 0; i < n; i++)
+        s[i].t_s = -1;
+    ff_coll_fit(s, n, 1, &f);
+    CHECK(!f.ok && f.n == 0, "a fit from no usable sample");
+    ff_coll_fit(s, 0, 1, &f);
+    CHECK(!f.ok, "a fit from zero samples");
+}
+
+/* Part 2: the selector with a two-regime inter-node model. */
+static double step(const ff_coll_model *m, double bytes)
+{
+    /* every rank is a node: one stream per link in every step */
+    if (bytes <= m->small_max_inter_B)
+        return m->alpha_inter_small_s + bytes / m->beta_inter_small_Bps;
+    return m->alpha_inter_s + bytes / m->beta_inter_Bps;
+}
+
+static void part_select(ff_ctx *ctx)
+{
+    ff_group *g = NULL;
+    int p = ff_ctx_size(ctx);
+    if (ff_group_create(ctx, ff_ctx_comm(ctx), "all", &g) != FF_OK) {
+        CHECK(0, "ff_group_create: %s", ff_ctx_error(ctx));
+        return;
+    }
+    int nodes, per_node;
+    ff_group_topology(g, &nodes, &per_node);
+    CHECK(nodes == p && per_node == 1, "run with FF_RANKS_PER_NODE=1: %d nodes of %d", nodes,
+          per_node);
+    ff_coll_model m;
+    ff_coll_model_default(&m);
+    m.alpha_inter_s = 2e-4, m.beta_inter_Bps = 8e7;
+    m.small_max_inter_B = 16384, m.alpha_inter_small_s = 3e-5, m.beta_inter_small_Bps = 6e8;
+    CHECK(ff_ctx_set_coll_model(ctx, &m) == FF_OK, "set model: %s", ff_ctx_error(ctx));
+    ff_coll_model bad = m;
+    bad.beta_inter_small_Bps = 0;
+    CHECK(ff_ctx_set_coll_model(ctx, &bad) == FF_EINVAL, "a zero small beta was accepted");
+    if (p != 4) {
+        CHECK(0, "part 2 needs 4 ranks, has %d", p);
+        ff_group_destroy(g);
+        return;
+    }
+    /* all-gather blocks around the threshold: 16 KiB (rec's second message
+     * 32 KiB is large), 8 KiB (both small), 256 KiB (both large) */
+    static const size_t blocks_B[] = {4096, 8192, 16384, 65536, 262144};
+    for (size_t i = 0; i < sizeof blocks_B / sizeof blocks_B[0]; i++) {
+        double B = (double)blocks_B[i];
+        size_t count = blocks_B[i] / 4;
+        double ring = 3 * step(&m, B), rec = step(&m, B) + step(&m, 2 * B);
+        double got_ring = ff_coll_predict(g, FF_COLL_ALLGATHER, FF_ALGO_RING, count, FF_WIRE_FP32);
+        double got_rec = ff_coll_predict(g, FF_COLL_ALLGATHER, FF_ALGO_REC, count, FF_WIRE_FP32);
+        ff_algo pick = ff_coll_choose(g, FF_COLL_ALLGATHER, count, FF_WIRE_FP32);
+        ff_algo want = rec < ring ? FF_ALGO_REC : FF_ALGO_RING;
+        if (ff_ctx_rank(ctx) == 0)
+            printf("  all-gather block %7zu B on 4 nodes: ring %.1f us (model %.1f), rec %.1f us "
+                   "(model %.1f), picks %s\n",
+                   blocks_B[i], ring * 1e6, got_ring * 1e6, rec * 1e6, got_rec * 1e6,
+                   ff_algo_name(pick));
+        CHECK(close_rel(got_ring, ring, 1e-12) && close_rel(got_rec, rec, 1e-12),
+              "block %zu: predictions %g/%g, expected %g/%g", blocks_B[i], got_ring, got_rec, ring,
+              rec);
+        CHECK(pick == want, "block %zu: picked %s, expected %s", blocks_B[i], ff_algo_name(pick),
+              ff_algo_name(want));
+        if (blocks_B[i] == 16384)
+            CHECK(pick == FF_ALGO_RING, "16 KiB blocks: rec's 32 KiB message is large, the "
+                                        "ring must win here");
+        if (blocks_B[i] == 4096)
+            CHECK(pick == FF_ALGO_REC, "4 KiB blocks: all small, rec's fewer steps must win");
+    }
+    /* one regime again: recursive doubling's fewer steps win at 16 KiB */
+    m.small_max_inter_B = 0;
+    ff_ctx_set_coll_model(ctx, &m);
+    CHECK(ff_coll_choose(g, FF_COLL_ALLGATHER, 4096, FF_WIRE_FP32) == FF_ALGO_REC,
+          "one regime: the ring was picked at 16 KiB");
+    ff_group_destroy(g);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        printf("part 1: ff_coll_fit on generated samples (p = 2..4, 1 KiB .. 1 MiB by 2x)\n");
+        part_fit();
+    }
+    ff_ctx *ctx = NULL;
+    if (ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL) != FF_OK) {
+        fprintf(stderr, "ff_ctx_create: %s\n", ff_ctx_error(ctx));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (rank == 0)
+        printf("part 2: the selector with a two-regime inter-node model, FF_RANKS_PER_NODE=%s\n",
+               getenv("FF_RANKS_PER_NODE") ? getenv("FF_RANKS_PER_NODE") : "unset");
+    part_select(ctx);
+    ff_ctx_destroy(ctx);
+    int rc = test_finish("coll_fit_np4");
+    MPI_Finalize();
+    return rc;
+}
