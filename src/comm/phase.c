@@ -6,7 +6,8 @@
  * buffer. The flat recursive algorithms are one or two phases over the whole
  * group; the hierarchical ones chain an inter-node and an intra-node phase
  * over different views of the same buffer. Like ring.c, one step posts at
- * most a receive and a send per peer (two of each in a fold), its local
+ * most a send and a receive per peer (two of each in a fold; sends first,
+ * see ff_post_send), its local
  * work (adding a received partial sum) runs when the step has completed,
  * and every message is counted by ff_post_send/ff_post_recv as it is posted.
  *
@@ -220,17 +221,17 @@ static int post_ring(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
     int rc;
     if (ph->kind == FF_PH_AG_RING) { /* send block me-st, receive me-st-1 */
         int sb = mod(me - st, n), rb = mod(me - st - 1, n);
-        rc = ff_post_recv(req, welem(req, s->stage, b[rb]), blen(ph, rb), left);
+        rc = ff_post_send(req, welem(req, s->stage, b[sb]), blen(ph, sb), right);
         if (rc == FF_OK)
-            rc = ff_post_send(req, welem(req, s->stage, b[sb]), blen(ph, sb), right);
+            rc = ff_post_recv(req, welem(req, s->stage, b[rb]), blen(ph, rb), left);
         return rc;
     }
     /* reduce-scatter: send the partial sum of block me-st-1, receive that
      * of block me-st-2 and add it; block me is complete after n-1 steps */
     int sb = mod(me - st - 1, n), rb = mod(me - st - 2, n);
-    rc = rs_recv(req, s, b[rb], blen(ph, rb), left, 0);
+    rc = rs_send(req, s, b[sb], blen(ph, sb), right);
     if (rc == FF_OK)
-        rc = rs_send(req, s, b[sb], blen(ph, sb), right);
+        rc = rs_recv(req, s, b[rb], blen(ph, rb), left, 0);
     return rc;
 }
 
@@ -257,9 +258,9 @@ static int post_rec_ag(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
         size_t so = b[lo_of(&f, n, a)], sl = b[lo_of(&f, n, a + mask)] - so;
         size_t ro = b[lo_of(&f, n, pa)], rl = b[lo_of(&f, n, pa + mask)] - ro;
         int peer = ph->peer[part_of(&f, pv)];
-        rc = ff_post_recv(req, welem(req, s->stage, ro), rl, peer);
+        rc = ff_post_send(req, welem(req, s->stage, so), sl, peer);
         if (rc == FF_OK)
-            rc = ff_post_send(req, welem(req, s->stage, so), sl, peer);
+            rc = ff_post_recv(req, welem(req, s->stage, ro), rl, peer);
         return rc;
     }
     if (!ph->fold_out || !folded)
@@ -304,9 +305,9 @@ static int post_rec_rs(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
         int peer = ph->peer[part_of(&f, f.vme ^ mask)];
         size_t ko = b[lo_of(&f, n, keep)], kl = b[lo_of(&f, n, keep + mask)] - ko;
         size_t go = b[lo_of(&f, n, give)], gl = b[lo_of(&f, n, give + mask)] - go;
-        rc = rs_recv(req, s, ko, kl, peer, 0);
+        rc = rs_send(req, s, go, gl, peer);
         if (rc == FF_OK)
-            rc = rs_send(req, s, go, gl, peer);
+            rc = rs_recv(req, s, ko, kl, peer, 0);
         return rc;
     }
     if (!ph->fold_out || !folded)

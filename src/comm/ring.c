@@ -46,12 +46,14 @@ static size_t chunk_len(size_t n, int p, int i)
 #define RIGHT(req) mod(R(req) + 1, P(req))
 #define LEFT(req)  mod(R(req) - 1, P(req))
 
+/* The send is posted before the receive, as in every algorithm (see
+ * ff_post_send in internal.h for why). */
 static int post_pair(ff_request *req, const void *sbuf, size_t sn, int to, void *rbuf, size_t rn,
                      int from)
 {
-    int rc = ff_post_recv(req, rbuf, rn, from);
+    int rc = ff_post_send(req, sbuf, sn, to);
     if (rc == FF_OK)
-        rc = ff_post_send(req, sbuf, sn, to);
+        rc = ff_post_recv(req, rbuf, rn, from);
     return rc;
 }
 
