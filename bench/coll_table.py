@@ -8,6 +8,11 @@ Files named NAME.rK.jsonl are runs of one configuration: each time is the
 median over the runs (with two runs, their mean), and the summary also gives
 each run's own count.
 
+A file named NAME.picks.jsonl (from `bench coll --algos auto` with another
+profile, e.g. one re-fitted from the same samples) replaces the algorithms
+AUTO ran in NAME's runs: the table then shows what that profile would have
+picked, priced at the times measured for those algorithms.
+
 Per file and collective: one row per size, the out-of-place median time (ms)
 of every algorithm, the algorithm AUTO picked (from its row's "ran") with its
 own row's time over the fastest of fourfold's algorithms, and the fastest of
@@ -65,24 +70,30 @@ def merged(paths):
     return list(out.values()), runs
 
 
-def table(name, paths, quiet=False):
+def table(name, paths, quiet=False, picks=None):
     rows, runs = merged(paths)
     if not rows:
         return None
+    if picks:
+        for r in rows:
+            if r["algo"] == "auto" and (r["coll"], r["size"]) in picks:
+                r["ran"] = picks[(r["coll"], r["size"])]
     r0 = rows[0]
     tw = twins(r0["nodes"], r0["per_node"])
     if not quiet:
         print(f"\n#### {name}: {r0['ranks']} ranks, {r0['nodes']} node(s) x {r0['per_node']}"
-              + (f", median of {len(paths)} runs" if len(paths) > 1 else "") + "\n")
+              + (f", median of {len(paths)} runs" if len(paths) > 1 else "")
+              + (", AUTO's picks from " + picks["file"] if picks else "") + "\n")
     out = print if not quiet else (lambda *a, **k: None)
-    regrets, overall = [], []
+    regrets, overall, per_run = [], [], []
     for coll in ["allgather", "reduce_scatter", "allreduce", "alltoall"]:
         rs = [r for r in rows if r["coll"] == coll]
         if not rs:
             continue
         algos = [a for a in ALGOS if any(r["algo"] == a for r in rs)]
         out(f"\n{coll} (ms, median of the slowest rank, out of place)\n")
-        out("| size/rank | " + " | ".join(algos) + " | AUTO ran | pick / best ours | best MPI / pick |")
+        auto = "AUTO picks" if picks else "AUTO ran"
+        out("| size/rank | " + " | ".join(algos) + f" | {auto} | pick / best ours | best MPI / pick |")
         out("|---:|" + "---:|" * len(algos) + "---|---:|---:|")
         for size in sorted({r["size"] for r in rs}):
             at = {r["algo"]: r for r in rs if r["size"] == size}
@@ -105,6 +116,9 @@ def table(name, paths, quiet=False):
                     ratio += f" ({best}{', twin' if twin else ''})"
                     if not twin:
                         regrets.append(ours[pick] / ours[best])
+                        if ours[pick] / ours[best] > 1.10:
+                            runs_p, runs_b = at[pick]["oop_runs"], at[best]["oop_runs"]
+                            per_run.append(min(x / y for x, y in zip(runs_p, runs_b)))
                 else:
                     regrets.append(1.0)
             if pick in ours and mpi:
@@ -118,6 +132,10 @@ def table(name, paths, quiet=False):
         summary = (worst, over, len(regrets))
         out(f"\nPick vs fastest different schedule of fourfold's: worst {worst:.2f}, "
             f"{over} of {len(regrets)} cells more than 10% slower.")
+        if len(paths) > 1 and per_run:
+            # a loss that every run shows, or one that the runs disagree on
+            out(f"Of those {over}, slower in every run: {sum(1 for x in per_run if x > 1)}; "
+                f"more than 10% slower in every run: {sum(1 for x in per_run if x > 1.10)}.")
         if overall:
             out(f"Pick vs fastest of all, the MPI library's included: worst {max(overall):.2f}, "
                 f"{sum(1 for x in overall if x > 1.10)} of {len(overall)} cells more than 10% slower.")
@@ -133,16 +151,25 @@ def table(name, paths, quiet=False):
                 out(f"Run to run, the same algorithm at the same size: median ratio "
                     f"{statistics.median(spread):.2f}, {sum(1 for x in spread if x > 1.10)} of "
                     f"{len(spread)} cells differ by more than 10%, largest {spread[-1]:.2f}.")
-            each = [table(name, [p], quiet=True) for p in paths]
+            each = [table(name, [p], quiet=True, picks=picks) for p in paths]
             out("Each run alone (pick vs fastest different schedule of fourfold's): " + "; ".join(
                 f"run {i + 1}: worst {w:.2f}, {o} of {n} cells > 10%"
                 for i, (w, o, n) in enumerate(e for e in each if e)) + ".")
     return summary
 
 
-groups = OrderedDict()
+groups, picked = OrderedDict(), {}
 for p in sys.argv[1:]:
-    name = re.sub(r"(\.r\d+)?\.jsonl$", "", p.split("/")[-1])
+    base = p.split("/")[-1]
+    if base.endswith(".picks.jsonl"):
+        pk = {"file": base}
+        for line in open(p):
+            r = json.loads(line)
+            if r["algo"] == "auto":
+                pk[(r["coll"], r["size"])] = r["ran"]
+        picked[base[: -len(".picks.jsonl")]] = pk
+        continue
+    name = re.sub(r"(\.r\d+)?\.jsonl$", "", base)
     groups.setdefault(name, []).append(p)
 for name, paths in groups.items():
-    table(name, paths)
+    table(name, paths, picks=picked.get(name))

@@ -9,7 +9,8 @@
 # is shared; see the doc). Needs root for the network namespaces.
 #
 # With REPEAT=R (default 1) step 2 runs R times (NAME.rK.coll.txt and
-# .rK.jsonl), and bench/coll_table.py takes the median over the runs.
+# .rK.jsonl), and bench/coll_table.py takes the median over the runs;
+# REPEAT=0 only fits the profiles (how profiles/tb-*.json were made).
 #
 #   usage: bench/coll_testbed.sh BUILD_DIR OUT_DIR [SHAPES] [DELAYS] [MAXBYTES]
 #   e.g.   REPEAT=2 bench/coll_testbed.sh build-coll-rel bench/results/coll "4x1 2x2" "0 100" 64M

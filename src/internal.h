@@ -120,7 +120,10 @@ struct ff_grid {
 
 /* ---- engine (comm/engine.c, comm/ring.c, comm/mpilib.c) ---- */
 
-enum { FF_REQ_MAX_MPI = 4 };
+/* MPI requests one step of a request may have in flight: a send and a
+ * receive per partner; the all-to-all posts FF_A2A_WINDOW partners at once
+ * (comm/ring.c), every other algorithm at most two partners (a fold). */
+enum { FF_A2A_WINDOW = 8, FF_REQ_MAX_MPI = 2 * FF_A2A_WINDOW };
 
 typedef struct ff_request ff_request;
 typedef int (*ff_advance_fn)(ff_request *req);

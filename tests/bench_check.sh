@@ -97,6 +97,25 @@ if FF_PROFILE="$WORK/regime_bad.json" "$MPIEXEC" -np 2 "$FF" bench coll --colls 
 grep -q "FF_PROFILE: .*small" "$WORK/regime_bad.txt" || { cat "$WORK/regime_bad.txt"; fail "message"; }
 echo "ok   a profile's second regime is read (ring all-reduce of 4 KiB predicted $pred us, 2e6 expected); a zero small beta refused"
 
+# the all-to-all's rounds (FF_A2A_WINDOW partners at once, 8 by default):
+# with the same 1 s per small message, 4 nodes of one rank (3 partners)
+# take one round by default, two with a window of 2, three with 1
+for w in "" 2 1; do
+    FF_A2A_WINDOW=$w FF_RANKS_PER_NODE=1 FF_PROFILE="$WORK/regime.json" "$MPIEXEC" -np 4 "$FF" \
+        bench coll --colls a2a --algos ring -b 4K -e 4K -n 1 -w 0 > "$WORK/a2a$w.txt" 2>&1 ||
+        { cat "$WORK/a2a$w.txt"; fail "all-to-all with FF_A2A_WINDOW=$w"; }
+    grep -q "^# total #wrong: 0$" "$WORK/a2a$w.txt" || fail "all-to-all window $w: #wrong"
+    pred=$(awk '!/^#/ && $5 == "ring" { print $6 }' "$WORK/a2a$w.txt")
+    want=$(case "$w" in "") echo 1e6 ;; 2) echo 2e6 ;; 1) echo 3e6 ;; esac)
+    awk -v p="$pred" -v q="$want" 'BEGIN { exit !(p > 0.99 * q && p < 1.01 * q) }' ||
+        { cat "$WORK/a2a$w.txt"; fail "all-to-all window '$w': predicted $pred us, expected $want"; }
+done
+if FF_A2A_WINDOW=9 "$MPIEXEC" -np 2 "$FF" bench coll --colls a2a -b 4K -e 4K -n 1 \
+    > "$WORK/a2a_bad.txt" 2>&1; then fail "FF_A2A_WINDOW=9 was accepted"; fi
+grep -q "FF_A2A_WINDOW=9: expected an integer from 1 to 8" "$WORK/a2a_bad.txt" ||
+    { cat "$WORK/a2a_bad.txt"; fail "message"; }
+echo "ok   all-to-all rounds follow FF_A2A_WINDOW (1, 2, 3 rounds predicted, #wrong 0); 9 refused"
+
 # the planner's strict reader, where this build has the planner
 if "$FF" --help 2>&1 | grep -q "^  plan "; then
     "$FF" plan --machine "$WORK/p2.json" --print-machine > "$WORK/plan.txt" 2>&1 ||

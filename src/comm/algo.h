@@ -31,6 +31,7 @@ struct ff_coll_layer {
     int per_node_override; /* FF_RANKS_PER_NODE, 0 if unset */
     ff_coll_model model;
     ff_algo forced; /* FF_ALGO, or FF_ALGO_AUTO */
+    int a2a_window; /* all-to-all partners per round: FF_A2A_WINDOW or less */
     ff_topo *topos;
 };
 

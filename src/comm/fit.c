@@ -34,13 +34,21 @@
 
 enum { NPAR = 5 }; /* alpha, 1/beta, alpha_small, 1/beta_small, 1/reduce */
 
-static void row_of(const ff_coll_sample *s, double small_max, double *x)
+/* The equation of one sample: its coefficients for (alpha, 1/beta,
+ * alpha_small, 1/beta_small, 1/reduce). With `tied`, both regimes share
+ * the alpha column (the small regime's alpha is then the large one's). */
+static void row_of_tied(const ff_coll_sample *s, double small_max, int tied, double *x)
 {
     int small = s->msg_bytes <= small_max;
     memset(x, 0, NPAR * sizeof *x);
-    x[small ? 2 : 0] = s->steps;
+    x[small && !tied ? 2 : 0] = s->steps;
     x[small ? 3 : 1] = s->steps * s->msg_bytes;
     x[4] = s->add_bytes;
+}
+
+static void row_of(const ff_coll_sample *s, double small_max, double *x)
+{
+    row_of_tied(s, small_max, 0, x);
 }
 
 /* Solves the k x k system A x = y (Gaussian elimination, partial pivoting);
@@ -89,7 +97,17 @@ static double rel_residual(const ff_coll_sample *s, double small_max, const doub
 
 /* The best non-negative fit for one threshold: theta and its sum of squared
  * relative residuals (-1 if no subset has a feasible solution); *k gets the
- * number of parameters it uses. */
+ * number of parameters it uses.
+ *
+ * With two regimes, the large messages' alpha is at least the small ones':
+ * a fixed cost per message does not shrink because the message is larger
+ * (at an eager/rendezvous switch it grows by a round trip). Unconstrained,
+ * noise at large sizes, where alpha is a sliver of the time, can drive it
+ * to 0 (the 4x1 emulated cluster of docs/coll-bench.md did), and a zero
+ * alpha prices the ring's p-1 steps like recursive doubling's log2 p, so the
+ * selector cannot tell them apart where the fewer steps measure faster. A
+ * solution that breaks the order is refused; the tied one (one alpha for
+ * both regimes) is always among the candidates. */
 static double fit_cut(const ff_coll_sample *s, int n, double small_max, double *best, int *k_used)
 {
     int has_small = 0, has_large = 0;
@@ -101,8 +119,12 @@ static double fit_cut(const ff_coll_sample *s, int n, double small_max, double *
     int need = (has_large ? 1 << 1 : 0) | (has_small ? 1 << 3 : 0);
     int allow = need | (has_large ? 1 << 0 : 0) | (has_small ? 1 << 2 : 0) | 1 << 4;
     double best_ss = -1;
-    for (int mask = 1; mask < 1 << NPAR; mask++) {
+    int two = has_small && has_large;
+    for (int cand = 0; cand < 2 << NPAR; cand++) {
+        int mask = cand & ((1 << NPAR) - 1), tied = cand >> NPAR;
         if ((mask & need) != need || (mask & ~allow))
+            continue;
+        if (tied && (!two || (mask & 1 << 2))) /* tied: alpha_small is alpha */
             continue;
         int idx[NPAR], k = 0;
         for (int j = 0; j < NPAR; j++)
@@ -110,7 +132,7 @@ static double fit_cut(const ff_coll_sample *s, int n, double small_max, double *
                 idx[k++] = j;
         double A[NPAR][NPAR] = {{0}}, y[NPAR] = {0}, sol[NPAR] = {0}, x[NPAR];
         for (int i = 0; i < n; i++) {
-            row_of(&s[i], small_max, x);
+            row_of_tied(&s[i], small_max, tied, x);
             for (int a = 0; a < k; a++) {
                 y[a] += x[idx[a]] / s[i].t_s;
                 for (int b = 0; b < k; b++)
@@ -125,7 +147,9 @@ static double fit_cut(const ff_coll_sample *s, int n, double small_max, double *
             theta[idx[a]] = sol[a];
             ok &= sol[a] > 0;
         }
-        if (!ok)
+        if (tied)
+            theta[2] = theta[0];
+        if (!ok || (two && theta[0] < theta[2]))
             continue;
         for (int i = 0; i < n; i++) {
             double r = rel_residual(&s[i], small_max, theta);

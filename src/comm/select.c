@@ -35,11 +35,14 @@
 
 void ff_coll_model_default(ff_coll_model *m)
 {
-    /* this 2-core VM's shared memory (two runs of `bench profile`, the last
-     * in profiles/vm-2rank.json: alpha 3.2-3.5 us, beta 2.8-3.5 GB/s,
-     * additions too cheap to resolve); between nodes the
-     * emulated cluster's 1 Gbit/s links (116 MB/s measured by the testbed,
-     * alpha as fitted in profiles/tb-*-d0us.json). docs/coll-bench.md. */
+    /* shared memory as `bench profile` fitted it on the 2-core VM of
+     * 2026-11-22 (alpha 3.2-3.5 us, beta 2.8-3.5 GB/s; the VM of 2026-11-23
+     * fits 3.7 us and 13 GB/s, profiles/vm-2rank.json: the defaults stay
+     * the slower, which changes no choice on one node, where the ring and
+     * recursive doubling move the same bytes and alpha decides); between
+     * nodes the emulated cluster's 1 Gbit/s links (116 MB/s measured by
+     * the testbed, alpha about the 38-48 us fitted there without delay).
+     * docs/coll-bench.md. */
     m->alpha_intra_s = 3.5e-6;
     m->beta_intra_Bps = 3.5e9;
     m->alpha_inter_s = 3e-5;
@@ -233,6 +236,16 @@ int ff_coll_layer_init(ff_ctx *ctx)
         if (prc != FF_OK)
             return ff_set_error(ctx, prc, "FF_PROFILE: %s", err);
     }
+    /* all-to-all partners in flight (comm/ring.c); fewer for experiments
+     * and for the tests' groups of up to 9 ranks to run several rounds */
+    L->a2a_window = FF_A2A_WINDOW;
+    int w = 0;
+    rc = env_int("FF_A2A_WINDOW", &w);
+    if (rc < 0 || (rc > 0 && w > FF_A2A_WINDOW))
+        return ff_set_error(ctx, FF_EINVAL, "FF_A2A_WINDOW=%s: expected an integer from 1 to %d",
+                            getenv("FF_A2A_WINDOW"), FF_A2A_WINDOW);
+    if (rc > 0)
+        L->a2a_window = w;
     L->forced = FF_ALGO_AUTO;
     const char *algo = getenv("FF_ALGO");
     if (algo && *algo) {
@@ -386,19 +399,27 @@ int ff_ctx_nodes(const ff_ctx *ctx) { return ctx && ctx->coll ? ctx->coll->n_nod
 
 /* ---- predicted times ---- */
 
+/* `n` messages of `bytes` at once, within a node (through its memory) or
+ * between nodes (through one link), for one alpha; the regime is the
+ * message's. */
+static double step_n(const ff_coll_model *m, double bytes, int inter, int n)
+{
+    if (!inter) {
+        if (m->small_max_intra_B > 0 && bytes <= m->small_max_intra_B)
+            return m->alpha_intra_small_s + bytes * n / m->beta_intra_small_Bps;
+        return m->alpha_intra_s + bytes * n / m->beta_intra_Bps;
+    }
+    if (m->small_max_inter_B > 0 && bytes <= m->small_max_inter_B)
+        return m->alpha_inter_small_s + bytes * n / m->beta_inter_small_Bps;
+    return m->alpha_inter_s + bytes * n / m->beta_inter_Bps;
+}
+
 /* One step: messages of `bytes` within a node (streams 0) or leaving it with
  * `streams` of the busiest node's ranks sharing its link; the regime is the
  * message's (a protocol or a shaper's burst acts per message). */
 static double step_t(const ff_coll_model *m, double bytes, int streams)
 {
-    if (streams <= 0) {
-        if (m->small_max_intra_B > 0 && bytes <= m->small_max_intra_B)
-            return m->alpha_intra_small_s + bytes / m->beta_intra_small_Bps;
-        return m->alpha_intra_s + bytes / m->beta_intra_Bps;
-    }
-    if (m->small_max_inter_B > 0 && bytes <= m->small_max_inter_B)
-        return m->alpha_inter_small_s + bytes * streams / m->beta_inter_small_Bps;
-    return m->alpha_inter_s + bytes * streams / m->beta_inter_Bps;
+    return step_n(m, bytes, streams > 0, streams > 0 ? streams : 1);
 }
 
 /* Recursive doubling (or halving: the same steps in reverse) over the whole
@@ -438,10 +459,56 @@ static double inter_time(const ff_topo *t, const ff_coll_model *m, double B, int
 }
 
 static double predict_comm(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff_algo algo,
-                           double B, int ar);
+                           double B, int ar, int window);
 
+/* fourfold's all-to-all (comm/ring.c): rounds of up to `window` partners
+ * posted at once. A round costs the slower of its two parts, which
+ * run side by side: the copies within nodes (the rank with the most
+ * on-node messages sent or received) and the busiest node's link (all its
+ * ranks' off-node messages share it; a round is a set of cyclic shifts, so
+ * a node sends off as many as it receives). Each part pays one alpha per
+ * round however many messages it posts: optimistic where alpha is mostly
+ * per-message software overhead rather than latency, and the regime is the
+ * single message's although a link carries several at once (a shaper's
+ * burst is shared by them; docs/coll-bench.md measured the window 3-11 %
+ * slower from 64 KiB on 4 emulated nodes). AUTO does not use this (the
+ * all-to-all has one algorithm); `bench coll` prints it. -1 if out of
+ * memory. */
+static double a2a_time(const ff_topo *t, const ff_coll_model *m, double B, int window)
+{
+    int p = t->p, N = t->n_nodes;
+    int *link = calloc((size_t)N, sizeof *link);
+    if (!link)
+        return -1;
+    double T = 0;
+    for (int s0 = 1; s0 < p; s0 += window) {
+        int w = p - s0 < window ? p - s0 : window, most_local = 0;
+        memset(link, 0, (size_t)N * sizeof *link);
+        for (int r = 0; r < p; r++) {
+            int local_out = 0, local_in = 0;
+            for (int i = 0; i < w; i++) {
+                int off = t->node[(r + s0 + i) % p] != t->node[r];
+                link[t->node[r]] += off;
+                local_out += !off;
+                local_in += t->node[((r - s0 - i) % p + p) % p] == t->node[r];
+            }
+            if (local_out > most_local)
+                most_local = local_out;
+            if (local_in > most_local)
+                most_local = local_in;
+        }
+        int busiest = max_count(link, N);
+        double intra = most_local > 0 ? step_n(m, B, 0, most_local) : 0;
+        double inter = busiest > 0 ? step_n(m, B, 1, busiest) : 0;
+        T += intra > inter ? intra : inter;
+    }
+    free(link);
+    return T;
+}
+
+/* The model's time of `algo`; `window`: the all-to-all's partners per round. */
 static double predict(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff_algo algo,
-                      size_t count, ff_wire wire)
+                      size_t count, ff_wire wire, int window)
 {
     int p = t->p;
     double e = (double)ff_wire_size(wire);
@@ -456,16 +523,19 @@ static double predict(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff
     double adds = 0;
     if (coll != FF_COLL_ALLGATHER && m->reduce_Bps > 0)
         adds = (p - 1) * B / m->reduce_Bps;
-    double T = predict_comm(t, m, coll, algo, B, ar);
+    double T = predict_comm(t, m, coll, algo, B, ar, window);
     return T < 0 ? T : T + adds;
 }
 
 static double predict_comm(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff_algo algo,
-                           double B, int ar)
+                           double B, int ar, int window)
 {
     int p = t->p;
     switch (algo) {
-    case FF_ALGO_RING: return (ar ? 2.0 : 1.0) * (p - 1) * step_t(m, B, t->ring_cross);
+    case FF_ALGO_RING:
+        if (coll == FF_COLL_ALLTOALL)
+            return a2a_time(t, m, B, window);
+        return (ar ? 2.0 : 1.0) * (p - 1) * step_t(m, B, t->ring_cross);
     case FF_ALGO_REC:
         if (ar) /* RS with the fold in of the whole vector, AG with its fold out */
             return rec_time(t, m, B, p, 0) + rec_time(t, m, B, 0, p);
@@ -521,12 +591,12 @@ ff_algo ff_coll_select(ff_group *g, ff_coll coll, size_t count, ff_wire wire)
     if (!t)
         return FF_ALGO_RING;
     ff_algo best = FF_ALGO_RING;
-    double best_t = predict(t, &L->model, coll, FF_ALGO_RING, count, wire);
+    double best_t = predict(t, &L->model, coll, FF_ALGO_RING, count, wire, L->a2a_window);
     static const ff_algo others[] = {FF_ALGO_REC, FF_ALGO_HIER_RING, FF_ALGO_HIER_REC};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
         if (!eligible(t, &L->model, coll, others[i], count))
             continue;
-        double tt = predict(t, &L->model, coll, others[i], count, wire);
+        double tt = predict(t, &L->model, coll, others[i], count, wire, L->a2a_window);
         if (tt < best_t * (1 - 1e-9)) { /* ties keep the earlier (ring first) */
             best = others[i];
             best_t = tt;
@@ -551,5 +621,5 @@ double ff_coll_predict(ff_group *g, ff_coll coll, ff_algo algo, size_t count, ff
     const ff_topo *t = ff_group_topo(g);
     if (!t || algo == FF_ALGO_MPI)
         return -1;
-    return predict(t, &g->ctx->coll->model, coll, algo, count, wire);
+    return predict(t, &g->ctx->coll->model, coll, algo, count, wire, g->ctx->coll->a2a_window);
 }
