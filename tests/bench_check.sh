@@ -115,6 +115,11 @@ if FF_A2A_WINDOW=9 "$MPIEXEC" -np 2 "$FF" bench coll --colls a2a -b 4K -e 4K -n 
 grep -q "FF_A2A_WINDOW=9: expected an integer from 1 to 8" "$WORK/a2a_bad.txt" ||
     { cat "$WORK/a2a_bad.txt"; fail "message"; }
 echo "ok   all-to-all rounds follow FF_A2A_WINDOW (1, 2, 3 rounds predicted, #wrong 0); 9 refused"
+if FF_STRICT_VOLUME=2 "$MPIEXEC" -np 2 "$FF" bench coll --colls ar -b 4K -e 4K -n 1 \
+    > "$WORK/sv_bad.txt" 2>&1; then fail "FF_STRICT_VOLUME=2 was accepted"; fi
+grep -q "FF_STRICT_VOLUME=2: expected 0 or 1" "$WORK/sv_bad.txt" ||
+    { cat "$WORK/sv_bad.txt"; fail "message"; }
+echo "ok   FF_STRICT_VOLUME=2 refused"
 
 # the planner's strict reader, where this build has the planner
 if "$FF" --help 2>&1 | grep -q "^  plan "; then

@@ -17,7 +17,7 @@
  * run the flat algorithm, and count its bytes).
  *
  * Per group: all-gather, reduce-scatter, all-reduce; algorithms ring, rec,
- * hier-ring, hier-rec, auto; fp32 and bf16 wire; in and out of place; several
+ * hier-ring, hier-rec, rec-whole (all-reduce only), auto; fp32 and bf16 wire; in and out of place; several
  * counts (all-reduce: 1, p-1, p+1, 4p, 1031: empty and uneven chunks).
  * Checked: fp32 results bitwise equal to the MPI library's (integer inputs:
  * every summation order is exact); bf16 all-gather exactly bf16(x);
@@ -28,7 +28,8 @@
  * volume derived below from each algorithm's definition (not from the
  * library's code), their sum over the group's ranks sent == received; AUTO's
  * counters equal to the ring's (DESIGN §3) whatever it picks, with the
- * default model. Also: mixed algorithms in flight at once on one group,
+ * default model; with FF_STRICT_VOLUME=0 (CTest: the np6 run) AUTO may move
+ * more, and must pick rec-whole somewhere. Also: mixed algorithms in flight at once on one group,
  * waited in reverse order; in poll mode, half of the collectives driven to
  * their last step by ff_poll() alone. */
 #include <math.h>
@@ -40,6 +41,8 @@
 typedef struct {
     ff_ctx *ctx;
     int world_rank, world_size, per_node, poll_mode;
+    int strict;       /* FF_STRICT_VOLUME is not 0 */
+    long auto_whole;  /* AUTO calls that ran rec-whole */
     int node_of[64]; /* world rank -> an id of its node, found independently */
     long checks;
     double worst_bf16_ratio;
@@ -139,6 +142,26 @@ static vol rec_vol(int kind, int n, int me, const size_t *b)
     return v;
 }
 
+/* rec-whole: the fold and the lg p steps each move the whole vector (T
+ * elements) once each way; the extra sends T and receives T, its partner
+ * also receives T (fold in) and sends T (fold out). */
+static vol whole_vol(int n, int me, uint64_t T)
+{
+    vol v = {0, 0};
+    if (n <= 1)
+        return v;
+    int pof2 = 1, L = 0;
+    while (pof2 * 2 <= n)
+        pof2 *= 2, L++;
+    int rem = n - pof2;
+    if (me < 2 * rem && me % 2 == 0) {
+        v.sent = v.recv = T;
+        return v;
+    }
+    v.sent = v.recv = (uint64_t)L * T + (me < 2 * rem ? T : 0);
+    return v;
+}
+
 static size_t chunk(size_t n, int p, int i) { return n / (size_t)p + ((size_t)i < n % (size_t)p); }
 
 /* The group's nodes as the library should see them: node ids of the world
@@ -183,6 +206,8 @@ static vol expected(ff_algo algo, int coll, int p, int me, size_t n, const layou
     size_t b[64];
     if (p == 1)
         return v;
+    if (algo == FF_ALGO_REC_WHOLE)
+        return whole_vol(p, me, n);
     if ((algo == FF_ALGO_HIER_RING || algo == FF_ALGO_HIER_REC) && l->k == 0)
         algo = algo == FF_ALGO_HIER_REC ? FF_ALGO_REC : FF_ALGO_RING;
     if (algo == FF_ALGO_RING || algo == FF_ALGO_REC) {
@@ -373,7 +398,9 @@ static void run_one(env *e, group_info *gi, const spec *s, int salt)
                 s->wire == FF_WIRE_BF16 ? "bf16" : "fp32", s->n);
     }
     /* AUTO with the default model moves exactly the ring's bytes */
-    if (s->algo == FF_ALGO_AUTO) {
+    if (s->algo == FF_ALGO_AUTO && ran == FF_ALGO_REC_WHOLE)
+        e->auto_whole++;
+    if (s->algo == FF_ALGO_AUTO && e->strict) {
         vol ring = expected(FF_ALGO_RING, s->coll, p, r, s->n, &gi->l);
         CHECK(sent == ring.sent * es && recv == ring.recv * es,
               "auto (ran %s) on group %s(%d) %s n=%zu: %llu/%llu bytes, ring %llu/%llu",
@@ -401,6 +428,7 @@ static void run_many(env *e, group_info *gi)
         {2, FF_ALGO_REC, FF_WIRE_BF16, 0, 57},
         {0, FF_ALGO_HIER_REC, FF_WIRE_FP32, 1, 7},
         {1, FF_ALGO_RING, FF_WIRE_FP32, 0, 11},
+        {2, FF_ALGO_REC_WHOLE, FF_WIRE_BF16, 1, 23},
         {2, FF_ALGO_AUTO, FF_WIRE_FP32, 0, (size_t)(4 * p)},
     };
     enum { N = sizeof specs / sizeof specs[0] };
@@ -429,8 +457,8 @@ static void run_many(env *e, group_info *gi)
 static void run_group(env *e, group_info *gi)
 {
     int p = ff_group_size(gi->g);
-    static const ff_algo algos[] = {FF_ALGO_RING, FF_ALGO_REC, FF_ALGO_HIER_RING, FF_ALGO_HIER_REC,
-                                    FF_ALGO_AUTO};
+    static const ff_algo algos[] = {FF_ALGO_RING,      FF_ALGO_REC,       FF_ALGO_HIER_RING,
+                                    FF_ALGO_HIER_REC,  FF_ALGO_REC_WHOLE, FF_ALGO_AUTO};
     const size_t ag_counts[] = {1, 5, 37};
     const size_t ar_counts[] = {1, (size_t)(p > 1 ? p - 1 : 2), (size_t)p + 1, (size_t)(4 * p),
                                 1031};
@@ -439,7 +467,7 @@ static void run_group(env *e, group_info *gi)
         for (int coll = 0; coll < 3; coll++)
             for (int wire = 0; wire < 2; wire++)
                 for (int ip = 0; ip < 2; ip++) {
-                    if (ip && coll == 1)
+                    if ((ip && coll == 1) || !ff_algo_supports(algos[a], colls[coll]))
                         continue;
                     const size_t *counts = coll == 2 ? ar_counts : ag_counts;
                     int nc = coll == 2 ? 5 : 3;
@@ -459,6 +487,8 @@ int main(int argc, char **argv)
     env e = {0};
     MPI_Comm_rank(MPI_COMM_WORLD, &e.world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &e.world_size);
+    const char *sv = getenv("FF_STRICT_VOLUME");
+    e.strict = !(sv && !strcmp(sv, "0"));
     const char *pn = getenv("FF_RANKS_PER_NODE");
     e.per_node = pn ? atoi(pn) : 0;
     if (e.world_size > 64)
@@ -531,6 +561,15 @@ int main(int argc, char **argv)
     if (e.world_rank == 0)
         printf("nodes: %s; bf16 reductions: worst error %.3f of the bound\n",
                e.per_node ? "FF_RANKS_PER_NODE" : "the MPI library's shared-memory domains", worst);
+    long whole = 0;
+    MPI_Allreduce(&e.auto_whole, &whole, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    if (e.world_rank == 0)
+        printf("strict_volume %d: AUTO ran rec-whole %ld times (summed over ranks)\n", e.strict,
+               whole);
+    if (e.strict)
+        CHECK(whole == 0, "AUTO ran rec-whole %ld times with strict_volume", whole);
+    else if (e.world_size >= 3)
+        CHECK(whole > 0, "AUTO never ran rec-whole with FF_STRICT_VOLUME=0");
     ff_ctx_destroy(e.ctx);
     int code = test_finish("coll_algos");
     MPI_Finalize();

@@ -13,7 +13,9 @@
  * ring and of recursive doubling must equal the step sums written out here
  * from the model's definition (docs/collectives.md), and ff_coll_choose must
  * pick the ring where recursive doubling's one double-size message crosses
- * the threshold and recursive doubling where it does not. */
+ * the threshold and recursive doubling where it does not. For all-reduce,
+ * the same for rec-whole (2 steps of the whole vector): AUTO must not pick
+ * it with strict_volume, and must pick the fastest of the three without. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,6 +228,40 @@ static void part_select(ff_ctx *ctx)
         if (blocks_B[i] == 4096)
             CHECK(pick == FF_ALGO_REC, "4 KiB blocks: all small, rec's fewer steps must win");
     }
+    /* all-reduce of V bytes: ring 6 steps of V/4; rec halves then doubles
+     * (V/2, V/4, V/4, V/2); rec-whole 2 steps of V */
+    static const size_t vec_B[] = {4096, 65536, 1 << 20};
+    for (int strict = 1; strict >= 0; strict--) {
+        m.strict_volume = strict;
+        ff_ctx_set_coll_model(ctx, &m);
+        for (size_t i = 0; i < sizeof vec_B / sizeof vec_B[0]; i++) {
+            double V = (double)vec_B[i];
+            size_t count = vec_B[i] / 4;
+            double t[3] = {6 * step(&m, V / 4), 2 * step(&m, V / 4) + 2 * step(&m, V / 2),
+                           2 * step(&m, V)};
+            static const ff_algo algo[3] = {FF_ALGO_RING, FF_ALGO_REC, FF_ALGO_REC_WHOLE};
+            int best = 0;
+            for (int a = 0; a < 3; a++) {
+                double got = ff_coll_predict(g, FF_COLL_ALLREDUCE, algo[a], count, FF_WIRE_FP32);
+                CHECK(close_rel(got, t[a], 1e-12), "all-reduce %zu B: %s predicted %g, expected %g",
+                      vec_B[i], ff_algo_name(algo[a]), got, t[a]);
+                if (a < 2 + !strict && t[a] < t[best] * (1 - 1e-9))
+                    best = a;
+            }
+            ff_algo pick = ff_coll_choose(g, FF_COLL_ALLREDUCE, count, FF_WIRE_FP32);
+            if (ff_ctx_rank(ctx) == 0)
+                printf("  all-reduce %7zu B on 4 nodes, strict_volume %d: ring %.1f us, rec %.1f, "
+                       "rec-whole %.1f, picks %s\n",
+                       vec_B[i], strict, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, ff_algo_name(pick));
+            CHECK(pick == algo[best], "all-reduce %zu B, strict_volume %d: picked %s, expected %s",
+                  vec_B[i], strict, ff_algo_name(pick), ff_algo_name(algo[best]));
+        }
+    }
+    CHECK(ff_coll_choose(g, FF_COLL_ALLREDUCE, 1024, FF_WIRE_FP32) == FF_ALGO_REC_WHOLE,
+          "all-reduce 4 KiB, all messages small: rec-whole's 2 steps must win");
+    CHECK(ff_coll_choose(g, FF_COLL_ALLREDUCE, 1 << 18, FF_WIRE_FP32) != FF_ALGO_REC_WHOLE,
+          "all-reduce 1 MiB: rec-whole moves 4x rec's bytes and must lose");
+    m.strict_volume = 1;
     /* one regime again: recursive doubling's fewer steps win at 16 KiB */
     m.small_max_inter_B = 0;
     ff_ctx_set_coll_model(ctx, &m);

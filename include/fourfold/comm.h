@@ -68,10 +68,16 @@ typedef enum {
      * hold different numbers of its ranks runs the flat RING or REC. */
     FF_ALGO_HIER_RING,
     FF_ALGO_HIER_REC,
+    /* all-reduce only: recursive doubling on the whole vector, lg p steps
+     * (plus a fold for non-powers of two) of `count` elements each; fewer
+     * steps than REC's 2 lg p, more bytes than the ring's. AUTO considers
+     * it only when the model's strict_volume is 0. */
+    FF_ALGO_REC_WHOLE,
     FF_NALGO
 } ff_algo;
-/* All-to-all exists only as FF_ALGO_MPI and FF_ALGO_RING (and AUTO); the
- * others refuse it with FF_EUNSUPPORTED. docs/collectives.md. */
+/* All-to-all exists only as FF_ALGO_MPI and FF_ALGO_RING (and AUTO), and
+ * FF_ALGO_REC_WHOLE only for all-reduce; the others refuse it with
+ * FF_EUNSUPPORTED. docs/collectives.md. */
 
 typedef struct {
     ff_wire wire;
@@ -134,8 +140,8 @@ void ff_group_counters_reset(ff_group *g);
 
 const char *ff_coll_name(ff_coll coll);
 const char *ff_algo_name(ff_algo algo);
-/* Parses "auto", "mpi", "ring", "rec", "hier-ring", "hier-rec"; returns -1
- * if unknown. */
+/* Parses "auto", "mpi", "ring", "rec", "hier-ring", "hier-rec",
+ * "rec-whole"; returns -1 if unknown. */
 int ff_algo_parse(const char *name);
 /* 1 if `algo` implements `coll` (AUTO and MPI implement all four). */
 int ff_algo_supports(ff_algo algo, ff_coll coll);

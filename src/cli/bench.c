@@ -122,7 +122,8 @@ static const char help_coll[] =
     "options:\n"
     "  --colls LIST      allgather,reduce_scatter,allreduce,alltoall (or ag,rs,ar,a2a;\n"
     "                    default all)\n"
-    "  --algos LIST      mpi-blk,mpi,ring,rec,hier-ring,hier-rec,auto (default all)\n"
+    "  --algos LIST      mpi-blk,mpi,ring,rec,rec-whole,hier-ring,hier-rec,auto\n"
+    "                    (default all; rec-whole: all-reduce only)\n"
     "  -b, --minbytes S  smallest size, bytes per rank (default 4K)\n"
     "  -e, --maxbytes S  largest size (default 64M)\n"
     "  -f, --factor F    size multiplier (default 4)\n"
@@ -134,7 +135,8 @@ static const char help_coll[] =
     "  --wire W          fp32 or bf16 (default fp32)\n"
     "  --json FILE       also append one JSON line per row to FILE\n\n"
     "Environment: FF_RANKS_PER_NODE=k pretends nodes of k ranks; FF_PROFILE=file\n"
-    "sets the model behind auto and the pred column (docs/collectives.md).\n";
+    "sets the model behind auto and the pred column; FF_STRICT_VOLUME=0 lets auto\n"
+    "pick algorithms that move more bytes than the ring (docs/collectives.md).\n";
 
 static int parse_list(const char *text, const char *const *names, const char *const *alias, int n,
                       int *on, const char *opt)
@@ -158,10 +160,11 @@ static int parse_list(const char *text, const char *const *names, const char *co
 
 static const char *const coll_alias[FF_NCOLL] = {"ag", "rs", "ar", "a2a"};
 /* rows in this order; index = algo + 1 */
-static const char *const algo_row_names[FF_NALGO + 1] = {"mpi-blk", "auto",      "mpi",     "ring",
-                                                         "rec",     "hier-ring", "hier-rec"};
-static const int row_order[] = {BENCH_MPI_BLOCKING, FF_ALGO_MPI,      FF_ALGO_RING, FF_ALGO_REC,
-                                FF_ALGO_HIER_RING,  FF_ALGO_HIER_REC, FF_ALGO_AUTO};
+static const char *const algo_row_names[FF_NALGO + 1] = {
+    "mpi-blk", "auto", "mpi", "ring", "rec", "hier-ring", "hier-rec", "rec-whole"};
+static const int row_order[] = {BENCH_MPI_BLOCKING, FF_ALGO_MPI,       FF_ALGO_RING,
+                                FF_ALGO_REC,        FF_ALGO_REC_WHOLE, FF_ALGO_HIER_RING,
+                                FF_ALGO_HIER_REC,   FF_ALGO_AUTO};
 enum { NROWS = sizeof row_order / sizeof row_order[0] };
 
 static int parse_coll_opts(int argc, char **argv, coll_opts *o)

@@ -50,7 +50,16 @@ const ff_topo *ff_group_topo(ff_group *g);
  * n = 2^L + rem, the first 2*rem participants pair up, the even one of each
  * pair (the "extra") hands its data to the odd one and sits out, and the
  * 2^L remaining "virtual" ranks own contiguous runs of one or two blocks. */
-typedef enum { FF_PH_AG_RING, FF_PH_AG_REC, FF_PH_RS_RING, FF_PH_RS_REC } ff_phase_kind;
+typedef enum {
+    FF_PH_AG_RING,
+    FF_PH_AG_REC,
+    FF_PH_RS_RING,
+    FF_PH_RS_REC,
+    /* all-reduce by recursive doubling on the whole vector [bound[0],
+     * bound[n]) in W: the fold in and out of a recursive phase, and every
+     * virtual rank exchanges and adds the whole vector at each step */
+    FF_PH_AR_REC
+} ff_phase_kind;
 
 typedef struct {
     ff_phase_kind kind;
@@ -85,6 +94,10 @@ struct ff_sched {
     /* the receive of the step in flight, applied when it completes */
     size_t acc_off, acc_len;
     int acc_set;                       /* 1: W[..] = tmp, 0: W[..] += tmp */
+    /* bf16 wire, FF_PH_AR_REC: the rank's own partial sum is rounded as the
+     * partner's was, so that both ends of an exchange add the same two
+     * values and hold the same bits */
+    int round_own;
     ff_sched_fn before[FF_MAX_PHASES]; /* local work before phase i (or NULL) */
     ff_sched_fn finish;                /* after the last phase (or NULL) */
     /* storage for the views' arrays */

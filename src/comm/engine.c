@@ -22,8 +22,8 @@
 
 static const char *const coll_names[FF_NCOLL] = {"allgather", "reduce_scatter", "allreduce",
                                                  "alltoall"};
-static const char *const algo_names[FF_NALGO] = {"auto", "mpi",       "ring",
-                                                 "rec",  "hier-ring", "hier-rec"};
+static const char *const algo_names[FF_NALGO] = {"auto",      "mpi",      "ring",     "rec",
+                                                 "hier-ring", "hier-rec", "rec-whole"};
 
 const char *ff_coll_name(ff_coll c) { return (c >= 0 && c < FF_NCOLL) ? coll_names[c] : "?"; }
 const char *ff_algo_name(ff_algo a) { return (a >= 0 && a < FF_NALGO) ? algo_names[a] : "?"; }
@@ -425,7 +425,8 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
     int rc;
     switch (algo) {
     case FF_ALGO_MPI: rc = ff_mpilib_start(req); break;
-    case FF_ALGO_REC: rc = ff_rec_start(req); break;
+    case FF_ALGO_REC:
+    case FF_ALGO_REC_WHOLE: rc = ff_rec_start(req); break;
     case FF_ALGO_HIER_RING:
     case FF_ALGO_HIER_REC: rc = ff_hier_start(req); break;
     default: rc = ff_ring_start(req); break;

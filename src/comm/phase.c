@@ -23,7 +23,10 @@
  *               sums of the half it keeps;
  *   step L+1    fold out: the partner sends the extra its result.
  * Virtual rank v owns participants lo(v) .. lo(v+1)-1, lo(v) = 2v for v <
- * rem and v + rem after: contiguous, so every range is one message. */
+ * rem and v + rem after: contiguous, so every range is one message.
+ * FF_PH_AR_REC has the same steps on the whole vector: the fold in adds the
+ * extra's vector into its partner's, each step 1..L exchanges and adds the
+ * whole partial sum (bit 0 first), the fold out sends the extra the result. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,7 +90,7 @@ size_t ff_phase_max_rs_msg(const ff_phase *ph)
     }
     fold f;
     fold_of(ph->n, ph->me, &f);
-    if (f.rem > 0 && ph->me < 2 * f.rem) /* the fold moves a whole vector */
+    if (ph->kind == FF_PH_AR_REC || (f.rem > 0 && ph->me < 2 * f.rem)) /* a whole vector */
         return b[ph->n] - b[0];
     for (int st = 1; st <= f.L; st++) { /* both halves of every range */
         int mask = f.pof2 >> st, a = f.vme & ~(2 * mask - 1);
@@ -198,6 +201,9 @@ static void apply_recv(const ff_request *req, ff_sched *s)
         const uint16_t *t = s->tmp;
         if (s->acc_set)
             ff_bf16_unpack(w, t, n);
+        else if (s->round_own)
+            for (size_t i = 0; i < n; i++)
+                w[i] = ff_bf16_to_float(ff_bf16_from_float(own[i])) + ff_bf16_to_float(t[i]);
         else
             for (size_t i = 0; i < n; i++)
                 w[i] = own[i] + ff_bf16_to_float(t[i]);
@@ -319,6 +325,38 @@ static int post_rec_rs(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
     return rs_recv(req, s, b[me], blen(ph, me), ph->peer[me + 1], 1);
 }
 
+static int post_rec_ar(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
+{
+    int n = ph->n, me = ph->me, rc;
+    size_t off = ph->bound[0], len = ph->bound[n] - off;
+    fold f;
+    fold_of(n, me, &f);
+    int folded = f.rem > 0 && me < 2 * f.rem;
+    if (st == 0) {
+        if (!folded)
+            return FF_OK;
+        if (f.vme < 0)
+            return rs_send(req, s, off, len, ph->peer[me + 1]);
+        return rs_recv(req, s, off, len, ph->peer[me - 1], 0);
+    }
+    if (st <= f.L) {
+        if (f.vme < 0)
+            return FF_OK;
+        int peer = ph->peer[part_of(&f, f.vme ^ (1 << (st - 1)))];
+        rc = rs_send(req, s, off, len, peer);
+        if (rc == FF_OK)
+            rc = rs_recv(req, s, off, len, peer, 0);
+        return rc;
+    }
+    if (!folded)
+        return FF_OK;
+    if (f.vme >= 0)
+        return rs_send(req, s, off, len, ph->peer[me - 1]);
+    if (req->wire == FF_WIRE_FP32)
+        return ff_post_recv(req, s->W + off, len, ph->peer[me + 1]);
+    return rs_recv(req, s, off, len, ph->peer[me + 1], 1);
+}
+
 static int post_step(ff_request *req, ff_sched *s)
 {
     const ff_phase *ph = &s->ph[s->cur];
@@ -326,6 +364,7 @@ static int post_step(ff_request *req, ff_sched *s)
     case FF_PH_AG_RING:
     case FF_PH_RS_RING: return post_ring(req, s, ph, s->step);
     case FF_PH_AG_REC: return post_rec_ag(req, s, ph, s->step);
+    case FF_PH_AR_REC: return post_rec_ar(req, s, ph, s->step);
     default: return post_rec_rs(req, s, ph, s->step);
     }
 }

@@ -15,7 +15,16 @@
  * accumulates in recv itself.
  * bf16 wire: as in ring.c, values are rounded before every send and summed in
  * fp32; the all-reduce rounds each completed chunk before the all-gather so
- * every replica holds the same bits. */
+ * every replica holds the same bits.
+ *
+ * FF_ALGO_REC_WHOLE (all-reduce only): recursive doubling on the whole
+ * vector, one FF_PH_AR_REC phase in recv: lg p steps instead of 2 lg p, for
+ * vectors so short that a step's alpha outweighs its bytes (MPICH and Open
+ * MPI run it for small all-reduces); it sends lg p whole vectors where
+ * Rabenseifner sends 2(p-1)/p of one. On the bf16 wire both ends of an
+ * exchange round their own partial sum too, and the result is rounded once
+ * more at the end, so every replica (the fold's extra included) holds the
+ * same bits. */
 #include <string.h>
 
 #include "algo.h"
@@ -46,6 +55,13 @@ static int ar_round_owned(ff_request *req, ff_sched *s)
 static int ar_finish_bf16(ff_request *req, ff_sched *s)
 {
     ff_bf16_unpack(req->recv, s->stage, req->count);
+    return FF_OK;
+}
+
+static int whole_finish_bf16(ff_request *req, ff_sched *s)
+{
+    (void)s;
+    ff_bf16_round(req->recv, req->count);
     return FF_OK;
 }
 
@@ -95,6 +111,20 @@ int ff_rec_start(ff_request *req)
         s->finish = rs_finish;
         break;
     case FF_COLL_ALLREDUCE:
+        if (req->algo == FF_ALGO_REC_WHOLE) {
+            s->ph[0] = view;
+            s->ph[0].kind = FF_PH_AR_REC;
+            s->nph = 1;
+            if ((rc = ff_sched_carve(req, s, 0, c, 0)) != FF_OK)
+                return rc;
+            s->W = req->recv;
+            if (req->send != req->recv)
+                s->in = req->send;
+            s->round_own = bf16;
+            if (bf16)
+                s->finish = whole_finish_bf16;
+            break;
+        }
         s->ph[0] = view;
         s->ph[0].kind = FF_PH_RS_REC;
         s->ph[1] = view;

@@ -246,13 +246,22 @@ int ff_coll_layer_init(ff_ctx *ctx)
                             getenv("FF_A2A_WINDOW"), FF_A2A_WINDOW);
     if (rc > 0)
         L->a2a_window = w;
+    /* FF_STRICT_VOLUME=0 lets AUTO pick algorithms that move more bytes
+     * than the ring (ff_coll_model.strict_volume) */
+    const char *sv = getenv("FF_STRICT_VOLUME");
+    if (sv && *sv) {
+        if (strcmp(sv, "0") != 0 && strcmp(sv, "1") != 0)
+            return ff_set_error(ctx, FF_EINVAL, "FF_STRICT_VOLUME=%s: expected 0 or 1", sv);
+        L->model.strict_volume = sv[0] == '1';
+    }
     L->forced = FF_ALGO_AUTO;
     const char *algo = getenv("FF_ALGO");
     if (algo && *algo) {
         int a = ff_algo_parse(algo);
         if (a < 0)
             return ff_set_error(ctx, FF_EINVAL,
-                                "FF_ALGO=%s: expected auto, mpi, ring, rec, hier-ring or hier-rec",
+                                "FF_ALGO=%s: expected auto, mpi, ring, rec, hier-ring, hier-rec "
+                                "or rec-whole",
                                 algo);
         L->forced = (ff_algo)a;
     }
@@ -422,6 +431,16 @@ static double step_t(const ff_coll_model *m, double bytes, int streams)
     return step_n(m, bytes, streams > 0, streams > 0 ? streams : 1);
 }
 
+/* Additions of whole vectors by a rec-whole all-reduce's busiest rank: lg
+ * of the power of two below p, plus the fold's one. */
+static int rec_steps(int p)
+{
+    int pof2 = ff_floor_pow2(p), L = 0;
+    while ((1 << L) < pof2)
+        L++;
+    return L + (p > pof2);
+}
+
 /* Recursive doubling (or halving: the same steps in reverse) over the whole
  * group, blocks of B bytes; the fold moves fold_in and fold_out blocks. */
 static double rec_time(const ff_topo *t, const ff_coll_model *m, double B, double fold_in,
@@ -519,10 +538,11 @@ static double predict(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff
     if ((algo == FF_ALGO_HIER_RING || algo == FF_ALGO_HIER_REC) && t->per_node == 0)
         algo = algo == FF_ALGO_HIER_REC ? FF_ALGO_REC : FF_ALGO_RING;
     /* additions: every algorithm adds (p-1) blocks into the accumulator of
-     * a reduce-scatter (the fold's one whole-vector addition is ignored) */
+     * a reduce-scatter (the fold's one whole-vector addition is ignored);
+     * rec-whole adds the whole vector at each of its lg p steps */
     double adds = 0;
     if (coll != FF_COLL_ALLGATHER && m->reduce_Bps > 0)
-        adds = (p - 1) * B / m->reduce_Bps;
+        adds = (algo == FF_ALGO_REC_WHOLE ? rec_steps(p) * p : p - 1) * B / m->reduce_Bps;
     double T = predict_comm(t, m, coll, algo, B, ar, window);
     return T < 0 ? T : T + adds;
 }
@@ -540,6 +560,15 @@ static double predict_comm(const ff_topo *t, const ff_coll_model *m, ff_coll col
         if (ar) /* RS with the fold in of the whole vector, AG with its fold out */
             return rec_time(t, m, B, p, 0) + rec_time(t, m, B, 0, p);
         return coll == FF_COLL_ALLGATHER ? rec_time(t, m, B, 1, p - 1) : rec_time(t, m, B, p, 1);
+    case FF_ALGO_REC_WHOLE: { /* lg p steps of the whole vector, fold in and out */
+        int pof2 = ff_floor_pow2(p);
+        double V = B * p, T = 0;
+        for (int l = 0; (1 << l) < pof2; l++)
+            T += step_t(m, V, t->rd_cross[l]);
+        if (p > pof2)
+            T += 2 * step_t(m, V, t->fold_cross);
+        return T;
+    }
     case FF_ALGO_HIER_RING:
     case FF_ALGO_HIER_REC: {
         int rec = algo == FF_ALGO_HIER_REC, N = t->n_nodes, k = t->per_node;
@@ -564,6 +593,7 @@ static int eligible(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff_a
         return 0;
     switch (algo) {
     case FF_ALGO_REC: return !m->strict_volume || (ff_is_pow2(p) && even);
+    case FF_ALGO_REC_WHOLE: return !m->strict_volume && coll == FF_COLL_ALLREDUCE;
     case FF_ALGO_HIER_RING:
     case FF_ALGO_HIER_REC:
         if (t->per_node == 0 || t->n_nodes < 2 || t->per_node < 2)
@@ -577,6 +607,8 @@ int ff_algo_supports(ff_algo algo, ff_coll coll)
 {
     if (algo < 0 || algo >= FF_NALGO || coll < 0 || coll >= FF_NCOLL)
         return 0;
+    if (algo == FF_ALGO_REC_WHOLE)
+        return coll == FF_COLL_ALLREDUCE;
     return coll != FF_COLL_ALLTOALL || algo <= FF_ALGO_RING;
 }
 
@@ -592,7 +624,8 @@ ff_algo ff_coll_select(ff_group *g, ff_coll coll, size_t count, ff_wire wire)
         return FF_ALGO_RING;
     ff_algo best = FF_ALGO_RING;
     double best_t = predict(t, &L->model, coll, FF_ALGO_RING, count, wire, L->a2a_window);
-    static const ff_algo others[] = {FF_ALGO_REC, FF_ALGO_HIER_RING, FF_ALGO_HIER_REC};
+    static const ff_algo others[] = {FF_ALGO_REC, FF_ALGO_HIER_RING, FF_ALGO_HIER_REC,
+                                     FF_ALGO_REC_WHOLE};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
         if (!eligible(t, &L->model, coll, others[i], count))
             continue;
