@@ -16,7 +16,7 @@ for wire in fp32 bf16; do
         --wire $wire --json "$WORK/coll.jsonl" > "$WORK/coll_$wire.txt" 2>&1 ||
         { cat "$WORK/coll_$wire.txt"; fail "bench coll --wire $wire exited non-zero"; }
     grep -q "^# total #wrong: 0$" "$WORK/coll_$wire.txt" || fail "bench coll $wire: #wrong"
-    for algo in ring rec hier-ring hier-rec auto; do
+    for algo in ring rec rec-whole hier-ring hier-rec auto; do
         grep -q " $algo" "$WORK/coll_$wire.txt" || fail "bench coll $wire: no row for $algo"
     done
     echo "ok   bench coll --wire $wire: every algorithm, #wrong 0"

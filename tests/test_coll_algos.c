@@ -17,8 +17,9 @@
  * run the flat algorithm, and count its bytes).
  *
  * Per group: all-gather, reduce-scatter, all-reduce; algorithms ring, rec,
- * hier-ring, hier-rec, rec-whole (all-reduce only), auto; fp32 and bf16 wire; in and out of place; several
- * counts (all-reduce: 1, p-1, p+1, 4p, 1031: empty and uneven chunks).
+ * hier-ring, hier-rec, rec-whole (all-reduce only), auto; fp32 and bf16
+ * wire; in and out of place; several counts (all-reduce: 1, p-1, p+1, 4p,
+ * 1031: empty and uneven chunks).
  * Checked: fp32 results bitwise equal to the MPI library's (integer inputs:
  * every summation order is exact); bf16 all-gather exactly bf16(x);
  * bf16 reductions within ((1+2^-8)^p - 1 + 2p 2^-24) sum|x| (each algorithm
@@ -41,8 +42,8 @@
 typedef struct {
     ff_ctx *ctx;
     int world_rank, world_size, per_node, poll_mode;
-    int strict;       /* FF_STRICT_VOLUME is not 0 */
-    long auto_whole;  /* AUTO calls that ran rec-whole */
+    int strict;      /* FF_STRICT_VOLUME is not 0 */
+    long auto_whole; /* AUTO calls that ran rec-whole */
     int node_of[64]; /* world rank -> an id of its node, found independently */
     long checks;
     double worst_bf16_ratio;
@@ -457,8 +458,8 @@ static void run_many(env *e, group_info *gi)
 static void run_group(env *e, group_info *gi)
 {
     int p = ff_group_size(gi->g);
-    static const ff_algo algos[] = {FF_ALGO_RING,      FF_ALGO_REC,       FF_ALGO_HIER_RING,
-                                    FF_ALGO_HIER_REC,  FF_ALGO_REC_WHOLE, FF_ALGO_AUTO};
+    static const ff_algo algos[] = {FF_ALGO_RING,     FF_ALGO_REC,       FF_ALGO_HIER_RING,
+                                    FF_ALGO_HIER_REC, FF_ALGO_REC_WHOLE, FF_ALGO_AUTO};
     const size_t ag_counts[] = {1, 5, 37};
     const size_t ar_counts[] = {1, (size_t)(p > 1 ? p - 1 : 2), (size_t)p + 1, (size_t)(4 * p),
                                 1031};

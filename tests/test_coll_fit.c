@@ -260,7 +260,35 @@ static void part_select(ff_ctx *ctx)
     CHECK(ff_coll_choose(g, FF_COLL_ALLREDUCE, 1024, FF_WIRE_FP32) == FF_ALGO_REC_WHOLE,
           "all-reduce 4 KiB, all messages small: rec-whole's 2 steps must win");
     CHECK(ff_coll_choose(g, FF_COLL_ALLREDUCE, 1 << 18, FF_WIRE_FP32) != FF_ALGO_REC_WHOLE,
-          "all-reduce 1 MiB: rec-whole moves 4x rec's bytes and must lose");
+          "all-reduce 1 MiB: rec-whole's 2 whole vectors (rec: 1.5) must lose");
+    /* additions at reduce_Bps: rec-whole adds the whole vector at each of
+     * its 2 steps, the ring 3 chunks; and on 3 nodes rec-whole's fold: one
+     * exchange plus the fold in and out, 3 steps of V and 2 additions */
+    m.reduce_Bps = 1e9;
+    ff_ctx_set_coll_model(ctx, &m);
+    double V = 65536, want_w = 2 * step(&m, V) + 2 * V / 1e9,
+           want_r = 6 * step(&m, V / 4) + 3 * (V / 4) / 1e9;
+    double got_w = ff_coll_predict(g, FF_COLL_ALLREDUCE, FF_ALGO_REC_WHOLE, 16384, FF_WIRE_FP32);
+    double got_r = ff_coll_predict(g, FF_COLL_ALLREDUCE, FF_ALGO_RING, 16384, FF_WIRE_FP32);
+    CHECK(close_rel(got_w, want_w, 1e-12) && close_rel(got_r, want_r, 1e-12),
+          "with reduce_Bps: rec-whole %g (expected %g), ring %g (expected %g)", got_w, want_w,
+          got_r, want_r);
+    MPI_Comm c3;
+    int r = ff_ctx_rank(ctx);
+    MPI_Comm_split(ff_ctx_comm(ctx), r < 3 ? 0 : MPI_UNDEFINED, r, &c3);
+    if (r < 3) {
+        ff_group *g3 = NULL;
+        CHECK(ff_group_create(ctx, c3, "three", &g3) == FF_OK, "group of 3: %s", ff_ctx_error(ctx));
+        double V3 = 12288; /* chunks of 4 KiB */
+        double w3 = 3 * step(&m, V3) + 2 * V3 / 1e9, r3 = 4 * step(&m, V3 / 3) + 2 * (V3 / 3) / 1e9;
+        double gw3 = ff_coll_predict(g3, FF_COLL_ALLREDUCE, FF_ALGO_REC_WHOLE, 3072, FF_WIRE_FP32);
+        double gr3 = ff_coll_predict(g3, FF_COLL_ALLREDUCE, FF_ALGO_RING, 3072, FF_WIRE_FP32);
+        CHECK(close_rel(gw3, w3, 1e-12) && close_rel(gr3, r3, 1e-12),
+              "3 nodes: rec-whole %g (expected %g), ring %g (expected %g)", gw3, w3, gr3, r3);
+        ff_group_destroy(g3);
+        MPI_Comm_free(&c3);
+    }
+    m.reduce_Bps = 0;
     m.strict_volume = 1;
     /* one regime again: recursive doubling's fewer steps win at 16 KiB */
     m.small_max_inter_B = 0;

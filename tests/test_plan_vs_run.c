@@ -27,9 +27,10 @@
  * strict_volume, the default), and FF_ALGO_MPI records the ring's volume;
  * so the planner predicts ring volumes, whatever FF_RANKS_PER_NODE or
  * FF_PROFILE make AUTO pick. Only FF_ALGO, which forces one algorithm where
- * AUTO would choose, can change them (recursive doubling on a count the
- * group does not divide): this test unsets it, so that the model's
- * collectives run as a user's do. */
+ * AUTO would choose (recursive doubling on a count the group does not
+ * divide), and FF_STRICT_VOLUME=0, which lets AUTO pick such algorithms and
+ * rec-whole, can change them: this test unsets both, so that the model's
+ * collectives run as a user's do by default. */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
 #include <stdio.h>
@@ -240,6 +241,12 @@ int main(int argc, char **argv)
         if (rank == 0)
             printf("FF_ALGO=%s unset: the planner predicts the automatic choice\n", forced);
         unsetenv("FF_ALGO");
+    }
+    const char *sv = getenv("FF_STRICT_VOLUME");
+    if (sv && *sv) {
+        if (rank == 0)
+            printf("FF_STRICT_VOLUME=%s unset: the planner predicts the ring's bytes\n", sv);
+        unsetenv("FF_STRICT_VOLUME");
     }
     ff_ctx *ctx;
     int rc = ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL);

@@ -289,6 +289,19 @@ static int post_rec_ag(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
     return rc;
 }
 
+/* Step 0 of a reduction's fold: the extra sends its whole vector, its
+ * partner adds it. */
+static int fold_in_whole(ff_request *req, ff_sched *s, const ff_phase *ph, const fold *f)
+{
+    int n = ph->n, me = ph->me;
+    size_t off = ph->bound[0], len = ph->bound[n] - off;
+    if (f->rem == 0 || me >= 2 * f->rem)
+        return FF_OK;
+    if (f->vme < 0)
+        return rs_send(req, s, off, len, ph->peer[me + 1]);
+    return rs_recv(req, s, off, len, ph->peer[me - 1], 0);
+}
+
 static int post_rec_rs(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
 {
     int n = ph->n, me = ph->me, rc;
@@ -296,13 +309,8 @@ static int post_rec_rs(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
     fold f;
     fold_of(n, me, &f);
     int folded = f.rem > 0 && me < 2 * f.rem;
-    if (st == 0) {
-        if (!folded)
-            return FF_OK;
-        if (f.vme < 0)
-            return rs_send(req, s, b[0], b[n] - b[0], ph->peer[me + 1]);
-        return rs_recv(req, s, b[0], b[n] - b[0], ph->peer[me - 1], 0);
-    }
+    if (st == 0)
+        return fold_in_whole(req, s, ph, &f);
     if (st <= f.L) {
         if (f.vme < 0)
             return FF_OK;
@@ -332,13 +340,8 @@ static int post_rec_ar(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
     fold f;
     fold_of(n, me, &f);
     int folded = f.rem > 0 && me < 2 * f.rem;
-    if (st == 0) {
-        if (!folded)
-            return FF_OK;
-        if (f.vme < 0)
-            return rs_send(req, s, off, len, ph->peer[me + 1]);
-        return rs_recv(req, s, off, len, ph->peer[me - 1], 0);
-    }
+    if (st == 0)
+        return fold_in_whole(req, s, ph, &f);
     if (st <= f.L) {
         if (f.vme < 0)
             return FF_OK;

@@ -21,8 +21,10 @@
  *   hierarchical      inter phase: N-1 (ring) or lg N (recursive) steps of
  *                     one block with s = k, then k-1 intra steps of N blocks
  *   all-reduce        reduce-scatter + all-gather of chunks of n/p
- * plus (p-1) blocks of additions at reduce_Bps for reductions. Copies and
- * the hierarchical reordering are not modelled (beta_intra absorbs them). */
+ *   rec-whole         lg p steps of the whole vector (+ the fold's two)
+ * plus (p-1) blocks of additions at reduce_Bps for reductions (rec-whole:
+ * lg p whole vectors, one more in a fold). Copies and the hierarchical
+ * reordering are not modelled (beta_intra absorbs them). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -617,8 +619,11 @@ ff_algo ff_coll_select(ff_group *g, ff_coll coll, size_t count, ff_wire wire)
     struct ff_coll_layer *L = g->ctx->coll;
     if (L && L->forced != FF_ALGO_AUTO && ff_algo_supports(L->forced, coll))
         return L->forced;
-    if (coll == FF_COLL_ALLTOALL || g->size <= 2)
-        return FF_ALGO_RING; /* p = 2: every algorithm is the same exchange */
+    /* p = 2: every algorithm is the same exchange, but for rec-whole's one
+     * step of the whole vector against the all-reduce's two of halves */
+    if (coll == FF_COLL_ALLTOALL ||
+        (g->size <= 2 && (coll != FF_COLL_ALLREDUCE || !L || L->model.strict_volume)))
+        return FF_ALGO_RING;
     const ff_topo *t = ff_group_topo(g);
     if (!t)
         return FF_ALGO_RING;
