@@ -302,6 +302,19 @@ static int fold_in_whole(ff_request *req, ff_sched *s, const ff_phase *ph, const
     return rs_recv(req, s, off, len, ph->peer[me - 1], 0);
 }
 
+/* The last step of a reduction's fold: the partner sends the extra its
+ * result, elements [off, off+len) of W (fp32: received in place). */
+static int fold_out_result(ff_request *req, ff_sched *s, const ff_phase *ph, const fold *f,
+                           size_t off, size_t len)
+{
+    int me = ph->me;
+    if (f->vme >= 0)
+        return rs_send(req, s, off, len, ph->peer[me - 1]);
+    if (req->wire == FF_WIRE_FP32)
+        return ff_post_recv(req, s->W + off, len, ph->peer[me + 1]);
+    return rs_recv(req, s, off, len, ph->peer[me + 1], 1);
+}
+
 static int post_rec_rs(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
 {
     int n = ph->n, me = ph->me, rc;
@@ -326,11 +339,8 @@ static int post_rec_rs(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
     }
     if (!ph->fold_out || !folded)
         return FF_OK;
-    if (f.vme >= 0)
-        return rs_send(req, s, b[me - 1], blen(ph, me - 1), ph->peer[me - 1]);
-    if (req->wire == FF_WIRE_FP32)
-        return ff_post_recv(req, s->W + b[me], blen(ph, me), ph->peer[me + 1]);
-    return rs_recv(req, s, b[me], blen(ph, me), ph->peer[me + 1], 1);
+    int x = f.vme >= 0 ? me - 1 : me; /* the extra: its block */
+    return fold_out_result(req, s, ph, &f, b[x], blen(ph, x));
 }
 
 static int post_rec_ar(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
@@ -353,11 +363,7 @@ static int post_rec_ar(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
     }
     if (!folded)
         return FF_OK;
-    if (f.vme >= 0)
-        return rs_send(req, s, off, len, ph->peer[me - 1]);
-    if (req->wire == FF_WIRE_FP32)
-        return ff_post_recv(req, s->W + off, len, ph->peer[me + 1]);
-    return rs_recv(req, s, off, len, ph->peer[me + 1], 1);
+    return fold_out_result(req, s, ph, &f, off, len);
 }
 
 static int post_step(ff_request *req, ff_sched *s)
