@@ -71,7 +71,7 @@ typedef struct {
     int fold_out; /* AG: 1 = the partner sends the extra everything but the
                    * extra's block, 2 = everything (after an all-reduce's RS,
                    * the extra owns nothing); RS: 1 = the partner sends the
-                   * extra its block */
+                   * extra its block; AR: 1 = the whole result */
 } ff_phase;
 
 enum { FF_MAX_PHASES = 4 };

@@ -315,9 +315,11 @@ static int fold_out_result(ff_request *req, ff_sched *s, const ff_phase *ph, con
     return rs_recv(req, s, off, len, ph->peer[me + 1], 1);
 }
 
-static int post_rec_rs(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
+/* Recursive halving (FF_PH_RS_REC: the kept half shrinks, highest bit
+ * first) or doubling on the whole vector (FF_PH_AR_REC: bit 0 first). */
+static int post_rec_reduce(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
 {
-    int n = ph->n, me = ph->me, rc;
+    int n = ph->n, me = ph->me, rc, whole = ph->kind == FF_PH_AR_REC;
     const size_t *b = ph->bound;
     fold f;
     fold_of(n, me, &f);
@@ -327,11 +329,16 @@ static int post_rec_rs(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
     if (st <= f.L) {
         if (f.vme < 0)
             return FF_OK;
-        int mask = f.pof2 >> st, a = f.vme & ~(2 * mask - 1);
-        int keep = (f.vme & mask) ? a + mask : a, give = (f.vme & mask) ? a : a + mask;
+        size_t go = b[0], gl = b[n] - b[0], ko = go, kl = gl;
+        int mask = 1 << (st - 1);
+        if (!whole) {
+            mask = f.pof2 >> st;
+            int a = f.vme & ~(2 * mask - 1);
+            int keep = (f.vme & mask) ? a + mask : a, give = (f.vme & mask) ? a : a + mask;
+            ko = b[lo_of(&f, n, keep)], kl = b[lo_of(&f, n, keep + mask)] - ko;
+            go = b[lo_of(&f, n, give)], gl = b[lo_of(&f, n, give + mask)] - go;
+        }
         int peer = ph->peer[part_of(&f, f.vme ^ mask)];
-        size_t ko = b[lo_of(&f, n, keep)], kl = b[lo_of(&f, n, keep + mask)] - ko;
-        size_t go = b[lo_of(&f, n, give)], gl = b[lo_of(&f, n, give + mask)] - go;
         rc = rs_send(req, s, go, gl, peer);
         if (rc == FF_OK)
             rc = rs_recv(req, s, ko, kl, peer, 0);
@@ -339,31 +346,10 @@ static int post_rec_rs(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
     }
     if (!ph->fold_out || !folded)
         return FF_OK;
+    if (whole)
+        return fold_out_result(req, s, ph, &f, b[0], b[n] - b[0]);
     int x = f.vme >= 0 ? me - 1 : me; /* the extra: its block */
     return fold_out_result(req, s, ph, &f, b[x], blen(ph, x));
-}
-
-static int post_rec_ar(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
-{
-    int n = ph->n, me = ph->me, rc;
-    size_t off = ph->bound[0], len = ph->bound[n] - off;
-    fold f;
-    fold_of(n, me, &f);
-    int folded = f.rem > 0 && me < 2 * f.rem;
-    if (st == 0)
-        return fold_in_whole(req, s, ph, &f);
-    if (st <= f.L) {
-        if (f.vme < 0)
-            return FF_OK;
-        int peer = ph->peer[part_of(&f, f.vme ^ (1 << (st - 1)))];
-        rc = rs_send(req, s, off, len, peer);
-        if (rc == FF_OK)
-            rc = rs_recv(req, s, off, len, peer, 0);
-        return rc;
-    }
-    if (!folded)
-        return FF_OK;
-    return fold_out_result(req, s, ph, &f, off, len);
 }
 
 static int post_step(ff_request *req, ff_sched *s)
@@ -373,8 +359,7 @@ static int post_step(ff_request *req, ff_sched *s)
     case FF_PH_AG_RING:
     case FF_PH_RS_RING: return post_ring(req, s, ph, s->step);
     case FF_PH_AG_REC: return post_rec_ag(req, s, ph, s->step);
-    case FF_PH_AR_REC: return post_rec_ar(req, s, ph, s->step);
-    default: return post_rec_rs(req, s, ph, s->step);
+    default: return post_rec_reduce(req, s, ph, s->step);
     }
 }
 

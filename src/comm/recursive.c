@@ -114,6 +114,7 @@ int ff_rec_start(ff_request *req)
         if (req->algo == FF_ALGO_REC_WHOLE) {
             s->ph[0] = view;
             s->ph[0].kind = FF_PH_AR_REC;
+            s->ph[0].fold_out = 1; /* the extra gets the whole result */
             s->nph = 1;
             if ((rc = ff_sched_carve(req, s, 0, c, 0)) != FF_OK)
                 return rc;
