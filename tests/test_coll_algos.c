@@ -93,6 +93,15 @@ static vol ring_vol(int kind, int n, int me, const size_t *b)
     return v;
 }
 
+/* n = pof2 + rem with pof2 = 2^L the largest power of two <= n. */
+static int floor_pow2(int n, int *L)
+{
+    int pof2 = 1;
+    for (*L = 0; pof2 * 2 <= n; (*L)++)
+        pof2 *= 2;
+    return pof2;
+}
+
 /* Recursive doubling/halving with the fold (n = 2^L + rem: the first 2 rem
  * participants pair up, the even one is the "extra"; virtual rank w owns
  * participants 2w, 2w+1 if w < rem, else w + rem). R_l = the elements of the
@@ -109,10 +118,7 @@ static vol rec_vol(int kind, int n, int me, const size_t *b)
     vol v = {0, 0};
     if (n <= 1)
         return v;
-    int pof2 = 1, L = 0;
-    while (pof2 * 2 <= n)
-        pof2 *= 2, L++;
-    int rem = n - pof2;
+    int L, pof2 = floor_pow2(n, &L), rem = n - pof2;
     uint64_t T = sum_range(b, 0, n);
     if (me < 2 * rem && me % 2 == 0) { /* extra */
         if (kind == 0)
@@ -151,10 +157,7 @@ static vol whole_vol(int n, int me, uint64_t T)
     vol v = {0, 0};
     if (n <= 1)
         return v;
-    int pof2 = 1, L = 0;
-    while (pof2 * 2 <= n)
-        pof2 *= 2, L++;
-    int rem = n - pof2;
+    int L, pof2 = floor_pow2(n, &L), rem = n - pof2;
     if (me < 2 * rem && me % 2 == 0) {
         v.sent = v.recv = T;
         return v;

@@ -278,27 +278,23 @@ static int a2a_width(const ff_request *req)
 static int a2a_post_step(ff_request *req)
 {
     int p = P(req), r = R(req), W = a2a_window(req), s0 = req->step * W + 1;
-    int w = p - s0 < W ? p - s0 : W;
+    int w = p - s0 < W ? p - s0 : W, bf16 = req->wire == FF_WIRE_BF16;
     size_t c = req->count;
+    /* bf16: staged in scratch, w blocks out, then w in */
+    uint16_t *sbuf = bf16 ? req->scratch : NULL;
+    uint16_t *rbuf = bf16 ? sbuf + (size_t)a2a_width(req) * c : NULL;
     int rc = FF_OK;
-    if (req->wire == FF_WIRE_BF16) { /* staged: w blocks out, then w in */
-        uint16_t *sbuf = req->scratch, *rbuf = sbuf + (size_t)a2a_width(req) * c;
-        for (int i = 0; i < w && rc == FF_OK; i++) { /* the sends first */
-            int to = mod(r + s0 + i, p);
-            ff_bf16_pack(sbuf + (size_t)i * c, req->send + (size_t)to * c, c);
-            rc = ff_post_send(req, sbuf + (size_t)i * c, c, to);
-        }
-        for (int i = 0; i < w && rc == FF_OK; i++)
-            rc = ff_post_recv(req, rbuf + (size_t)i * c, c, mod(r - s0 - i, p));
-        return rc;
-    }
     for (int i = 0; i < w && rc == FF_OK; i++) { /* the sends first */
         int to = mod(r + s0 + i, p);
-        rc = ff_post_send(req, req->send + (size_t)to * c, c, to);
+        const float *src = req->send + (size_t)to * c;
+        if (bf16)
+            ff_bf16_pack(sbuf + (size_t)i * c, src, c);
+        rc = ff_post_send(req, bf16 ? (const void *)(sbuf + (size_t)i * c) : src, c, to);
     }
     for (int i = 0; i < w && rc == FF_OK; i++) {
         int from = mod(r - s0 - i, p);
-        rc = ff_post_recv(req, req->recv + (size_t)from * c, c, from);
+        rc = ff_post_recv(req, bf16 ? (void *)(rbuf + (size_t)i * c) : req->recv + (size_t)from * c,
+                          c, from);
     }
     return rc;
 }
