@@ -186,6 +186,28 @@ void ff_coll_layer_free(ff_ctx *ctx);
 /* Elements a ring algorithm sends and receives on rank r of p (what the
  * counters record for FF_ALGO_MPI). */
 void ff_ring_volume(ff_coll coll, int p, int r, size_t count, size_t *sent, size_t *recv);
+/* The same for rec-whole's all-reduce of `count` (comm/recursive.c): lg p
+ * whole vectors each way, the fold's pairs one more (the extra of a pair
+ * sends and receives the vector once). */
+void ff_rec_whole_volume(int p, int r, size_t count, size_t *sent, size_t *recv);
+
+/* 1 if the model's alphas, small_max and reduce_Bps are >= 0 and its betas
+ * > 0, all finite (what ff_ctx_set_coll_model accepts). */
+int ff_coll_model_ok(const ff_coll_model *m);
+
+/* A group's node layout (comm/algo.h), built from the node of each member:
+ * what the planner asks the selector with (src/plan/cost_full.c). */
+typedef struct ff_topo ff_topo;
+/* Member r of p lives on the node with id node[r] (>= 0, any numbering);
+ * `me` is the caller's index. Keeps the counts the cost model reads, not the
+ * member lists: for ff_coll_pick only, not for running an algorithm. NULL
+ * if out of memory or out of range. */
+ff_topo *ff_topo_new(const int *node, int p, int me);
+void ff_topo_free(ff_topo *t);
+/* What FF_ALGO_AUTO runs for this call under model m, without FF_ALGO (the
+ * same on every member: the layout, not `me`, decides). */
+ff_algo ff_coll_pick(const ff_topo *t, const ff_coll_model *m, ff_coll coll, size_t count,
+                     ff_wire wire);
 void ff_bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type);
 
 /* bf16 helpers (comm/bf16.c) */

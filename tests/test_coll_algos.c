@@ -28,9 +28,12 @@
  * all-gather and all-reduce bitwise identical; the byte counters equal to the
  * volume derived below from each algorithm's definition (not from the
  * library's code), their sum over the group's ranks sent == received; AUTO's
- * counters equal to the ring's (DESIGN §3) whatever it picks, with the
- * default model; with FF_STRICT_VOLUME=0 (CTest: the np6 run) AUTO may move
- * more, and must pick rec-whole somewhere. Also: mixed algorithms in flight at once on one group,
+ * counters, with the default rule, equal to the ring's whatever it picks,
+ * except for an all-reduce it runs as rec-whole, which the planner
+ * predicts (DESIGN §3; tests/test_plan_vs_run.c); with FF_STRICT_VOLUME=0
+ * (CTest: the np6 run) it may move other bytes. Every run must see AUTO
+ * pick rec-whole somewhere (the short all-reduces, on 3 or more ranks).
+ * Also: mixed algorithms in flight at once on one group,
  * waited in reverse order; in poll mode, half of the collectives driven to
  * their last step by ff_poll() alone. */
 #include <math.h>
@@ -401,10 +404,11 @@ static void run_one(env *e, group_info *gi, const spec *s, int salt)
                 gi->name, p, coll_short[s->coll], ff_algo_name(s->algo), ff_algo_name(ran),
                 s->wire == FF_WIRE_BF16 ? "bf16" : "fp32", s->n);
     }
-    /* AUTO with the default model moves exactly the ring's bytes */
+    /* AUTO with the default rule moves exactly the ring's bytes, or
+     * rec-whole's (checked above, as `want`) */
     if (s->algo == FF_ALGO_AUTO && ran == FF_ALGO_REC_WHOLE)
         e->auto_whole++;
-    if (s->algo == FF_ALGO_AUTO && e->strict) {
+    if (s->algo == FF_ALGO_AUTO && e->strict && ran != FF_ALGO_REC_WHOLE) {
         vol ring = expected(FF_ALGO_RING, s->coll, p, r, s->n, &gi->l);
         CHECK(sent == ring.sent * es && recv == ring.recv * es,
               "auto (ran %s) on group %s(%d) %s n=%zu: %llu/%llu bytes, ring %llu/%llu",
@@ -570,10 +574,8 @@ int main(int argc, char **argv)
     if (e.world_rank == 0)
         printf("strict_volume %d: AUTO ran rec-whole %ld times (summed over ranks)\n", e.strict,
                whole);
-    if (e.strict)
-        CHECK(whole == 0, "AUTO ran rec-whole %ld times with strict_volume", whole);
-    else if (e.world_size >= 3)
-        CHECK(whole > 0, "AUTO never ran rec-whole with FF_STRICT_VOLUME=0");
+    if (e.world_size >= 3)
+        CHECK(whole > 0, "AUTO never ran rec-whole (strict_volume %d)", e.strict);
     ff_ctx_destroy(e.ctx);
     int code = test_finish("coll_algos");
     MPI_Finalize();

@@ -14,8 +14,11 @@
  * from the model's definition (docs/collectives.md), and ff_coll_choose must
  * pick the ring where recursive doubling's one double-size message crosses
  * the threshold and recursive doubling where it does not. For all-reduce,
- * the same for rec-whole (2 steps of the whole vector): AUTO must not pick
- * it with strict_volume, and must pick the fastest of the three without. */
+ * the same for rec-whole (2 steps of the whole vector): AUTO must pick the
+ * fastest of the three, with strict_volume (rec-whole's bytes are the
+ * planner's to predict; recursive halving moves the ring's, 4 dividing the
+ * counts) and without; on a count 4 does not divide, strict_volume leaves
+ * recursive halving out (the ring instead), and without it AUTO takes it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,6 +193,7 @@ static void part_select(ff_ctx *ctx)
           per_node);
     ff_coll_model m;
     ff_coll_model_default(&m);
+    m.reduce_Bps = 0; /* the step sums below leave additions out */
     m.alpha_inter_s = 2e-4, m.beta_inter_Bps = 8e7;
     m.small_max_inter_B = 16384, m.alpha_inter_small_s = 3e-5, m.beta_inter_small_Bps = 6e8;
     CHECK(ff_ctx_set_coll_model(ctx, &m) == FF_OK, "set model: %s", ff_ctx_error(ctx));
@@ -245,7 +249,7 @@ static void part_select(ff_ctx *ctx)
                 double got = ff_coll_predict(g, FF_COLL_ALLREDUCE, algo[a], count, FF_WIRE_FP32);
                 CHECK(close_rel(got, t[a], 1e-12), "all-reduce %zu B: %s predicted %g, expected %g",
                       vec_B[i], ff_algo_name(algo[a]), got, t[a]);
-                if (a < 2 + !strict && t[a] < t[best] * (1 - 1e-9))
+                if (t[a] < t[best] * (1 - 1e-9))
                     best = a;
             }
             ff_algo pick = ff_coll_choose(g, FF_COLL_ALLREDUCE, count, FF_WIRE_FP32);
@@ -256,6 +260,24 @@ static void part_select(ff_ctx *ctx)
             CHECK(pick == algo[best], "all-reduce %zu B, strict_volume %d: picked %s, expected %s",
                   vec_B[i], strict, ff_algo_name(pick), ff_algo_name(algo[best]));
         }
+    }
+    /* a count 4 does not divide: Rabenseifner's bytes differ from the
+     * ring's, so strict_volume leaves it out (ring and rec-whole only) */
+    size_t odd = (1 << 18) - 1;
+    double t_odd[3];
+    static const ff_algo algo3[3] = {FF_ALGO_RING, FF_ALGO_REC, FF_ALGO_REC_WHOLE};
+    for (int a = 0; a < 3; a++)
+        t_odd[a] = ff_coll_predict(g, FF_COLL_ALLREDUCE, algo3[a], odd, FF_WIRE_FP32);
+    CHECK(t_odd[1] < t_odd[0] && t_odd[0] < t_odd[2],
+          "1 MiB - 4 B: expected rec < ring < rec-whole, model %g %g %g", t_odd[0], t_odd[1],
+          t_odd[2]);
+    for (int strict = 1; strict >= 0; strict--) {
+        m.strict_volume = strict;
+        ff_ctx_set_coll_model(ctx, &m);
+        ff_algo pick = ff_coll_choose(g, FF_COLL_ALLREDUCE, odd, FF_WIRE_FP32);
+        CHECK(pick == (strict ? FF_ALGO_RING : FF_ALGO_REC),
+              "all-reduce of %zu floats, strict_volume %d: picked %s", odd, strict,
+              ff_algo_name(pick));
     }
     CHECK(ff_coll_choose(g, FF_COLL_ALLREDUCE, 1024, FF_WIRE_FP32) == FF_ALGO_REC_WHOLE,
           "all-reduce 4 KiB, all messages small: rec-whole's 2 steps must win");

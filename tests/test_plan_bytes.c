@@ -4,9 +4,17 @@
  * from the library's function). Also the rejection reasons and the memory
  * arithmetic. Runs without MPI.
  *
+ * Which algorithm the collective layer runs decides an all-reduce's bytes
+ * (rec-whole sends lg p whole vectors); the tests of the GPT's traffic give
+ * the planner a collective model without latency and with one bandwidth,
+ * in which the ring's bytes are the cheapest, and test_rec_whole gives it one in which short
+ * all-reduces between nodes run rec-whole, with their volumes derived by
+ * hand.
+ *
  * Model: L=2 blocks, C=8, NH=2, V=100 (padded to 128), T=3, fp32 wire.
  * Per block the linear layers are QKV (N, 8 -> 24), projection (T, 8 -> 8),
  * MLP up (N, 8 -> 32), MLP down (T, 32 -> 8); the tied LM head is N (8 -> 128). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -90,6 +98,14 @@ static void base_config(ff_plan_config *cfg)
     cfg->seq = 3;
     cfg->checkpoint = 0;
     cfg->ag_cache = FF_PLAN_AUTO; /* every block, wte too: the model's default */
+    /* no latency and one bandwidth: a step costs its bytes (times the
+     * streams sharing a node's link, at most 1 for the ring on nodes of
+     * consecutive ranks), so rec-whole's 2 or more whole vectors never beat
+     * the ring's 2(p-1)/p of one (and ties keep the ring). With a faster
+     * link within nodes they could: on 3 ranks over nodes of 2, its fold
+     * stays on the node. */
+    cfg->coll.alpha_intra_s = cfg->coll.alpha_inter_s = 0;
+    cfg->coll.beta_intra_Bps = cfg->coll.beta_inter_Bps;
 }
 
 /* Grid 2x2x2x1 (Gd = 1: no data parallelism), rank (x, y, z, 0).
@@ -199,6 +215,38 @@ static void expect_data(expect w[FF_NGROUPS][FF_NCOLL], int gd, int d)
     add_ar(&w[FF_GROUP_WORLD][FF_COLL_ALLREDUCE], 1, gd, d);
 }
 
+/* rec-whole's all-reduce of n on p ranks, by its rule: with p = 2^L + rem,
+ * ranks 0..2 rem - 1 pair up, the even one of each pair sends its vector to
+ * the odd one and receives the result at the end; the 2^L others exchange
+ * the whole vector L times. */
+static void add_whole(expect *e, long n, int p, int r)
+{
+    int L = 0;
+    while ((2 << L) <= p)
+        L++;
+    int rem = p - (1 << L);
+    long v = r < 2 * rem && r % 2 == 0 ? n : (L + (r < 2 * rem)) * n;
+    e->calls++, e->sent += v, e->recv += v;
+}
+
+/* 1x1x1xGd (gd = 3 or 4) when the short all-reduces run rec-whole: the
+ * wte and block buckets (1024, 768) stay rings, the loss and the norm (1
+ * element) are rec-whole, and the 248 others too on 4 ranks (see
+ * test_rec_whole for the thresholds) */
+static void expect_data_whole(expect w[FF_NGROUPS][FF_NCOLL], int gd, int d)
+{
+    memset(w, 0, sizeof(expect) * FF_NGROUPS * FF_NCOLL);
+    add_ar(&w[FF_GROUP_D][FF_COLL_ALLREDUCE], 768, gd, d);
+    add_ar(&w[FF_GROUP_D][FF_COLL_ALLREDUCE], 768, gd, d);
+    add_ar(&w[FF_GROUP_D][FF_COLL_ALLREDUCE], 1024, gd, d);
+    if (gd == 4)
+        add_whole(&w[FF_GROUP_ZD][FF_COLL_ALLREDUCE], 248, gd, d);
+    else
+        add_ar(&w[FF_GROUP_ZD][FF_COLL_ALLREDUCE], 248, gd, d);
+    add_whole(&w[FF_GROUP_ZD][FF_COLL_ALLREDUCE], 1, gd, d);
+    add_whole(&w[FF_GROUP_WORLD][FF_COLL_ALLREDUCE], 1, gd, d);
+}
+
 static void run(const char *label, const ff_plan_config *cfg, ff_dims g, ff_dims c,
                 expect want[FF_NGROUPS][FF_NCOLL])
 {
@@ -294,6 +342,68 @@ static void test_traffic(void)
     long s, v;
     ring_ar(1024, 3, 1, &s, &v);
     CHECK(s == 2048 - 341 - 341 && v == 2048 - 342 - 341, "ring on 3: sent %ld recv %ld", s, v);
+}
+
+/* The planner predicts the collective layer's choice: with the model below,
+ * between nodes (alpha 1 us, 500 MB/s, additions free) an all-reduce of n
+ * floats on 4 ranks costs
+ *   ring 6 (alpha + n/beta) (blocks of 4n/4 bytes); recursive halving and
+ *   doubling (4 divides n) 4 alpha + 6n/beta; rec-whole 2 (alpha + 4n/beta)
+ * so rec-whole wins below n = alpha beta = 500 (248 and 1; not 768, 1024;
+ * a count that 4 does not divide leaves the ring and rec-whole, which
+ * wins below n = 2 alpha beta = 1000: 1); on 3 ranks ring 4 (alpha + 4n/3/beta), rec-whole 3 (alpha
+ * + 4n/beta) (one exchange and the fold's two), so below n = 75 (1; not 248). Within a node alpha
+ * is 0, and rec-whole never wins. So one node of 4 gives the ring's volumes and nodes of one rank
+ * rec-whole's. */
+static void test_rec_whole(void)
+{
+    printf("rec-whole predicted where the collective layer picks it\n");
+    ff_plan_config cfg;
+    expect want[FF_NGROUPS][FF_NCOLL];
+    base_config(&cfg);
+    cfg.coll.alpha_intra_s = 0, cfg.coll.beta_intra_Bps = 5e8;
+    cfg.coll.alpha_inter_s = 1e-6, cfg.coll.beta_inter_Bps = 5e8;
+    cfg.coll.reduce_Bps = 0;
+    cfg.coll.small_max_intra_B = cfg.coll.small_max_inter_B = 0;
+    for (int gd = 4; gd >= 3; gd--) {
+        cfg.batch = gd;
+        for (int d = 0; d < gd; d++) {
+            char label[64];
+            cfg.machine.ranks_per_node = 4;
+            snprintf(label, sizeof label, "1x1x1x%d d=%d, one node", gd, d);
+            expect_data(want, gd, d);
+            run(label, &cfg, (ff_dims){1, 1, 1, gd}, (ff_dims){0, 0, 0, d}, want);
+            cfg.machine.ranks_per_node = 1;
+            snprintf(label, sizeof label, "1x1x1x%d d=%d, %d nodes", gd, d, gd);
+            expect_data_whole(want, gd, d);
+            run(label, &cfg, (ff_dims){1, 1, 1, gd}, (ff_dims){0, 0, 0, d}, want);
+        }
+    }
+    /* the time follows the choice, on the machine's link (alpha, beta):
+     * rank 0's norm, 1 float on 4 ranks, 2 (alpha + 4/beta) as rec-whole,
+     * 6 (alpha + 4/beta) as the ring (chunks of 1) */
+    cfg.batch = 4;
+    cfg.machine.ranks_per_node = 1;
+    ff_plan_result whole, ring;
+    char err[256];
+    int rc = ff_plan_evaluate(&cfg, (ff_dims){1, 1, 1, 4}, &whole, err, sizeof err);
+    cfg.coll.alpha_inter_s = 0;
+    rc |= ff_plan_evaluate(&cfg, (ff_dims){1, 1, 1, 4}, &ring, err, sizeof err);
+    CHECK(rc == FF_OK, "evaluate: %s", err);
+    const ff_plan_link *l = &whole.link[FF_GROUP_WORLD];
+    double tw = whole.coll[FF_GROUP_WORLD][FF_COLL_ALLREDUCE].time_s,
+           tr = ring.coll[FF_GROUP_WORLD][FF_COLL_ALLREDUCE].time_s;
+    printf("  WORLD all-reduce time: %.3g us with rec-whole's choice, %.3g us with the ring\n",
+           tw * 1e6, tr * 1e6);
+    CHECK(fabs(tw - 2 * (l->alpha_s + 4 / l->beta_Bps)) <= 1e-12 * tw &&
+              fabs(tr - 6 * (l->alpha_s + 4 / l->beta_Bps)) <= 1e-12 * tr,
+          "norm time %g and %g, by hand %g and %g", tw, tr, 2 * (l->alpha_s + 4 / l->beta_Bps),
+          6 * (l->alpha_s + 4 / l->beta_Bps));
+    CHECK(whole.coll[FF_GROUP_WORLD][FF_COLL_ALLREDUCE].bytes_sent == 8 &&
+              ring.coll[FF_GROUP_WORLD][FF_COLL_ALLREDUCE].bytes_sent == 4,
+          "rank 0's norm: %llu and %llu B sent, by hand 8 (rec-whole) and 4 (ring)",
+          (unsigned long long)whole.coll[FF_GROUP_WORLD][FF_COLL_ALLREDUCE].bytes_sent,
+          (unsigned long long)ring.coll[FF_GROUP_WORLD][FF_COLL_ALLREDUCE].bytes_sent);
 }
 
 static void expect_reject(ff_plan_config *cfg, ff_dims g, const char *needle)
@@ -447,6 +557,7 @@ static void test_memory(void)
 int main(void)
 {
     test_traffic();
+    test_rec_whole();
     test_rejections();
     test_memory();
     return test_finish("test_plan_bytes");

@@ -276,24 +276,37 @@ static void test_links(void)
 
 /* Ring: AG/RS (p-1)(alpha + count w/beta); AR 2(p-1)(alpha + ceil(n/p) w/beta);
  * recursive (power-of-two p, AR only when p divides n): lg p (2 lg p for AR)
- * alphas and the ring's bandwidth term; the faster wins. */
+ * alphas and the ring's bandwidth term; the faster wins. rec-whole: its
+ * steps of the whole vector. */
 static void test_coll_time(void)
 {
     ff_plan_link l = {4, 1, 1, 1e-5, 1e9};
     /* AR of 10 on 4: ceil(10/4) = 3; 6 steps: 6 (1e-5 + 12/1e9); 4 does not
      * divide 10, so only the ring */
-    near("ring all-reduce n=10 p=4", plan_coll_time(&l, FF_COLL_ALLREDUCE, 4, 10, 4),
+    near("ring all-reduce n=10 p=4", plan_coll_time(&l, FF_COLL_ALLREDUCE, 4, 10, 4, 0),
          6 * (1e-5 + 12 / 1e9));
     /* AR of 12 on 4: ring 6 (1e-5 + 12/1e9); recursive 4e-5 + 6*12/1e9 */
-    near("recursive all-reduce n=12 p=4", plan_coll_time(&l, FF_COLL_ALLREDUCE, 4, 12, 4),
+    near("recursive all-reduce n=12 p=4", plan_coll_time(&l, FF_COLL_ALLREDUCE, 4, 12, 4, 0),
          4e-5 + 6 * 12 / 1e9);
     /* AG of 100 per rank on 3 (not a power of two): 2 (1e-5 + 400/1e9) */
-    near("ring all-gather count=100 p=3", plan_coll_time(&l, FF_COLL_ALLGATHER, 3, 100, 4),
+    near("ring all-gather count=100 p=3", plan_coll_time(&l, FF_COLL_ALLGATHER, 3, 100, 4, 0),
          2 * (1e-5 + 400 / 1e9));
     /* RS of 100 on 8, bf16: recursive 3e-5 + 7*200/1e9 */
-    near("recursive reduce-scatter p=8 bf16", plan_coll_time(&l, FF_COLL_REDUCE_SCATTER, 8, 100, 2),
-         3e-5 + 7 * 200 / 1e9);
-    CHECK(plan_coll_time(&l, FF_COLL_ALLREDUCE, 1, 1000, 4) == 0, "a group of one costs 0");
+    near("recursive reduce-scatter p=8 bf16",
+         plan_coll_time(&l, FF_COLL_REDUCE_SCATTER, 8, 100, 2, 0), 3e-5 + 7 * 200 / 1e9);
+    CHECK(plan_coll_time(&l, FF_COLL_ALLREDUCE, 1, 1000, 4, 0) == 0, "a group of one costs 0");
+    /* rec-whole (whole = 1): lg p steps of the whole vector; a p that is
+     * not a power of two adds the fold's two: 4 -> 2, 3 -> 1 + 2, 8 -> 3,
+     * 6 -> 2 + 2 */
+    near("rec-whole all-reduce n=10 p=4", plan_coll_time(&l, FF_COLL_ALLREDUCE, 4, 10, 4, 1),
+         2 * (1e-5 + 40 / 1e9));
+    near("rec-whole all-reduce n=10 p=3", plan_coll_time(&l, FF_COLL_ALLREDUCE, 3, 10, 4, 1),
+         3 * (1e-5 + 40 / 1e9));
+    near("rec-whole all-reduce n=10 p=8 bf16", plan_coll_time(&l, FF_COLL_ALLREDUCE, 8, 10, 2, 1),
+         3 * (1e-5 + 20 / 1e9));
+    near("rec-whole all-reduce n=10 p=6", plan_coll_time(&l, FF_COLL_ALLREDUCE, 6, 10, 4, 1),
+         4 * (1e-5 + 40 / 1e9));
+    CHECK(plan_coll_time(&l, FF_COLL_ALLREDUCE, 1, 1000, 4, 1) == 0, "rec-whole on one costs 0");
 }
 
 int main(void)

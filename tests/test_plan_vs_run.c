@@ -22,15 +22,20 @@
  * every block is "every layer" (-1), wte included.
  *
  * What the counters record: the collective layer's automatic choice
- * (FF_ALGO_AUTO) runs an algorithm other than the ring only where that
- * algorithm's per-rank byte counts are the ring's (ff_coll_model's
- * strict_volume, the default), and FF_ALGO_MPI records the ring's volume;
- * so the planner predicts ring volumes, whatever FF_RANKS_PER_NODE or
- * FF_PROFILE make AUTO pick. Only FF_ALGO, which forces one algorithm where
- * AUTO would choose (recursive doubling on a count the group does not
- * divide), and FF_STRICT_VOLUME=0, which lets AUTO pick such algorithms and
- * rec-whole, can change them: this test unsets both, so that the model's
- * collectives run as a user's do by default. */
+ * (FF_ALGO_AUTO) runs either an algorithm whose per-rank byte counts are
+ * the ring's or, for an all-reduce, rec-whole, which sends lg p whole
+ * vectors (ff_coll_model's strict_volume, the default). Which one depends
+ * on the collective model and the nodes, so the planner is given the run's:
+ * the context's model (FF_PROFILE, if set) as ff_plan_config.coll and its
+ * nodes as machine.ranks_per_node (they must be blocks of consecutive
+ * ranks: one node, or FF_RANKS_PER_NODE). CTest runs it on one node with
+ * the default model, and with FF_RANKS_PER_NODE=2 and the emulated 2x2
+ * cluster's profile. The test requires some (group, collective) pair whose
+ * prediction is not the ring's, so that the planner's rec-whole is
+ * exercised. FF_ALGO, which forces one algorithm where AUTO would choose,
+ * and FF_STRICT_VOLUME=0, which lets AUTO pick algorithms of other volumes,
+ * are unset, so that the model's collectives run as a user's do by
+ * default. */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
 #include <stdio.h>
@@ -71,6 +76,7 @@ static const char *const coll_names[FF_NCOLL] = {"all-gather", "reduce-scatter",
 /* What one rank found, gathered to rank 0. */
 typedef struct {
     int mismatches;          /* (group, collective) pairs that differ */
+    int not_ring;            /* pairs whose prediction is not the ring's volume */
     int with_traffic;        /* pairs with at least one call, measured */
     unsigned long long sent; /* bytes sent, measured, every pair */
     char detail[DETAIL];     /* the differing pairs, one per line */
@@ -91,9 +97,15 @@ static void model_opts(const variant *v, ff_gpt_opts *o)
     o->linear.coll.wire = v->wire == 2 ? FF_WIRE_BF16 : FF_WIRE_FP32;
 }
 
+/* The run's collective model and ranks per node (set in main). */
+static ff_coll_model run_model;
+static int run_per_node;
+
 static void plan_config(const variant *v, ff_plan_config *pc)
 {
     ff_plan_config_default(pc);
+    pc->coll = run_model;
+    pc->machine.ranks_per_node = run_per_node;
     snprintf(pc->model.name, sizeof pc->model.name, "test");
     pc->model.layers = model_cfg.L;
     pc->model.heads = model_cfg.NH;
@@ -157,6 +169,16 @@ static void compare(ff_grid *grid, const variant *v, rank_report *rep)
     char err[256];
     size_t used = 0;
     int rc = ff_plan_traffic(&pc, shape, me, want, err, sizeof err);
+    /* the same with a model in which rec-whole never wins (no latency, one
+     * bandwidth, free additions: its lg p whole vectors against the ring's
+     * 2(p-1)/p; tests/test_plan_bytes.c), for not_ring */
+    ff_plan_coll ring[FF_NGROUPS][FF_NCOLL];
+    pc.coll.alpha_intra_s = pc.coll.alpha_inter_s = 0;
+    pc.coll.small_max_intra_B = pc.coll.small_max_inter_B = 0;
+    pc.coll.beta_intra_Bps = pc.coll.beta_inter_Bps;
+    pc.coll.reduce_Bps = 0;
+    if (rc == FF_OK)
+        rc = ff_plan_traffic(&pc, shape, me, ring, err, sizeof err);
     if (rc != FF_OK) {
         rep->mismatches = 1;
         snprintf(rep->detail, sizeof rep->detail, "    ff_plan_traffic: %s\n", err);
@@ -166,6 +188,7 @@ static void compare(ff_grid *grid, const variant *v, rank_report *rep)
         for (int c = 0; c < FF_NCOLL; c++) {
             ff_counters got = ff_group_counters(ff_grid_group(grid, (ff_group_kind)k), (ff_coll)c);
             const ff_plan_coll *w = &want[k][c];
+            rep->not_ring += w->bytes_sent != ring[k][c].bytes_sent;
             rep->with_traffic += got.calls > 0;
             rep->sent += got.bytes_sent;
             if (got.calls == w->calls && got.bytes_sent == w->bytes_sent &&
@@ -190,8 +213,10 @@ static void compare(ff_grid *grid, const variant *v, rank_report *rep)
 }
 
 /* Gathers the reports to rank 0, which prints the grid's line. Returns the
- * number of ranks that differ. */
-static int report(ff_grid *grid, const variant *v, const rank_report *mine, rank_report *all)
+ * number of ranks that differ; adds the pairs predicted as rec-whole to
+ * *not_ring. */
+static int report(ff_grid *grid, const variant *v, const rank_report *mine, rank_report *all,
+                  long *not_ring)
 {
     MPI_Gather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, 0,
                MPI_COMM_WORLD);
@@ -204,6 +229,7 @@ static int report(ff_grid *grid, const variant *v, const rank_report *mine, rank
     int first_bad = -1, pairs = 0;
     for (int r = 0; r < WORLD; r++) {
         sent += all[r].sent;
+        *not_ring += all[r].not_ring;
         pairs += all[r].with_traffic;
         if (all[r].mismatches) {
             bad++;
@@ -245,25 +271,43 @@ int main(int argc, char **argv)
     const char *sv = getenv("FF_STRICT_VOLUME");
     if (sv && *sv) {
         if (rank == 0)
-            printf("FF_STRICT_VOLUME=%s unset: the planner predicts the ring's bytes\n", sv);
+            printf("FF_STRICT_VOLUME=%s unset: the planner predicts the default rule\n", sv);
         unsetenv("FF_STRICT_VOLUME");
     }
     ff_ctx *ctx;
     int rc = ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL);
     if (rc)
         die(ctx, "ff_ctx_create", rc);
+    /* the nodes as the planner describes them: blocks of consecutive ranks */
+    ff_ctx_coll_model(ctx, &run_model);
+    run_per_node = WORLD / ff_ctx_nodes(ctx);
+    int blocks = WORLD % ff_ctx_nodes(ctx) == 0;
+    for (int r = 0; r < WORLD; r++)
+        blocks &= ff_ctx_node_of(ctx, r) == r / run_per_node;
+    if (!blocks) {
+        if (rank == 0)
+            fprintf(stderr,
+                    "test_plan_vs_run: the %d nodes are not blocks of consecutive ranks; "
+                    "the planner cannot describe them\n",
+                    ff_ctx_nodes(ctx));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     ff_dims grids[MAX_GRIDS];
     int n_grids = (int)ff_plan_grids(WORLD, grids, MAX_GRIDS);
     CHECK(n_grids == 20, "ff_plan_grids(8): %d grids, want 20", n_grids);
     if (rank == 0)
         printf("model L=%d C=%d NH=%d V=%d (padded %d) maxT=%d; micro-batches of B=%d x T=%d; "
                "fp32 wire (bf16 where named); %d grids of %d ranks x %d variants; tolerance: "
-               "exact\n",
+               "exact\nnodes: %d of %d ranks; collective model: %s (alpha intra %.3g s, inter "
+               "%.3g s)\n",
                model_cfg.L, model_cfg.C, model_cfg.NH, model_cfg.V, (model_cfg.V + 127) / 128 * 128,
-               model_cfg.maxT, B, T, n_grids, WORLD, (int)NVARIANTS);
+               model_cfg.maxT, B, T, n_grids, WORLD, (int)NVARIANTS, WORLD / run_per_node,
+               run_per_node, getenv("FF_PROFILE") ? getenv("FF_PROFILE") : "the default",
+               run_model.alpha_intra_s, run_model.alpha_inter_s);
     rank_report mine, *all = rank == 0 ? malloc(WORLD * sizeof *all) : NULL;
     double t0 = MPI_Wtime();
     int failed = 0, runs = 0;
+    long not_ring = 0;
     for (int i = 0; i < n_grids; i++) {
         ff_grid *grid;
         if ((rc = ff_grid_create(ctx, grids[i], &grid)))
@@ -289,7 +333,7 @@ int main(int argc, char **argv)
                 ff_group_counters_reset(ff_grid_group(grid, (ff_group_kind)k));
             step(ctx, g, va->micro, 1);
             compare(grid, va, &mine);
-            int bad = report(grid, va, &mine, all);
+            int bad = report(grid, va, &mine, all, &not_ring);
             test_failures += mine.mismatches > 0; /* rank 0 printed the differences */
             failed += bad > 0;
             runs++;
@@ -297,9 +341,14 @@ int main(int argc, char **argv)
         ff_gpt_destroy(g);
         ff_grid_destroy(grid);
     }
-    if (rank == 0)
+    if (rank == 0) {
         printf("%d of %d runs (grid, variant) equal the planner exactly; %.1f s\n", runs - failed,
                runs, MPI_Wtime() - t0);
+        printf("(rank, group, collective) triples whose prediction is rec-whole's volume, not "
+               "the ring's: %ld\n",
+               not_ring);
+        CHECK(not_ring > 0, "no prediction differs from the ring's: rec-whole was not exercised");
+    }
     free(all);
     ff_ctx_destroy(ctx);
     int code = test_finish("plan_vs_run");

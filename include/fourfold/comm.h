@@ -70,8 +70,9 @@ typedef enum {
     FF_ALGO_HIER_REC,
     /* all-reduce only: recursive doubling on the whole vector, lg p steps
      * (plus a fold for non-powers of two) of `count` elements each; fewer
-     * steps than REC's 2 lg p, more bytes than the ring's. AUTO considers
-     * it only when the model's strict_volume is 0. */
+     * steps than REC's 2 lg p, more bytes than the ring's (as many on 2
+     * ranks). AUTO considers it by default: the planner predicts where it
+     * runs and counts its bytes (ff_plan_traffic). */
     FF_ALGO_REC_WHOLE,
     FF_NALGO
 } ff_algo;
@@ -173,9 +174,10 @@ typedef struct {
      * sums added into the accumulator); 0 = free. Not a level: the CPU's. */
     double reduce_Bps;
     /* 1 (default): AUTO considers only algorithms whose per-rank byte
-     * counts equal the ring's for that call (DESIGN §3's volumes), i.e.
-     * recursive ones only for power-of-two groups (and node counts) and
-     * all-reduce only when p divides count. 0: every algorithm. */
+     * counts the planner predicts (ff_plan_traffic; DESIGN §3): those
+     * that move the ring's bytes for that call (recursive ones only for
+     * power-of-two groups and node counts, all-reduce only when p divides
+     * count), and REC_WHOLE for all-reduce. 0: every algorithm. */
     int strict_volume;
 } ff_coll_model;
 
@@ -186,7 +188,8 @@ void ff_coll_model_default(ff_coll_model *m);
  * beta_inter_Bps, reduce_Bps, and for a second regime small_max_intra_B,
  * alpha_intra_small_s, beta_intra_small_Bps and their _inter_ twins); keys
  * it does not find keep their value in *m, except that a level without
- * small_max gets one regime. Returns FF_OK, FF_EIO, FF_ENOMEM or
+ * small_max gets one regime. A reduce_Bps of 0 (the fit could not resolve
+ * the additions) also keeps *m's. Returns FF_OK, FF_EIO, FF_ENOMEM or
  * FF_ECORRUPT with a message in err. */
 int ff_coll_model_read(const char *path, ff_coll_model *m, char *err, size_t err_len);
 /* Sets the context's model; must be called with the same values on every

@@ -142,10 +142,20 @@ typedef struct {
     unsigned overlap;  /* FF_OVERLAP_* */
     int min_tp;        /* axonn: minimum Gx*Gy*Gz; 0: the tool's value for the model */
     int grad_acc;      /* axonn: micro-batches the tool multiplies the depth term by */
+    /* The collective layer's model (comm.h), which decides the algorithm
+     * FF_ALGO_AUTO runs on each all-reduce, and so its bytes (rec-whole
+     * sends lg p whole vectors where the ring sends 2(p-1)/p of one) and,
+     * for full, its time. For ff_plan_traffic to equal the counters, give
+     * the run's model (ff_ctx_coll_model; the run's FF_PROFILE) and its
+     * nodes (machine.ranks_per_node: nodes of consecutive ranks). The
+     * planner applies the default rule strict_volume = 1 whatever this
+     * says: a run with FF_STRICT_VOLUME=0 or FF_ALGO may move other bytes. */
+    ff_coll_model coll;
 } ff_plan_config;
 
 /* batch 8, seq 1024, 1 rank, machine "this", cost full, checkpoint and
- * AG cache automatic, 1 micro-batch, fp32 wire, every overlap, model unset. */
+ * AG cache automatic, 1 micro-batch, fp32 wire, every overlap, model unset,
+ * collectives ff_coll_model_default. */
 void ff_plan_config_default(ff_plan_config *cfg);
 
 /* One collective kind on one group, per step, for one rank. */
@@ -201,9 +211,11 @@ int ff_plan_evaluate(const ff_plan_config *cfg, ff_dims grid, ff_plan_result *ou
                      size_t err_len);
 
 /* The traffic of the rank at `coords` in one step: calls and bytes per
- * (group, collective), exactly what fourfold's counters will record (ring
- * algorithms, uneven chunks included). Checkpointing and AG cache as cfg
- * says (FF_PLAN_AUTO resolved as ff_plan_evaluate does). */
+ * (group, collective), exactly what fourfold's counters will record: the
+ * ring's volumes (uneven chunks included), or rec-whole's for the
+ * all-reduces that AUTO runs as FF_ALGO_REC_WHOLE under cfg->coll on nodes
+ * of machine.ranks_per_node consecutive ranks. Checkpointing and AG cache
+ * as cfg says (FF_PLAN_AUTO resolved as ff_plan_evaluate does). */
 int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
                     ff_plan_coll out[FF_NGROUPS][FF_NCOLL], char *err, size_t err_len);
 

@@ -136,7 +136,7 @@ static const char help_coll[] =
     "  --json FILE       also append one JSON line per row to FILE\n\n"
     "Environment: FF_RANKS_PER_NODE=k pretends nodes of k ranks; FF_PROFILE=file\n"
     "sets the model behind auto and the pred column; FF_STRICT_VOLUME=0 lets auto\n"
-    "pick algorithms that move more bytes than the ring (docs/collectives.md).\n";
+    "pick algorithms whose bytes the planner does not predict (docs/collectives.md).\n";
 
 static int parse_list(const char *text, const char *const *names, const char *const *alias, int n,
                       int *on, const char *opt)

@@ -64,6 +64,11 @@ int cli_setup(const cli_run_opts *o, ff_ctx **ctx, ff_grid **grid);
  * exit code: `code`, or CLI_FAIL if the trace could not be written. */
 int cli_teardown(const cli_run_opts *o, ff_ctx *ctx, ff_grid *grid, int code);
 
+/* The collective model a run would use, for the planner: FF_PROFILE's if
+ * set (as ff_ctx_create reads it), else ff_coll_model_default. FF_OK, or an
+ * error with a message in err. */
+int cli_coll_model(ff_coll_model *m, char *err, size_t err_len);
+
 /* The ranks on one node (MPI_COMM_TYPE_SHARED), the minimum over nodes. */
 int cli_ranks_per_node(MPI_Comm comm);
 void cli_set_blas_threads(int n);

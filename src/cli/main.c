@@ -232,6 +232,19 @@ int cli_run_option(cli_args *a, cli_run_opts *o, int *bad)
     return 1;
 }
 
+int cli_coll_model(ff_coll_model *m, char *err, size_t err_len)
+{
+    ff_coll_model_default(m);
+    const char *path = getenv("FF_PROFILE");
+    if (!path || !*path)
+        return FF_OK;
+    char why[256];
+    int rc = ff_coll_model_read(path, m, why, sizeof why);
+    if (rc != FF_OK)
+        snprintf(err, err_len, "FF_PROFILE: %s", why);
+    return rc;
+}
+
 int cli_ranks_per_node(MPI_Comm comm)
 {
     MPI_Comm node;

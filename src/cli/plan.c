@@ -46,7 +46,10 @@ static const char help[] =
     "  --grid GxxGyxGzxGd   explain one grid in detail (axonn: Gr x Gc x Gd x Gdata)\n"
     "  --rejected           list the rejected grids and why (also --why-rejected)\n"
     "  --min-tp N           axonn: minimum Gr*Gc*Gd (default: the tool's value per model)\n"
-    "  --grad-acc N         axonn: gradient accumulation steps (default 1)\n";
+    "  --grad-acc N         axonn: gradient accumulation steps (default 1)\n\n"
+    "Environment: FF_PROFILE=file, the collective model a run reads, decides which\n"
+    "all-reduces the collective layer runs as rec-whole, and so their bytes and time\n"
+    "(full); without it, the built-in model (docs/planner.md).\n";
 
 /* ---- formatting ---- */
 
@@ -336,6 +339,11 @@ static int resolve(plan_opts *o)
     }
     if (o->rpn > 0)
         cfg->machine.ranks_per_node = (int)o->rpn;
+    /* AUTO's choice of all-reduce decides bytes: the run's model */
+    if (cli_coll_model(&cfg->coll, err, sizeof err) != FF_OK) {
+        cli_error("%s", err);
+        return CLI_FAIL;
+    }
     if (o->have_memory)
         cfg->machine.memory_bytes = (double)o->memory;
     return CLI_OK;
@@ -382,6 +390,11 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
               p->name, fmt_bytes(b1, sizeof b1, p->memory_bytes),
               fmt_flops(b2, sizeof b2, p->gemm_flops), fmt_flops(b3, sizeof b3, p->peak_flops),
               p->beta_intra_Bps / 1e9, p->beta_inter_Bps / 1e9);
+    const char *coll = getenv("FF_PROFILE");
+    if (cfg->cost == FF_COST_FULL)
+        cli_print("collectives: AUTO's choices under %s%s\n",
+                  coll && *coll ? "FF_PROFILE=" : "the default collective model",
+                  coll && *coll ? coll : "");
     if ((cfg->cost == FF_COST_AXONN || cfg->cost == FF_COST_AXONN_CORRECTED) && grids)
         cli_print("cost model %s: AxoNN's search space (powers of two, Gr*Gc*Gd >= %d): %zu "
                   "grids, %zu accepted; bandwidths %s\n",

@@ -293,6 +293,11 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
     pc.micro_batches = (int)(o->batch / o->micro);
     MPI_Comm_size(MPI_COMM_WORLD, &pc.ranks);
     pc.machine.ranks_per_node = cli_ranks_per_node(MPI_COMM_WORLD);
+    const char *k = getenv("FF_RANKS_PER_NODE"); /* as the run's nodes */
+    if (k && atoi(k) > 0)
+        pc.machine.ranks_per_node = atoi(k);
+    if (cli_coll_model(&pc.coll, err, sizeof err) != FF_OK)
+        goto fail;
     pc.checkpoint = o->gpt.checkpoint;
     pc.ag_cache = o->ag_cache_blocks < 0 ? cfg->L : (int)o->ag_cache_blocks;
     if (!o->gpt.linear.oar || !o->gpt.dp_overlap)

@@ -149,3 +149,18 @@ int ff_rec_start(ff_request *req)
     }
     return ff_sched_run(req, s);
 }
+
+void ff_rec_whole_volume(int p, int r, size_t count, size_t *sent, size_t *recv)
+{
+    *sent = *recv = 0;
+    if (p <= 1)
+        return;
+    int pof2 = ff_floor_pow2(p), rem = p - pof2, steps = 0;
+    while ((1 << steps) < pof2)
+        steps++;
+    if (r < 2 * rem && r % 2 == 0) { /* an extra: its vector out, the result back */
+        *sent = *recv = count;
+        return;
+    }
+    *sent = *recv = (size_t)(steps + (r < 2 * rem)) * count;
+}

@@ -44,12 +44,17 @@ void ff_coll_model_default(ff_coll_model *m)
      * recursive doubling move the same bytes and alpha decides); between
      * nodes the emulated cluster's 1 Gbit/s links (116 MB/s measured by
      * the testbed, alpha about the 38-48 us fitted there without delay).
-     * docs/coll-bench.md. */
+     * docs/coll-bench.md. Additions: `bench profile`'s fit does not
+     * resolve them (0, or 87-208 GB/s), but rec-whole adds twice the ring's
+     * bytes on 2 ranks, and measured 1.14-1.29x the ring's time from 4 MiB
+     * on one node of this VM: its extra time over the extra V/2 added bytes
+     * was 10-15 GB/s at 4-64 MiB (bench/results/coll/one-node-ar/), so
+     * 10 GB/s. */
     m->alpha_intra_s = 3.5e-6;
     m->beta_intra_Bps = 3.5e9;
     m->alpha_inter_s = 3e-5;
     m->beta_inter_Bps = 1.16e8;
-    m->reduce_Bps = 0;
+    m->reduce_Bps = 1e10;
     m->small_max_intra_B = m->alpha_intra_small_s = m->beta_intra_small_Bps = 0;
     m->small_max_inter_B = m->alpha_inter_small_s = m->beta_inter_small_Bps = 0;
     m->strict_volume = 1;
@@ -66,7 +71,7 @@ static int level_ok(double alpha, double beta, double small_max, double alpha_sm
     return ok;
 }
 
-static int model_ok(const ff_coll_model *m)
+int ff_coll_model_ok(const ff_coll_model *m)
 {
     return level_ok(m->alpha_intra_s, m->beta_intra_Bps, m->small_max_intra_B,
                     m->alpha_intra_small_s, m->beta_intra_small_Bps) &&
@@ -77,7 +82,7 @@ static int model_ok(const ff_coll_model *m)
 
 int ff_ctx_set_coll_model(ff_ctx *ctx, const ff_coll_model *m)
 {
-    if (!m || !model_ok(m))
+    if (!m || !ff_coll_model_ok(m))
         return ff_set_error(ctx, FF_EINVAL,
                             "collective model: alphas, small_max and reduce_Bps must be >= 0 and "
                             "betas > 0 (small betas too where small_max > 0), all finite");
@@ -158,7 +163,11 @@ int ff_coll_model_read(const char *path, ff_coll_model *m, char *err, size_t err
             snprintf(err, err_len, "%s: \"%s\" is not followed by a number", path, keys[i]);
             rc = FF_ECORRUPT;
         }
-    if (rc == FF_OK && !model_ok(&tmp)) {
+    /* `bench profile` writes the fit's additions rate, 0 where the
+     * samples could not resolve it (the usual case): keep the model's */
+    if (tmp.reduce_Bps == 0)
+        tmp.reduce_Bps = m->reduce_Bps;
+    if (rc == FF_OK && !ff_coll_model_ok(&tmp)) {
         snprintf(err, err_len,
                  "%s: alphas, small_max and reduce_Bps must be >= 0, betas > 0 (small betas "
                  "too where small_max > 0)",
@@ -248,8 +257,8 @@ int ff_coll_layer_init(ff_ctx *ctx)
                             getenv("FF_A2A_WINDOW"), FF_A2A_WINDOW);
     if (rc > 0)
         L->a2a_window = w;
-    /* FF_STRICT_VOLUME=0 lets AUTO pick algorithms that move more bytes
-     * than the ring (ff_coll_model.strict_volume) */
+    /* FF_STRICT_VOLUME=0 lets AUTO pick algorithms whose bytes the
+     * planner does not predict (ff_coll_model.strict_volume) */
     const char *sv = getenv("FF_STRICT_VOLUME");
     if (sv && *sv) {
         if (strcmp(sv, "0") != 0 && strcmp(sv, "1") != 0)
@@ -278,9 +287,7 @@ void ff_coll_layer_free(ff_ctx *ctx)
     while (L->topos) {
         ff_topo *t = L->topos;
         L->topos = t->next;
-        free(t->node);
-        free(t->member);
-        free(t);
+        ff_topo_free(t);
     }
     free(L->node_of);
     free(L);
@@ -322,6 +329,83 @@ static void cross_counts(ff_topo *t, int *count)
     t->fold_cross = max_count(count, N);
 }
 
+/* The layout of p members, member r on the node with id id[r] (0 <= id <
+ * n_ids, any numbering), seen from member `me`. NULL if out of memory. */
+static ff_topo *topo_build(const int *id, int n_ids, int p, int me)
+{
+    ff_topo *t = calloc(1, sizeof *t);
+    int *map = malloc((size_t)n_ids * sizeof(int));
+    int *count = calloc((size_t)p, sizeof(int));
+    if (t)
+        t->node = malloc((size_t)p * sizeof(int));
+    if (!t || !map || !count || !t->node) {
+        ff_topo_free(t);
+        free(map), free(count);
+        return NULL;
+    }
+    t->p = p;
+    /* group-local node numbers, in order of first appearance */
+    for (int i = 0; i < n_ids; i++)
+        map[i] = -1;
+    for (int r = 0; r < p; r++) {
+        if (map[id[r]] < 0)
+            map[id[r]] = t->n_nodes++;
+        t->node[r] = map[id[r]];
+        count[t->node[r]]++;
+    }
+    t->per_node = count[0];
+    for (int j = 1; j < t->n_nodes; j++)
+        if (count[j] != t->per_node)
+            t->per_node = 0;
+    t->my_node = t->node[me];
+    if (t->per_node > 0) {
+        t->member = malloc((size_t)p * sizeof(int));
+        if (!t->member) {
+            ff_topo_free(t);
+            free(map), free(count);
+            return NULL;
+        }
+        memset(count, 0, (size_t)t->n_nodes * sizeof(int));
+        for (int r = 0; r < p; r++) {
+            int j = t->node[r], i = count[j]++;
+            t->member[j * t->per_node + i] = r;
+            if (r == me)
+                t->my_local = i;
+        }
+    }
+    cross_counts(t, count);
+    free(map), free(count);
+    return t;
+}
+
+ff_topo *ff_topo_new(const int *node, int p, int me)
+{
+    if (!node || p < 1 || me < 0 || me >= p)
+        return NULL;
+    int n_ids = 0;
+    for (int r = 0; r < p; r++) {
+        if (node[r] < 0)
+            return NULL;
+        if (node[r] >= n_ids)
+            n_ids = node[r] + 1;
+    }
+    ff_topo *t = topo_build(node, n_ids, p, me);
+    if (t) { /* the counts are what ff_coll_pick reads */
+        free(t->node), free(t->member);
+        t->node = t->member = NULL;
+    }
+    return t;
+}
+
+void ff_topo_free(ff_topo *t)
+{
+    if (!t)
+        return;
+    free(t->node);
+    free(t->member);
+    free(t);
+}
+
 const ff_topo *ff_group_topo(ff_group *g)
 {
     if (g->topo)
@@ -331,19 +415,11 @@ const ff_topo *ff_group_topo(ff_group *g)
     if (!L)
         return NULL;
     int p = g->size;
-    ff_topo *t = calloc(1, sizeof *t);
     int *idx = malloc((size_t)p * sizeof(int)), *crank = malloc((size_t)p * sizeof(int));
-    int *map = malloc(((size_t)L->n_nodes + (size_t)p) * sizeof(int));
-    int *count = calloc((size_t)p, sizeof(int));
-    if (t)
-        t->node = malloc((size_t)p * sizeof(int));
-    if (!t || !idx || !crank || !map || !count || !t->node) {
-        if (t)
-            free(t->node);
-        free(t), free(idx), free(crank), free(map), free(count);
+    if (!idx || !crank) {
+        free(idx), free(crank);
         return NULL;
     }
-    t->p = p;
     MPI_Group gg, cg;
     MPI_Comm_group(g->comm, &gg);
     MPI_Comm_group(ctx->comm, &cg);
@@ -352,40 +428,16 @@ const ff_topo *ff_group_topo(ff_group *g)
     MPI_Group_translate_ranks(gg, p, idx, cg, crank);
     MPI_Group_free(&gg);
     MPI_Group_free(&cg);
-    /* group-local node numbers, in order of first appearance; a member that
-     * is not in the context's communicator counts as a node of its own */
-    for (int i = 0; i < L->n_nodes + p; i++)
-        map[i] = -1;
-    for (int r = 0; r < p; r++) {
-        int id = (crank[r] == MPI_UNDEFINED || crank[r] < 0 || crank[r] >= ctx->size)
+    /* node ids: a member that is not in the context's communicator counts
+     * as a node of its own */
+    for (int r = 0; r < p; r++)
+        idx[r] = (crank[r] == MPI_UNDEFINED || crank[r] < 0 || crank[r] >= ctx->size)
                      ? L->n_nodes + r
                      : L->node_of[crank[r]];
-        if (map[id] < 0)
-            map[id] = t->n_nodes++;
-        t->node[r] = map[id];
-        count[t->node[r]]++;
-    }
-    t->per_node = count[0];
-    for (int j = 1; j < t->n_nodes; j++)
-        if (count[j] != t->per_node)
-            t->per_node = 0;
-    t->my_node = t->node[g->rank];
-    if (t->per_node > 0) {
-        t->member = malloc((size_t)p * sizeof(int));
-        if (!t->member) {
-            free(t->node), free(t), free(idx), free(crank), free(map), free(count);
-            return NULL;
-        }
-        memset(count, 0, (size_t)t->n_nodes * sizeof(int));
-        for (int r = 0; r < p; r++) {
-            int j = t->node[r], i = count[j]++;
-            t->member[j * t->per_node + i] = r;
-            if (r == g->rank)
-                t->my_local = i;
-        }
-    }
-    cross_counts(t, count);
-    free(idx), free(crank), free(map), free(count);
+    ff_topo *t = topo_build(idx, L->n_nodes + p, p, g->rank);
+    free(idx), free(crank);
+    if (!t)
+        return NULL;
     t->next = L->topos;
     L->topos = t;
     g->topo = t;
@@ -584,7 +636,9 @@ static double predict_comm(const ff_topo *t, const ff_coll_model *m, ff_coll col
     }
 }
 
-/* 1 if AUTO may pick `algo` (see ff_coll_model.strict_volume). */
+/* 1 if AUTO may pick `algo` (see ff_coll_model.strict_volume): with
+ * strict_volume, the algorithms whose byte counts the planner predicts
+ * (src/plan/cost_full.c): those that move the ring's, and rec-whole. */
 static int eligible(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff_algo algo,
                     size_t count)
 {
@@ -595,7 +649,7 @@ static int eligible(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff_a
         return 0;
     switch (algo) {
     case FF_ALGO_REC: return !m->strict_volume || (ff_is_pow2(p) && even);
-    case FF_ALGO_REC_WHOLE: return !m->strict_volume && coll == FF_COLL_ALLREDUCE;
+    case FF_ALGO_REC_WHOLE: return coll == FF_COLL_ALLREDUCE;
     case FF_ALGO_HIER_RING:
     case FF_ALGO_HIER_REC:
         if (t->per_node == 0 || t->n_nodes < 2 || t->per_node < 2)
@@ -614,33 +668,38 @@ int ff_algo_supports(ff_algo algo, ff_coll coll)
     return coll != FF_COLL_ALLTOALL || algo <= FF_ALGO_RING;
 }
 
-ff_algo ff_coll_select(ff_group *g, ff_coll coll, size_t count, ff_wire wire)
+ff_algo ff_coll_pick(const ff_topo *t, const ff_coll_model *m, ff_coll coll, size_t count,
+                     ff_wire wire)
 {
-    struct ff_coll_layer *L = g->ctx->coll;
-    if (L && L->forced != FF_ALGO_AUTO && ff_algo_supports(L->forced, coll))
-        return L->forced;
-    /* p = 2: every algorithm is the same exchange, but for rec-whole's one
-     * step of the whole vector against the all-reduce's two of halves */
-    if (coll == FF_COLL_ALLTOALL ||
-        (g->size <= 2 && (coll != FF_COLL_ALLREDUCE || !L || L->model.strict_volume)))
-        return FF_ALGO_RING;
-    const ff_topo *t = ff_group_topo(g);
-    if (!t)
+    /* the all-to-all has one algorithm; on p = 2 every all-gather and
+     * reduce-scatter is the same exchange (an all-reduce may still take
+     * rec-whole's one step of the whole vector over two of halves) */
+    if (!t || coll == FF_COLL_ALLTOALL || t->p == 1 || (t->p == 2 && coll != FF_COLL_ALLREDUCE))
         return FF_ALGO_RING;
     ff_algo best = FF_ALGO_RING;
-    double best_t = predict(t, &L->model, coll, FF_ALGO_RING, count, wire, L->a2a_window);
+    double best_t = predict(t, m, coll, FF_ALGO_RING, count, wire, 1);
     static const ff_algo others[] = {FF_ALGO_REC, FF_ALGO_HIER_RING, FF_ALGO_HIER_REC,
                                      FF_ALGO_REC_WHOLE};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
-        if (!eligible(t, &L->model, coll, others[i], count))
+        if (!eligible(t, m, coll, others[i], count))
             continue;
-        double tt = predict(t, &L->model, coll, others[i], count, wire, L->a2a_window);
+        double tt = predict(t, m, coll, others[i], count, wire, 1);
         if (tt < best_t * (1 - 1e-9)) { /* ties keep the earlier (ring first) */
             best = others[i];
             best_t = tt;
         }
     }
     return best;
+}
+
+ff_algo ff_coll_select(ff_group *g, ff_coll coll, size_t count, ff_wire wire)
+{
+    struct ff_coll_layer *L = g->ctx->coll;
+    if (L && L->forced != FF_ALGO_AUTO && ff_algo_supports(L->forced, coll))
+        return L->forced;
+    if (!L || g->size <= 1 || coll == FF_COLL_ALLTOALL)
+        return FF_ALGO_RING;
+    return ff_coll_pick(ff_group_topo(g), &L->model, coll, count, wire);
 }
 
 ff_algo ff_coll_choose(ff_group *g, ff_coll coll, size_t count, ff_wire wire)

@@ -111,12 +111,22 @@ void plan_links(const ff_profile *p, ff_dims g, int paper_rule, ff_plan_link out
  * automatic choice (issue 7) also runs recursive doubling/halving where it
  * moves exactly the ring's bytes (p a power of two; for all-reduce, p
  * dividing count): the same volume in lg p steps, so only the latency term
- * changes. The faster of the two is the prediction. */
-double plan_coll_time(const ff_plan_link *l, ff_coll coll, int p, int64_t count, int wire)
+ * changes. The faster of the two is the prediction, unless AUTO runs the
+ * all-reduce as rec-whole (`whole`, plan_whole): lg p steps of the whole
+ * vector, two more for the fold of a p that is not a power of two. */
+double plan_coll_time(const ff_plan_link *l, ff_coll coll, int p, int64_t count, int wire,
+                      int whole)
 {
     if (p <= 1)
         return 0;
     int ar = coll == FF_COLL_ALLREDUCE;
+    if (ar && whole) {
+        int lg = 0;
+        while ((2 << lg) <= p)
+            lg++;
+        int steps = lg + ((1 << lg) < p ? 2 : 0);
+        return steps * (l->alpha_s + (double)count * wire / l->beta_Bps);
+    }
     double step_elems = ar ? (double)((count + p - 1) / p) : (double)count;
     double steps = ar ? 2.0 * (p - 1) : (double)(p - 1);
     double ring = steps * (l->alpha_s + step_elems * wire / l->beta_Bps);
@@ -130,6 +140,83 @@ double plan_coll_time(const ff_plan_link *l, ff_coll coll, int p, int64_t count,
             return rec;
     }
     return ring;
+}
+
+/* ---- which algorithm AUTO runs ----
+ * The collective layer picks per call by its cost model (ff_coll_pick,
+ * comm/select.c), which reads the group's node layout. Ranks are numbered X
+ * innermost (grid.h) and nodes hold machine.ranks_per_node consecutive
+ * ranks, so the group of kind k through a rank has members base + i*inner.
+ * Only all-reduces are asked: under the default rule (strict_volume) every
+ * all-gather and reduce-scatter AUTO may run moves the ring's bytes, and
+ * their time is plan_coll_time's. */
+
+struct plan_topo {
+    int p;
+    int64_t inner, base;
+    ff_topo *t;
+    struct plan_topo *next;
+};
+
+void plan_topos_free(plan_ops *ops)
+{
+    while (ops->topos) {
+        struct plan_topo *e = ops->topos;
+        ops->topos = e->next;
+        ff_topo_free(e->t);
+        free(e);
+    }
+}
+
+/* The layout of the rank's group of `kind`; NULL if out of memory. */
+static const ff_topo *plan_topo(plan_ops *ops, const ff_plan_config *cfg, ff_dims g, ff_dims c,
+                                ff_group_kind kind)
+{
+    int p = plan_group_size(g, kind);
+    int64_t inner = group_inner(g, kind), rpn = cfg->machine.ranks_per_node;
+    int64_t base = plan_group_rank(g, c, FF_GROUP_WORLD) - plan_group_rank(g, c, kind) * inner;
+    for (struct plan_topo *e = ops->topos; e; e = e->next)
+        if (e->p == p && e->inner == inner && e->base == base)
+            return e->t;
+    struct plan_topo *e = calloc(1, sizeof *e);
+    int *node = malloc((size_t)p * sizeof *node);
+    if (e && node) {
+        /* node ids 0, 1, ... (a member's node never precedes the one
+         * before it's), so that ff_topo_new's id range is at most p */
+        int64_t prev = base / rpn;
+        node[0] = 0;
+        for (int i = 1; i < p; i++) {
+            int64_t n = (base + i * inner) / rpn;
+            node[i] = node[i - 1] + (n != prev);
+            prev = n;
+        }
+        e->t = ff_topo_new(node, p, 0);
+    }
+    free(node);
+    if (!e || !e->t) {
+        free(e);
+        return NULL;
+    }
+    e->p = p, e->inner = inner, e->base = base;
+    e->next = ops->topos;
+    ops->topos = e;
+    return e->t;
+}
+
+/* 1 if AUTO runs the collective `op` of the rank at c as rec-whole; -1 if
+ * out of memory. */
+static int plan_whole(plan_ops *ops, const ff_plan_config *cfg, ff_dims g, ff_dims c,
+                      const plan_op *op)
+{
+    if (op->coll != FF_COLL_ALLREDUCE || plan_group_size(g, (ff_group_kind)op->group) <= 1)
+        return 0;
+    const ff_topo *t = plan_topo(ops, cfg, g, c, (ff_group_kind)op->group);
+    if (!t)
+        return -1;
+    ff_coll_model m = cfg->coll;
+    m.strict_volume = 1;
+    ff_wire w = op->wire == 2 ? FF_WIRE_BF16 : FF_WIRE_FP32;
+    return ff_coll_pick(t, &m, FF_COLL_ALLREDUCE, (size_t)op->count, w) == FF_ALGO_REC_WHOLE;
 }
 
 /* ---- compute ---- */
@@ -299,6 +386,9 @@ done:
 /* ---- the timeline ---- */
 
 typedef struct {
+    const ff_plan_config *cfg;
+    plan_ops *ops; /* the layouts plan_whole asks about (rank 0's groups) */
+    ff_dims g;
     const ff_profile *prof;
     const ff_plan_link *link;
     double rate;
@@ -308,7 +398,8 @@ typedef struct {
     double *tag_end; /* completion of background collectives */
 } timeline;
 
-static void play(timeline *tl, const plan_ops *o, ff_plan_result *r)
+/* Plays the step; -1 if out of memory. */
+static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
 {
     const ff_profile *p = tl->prof;
     for (size_t i = 0; i < o->n; i++) {
@@ -335,7 +426,10 @@ static void play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             break;
         case OP_COLL: {
             const ff_plan_link *l = &tl->link[op->group];
-            t = plan_coll_time(l, (ff_coll)op->coll, l->size, op->count, op->wire);
+            int whole = plan_whole(tl->ops, tl->cfg, tl->g, (ff_dims){0, 0, 0, 0}, op);
+            if (whole < 0)
+                return -1;
+            t = plan_coll_time(l, (ff_coll)op->coll, l->size, op->count, op->wire, whole);
             if (t <= 0)
                 break;
             r->coll[op->group][op->coll].time_s += t;
@@ -366,12 +460,14 @@ static void play(timeline *tl, const plan_ops *o, ff_plan_result *r)
         }
     }
     tl->cursor += tl->pending;
+    return 0;
 }
 
 /* Calls and bytes of one rank (what the counters record: no call and no
- * byte on a group of one; ring volumes with uneven all-reduce chunks). */
-static void count_traffic(const plan_ops *o, ff_dims g, ff_dims coords,
-                          ff_plan_coll out[FF_NGROUPS][FF_NCOLL])
+ * byte on a group of one; ring volumes with uneven all-reduce chunks, or
+ * rec-whole's where AUTO runs it). -1 if out of memory. */
+static int count_traffic(const ff_plan_config *cfg, plan_ops *o, ff_dims g, ff_dims coords,
+                         ff_plan_coll out[FF_NGROUPS][FF_NCOLL])
 {
     for (size_t i = 0; i < o->n; i++) {
         const plan_op *op = &o->ops[i];
@@ -380,14 +476,21 @@ static void count_traffic(const plan_ops *o, ff_dims g, ff_dims coords,
         int p = plan_group_size(g, (ff_group_kind)op->group);
         if (p <= 1)
             continue;
+        int me = plan_group_rank(g, coords, (ff_group_kind)op->group);
+        int whole = plan_whole(o, cfg, g, coords, op);
+        if (whole < 0)
+            return -1;
         size_t sent, recv;
-        ff_ring_volume((ff_coll)op->coll, p, plan_group_rank(g, coords, (ff_group_kind)op->group),
-                       (size_t)op->count, &sent, &recv);
+        if (whole)
+            ff_rec_whole_volume(p, me, (size_t)op->count, &sent, &recv);
+        else
+            ff_ring_volume((ff_coll)op->coll, p, me, (size_t)op->count, &sent, &recv);
         ff_plan_coll *c = &out[op->group][op->coll];
         c->calls++;
         c->bytes_sent += (uint64_t)sent * op->wire;
         c->bytes_recv += (uint64_t)recv * op->wire;
     }
+    return 0;
 }
 
 int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *ops,
@@ -408,10 +511,20 @@ int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan
         return plan_err(err, err_len, FF_ENOMEM, "out of memory planning grid %dx%dx%dx%d", g.x,
                         g.y, g.z, g.d);
     int ranks = plan_group_size(g, FF_GROUP_WORLD);
-    timeline tl = {&cfg->machine, r->link, gemm_rate(&cfg->machine, ranks), 0, 0, 0, tag_end};
-    play(&tl, ops, r);
+    timeline tl = {.cfg = cfg,
+                   .ops = ops,
+                   .g = g,
+                   .prof = &cfg->machine,
+                   .link = r->link,
+                   .rate = gemm_rate(&cfg->machine, ranks),
+                   .tag_end = tag_end};
+    int oom = play(&tl, ops, r);
     free(tag_end);
-    count_traffic(ops, g, (ff_dims){0, 0, 0, 0}, r->coll);
+    if (!oom)
+        oom = count_traffic(cfg, ops, g, (ff_dims){0, 0, 0, 0}, r->coll);
+    if (oom)
+        return plan_err(err, err_len, FF_ENOMEM, "out of memory planning grid %dx%dx%dx%d", g.x,
+                        g.y, g.z, g.d);
     for (int k = 0; k < FF_NGROUPS; k++)
         for (int c = 0; c < FF_NCOLL; c++)
             r->bytes_recv += r->coll[k][c].bytes_recv;
@@ -442,10 +555,8 @@ int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords,
         plan_fit_memory(cfg, g, r, &s); /* resolves the automatic settings */
         plan_ops ops = {0};
         plan_schedule(&s, &ops);
-        if (ops.oom)
+        if (ops.oom || count_traffic(cfg, &ops, g, coords, out) < 0)
             rc = plan_err(err, err_len, FF_ENOMEM, "out of memory");
-        else
-            count_traffic(&ops, g, coords, out);
         plan_ops_free(&ops);
     }
     free(r);

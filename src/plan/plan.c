@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h" /* ff_coll_model_ok */
 #include "plan/plan_internal.h"
 
 enum { MAX_RANKS = 1 << 24 };
@@ -39,6 +40,7 @@ void ff_plan_config_default(ff_plan_config *cfg)
     cfg->overlap = FF_OVERLAP_ALL;
     cfg->min_tp = 0;
     cfg->grad_acc = 1;
+    ff_coll_model_default(&cfg->coll);
 }
 
 size_t ff_plan_grids(int ranks, ff_dims *out, size_t cap)
@@ -125,6 +127,10 @@ static int check_config(const ff_plan_config *cfg, char *err, size_t len)
         return plan_err(err, len, FF_EINVAL, "unknown overlap bits 0x%x", cfg->overlap);
     if (cfg->min_tp < 0 || cfg->grad_acc < 1)
         return plan_err(err, len, FF_EINVAL, "min-tp must be >= 0 and grad-acc >= 1");
+    if (!ff_coll_model_ok(&cfg->coll))
+        return plan_err(err, len, FF_EINVAL,
+                        "collective model: alphas, small_max and reduce_Bps must be >= 0 and "
+                        "betas > 0, all finite");
     return check_profile(&cfg->machine, err, len);
 }
 

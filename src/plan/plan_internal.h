@@ -38,11 +38,16 @@ typedef struct {
     double work;       /* OP_GEMM, OP_ATTN: flops; OP_ELEM: bytes of memory traffic */
 } plan_op;
 
+struct plan_topo; /* cost_full.c */
+
 typedef struct {
     plan_op *ops;
     size_t n, cap;
     int tags;
     int oom;
+    /* the node layouts of the groups the all-reduces ran on, kept from one
+     * grid to the next (the world group is the same for all) */
+    struct plan_topo *topos;
 } plan_ops;
 
 /* The resolved sizes of one rank's step. */
@@ -76,8 +81,13 @@ int64_t plan_other_params(const plan_shape *s);
 ff_plan_link plan_link(const ff_profile *p, int ranks, int64_t inner, int size, int paper_rule);
 /* The links of the seven groups of a grid. */
 void plan_links(const ff_profile *p, ff_dims g, int paper_rule, ff_plan_link out[FF_NGROUPS]);
-/* Seconds for one ring collective on a group of p ranks. */
-double plan_coll_time(const ff_plan_link *l, ff_coll coll, int p, int64_t count, int wire);
+/* Seconds for one collective on a group of p ranks: the ring's or
+ * recursive doubling's (the faster), or with `whole` (an all-reduce that
+ * AUTO runs as rec-whole) lg p steps of the whole vector. */
+double plan_coll_time(const ff_plan_link *l, ff_coll coll, int p, int64_t count, int wire,
+                      int whole);
+/* Frees ops->topos (plan_ops_free calls it). */
+void plan_topos_free(plan_ops *ops);
 
 /* Size of a group and the rank's index in it (grid.h's conventions). */
 int plan_group_size(ff_dims g, ff_group_kind kind);

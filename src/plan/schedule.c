@@ -52,6 +52,7 @@ static plan_op *push(plan_ops *o)
 
 void plan_ops_free(plan_ops *o)
 {
+    plan_topos_free(o);
     free(o->ops);
     memset(o, 0, sizeof *o);
 }
