@@ -46,12 +46,15 @@ k = int(sys.argv[2])
 need = {"format": str, "version": int, "name": str, "ranks_per_node": int,
         "memory_bytes": (int, float), "gemm_flops": (int, float), "peak_flops": (int, float),
         "alpha_intra_s": (int, float), "beta_intra_Bps": (int, float),
-        "alpha_inter_s": (int, float), "beta_inter_Bps": (int, float), "intra_bw": list}
+        "alpha_inter_s": (int, float), "beta_inter_Bps": (int, float), "intra_bw": list,
+        "reduce_Bps": (int, float)}
 for key, t in need.items():
     assert key in p and isinstance(p[key], t), f"key {key}: {p.get(key)!r}"
 assert p["format"] == "fourfold-profile" and p["version"] == 1
 assert p["ranks_per_node"] == k, p["ranks_per_node"]
-for key in ("memory_bytes", "gemm_flops", "peak_flops", "beta_intra_Bps", "beta_inter_Bps"):
+# reduce_Bps is timed, not fitted: never 0 (unresolved)
+for key in ("memory_bytes", "gemm_flops", "peak_flops", "beta_intra_Bps", "beta_inter_Bps",
+            "reduce_Bps"):
     assert p[key] > 0 and math.isfinite(p[key]), key
 assert p["alpha_intra_s"] >= 0 and p["alpha_inter_s"] >= 0
 if k == 2:
@@ -60,7 +63,8 @@ if k == 2:
 else:
     assert p["intra_bw"] == [] and p["fit"]["inter"]["measured"] is True
 print(f"ok   profile (nodes of {k}): {p['name']}, alpha/beta intra {p['alpha_intra_s']:.3g}/"
-      f"{p['beta_intra_Bps']:.3g}, inter {p['alpha_inter_s']:.3g}/{p['beta_inter_Bps']:.3g}")
+      f"{p['beta_intra_Bps']:.3g}, inter {p['alpha_inter_s']:.3g}/{p['beta_inter_Bps']:.3g}, "
+      f"additions {p['reduce_Bps']:.3g} B/s")
 PY
 done
 leftover=$(ls "$WORK" | grep -c tmp || true)
