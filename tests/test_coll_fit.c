@@ -235,6 +235,7 @@ static void part_select(ff_ctx *ctx)
     /* all-reduce of V bytes: ring 6 steps of V/4; rec halves then doubles
      * (V/2, V/4, V/4, V/2); rec-whole 2 steps of V */
     static const size_t vec_B[] = {4096, 65536, 1 << 20};
+    static const ff_algo algo[3] = {FF_ALGO_RING, FF_ALGO_REC, FF_ALGO_REC_WHOLE};
     for (int strict = 1; strict >= 0; strict--) {
         m.strict_volume = strict;
         ff_ctx_set_coll_model(ctx, &m);
@@ -243,7 +244,6 @@ static void part_select(ff_ctx *ctx)
             size_t count = vec_B[i] / 4;
             double t[3] = {6 * step(&m, V / 4), 2 * step(&m, V / 4) + 2 * step(&m, V / 2),
                            2 * step(&m, V)};
-            static const ff_algo algo[3] = {FF_ALGO_RING, FF_ALGO_REC, FF_ALGO_REC_WHOLE};
             int best = 0;
             for (int a = 0; a < 3; a++) {
                 double got = ff_coll_predict(g, FF_COLL_ALLREDUCE, algo[a], count, FF_WIRE_FP32);
@@ -265,9 +265,8 @@ static void part_select(ff_ctx *ctx)
      * ring's, so strict_volume leaves it out (ring and rec-whole only) */
     size_t odd = (1 << 18) - 1;
     double t_odd[3];
-    static const ff_algo algo3[3] = {FF_ALGO_RING, FF_ALGO_REC, FF_ALGO_REC_WHOLE};
     for (int a = 0; a < 3; a++)
-        t_odd[a] = ff_coll_predict(g, FF_COLL_ALLREDUCE, algo3[a], odd, FF_WIRE_FP32);
+        t_odd[a] = ff_coll_predict(g, FF_COLL_ALLREDUCE, algo[a], odd, FF_WIRE_FP32);
     CHECK(t_odd[1] < t_odd[0] && t_odd[0] < t_odd[2],
           "1 MiB - 4 B: expected rec < ring < rec-whole, model %g %g %g", t_odd[0], t_odd[1],
           t_odd[2]);
