@@ -235,6 +235,18 @@ int ff_group_create(ff_ctx *ctx, MPI_Comm comm, const char *name, ff_group **out
         return ff_mpi_error(ctx, rc, "MPI_Comm_dup");
     }
     ff_group_init(g, ctx, dup, name);
+    /* agreed across the group (collective over comm, not over the context) */
+    int ok = ff_group_topo_init(g) == FF_OK, all_ok = 0;
+    rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, g->comm);
+    if (rc != MPI_SUCCESS || !all_ok) {
+        ff_group_destroy(g);
+        if (rc != MPI_SUCCESS)
+            return ff_mpi_error(ctx, rc, "MPI_Allreduce (creating a group)");
+        return ok ? ff_set_error(ctx, FF_ENOMEM,
+                                 "out of memory on another rank finding the nodes of group %s",
+                                 name)
+                  : FF_ENOMEM;
+    }
     *out = g;
     return FF_OK;
 }
@@ -321,6 +333,14 @@ int ff_grid_create(ff_ctx *ctx, ff_dims s, ff_grid **out)
             return ff_mpi_error(ctx, rc, "MPI_Comm_split (building the grid's groups)");
         }
         ff_group_init(&grid->groups[k], ctx, comm, kind_names[k]);
+    }
+    rc = FF_OK;
+    for (int k = 0; k < FF_NGROUPS && rc == FF_OK; k++)
+        rc = ff_group_topo_init(&grid->groups[k]);
+    rc = ff_ctx_agree(ctx, rc);
+    if (rc != FF_OK) {
+        ff_grid_destroy(grid);
+        return rc;
     }
     *out = grid;
     return FF_OK;

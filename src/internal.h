@@ -103,7 +103,8 @@ struct ff_group {
     int size, rank;
     char name[16];
     unsigned seq; /* collectives posted, to give each its own tag */
-    /* node layout, computed on first use, owned by ctx->coll */
+    /* node layout, built with the group (ff_group_topo_init), owned by
+     * ctx->coll */
     struct ff_topo *topo;
     ff_counter_acc counters[FF_NCOLL];
 };
@@ -111,6 +112,11 @@ struct ff_group {
 /* Builds a group around an existing communicator (takes ownership of comm). */
 int ff_group_init(ff_group *g, ff_ctx *ctx, MPI_Comm comm, const char *name);
 void ff_group_fini(ff_group *g);
+/* Builds the group's node layout, which every choice of algorithm reads (no
+ * communication). The callers agree on the result across the group before
+ * using it: a member that failed alone and fell back to another algorithm
+ * than its peers' would hang the group. */
+int ff_group_topo_init(ff_group *g);
 
 struct ff_grid {
     ff_ctx *ctx;

@@ -35,8 +35,8 @@ struct ff_coll_layer {
     ff_topo *topos;
 };
 
-/* The group's layout, computed on first use (no communication); NULL only
- * when out of memory. */
+/* The group's layout, built when the group was created
+ * (ff_group_topo_init); NULL only without a collective layer. */
 const ff_topo *ff_group_topo(ff_group *g);
 
 /* ---- phases (phase.c) ----

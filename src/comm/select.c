@@ -406,19 +406,28 @@ void ff_topo_free(ff_topo *t)
     free(t);
 }
 
-const ff_topo *ff_group_topo(ff_group *g)
+/* FF_FAULT_TOPO=R: the context's rank R fails to build its groups' layouts
+ * as if out of memory (for the test that creating a grid then fails on
+ * every rank, tests/test_coll_algos.c). */
+static int fault_topo(const ff_ctx *ctx)
 {
-    if (g->topo)
-        return g->topo;
+    const char *v = getenv("FF_FAULT_TOPO");
+    char *end;
+    long r = v && *v ? strtol(v, &end, 10) : -1;
+    return v && *v && !*end && r == ctx->rank;
+}
+
+int ff_group_topo_init(ff_group *g)
+{
     ff_ctx *ctx = g->ctx;
     struct ff_coll_layer *L = ctx->coll;
-    if (!L)
-        return NULL;
+    if (!L || g->topo)
+        return FF_OK;
     int p = g->size;
     int *idx = malloc((size_t)p * sizeof(int)), *crank = malloc((size_t)p * sizeof(int));
-    if (!idx || !crank) {
+    if (!idx || !crank || fault_topo(ctx)) {
         free(idx), free(crank);
-        return NULL;
+        return ff_set_error(ctx, FF_ENOMEM, "out of memory finding the nodes of group %s", g->name);
     }
     MPI_Group gg, cg;
     MPI_Comm_group(g->comm, &gg);
@@ -437,12 +446,14 @@ const ff_topo *ff_group_topo(ff_group *g)
     ff_topo *t = topo_build(idx, L->n_nodes + p, p, g->rank);
     free(idx), free(crank);
     if (!t)
-        return NULL;
+        return ff_set_error(ctx, FF_ENOMEM, "out of memory finding the nodes of group %s", g->name);
     t->next = L->topos;
     L->topos = t;
     g->topo = t;
-    return t;
+    return FF_OK;
 }
+
+const ff_topo *ff_group_topo(ff_group *g) { return g->topo; }
 
 void ff_group_topology(ff_group *g, int *nodes, int *ranks_per_node)
 {
