@@ -1,0 +1,27 @@
+#!/bin/sh
+# Every collective and algorithm, AUTO included and measured directly (not
+# priced from another run), with the current selector (rec-whole allowed by
+# default) under the shipped profiles (profiles/tb-*.json), on the emulated
+# 2x2 and 4x1 clusters, 1 Gbit/s, 0 and 100 us one-way delay, 4 KiB to
+# 64 MiB per rank, 3 runs each (the run is the outer loop, so that a slow
+# period of the machine spreads over the configurations).
+#   usage (from the repository root, as root): bench/results/coll/auto-sweep/run.sh [build dir]
+#   table: bench/coll_table.py bench/results/coll/auto-sweep/tb-*.r*.jsonl
+set -u
+FF=${1:-build}/fourfold
+TB=../shared/tools/testbed/tbcluster.sh
+OUT=bench/results/coll/auto-sweep
+for k in 1 2 3; do
+for shape in "2 2" "4 1"; do
+set -- $shape
+for d in 0 100; do name=tb-$1x$2-1gbit-d${d}us
+  echo "$name r$k $(date -u +%T) load $(cat /proc/loadavg)" >> $OUT/runs.log
+  rm -f $OUT/$name.r$k.jsonl
+  TB_MPIRUN_ARGS="--mca btl_tcp_links 2 -x FF_PROFILE=$PWD/profiles/$name.json" \
+    $TB -p ffcoll -s 10.79.0 -n $1 -m $2 -r 1gbit -d $d all -- $FF bench coll \
+    --algos mpi-blk,mpi,ring,rec,rec-whole,hier-ring,hier-rec,auto \
+    -b 4K -e 64M -f 4 -n 15 -w 1 --max-seconds 8 --place out --json $OUT/$name.r$k.jsonl \
+    > $OUT/$name.r$k.coll.txt 2>&1
+  echo "   rc $? $(date -u +%T) load $(cat /proc/loadavg)" >> $OUT/runs.log
+done; done; done
+echo "EXIT $(date -u +%T)" >> $OUT/runs.log
