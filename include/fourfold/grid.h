@@ -60,7 +60,9 @@ int ff_grid_parse(const char *spec, int world_size, int ranks_per_node, ff_dims 
 
 /* Creates the grid and its communicators on the context's communicator
  * (collective). Checks the shape first, identically on every rank, so a bad
- * shape fails on all ranks before any communicator is built. */
+ * shape fails on all ranks before any communicator is built; then builds
+ * each group's node layout and agrees on it, so a rank that cannot (out of
+ * memory) fails the call on every rank. */
 int ff_grid_create(ff_ctx *ctx, ff_dims shape, ff_grid **out);
 void ff_grid_destroy(ff_grid *grid);
 
@@ -87,7 +89,8 @@ MPI_Comm ff_group_comm(const ff_group *group);
 const char *ff_group_name(const ff_group *group);
 
 /* A group on an arbitrary communicator (duplicated), e.g. for benchmarks.
- * Collective over comm. */
+ * Collective over comm; fails on every member if one cannot build the
+ * group's node layout. */
 int ff_group_create(ff_ctx *ctx, MPI_Comm comm, const char *name, ff_group **out);
 void ff_group_destroy(ff_group *group);
 

@@ -407,8 +407,8 @@ void ff_topo_free(ff_topo *t)
 }
 
 /* FF_FAULT_TOPO=R: the context's rank R fails to build its groups' layouts
- * as if out of memory (for the test that creating a grid then fails on
- * every rank, tests/test_coll_algos.c). */
+ * as if out of memory (for the test that creating a grid or a group then
+ * fails on every rank, tests/bad_input.sh). */
 static int fault_topo(const ff_ctx *ctx)
 {
     const char *v = getenv("FF_FAULT_TOPO");
