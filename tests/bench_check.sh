@@ -3,8 +3,9 @@
 # and bf16 wire, every algorithm, in and out of place, 2 pretended nodes of 2
 # ranks); profile writes one valid JSON file atomically (no temporary file
 # left) with every key the planner requires, which the planner's reader and
-# the collective layer (FF_PROFILE) accept; gemm prints its table. Speed is
-# never checked.   usage: bench_check.sh FOURFOLD MPIEXEC
+# the collective layer (FF_PROFILE) accept; tune adds measured picks to a
+# profile without touching the rest; gemm prints its table. Speed is never
+# checked.   usage: bench_check.sh FOURFOLD MPIEXEC
 set -eu
 FF=$1 MPIEXEC=$2
 WORK=$(mktemp -d)
@@ -78,6 +79,53 @@ if FF_PROFILE="$WORK/bad.json" "$MPIEXEC" -np 2 "$FF" bench coll --colls ar -b 4
     > "$WORK/bad.txt" 2>&1; then fail "a broken FF_PROFILE was accepted"; fi
 grep -q "FF_PROFILE: .*alpha_intra_s" "$WORK/bad.txt" || { cat "$WORK/bad.txt"; fail "message"; }
 echo "ok   FF_PROFILE read by the collective layer; a broken one refused with a message"
+
+# bench tune: adds measured picks to a profile, keeps everything else, and
+# replaces (never duplicates) the picks when run again; the collective
+# layer and the planner read the result
+cp "$WORK/p2.json" "$WORK/t.json"
+tune() { FF_RANKS_PER_NODE=2 "$MPIEXEC" -np 4 "$FF" bench tune -b 4K -e 64K -n 2 "$@"; }
+tune --profile "$WORK/t.json" --margin 0 > "$WORK/tune.txt" 2>&1 ||
+    { cat "$WORK/tune.txt"; fail "bench tune exited non-zero"; }
+grep -q "measured pick(s) written to $WORK/t.json" "$WORK/tune.txt" || fail "bench tune output"
+tune --profile "$WORK/t.json" --out "$WORK/t2.json" > "$WORK/tune2.txt" 2>&1 ||
+    { cat "$WORK/tune2.txt"; fail "bench tune (again) exited non-zero"; }
+python3 - "$WORK/p2.json" "$WORK/t.json" "$WORK/t2.json" <<'PY'
+import json, sys
+base, tuned, again = (json.load(open(f)) for f in sys.argv[1:4])
+for f in sys.argv[2:4]:
+    n = open(f).read().count('"picks"')
+    assert n == 1, f"{f}: {n} picks keys"
+for t in (tuned, again):
+    assert {k: v for k, v in t.items() if k != "picks"} == base, "other keys changed"
+    assert isinstance(t["picks"], list)
+    for q in t["picks"]:
+        assert q["coll"] in ("allgather", "reduce_scatter", "allreduce"), q
+        assert q["algo"] in ("ring", "rec", "rec-whole", "hier-ring", "hier-rec"), q
+        assert (q["nodes"], q["per_node"]) in ((2, 2), (1, 2), (2, 1)), q
+        assert 0 <= q["min_B"] < q["max_B"] <= 65536, q
+        assert q["algo"] != q["model_algo"], q
+print(f"ok   bench tune: {len(tuned['picks'])} and {len(again['picks'])} picks (margin 0, then "
+      f"0.1), every other key kept, one picks list")
+PY
+FF_RANKS_PER_NODE=2 FF_PROFILE="$WORK/t.json" "$MPIEXEC" -np 4 "$FF" bench coll -b 4K -e 64K \
+    -f 16 -n 1 -w 0 --place out > "$WORK/tuned_coll.txt" 2>&1 ||
+    { cat "$WORK/tuned_coll.txt"; fail "bench coll with a tuned FF_PROFILE"; }
+grep -q "^# total #wrong: 0$" "$WORK/tuned_coll.txt" || fail "bench coll, tuned profile: #wrong"
+"$FF" plan --machine "$WORK/t.json" --print-machine > "$WORK/tuned_plan.txt" 2>&1 ||
+    { cat "$WORK/tuned_plan.txt"; fail "the planner refused a tuned profile"; }
+echo "ok   a tuned profile is read by the collective layer and the planner"
+# bad input: one message, non-zero exit
+if tune > "$WORK/tune_bad.txt" 2>&1; then fail "bench tune without --profile succeeded"; fi
+grep -q "profile FILE is required" "$WORK/tune_bad.txt" || { cat "$WORK/tune_bad.txt"; fail "msg"; }
+if tune --profile "$WORK/missing.json" > "$WORK/tune_bad.txt" 2>&1; then
+    fail "bench tune of a missing profile succeeded"; fi
+[ "$(grep -c "error: cannot open profile $WORK/missing.json" "$WORK/tune_bad.txt")" = 1 ] ||
+    { cat "$WORK/tune_bad.txt"; fail "missing profile: not one message"; }
+if FF_ALGO=ring tune --profile "$WORK/t.json" > "$WORK/tune_bad.txt" 2>&1; then
+    fail "bench tune with FF_ALGO=ring succeeded"; fi
+grep -q "FF_ALGO=ring forces" "$WORK/tune_bad.txt" || { cat "$WORK/tune_bad.txt"; fail "msg"; }
+echo "ok   bench tune: no --profile, a missing one, FF_ALGO set: one message, exit non-zero"
 
 # a second regime in the profile reaches the model: small messages priced at
 # 1 s each make a 2-step ring all-reduce of 4 KiB cost 2 s in the pred

@@ -18,7 +18,13 @@
  * fastest of the three, with strict_volume (rec-whole's bytes are the
  * planner's to predict; recursive halving moves the ring's, 4 dividing the
  * counts) and without; on a count 4 does not divide, strict_volume leaves
- * recursive halving out (the ring instead), and without it AUTO takes it. */
+ * recursive halving out (the ring instead), and without it AUTO takes it.
+ *
+ * Part 3, every rank: measured picks (ff_coll_model.picks, `fourfold bench
+ * tune`) read from a profile, applied only to their collective, layout and
+ * size range (bytes on the wire) and where strict_volume allows them, each
+ * case one where the model alone would choose differently; malformed picks
+ * refused with a message. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,6 +325,149 @@ static void part_select(ff_ctx *ctx)
     ff_group_destroy(g);
 }
 
+/* Writes text to a fresh file in /tmp and reads it as a profile into *m
+ * (from the defaults); returns ff_coll_model_read's code, err its message. */
+static int read_profile_text(const char *text, ff_coll_model *m, char *err, size_t len)
+{
+    char path[] = "/tmp/ff_picks_XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        snprintf(err, len, "cannot create a temporary file");
+        return -1;
+    }
+    fputs(text, f);
+    fclose(f);
+    ff_coll_model_default(m);
+    err[0] = '\0';
+    int rc = ff_coll_model_read(path, m, err, len);
+    remove(path);
+    return rc;
+}
+
+/* Part 3: measured picks (ff_coll_model.picks, `fourfold bench tune`). The
+ * reader takes them from a profile and refuses malformed ones with a
+ * message naming the pick; AUTO runs a pick that covers the call (its
+ * collective, the group's layout, min_B < largest buffer <= max_B) where
+ * strict_volume allows it, and the model's choice everywhere else. */
+static void part_picks(ff_ctx *ctx)
+{
+    ff_coll_model m;
+    char err[512];
+    const char *good =
+        "{\"format\":\"fourfold-profile\",\"version\":1,\"alpha_inter_s\":2e-4,"
+        "\"beta_inter_Bps\":8e7,\"small_max_inter_B\":16384,\"alpha_inter_small_s\":3e-5,"
+        "\"beta_inter_small_Bps\":6e8,\n \"picks\":[\n"
+        "  {\"coll\":\"allgather\",\"nodes\":4,\"per_node\":1,\"min_B\":32768,"
+        "\"max_B\":65536,\"algo\":\"rec\",\"model_algo\":\"ring\",\"sizes\":1},\n"
+        "  {\"coll\":\"allreduce\",\"nodes\":2,\"per_node\":2,\"min_B\":0,\"max_B\":1e12,"
+        "\"algo\":\"ring\"},\n"
+        "  {\"algo\":\"ring\",\"max_B\":1048576,\"min_B\":4096,\"per_node\":1,\"nodes\":4,"
+        "\"coll\":\"allreduce\"},\n"
+        "  {\"coll\":\"allreduce\",\"nodes\":4,\"per_node\":1,\"min_B\":1048576,"
+        "\"max_B\":4194304,\"algo\":\"rec\"}]}\n";
+    int rc = read_profile_text(good, &m, err, sizeof err);
+    CHECK(rc == FF_OK && m.n_picks == 4, "a profile with 4 picks: rc %d, %d picks, %s", rc,
+          m.n_picks, err);
+    if (rc != FF_OK || m.n_picks != 4)
+        return;
+    CHECK(m.picks[0].coll == FF_COLL_ALLGATHER && m.picks[0].algo == FF_ALGO_REC &&
+              m.picks[0].nodes == 4 && m.picks[0].per_node == 1 && m.picks[0].min_B == 32768 &&
+              m.picks[0].max_B == 65536,
+          "pick 1 read wrongly");
+    CHECK(m.picks[2].coll == FF_COLL_ALLREDUCE && m.picks[2].algo == FF_ALGO_RING &&
+              m.picks[2].min_B == 4096 && m.picks[2].max_B == 1048576,
+          "pick 3 (keys in another order) read wrongly");
+    CHECK(m.alpha_inter_s == 2e-4 && m.small_max_inter_B == 16384, "the model beside the picks");
+    m.reduce_Bps = 0, m.strict_volume = 1;
+    CHECK(ff_ctx_set_coll_model(ctx, &m) == FF_OK, "set model with picks: %s", ff_ctx_error(ctx));
+    ff_group *g = NULL;
+    if (ff_group_create(ctx, ff_ctx_comm(ctx), "all", &g) != FF_OK) {
+        CHECK(0, "ff_group_create: %s", ff_ctx_error(ctx));
+        return;
+    }
+    /* all-gather on 4 nodes of 1: the model picks the ring for blocks of
+     * 16 KiB (part 2); the pick covers largest buffers in (32 KiB, 64 KiB] */
+    ff_coll_model none = m;
+    none.n_picks = 0;
+    struct {
+        ff_coll coll;
+        size_t count; /* elements: a block for all-gather, the vector for all-reduce */
+        int picked;   /* 1: the pick's algorithm, 0: the model's */
+        ff_algo algo;
+    } cases[] = {
+        {FF_COLL_ALLGATHER, 4096, 1, FF_ALGO_REC},          /* 64 KiB: the upper end is in */
+        {FF_COLL_ALLGATHER, 2048 + 1, 1, FF_ALGO_REC},      /* 32 KiB + 16 B */
+        {FF_COLL_ALLGATHER, 2048, 0, FF_ALGO_RING},         /* 32 KiB: the lower end is out */
+        {FF_COLL_ALLGATHER, 4096 + 1, 0, FF_ALGO_RING},     /* above the range */
+        {FF_COLL_ALLREDUCE, 1 << 16, 1, FF_ALGO_RING},      /* 256 KiB (the model: rec) */
+        {FF_COLL_ALLREDUCE, 1024, 0, FF_ALGO_RING},         /* 4 KiB: the lower end is out */
+        {FF_COLL_ALLREDUCE, (1 << 18) + 1, 0, FF_ALGO_REC}, /* 4 does not divide: strict */
+        {FF_COLL_REDUCE_SCATTER, 4096, 0, FF_ALGO_RING},    /* no pick for it */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(ff_ctx_set_coll_model(ctx, &none) == FF_OK, "set model without picks");
+        ff_algo model = ff_coll_choose(g, cases[i].coll, cases[i].count, FF_WIRE_FP32);
+        CHECK(ff_ctx_set_coll_model(ctx, &m) == FF_OK, "set model with picks");
+        ff_algo got = ff_coll_choose(g, cases[i].coll, cases[i].count, FF_WIRE_FP32);
+        ff_algo want = cases[i].picked ? cases[i].algo : model;
+        CHECK(got == want, "case %zu (%s, %zu elements): picked %s, expected %s", i,
+              ff_coll_name(cases[i].coll), cases[i].count, ff_algo_name(got), ff_algo_name(want));
+        if (cases[i].picked)
+            CHECK(model != cases[i].algo,
+                  "case %zu: the model alone picks %s too: the case "
+                  "cannot tell a pick from the model",
+                  i, ff_algo_name(model));
+    }
+    /* sizes are bytes on the wire: a block of 8192 bf16 elements is 16 KiB,
+     * the all-gather's output 64 KiB, in the range, where the model runs
+     * the ring (part 2) */
+    ff_ctx_set_coll_model(ctx, &none);
+    ff_algo bf_model = ff_coll_choose(g, FF_COLL_ALLGATHER, 8192, FF_WIRE_BF16);
+    ff_ctx_set_coll_model(ctx, &m);
+    ff_algo bf_got = ff_coll_choose(g, FF_COLL_ALLGATHER, 8192, FF_WIRE_BF16);
+    CHECK(bf_model == FF_ALGO_RING && bf_got == FF_ALGO_REC,
+          "bf16 wire, blocks of 8192 elements: picked %s, the model alone %s", ff_algo_name(bf_got),
+          ff_algo_name(bf_model));
+    ff_group_destroy(g);
+
+    /* malformed picks: refused, the message names the pick */
+    static const char *const bad[] = {
+        "{\"format\":\"fourfold-profile\",\"picks\":[{\"coll\":\"allgather\",\"nodes\":2,"
+        "\"per_node\":2,\"min_B\":0,\"max_B\":1,\"algo\":\"rec-whole\"}]}",
+        "{\"format\":\"fourfold-profile\",\"picks\":[{\"coll\":\"allgather\",\"nodes\":2,"
+        "\"per_node\":2,\"min_B\":0,\"max_B\":1,\"algo\":\"mpi\"}]}",
+        "{\"format\":\"fourfold-profile\",\"picks\":[{\"coll\":\"allgather\",\"nodes\":2,"
+        "\"per_node\":2,\"min_B\":8,\"max_B\":8,\"algo\":\"ring\"}]}",
+        "{\"format\":\"fourfold-profile\",\"picks\":[{\"coll\":\"allgather\",\"nodes\":1.5,"
+        "\"per_node\":2,\"min_B\":0,\"max_B\":8,\"algo\":\"ring\"}]}",
+        "{\"format\":\"fourfold-profile\",\"picks\":[{\"coll\":\"gather\",\"nodes\":2,"
+        "\"per_node\":2,\"min_B\":0,\"max_B\":8,\"algo\":\"ring\"}]}",
+        "{\"format\":\"fourfold-profile\",\"picks\":[{\"coll\":\"allgather\",\"nodes\":1,"
+        "\"per_node\":1,\"min_B\":0,\"max_B\":8,\"algo\":\"ring\"}]}",
+        "{\"format\":\"fourfold-profile\",\"picks\":[{\"coll\":\"allgather\",\"nodes\":2,"
+        "\"per_node\":2,\"max_B\":8,\"algo\":\"ring\"}]}",
+        "{\"format\":\"fourfold-profile\",\"picks\":{\"coll\":\"allgather\"}}",
+        "{\"format\":\"fourfold-profile\",\"picks\":[{\"coll\":\"allgather\",\"nodes\":2,"
+        "\"per_node\":2,\"min_B\":0,\"max_B\":8,\"algo\":\"ring\"} {}]}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rc = read_profile_text(bad[i], &m, err, sizeof err);
+        CHECK(rc == FF_ECORRUPT && strstr(err, "pick"), "bad picks %zu: rc %d, message '%s'", i, rc,
+              err);
+        if (ff_ctx_rank(ctx) == 0 && i == 0)
+            printf("  a bad pick: %s\n", err);
+    }
+    ff_coll_model one = none;
+    one.n_picks = 1;
+    one.picks[0] = (ff_coll_pick_rule){FF_COLL_ALLGATHER, 2, 2, 0, 8, FF_ALGO_AUTO};
+    CHECK(ff_ctx_set_coll_model(ctx, &one) == FF_EINVAL, "a pick of AUTO was accepted");
+    one.n_picks = FF_COLL_MAX_PICKS + 1;
+    CHECK(ff_ctx_set_coll_model(ctx, &one) == FF_EINVAL, "too many picks were accepted");
+    if (ff_ctx_rank(ctx) == 0)
+        printf("  picks: read, applied within their range and layout, refused when malformed\n");
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -337,6 +486,9 @@ int main(int argc, char **argv)
         printf("part 2: the selector with a two-regime inter-node model, FF_RANKS_PER_NODE=%s\n",
                getenv("FF_RANKS_PER_NODE") ? getenv("FF_RANKS_PER_NODE") : "unset");
     part_select(ctx);
+    if (rank == 0)
+        printf("part 3: measured picks\n");
+    part_picks(ctx);
     ff_ctx_destroy(ctx);
     int rc = test_finish("coll_fit_np4");
     MPI_Finalize();

@@ -37,8 +37,12 @@
  * the context's model (FF_PROFILE, if set) as ff_plan_config.coll and its
  * nodes as machine.ranks_per_node (they must be blocks of consecutive
  * ranks: one node, or FF_RANKS_PER_NODE). CTest runs it on one node with
- * the default model, and with FF_RANKS_PER_NODE=2 and the emulated 2x2
- * cluster's profile. The test requires some (group, collective) pair whose
+ * the default model, with FF_RANKS_PER_NODE=2 and the emulated 2x2
+ * cluster's profile, and on 6 ranks with FF_RANKS_PER_NODE=3 and
+ * tests/picks-nodes3.json: the default model plus measured picks (`bench
+ * tune`) that move some layouts' all-reduces to rec-whole and others off
+ * it, which the planner must follow (with the planner blind to the picks,
+ * 56 of the 112 runs differ). The test requires some (group, collective) pair whose
  * prediction is not the ring's, so that the planner's rec-whole is
  * exercised. FF_ALGO, which forces one algorithm where AUTO would choose,
  * and FF_STRICT_VOLUME=0, which lets AUTO pick algorithms of other volumes,

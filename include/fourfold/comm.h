@@ -162,6 +162,15 @@ int ff_algo_supports(ff_algo algo, ff_coll coll);
  * algorithm wherever it implements the collective; FF_RANKS_PER_NODE=k
  * pretends that nodes hold k consecutive ranks of the context (for tests on
  * one machine). All three must be the same on every rank. */
+/* One measured pick of ff_coll_model (below). */
+enum { FF_COLL_MAX_PICKS = 96 };
+typedef struct {
+    ff_coll coll;
+    int nodes, per_node;
+    double min_B, max_B;
+    ff_algo algo;
+} ff_coll_pick_rule;
+
 typedef struct {
     double alpha_intra_s, beta_intra_Bps; /* within a node */
     double alpha_inter_s, beta_inter_Bps; /* between nodes, one stream */
@@ -179,6 +188,16 @@ typedef struct {
      * power-of-two groups and node counts, all-reduce only when p divides
      * count), and REC_WHOLE for all-reduce. 0: every algorithm. */
     int strict_volume;
+    /* Measured picks (`fourfold bench tune`, docs/collectives.md): where
+     * the model's choice measured slower than another algorithm on this
+     * machine, the algorithm that measured fastest, for a collective on a
+     * group laid out as `nodes` nodes of `per_node` ranks and sizes in
+     * (min_B, max_B] (the largest buffer of one rank in bytes on the
+     * wire, as `bench coll` counts it). AUTO runs a pick that covers the
+     * call (and is allowed by strict_volume) instead of the model's
+     * choice; elsewhere the model decides. */
+    int n_picks;
+    ff_coll_pick_rule picks[FF_COLL_MAX_PICKS];
 } ff_coll_model;
 
 /* Values for this kind of machine (docs/collectives.md). */
@@ -189,8 +208,9 @@ void ff_coll_model_default(ff_coll_model *m);
  * alpha_intra_small_s, beta_intra_small_Bps and their _inter_ twins); keys
  * it does not find keep their value in *m, except that a level without
  * small_max gets one regime. A reduce_Bps of 0 (the fit could not resolve
- * the additions) also keeps *m's. Returns FF_OK, FF_EIO, FF_ENOMEM or
- * FF_ECORRUPT with a message in err. */
+ * the additions) also keeps *m's. The measured picks are the profile's
+ * "picks" list (`fourfold bench tune`), none if it has none. Returns FF_OK,
+ * FF_EIO, FF_ENOMEM or FF_ECORRUPT with a message in err. */
 int ff_coll_model_read(const char *path, ff_coll_model *m, char *err, size_t err_len);
 /* Sets the context's model; must be called with the same values on every
  * rank (the choice of algorithm must agree within a group). */
@@ -198,6 +218,10 @@ int ff_ctx_set_coll_model(ff_ctx *ctx, const ff_coll_model *m);
 void ff_ctx_coll_model(const ff_ctx *ctx, ff_coll_model *m);
 /* What FF_ALGO_AUTO would run for this call. */
 ff_algo ff_coll_choose(ff_group *g, ff_coll coll, size_t count, ff_wire wire);
+/* 1 if AUTO may run `algo` for this call: the ring always; the others where
+ * they differ from a flat algorithm on the group's layout and the model's
+ * strict_volume allows them (the candidates of ff_coll_choose). */
+int ff_coll_allowed(ff_group *g, ff_coll coll, ff_algo algo, size_t count);
 /* The model's time in seconds for `algo` (AUTO: for its pick; MPI, or an
  * algorithm that does not implement coll: -1). */
 double ff_coll_predict(ff_group *g, ff_coll coll, ff_algo algo, size_t count, ff_wire wire);

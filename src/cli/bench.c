@@ -99,6 +99,32 @@ double bench_time_coll(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, in
     return m;
 }
 
+void bench_time_algos(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, const int *algos,
+                      int na, ff_wire wire, const float *send, float *recv, size_t count,
+                      int warmup, int iters, double *med)
+{
+    if (iters < 1)
+        iters = 1;
+    double *t = calloc((size_t)na * (size_t)iters, sizeof *t);
+    if (!t)
+        die_in_collective(ctx, FF_ENOMEM);
+    for (int it = -warmup; it < iters; it++)
+        for (int a = 0; a < na; a++) {
+            MPI_Barrier(sync);
+            double t0 = MPI_Wtime();
+            int rc = g ? run_once(g, coll, algos[a], wire, send, recv, count) : FF_OK;
+            double dt = g ? MPI_Wtime() - t0 : 0;
+            if (rc != FF_OK)
+                die_in_collective(ctx, rc);
+            if (it >= 0)
+                t[(size_t)a * iters + it] = dt;
+        }
+    MPI_Allreduce(MPI_IN_PLACE, t, na * iters, MPI_DOUBLE, MPI_MAX, sync);
+    for (int a = 0; a < na; a++)
+        med[a] = bench_median(t + (size_t)a * iters, iters);
+    free(t);
+}
+
 /* ---- bench coll ---- */
 
 typedef struct {
@@ -560,11 +586,13 @@ int cmd_bench_coll(int argc, char **argv)
 /* ---- dispatch ---- */
 
 static const char help[] =
-    "usage: mpirun -np N fourfold bench coll|gemm|profile [options]\n\n"
+    "usage: mpirun -np N fourfold bench coll|gemm|profile|tune [options]\n\n"
     "  coll      nccl-tests-style table of every collective algorithm\n"
     "  gemm      sgemm GFLOP/s over shapes and thread counts\n"
     "  profile   measure and fit a machine profile (alpha, beta per level, sgemm\n"
-    "            rate) for the planner and the collective selector\n\n"
+    "            rate) for the planner and the collective selector\n"
+    "  tune      time every algorithm on this machine's group layouts and add\n"
+    "            measured picks to a profile where the model's choice loses\n\n"
     "fourfold bench SUBCOMMAND --help for its options.\n";
 
 int cmd_bench(int argc, char **argv)
@@ -579,6 +607,8 @@ int cmd_bench(int argc, char **argv)
         return cmd_bench_gemm(argc - 1, argv + 1);
     if (!strcmp(argv[0], "profile"))
         return cmd_bench_profile(argc - 1, argv + 1);
-    cli_error("unknown bench '%s' (expected coll, gemm or profile)", argv[0]);
+    if (!strcmp(argv[0], "tune"))
+        return cmd_bench_tune(argc - 1, argv + 1);
+    cli_error("unknown bench '%s' (expected coll, gemm, profile or tune)", argv[0]);
     return CLI_USAGE;
 }

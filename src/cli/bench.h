@@ -30,6 +30,16 @@ double bench_time_coll(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, in
                        ff_wire wire, const float *send, float *recv, size_t count, int warmup,
                        int iters);
 
+/* Times every algorithm of algos[0..na) on g, interleaved (iteration i runs
+ * each once in turn, a barrier on `sync` before each run), `warmup`
+ * untimed iterations first; med[a] gets the median over iterations of the
+ * slowest rank of `sync`. Ranks outside every measured group pass g = NULL
+ * and take part in the barriers only. Aborts the job if a collective
+ * fails. */
+void bench_time_algos(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, const int *algos,
+                      int na, ff_wire wire, const float *send, float *recv, size_t count,
+                      int warmup, int iters, double *med);
+
 /* Sustained sgemm rate (FLOP/s) of C(m,n) = A(m,k) B(k,n) on this rank with
  * `threads` OpenBLAS threads: the median of runs totalling at least
  * min_seconds (at least 3). */
@@ -37,8 +47,13 @@ double bench_sgemm_rate(int m, int n, int k, int threads, double min_seconds);
 
 double bench_median(double *v, int n); /* sorts v */
 
+/* Writes text to path atomically: a temporary file beside it, fsync,
+ * rename. 0, or -1 with errno (the temporary file removed). */
+int bench_write_atomic(const char *path, const char *text);
+
 int cmd_bench_coll(int argc, char **argv);
 int cmd_bench_gemm(int argc, char **argv);
 int cmd_bench_profile(int argc, char **argv);
+int cmd_bench_tune(int argc, char **argv);
 
 #endif

@@ -146,7 +146,7 @@ static ff_group *split_group(ff_ctx *ctx, int color, int key, const char *name)
     return g;
 }
 
-static int write_profile(const char *path, const char *text)
+int bench_write_atomic(const char *path, const char *text)
 {
     char tmp[4096 + 32];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
@@ -439,7 +439,7 @@ int cmd_bench_profile(int argc, char **argv)
                  dim, dim, dim, fit[0].ok ? "true" : "false", fit[0].n, fit[0].rms_rel,
                  fit[0].max_rel, fit[1].ok ? "true" : "false", fit[1].n, fit[1].rms_rel,
                  fit[1].max_rel);
-        if (write_profile(out, text) != 0) {
+        if (bench_write_atomic(out, text) != 0) {
             fprintf(stderr, "fourfold: error: cannot write %s: %s\n", out, strerror(errno));
             code = CLI_FAIL;
         } else {

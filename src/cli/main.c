@@ -238,7 +238,7 @@ int cli_coll_model(ff_coll_model *m, char *err, size_t err_len)
     const char *path = getenv("FF_PROFILE");
     if (!path || !*path)
         return FF_OK;
-    char why[256];
+    char why[512];
     int rc = ff_coll_model_read(path, m, why, sizeof why);
     if (rc != FF_OK)
         snprintf(err, err_len, "FF_PROFILE: %s", why);
@@ -329,7 +329,7 @@ typedef struct {
 
 static const command commands[] = {
     {"selftest", cmd_selftest, "check every collective on every group of a grid"},
-    {"bench", cmd_bench, "collective algorithms, sgemm, machine profile (coll|gemm|profile)"},
+    {"bench", cmd_bench, "collective algorithms, sgemm, machine profile (coll|gemm|profile|tune)"},
     {"train", cmd_train, "train a GPT on token shards; checkpoints, resume (any grid)"},
     {"sample", cmd_sample, "generate text from a checkpoint, on any grid"},
     {"eval", cmd_eval, "the mean loss of a checkpoint on token shards"},

@@ -58,6 +58,7 @@ void ff_coll_model_default(ff_coll_model *m)
     m->small_max_intra_B = m->alpha_intra_small_s = m->beta_intra_small_Bps = 0;
     m->small_max_inter_B = m->alpha_inter_small_s = m->beta_inter_small_Bps = 0;
     m->strict_volume = 1;
+    m->n_picks = 0;
 }
 
 /* alpha >= 0 and beta > 0, finite; a second regime only with small_max > 0 */
@@ -71,9 +72,23 @@ static int level_ok(double alpha, double beta, double small_max, double alpha_sm
     return ok;
 }
 
+/* A measured pick names a collective, an algorithm of ours that implements
+ * it (not AUTO or MPI), a layout of at least 2 ranks and a size range. */
+static int pick_ok(const ff_coll_pick_rule *r)
+{
+    return r->coll >= 0 && r->coll < FF_NCOLL && r->algo != FF_ALGO_AUTO &&
+           r->algo != FF_ALGO_MPI && ff_algo_supports(r->algo, r->coll) && r->nodes >= 1 &&
+           r->per_node >= 1 && r->nodes <= (1 << 24) / r->per_node && r->nodes * r->per_node >= 2 &&
+           r->min_B >= 0 && r->max_B > r->min_B && isfinite(r->max_B);
+}
+
 int ff_coll_model_ok(const ff_coll_model *m)
 {
-    return level_ok(m->alpha_intra_s, m->beta_intra_Bps, m->small_max_intra_B,
+    int ok = m->n_picks >= 0 && m->n_picks <= FF_COLL_MAX_PICKS;
+    for (int i = 0; ok && i < m->n_picks; i++)
+        ok = pick_ok(&m->picks[i]);
+    return ok &&
+           level_ok(m->alpha_intra_s, m->beta_intra_Bps, m->small_max_intra_B,
                     m->alpha_intra_small_s, m->beta_intra_small_Bps) &&
            level_ok(m->alpha_inter_s, m->beta_inter_Bps, m->small_max_inter_B,
                     m->alpha_inter_small_s, m->beta_inter_small_Bps) &&
@@ -85,7 +100,10 @@ int ff_ctx_set_coll_model(ff_ctx *ctx, const ff_coll_model *m)
     if (!m || !ff_coll_model_ok(m))
         return ff_set_error(ctx, FF_EINVAL,
                             "collective model: alphas, small_max and reduce_Bps must be >= 0 and "
-                            "betas > 0 (small betas too where small_max > 0), all finite");
+                            "betas > 0 (small betas too where small_max > 0), all finite; at "
+                            "most %d picks, each of an algorithm that implements its "
+                            "collective (not auto or mpi), on 2 or more ranks, min_B < max_B",
+                            FF_COLL_MAX_PICKS);
     ctx->coll->model = *m;
     return FF_OK;
 }
@@ -118,6 +136,103 @@ static int json_number(const char *text, const char *key, double *out)
         return -1;
     *out = v;
     return 1;
+}
+
+static const char *skip_ws(const char *at)
+{
+    while (*at == ' ' || *at == '\t' || *at == '\n' || *at == '\r')
+        at++;
+    return at;
+}
+
+/* Finds "key" : "string" in a flat JSON object (no escapes). 1 found, 0
+ * absent, -1 bad. */
+static int json_string(const char *text, const char *key, char *out, size_t len)
+{
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\"", key);
+    const char *at = strstr(text, quoted);
+    if (!at)
+        return 0;
+    at = skip_ws(at + strlen(quoted));
+    if (*at++ != ':')
+        return -1;
+    at = skip_ws(at);
+    if (*at++ != '"')
+        return -1;
+    const char *end = strchr(at, '"');
+    if (!end || (size_t)(end - at) >= len)
+        return -1;
+    memcpy(out, at, (size_t)(end - at));
+    out[end - at] = '\0';
+    return 1;
+}
+
+/* The profile's measured picks, written by `fourfold bench tune`:
+ *   "picks":[{"coll":"allreduce","nodes":2,"per_node":2,"min_B":8192,
+ *             "max_B":32768,"algo":"rec-whole"}, ...]
+ * none without the key. FF_OK or FF_ECORRUPT with a message. */
+static int read_picks(const char *text, const char *path, ff_coll_model *m, char *err,
+                      size_t err_len)
+{
+    m->n_picks = 0;
+    const char *at = strstr(text, "\"picks\"");
+    if (!at)
+        return FF_OK;
+    at = skip_ws(at + strlen("\"picks\""));
+    if (*at++ != ':' || *(at = skip_ws(at)) != '[') {
+        snprintf(err, err_len, "%s: \"picks\" is not followed by a list", path);
+        return FF_ECORRUPT;
+    }
+    at = skip_ws(at + 1);
+    while (*at != ']') {
+        const char *end = *at == '{' ? strchr(at, '}') : NULL;
+        char obj[512];
+        if (!end || (size_t)(end - at) >= sizeof obj) {
+            snprintf(err, err_len, "%s: pick %d of \"picks\" is not a flat object {...}", path,
+                     m->n_picks + 1);
+            return FF_ECORRUPT;
+        }
+        if (m->n_picks == FF_COLL_MAX_PICKS) {
+            snprintf(err, err_len, "%s: more than %d picks", path, FF_COLL_MAX_PICKS);
+            return FF_ECORRUPT;
+        }
+        memcpy(obj, at, (size_t)(end - at + 1));
+        obj[end - at + 1] = '\0';
+        char coll[32], algo[32];
+        double nodes = 0, per_node = 0;
+        ff_coll_pick_rule *r = &m->picks[m->n_picks++];
+        int ok = json_string(obj, "coll", coll, sizeof coll) == 1 &&
+                 json_string(obj, "algo", algo, sizeof algo) == 1 &&
+                 json_number(obj, "nodes", &nodes) == 1 &&
+                 json_number(obj, "per_node", &per_node) == 1 &&
+                 json_number(obj, "min_B", &r->min_B) == 1 &&
+                 json_number(obj, "max_B", &r->max_B) == 1 && nodes == floor(nodes) &&
+                 per_node == floor(per_node) && nodes >= 1 && nodes <= 1 << 24 && per_node >= 1 &&
+                 per_node <= 1 << 24;
+        r->coll = FF_NCOLL;
+        for (int c = 0; ok && c < FF_NCOLL; c++)
+            if (!strcmp(coll, ff_coll_name((ff_coll)c)))
+                r->coll = (ff_coll)c;
+        r->algo = (ff_algo)(ok ? ff_algo_parse(algo) : -1);
+        r->nodes = (int)nodes, r->per_node = (int)per_node;
+        if (!ok || !pick_ok(r)) {
+            snprintf(err, err_len,
+                     "%s: pick %d: needs coll, algo (ours, implementing coll), integers "
+                     "nodes and per_node (2+ ranks), min_B < max_B",
+                     path, m->n_picks);
+            return FF_ECORRUPT;
+        }
+        at = skip_ws(end + 1);
+        if (*at == ',')
+            at = skip_ws(at + 1);
+        else if (*at != ']') {
+            snprintf(err, err_len, "%s: \"picks\": expected , or ] after pick %d", path,
+                     m->n_picks);
+            return FF_ECORRUPT;
+        }
+    }
+    return FF_OK;
 }
 
 int ff_coll_model_read(const char *path, ff_coll_model *m, char *err, size_t err_len)
@@ -167,6 +282,8 @@ int ff_coll_model_read(const char *path, ff_coll_model *m, char *err, size_t err
      * samples could not resolve it (the usual case): keep the model's */
     if (tmp.reduce_Bps == 0)
         tmp.reduce_Bps = m->reduce_Bps;
+    if (rc == FF_OK)
+        rc = read_picks(text, path, &tmp, err, err_len);
     if (rc == FF_OK && !ff_coll_model_ok(&tmp)) {
         snprintf(err, err_len,
                  "%s: alphas, small_max and reduce_Bps must be >= 0, betas > 0 (small betas "
@@ -242,7 +359,7 @@ int ff_coll_layer_init(ff_ctx *ctx)
     ff_coll_model_default(&L->model);
     const char *profile = getenv("FF_PROFILE");
     if (profile && *profile) {
-        char err[256];
+        char err[512];
         int prc = ff_coll_model_read(profile, &L->model, err, sizeof err);
         if (prc != FF_OK)
             return ff_set_error(ctx, prc, "FF_PROFILE: %s", err);
@@ -679,6 +796,26 @@ int ff_algo_supports(ff_algo algo, ff_coll coll)
     return coll != FF_COLL_ALLTOALL || algo <= FF_ALGO_RING;
 }
 
+/* The measured pick (ff_coll_model.picks) that covers this call and that
+ * AUTO may run, or -1: one for the collective, measured on a group laid out
+ * as this one, whose size range holds the call's largest buffer. */
+static int measured_pick(const ff_topo *t, const ff_coll_model *m, ff_coll coll, size_t count,
+                         ff_wire wire)
+{
+    if (m->n_picks <= 0 || t->per_node == 0)
+        return -1;
+    double size = (double)count * (double)ff_wire_size(wire) *
+                  (coll == FF_COLL_ALLREDUCE ? 1.0 : (double)t->p);
+    for (int i = 0; i < m->n_picks && i < FF_COLL_MAX_PICKS; i++) {
+        const ff_coll_pick_rule *r = &m->picks[i];
+        if (r->coll == coll && r->nodes == t->n_nodes && r->per_node == t->per_node &&
+            size > r->min_B && size <= r->max_B &&
+            (r->algo == FF_ALGO_RING || eligible(t, m, coll, r->algo, count)))
+            return (int)r->algo;
+    }
+    return -1;
+}
+
 ff_algo ff_coll_pick(const ff_topo *t, const ff_coll_model *m, ff_coll coll, size_t count,
                      ff_wire wire)
 {
@@ -687,6 +824,9 @@ ff_algo ff_coll_pick(const ff_topo *t, const ff_coll_model *m, ff_coll coll, siz
      * rec-whole's one step of the whole vector over two of halves) */
     if (!t || coll == FF_COLL_ALLTOALL || t->p == 1 || (t->p == 2 && coll != FF_COLL_ALLREDUCE))
         return FF_ALGO_RING;
+    int measured = measured_pick(t, m, coll, count, wire);
+    if (measured >= 0)
+        return (ff_algo)measured;
     ff_algo best = FF_ALGO_RING;
     double best_t = predict(t, m, coll, FF_ALGO_RING, count, wire, 1);
     static const ff_algo others[] = {FF_ALGO_REC, FF_ALGO_HIER_RING, FF_ALGO_HIER_REC,
@@ -718,6 +858,17 @@ ff_algo ff_coll_choose(ff_group *g, ff_coll coll, size_t count, ff_wire wire)
     if (!g || coll < 0 || coll >= FF_NCOLL)
         return FF_ALGO_RING;
     return ff_coll_select(g, coll, count, wire);
+}
+
+int ff_coll_allowed(ff_group *g, ff_coll coll, ff_algo algo, size_t count)
+{
+    if (!g || !g->ctx->coll || !ff_algo_supports(algo, coll) || algo == FF_ALGO_AUTO ||
+        algo == FF_ALGO_MPI)
+        return 0;
+    if (algo == FF_ALGO_RING)
+        return 1;
+    const ff_topo *t = ff_group_topo(g);
+    return t && coll != FF_COLL_ALLTOALL && eligible(t, &g->ctx->coll->model, coll, algo, count);
 }
 
 double ff_coll_predict(ff_group *g, ff_coll coll, ff_algo algo, size_t count, ff_wire wire)

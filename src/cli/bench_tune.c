@@ -1,0 +1,421 @@
+/* fourfold bench tune: measured picks for the collective selector.
+ *
+ * AUTO ranks the algorithms with the profile's alpha-beta model (comm/
+ * select.c). Where the network is not alpha-beta (a shaper's burst, a
+ * delay line, an eager/rendezvous switch) the fit's error reaches 30 % and
+ * more at a few KiB (docs/coll-bench.md), and the ranking there can be
+ * wrong. MPI libraries meet this with tuning tables measured on the machine
+ * (Open MPI's coll/tuned rules file, MPICH's JSON tuning files); this is
+ * fourfold's.
+ *
+ * For each layout the grid's groups take on this job: all ranks (N nodes of
+ * k), one node's ranks (1 x k, every node at once) and one rank per node
+ * (N x 1, the k groups of one local index each at once, as a grid's
+ * cross-node groups run), for all-gather, reduce-scatter and all-reduce over
+ * a size sweep, it times every algorithm AUTO may run there (ff_coll_allowed)
+ * interleaved, and where the model's choice measured more than `margin`
+ * slower than the fastest (not its twin: the same messages), it records a
+ * pick: that collective on that layout runs the fastest for sizes up to the
+ * geometric midpoints to the neighbouring sizes, never beyond the smallest
+ * and largest measured (the model decides outside). Adjacent picks of one
+ * algorithm merge. The profile named by --profile gives the model; it is
+ * written back (to --out, atomically) with its picks replaced by these.
+ * The selector and the planner both read them (ff_coll_model.picks), so the
+ * planner's byte counts keep matching what runs. Rank 0's node stands for
+ * every node. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+static const char help_tune[] =
+    "usage: mpirun -np N fourfold bench tune --profile FILE [options]\n\n"
+    "Times every algorithm AUTO may choose for all-gather, reduce-scatter and\n"
+    "all-reduce on this job's group layouts (all ranks; one node's ranks; one rank\n"
+    "per node) over a size sweep, and where the model's choice measured more than\n"
+    "--margin slower than the fastest, adds a measured pick to the profile: AUTO and\n"
+    "the planner then run the fastest there. Run it after `bench profile`, with the\n"
+    "ranks and nodes of the real job (FF_RANKS_PER_NODE=k pretends nodes of k).\n\n"
+    "options:\n"
+    "  --profile FILE    the machine profile to tune (required)\n"
+    "  --out FILE        where to write the tuned profile (default: --profile itself,\n"
+    "                    replaced atomically; its old picks are dropped)\n"
+    "  -b, --minbytes S  smallest size, the largest buffer of one rank (default 4K)\n"
+    "  -e, --maxbytes S  largest size (default 4M)\n"
+    "  -f, --factor F    size multiplier, an integer (default 4)\n"
+    "  -n, --iters N     timed iterations per size (default 9, after 1 warm-up)\n"
+    "  --margin M        a pick where the model's choice is more than M slower, as a\n"
+    "                    fraction (default 0.1)\n";
+
+typedef struct {
+    const char *profile, *out;
+    size_t min_bytes, max_bytes;
+    long factor, iters;
+    double margin;
+} tune_opts;
+
+static int parse_tune_opts(int argc, char **argv, tune_opts *o)
+{
+    *o = (tune_opts){NULL, NULL, 4096, 4u << 20, 4, 9, 0.1};
+    cli_args a;
+    cli_args_init(&a, argc, argv);
+    while (cli_next(&a)) {
+        const char *v;
+        if (!a.name && a.value && a.value[0] == '-' && a.value[1] && !a.value[2]) {
+            const char c = a.value[1]; /* bench coll's short options */
+            a.name = c == 'b'   ? "minbytes"
+                     : c == 'e' ? "maxbytes"
+                     : c == 'f' ? "factor"
+                     : c == 'n' ? "iters"
+                                : NULL;
+        }
+        if (cli_is(&a, "help")) {
+            cli_print("%s", help_tune);
+            return -1;
+        }
+        if (!a.name)
+            return cli_unknown(&a, "bench tune");
+        if (!(v = cli_value(&a)))
+            return CLI_USAGE;
+        if (cli_is(&a, "profile")) {
+            o->profile = v;
+        } else if (cli_is(&a, "out")) {
+            o->out = v;
+        } else if (cli_is(&a, "minbytes")) {
+            if (cli_parse_size("minbytes", v, &o->min_bytes))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "maxbytes")) {
+            if (cli_parse_size("maxbytes", v, &o->max_bytes))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "factor")) {
+            if (cli_parse_int("factor", v, 2, 1024, &o->factor))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "iters")) {
+            if (cli_parse_int("iters", v, 1, 1000000, &o->iters))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "margin")) {
+            if (cli_parse_double("margin", v, 0, 100, &o->margin))
+                return CLI_USAGE;
+        } else {
+            return cli_unknown(&a, "bench tune");
+        }
+    }
+    if (!o->profile) {
+        cli_error("bench tune: --profile FILE is required (the profile to add picks to)");
+        return CLI_USAGE;
+    }
+    if (o->min_bytes < 4 || o->max_bytes < o->min_bytes || o->max_bytes > (1u << 30)) {
+        cli_error("sizes: need 4 <= --minbytes <= --maxbytes <= 1G");
+        return CLI_USAGE;
+    }
+    if (!o->out)
+        o->out = o->profile;
+    return CLI_OK;
+}
+
+/* Same messages on this layout: no pick between them (noise). */
+static int twins(ff_algo a, ff_algo b, int p, int nodes)
+{
+    if (a == b)
+        return 1;
+    if (nodes == 2 && (a == FF_ALGO_HIER_RING || a == FF_ALGO_HIER_REC) &&
+        (b == FF_ALGO_HIER_RING || b == FF_ALGO_HIER_REC))
+        return 1;
+    return p == 2 && (a == FF_ALGO_RING || a == FF_ALGO_REC) &&
+           (b == FF_ALGO_RING || b == FF_ALGO_REC);
+}
+
+typedef struct {
+    ff_coll_pick_rule r;
+    ff_algo model;
+    int sizes; /* measured sizes it covers */
+} pick;
+
+/* Sweeps one layout: every collective and size on the group g of this rank
+ * (all ranks of `sync` are in some group of the same layout). Appends to
+ * picks (rank 0's view; identical on the ranks of rank 0's sync). */
+static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *what,
+                        const tune_opts *o, float *send, float *recv, pick *picks, int *np,
+                        int *dropped)
+{
+    int p = ff_group_size(g), r = ff_group_rank(g), nodes, per_node;
+    ff_group_topology(g, &nodes, &per_node);
+    cli_print("\n# %s: %d ranks, %d node(s) x %d\n#%-14s %12s %-10s %-10s %10s %10s %7s %s\n", what,
+              p, nodes, per_node, "collective", "size(B)", "model", "fastest", "model(us)",
+              "fastest(us)", "ratio", "times of all (us)");
+    static const ff_coll colls[3] = {FF_COLL_ALLGATHER, FF_COLL_REDUCE_SCATTER, FF_COLL_ALLREDUCE};
+    static const ff_algo cands[5] = {FF_ALGO_RING, FF_ALGO_REC, FF_ALGO_REC_WHOLE,
+                                     FF_ALGO_HIER_RING, FF_ALGO_HIER_REC};
+    for (int ci = 0; ci < 3; ci++) {
+        ff_coll coll = colls[ci];
+        int spread = coll != FF_COLL_ALLREDUCE;
+        if (spread && p == 2)
+            continue; /* every all-gather and reduce-scatter of 2 is one exchange */
+        double sz[64];
+        size_t cnt[64];
+        int n = 0;
+        for (double s = (double)o->min_bytes; s <= (double)o->max_bytes * 1.0000001 && n < 64;
+             s *= (double)o->factor) {
+            size_t c = (size_t)s / 4 / (spread ? (size_t)p : 1);
+            c = c ? c : 1;
+            double actual = (double)c * 4 * (spread ? p : 1);
+            if (n > 0 && actual <= sz[n - 1])
+                continue;
+            cnt[n] = c, sz[n++] = actual;
+        }
+        for (int i = 0; i < n; i++) {
+            size_t c = cnt[i];
+            int algos[5], na = 0, m = -1;
+            ff_algo model = ff_coll_choose(g, coll, c, FF_WIRE_FP32);
+            for (int k = 0; k < 5; k++)
+                if (ff_coll_allowed(g, coll, cands[k], c)) {
+                    if (cands[k] == model)
+                        m = na;
+                    algos[na++] = (int)cands[k];
+                }
+            if (na < 2 || m < 0)
+                continue;
+            size_t ns = coll == FF_COLL_REDUCE_SCATTER ? c * (size_t)p : c;
+            for (size_t e = 0; e < ns; e++)
+                send[e] = bench_value(r, e);
+            double med[5];
+            bench_time_algos(ctx, g, sync, coll, algos, na, FF_WIRE_FP32, send, recv, c, 1,
+                             (int)o->iters, med);
+            int best = 0;
+            for (int k = 1; k < na; k++)
+                if (med[k] < med[best])
+                    best = k;
+            char all[160] = "";
+            size_t len = 0;
+            for (int k = 0; k < na && len < sizeof all; k++)
+                len += (size_t)snprintf(all + len, sizeof all - len, " %s %.1f",
+                                        ff_algo_name((ff_algo)algos[k]), med[k] * 1e6);
+            double ratio = med[best] > 0 ? med[m] / med[best] : 1;
+            int want = ratio > 1 + o->margin && !twins((ff_algo)algos[best], model, p, nodes);
+            cli_print(" %-14s %12.0f %-10s %-10s %10.1f %10.1f %7.2f%s%s\n", ff_coll_name(coll),
+                      sz[i], ff_algo_name(model), ff_algo_name((ff_algo)algos[best]), med[m] * 1e6,
+                      med[best] * 1e6, ratio, all, want ? "  -> pick" : "");
+            if (!want)
+                continue;
+            /* up to the geometric midpoints, no further than was measured */
+            double lo = i == 0 ? sz[i] - 1 : sqrt(sz[i - 1] * sz[i]);
+            double hi = i == n - 1 ? sz[i] : sqrt(sz[i] * sz[i + 1]);
+            pick *last = *np > 0 ? &picks[*np - 1] : NULL;
+            if (last && last->r.coll == coll && last->r.nodes == nodes &&
+                last->r.per_node == per_node && last->r.algo == (ff_algo)algos[best] &&
+                last->r.max_B == lo) {
+                last->r.max_B = hi, last->sizes++;
+                continue;
+            }
+            if (*np == FF_COLL_MAX_PICKS) {
+                (*dropped)++;
+                continue;
+            }
+            picks[(*np)++] =
+                (pick){{coll, nodes, per_node, lo, hi, (ff_algo)algos[best]}, model, 1};
+        }
+    }
+}
+
+/* The profile's text with its "picks" member (if any) removed and `add`
+ * (",\n \"picks\":[...]") inserted before the closing brace; NULL if the text
+ * is not an object or out of memory. */
+static char *with_picks(const char *text, const char *add)
+{
+    size_t n = strlen(text);
+    char *out = malloc(n + strlen(add) + 1);
+    if (!out)
+        return NULL;
+    memcpy(out, text, n + 1);
+    char *at = strstr(out, "\"picks\"");
+    if (at) { /* from the comma before it to the list's closing bracket */
+        char *end = strchr(at, ']'), *from = at;
+        while (from > out && from[-1] != ',' && from[-1] != '{')
+            from--;
+        if (!end)
+            return free(out), NULL;
+        if (from > out && from[-1] == ',')
+            from--;
+        memmove(from, end + 1, strlen(end + 1) + 1);
+    }
+    char *close = strrchr(out, '}');
+    if (!close)
+        return free(out), NULL;
+    size_t head = (size_t)(close - out), tail = strlen(close);
+    memmove(out + head + strlen(add), close, tail + 1);
+    memcpy(out + head, add, strlen(add));
+    return out;
+}
+
+/* The whole file, NUL-terminated; NULL with errno on failure. */
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *text = malloc(cap + 1);
+    while (text) {
+        n += fread(text + n, 1, cap - n, f);
+        if (n < cap)
+            break;
+        char *more = cap < (1u << 24) ? realloc(text, 2 * cap + 1) : NULL;
+        if (!more) {
+            free(text);
+            text = NULL;
+            errno = ENOMEM;
+            break;
+        }
+        text = more, cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad && text) {
+        free(text);
+        errno = EIO;
+        return NULL;
+    }
+    if (text)
+        text[n] = '\0';
+    return text;
+}
+
+int cmd_bench_tune(int argc, char **argv)
+{
+    tune_opts o;
+    int prc = parse_tune_opts(argc, argv, &o);
+    if (prc != CLI_OK)
+        return prc < 0 ? CLI_OK : prc;
+    const char *forced = getenv("FF_ALGO");
+    if (forced && *forced && strcmp(forced, "auto") != 0) {
+        cli_error("bench tune: FF_ALGO=%s forces the algorithm; unset it to tune AUTO", forced);
+        return CLI_FAIL;
+    }
+    /* the model to tune, read on every rank; the picks start empty */
+    ff_coll_model model;
+    ff_coll_model_default(&model);
+    char err[512];
+    int rc = ff_coll_model_read(o.profile, &model, err, sizeof err), worst = rc != FF_OK;
+    MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (worst) {
+        if (rc != FF_OK)
+            cli_error("%s", err);
+        else
+            cli_error("--profile %s: not readable on every rank", o.profile);
+        return CLI_FAIL;
+    }
+    model.n_picks = 0;
+
+    ff_ctx *ctx;
+    ff_ctx_options co;
+    ff_ctx_options_default(&co);
+    co.progress = FF_PROGRESS_WAIT;
+    if (ff_ctx_create(&ctx, MPI_COMM_WORLD, &co) != FF_OK ||
+        ff_ctx_set_coll_model(ctx, &model) != FF_OK) {
+        cli_error("%s", ff_ctx_error(ctx));
+        ff_ctx_destroy(ctx);
+        return CLI_FAIL;
+    }
+    MPI_Comm world = ff_ctx_comm(ctx);
+    int size = ff_ctx_size(ctx), me = ff_ctx_rank(ctx), N = ff_ctx_nodes(ctx);
+    int my_node = ff_ctx_node_of(ctx, me), local = 0;
+    for (int q = 0; q < me; q++)
+        local += ff_ctx_node_of(ctx, q) == my_node;
+    size_t elems = o.max_bytes / 4 + 64;
+    float *send = malloc(elems * sizeof(float)), *recv = malloc(elems * sizeof(float));
+    pick *picks = malloc(FF_COLL_MAX_PICKS * sizeof *picks);
+    int ok = send && recv && picks, all_ok;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world);
+    if (!all_ok) {
+        cli_error("out of memory for buffers of %zu bytes", 2 * elems * sizeof(float));
+        free(send), free(recv), free(picks);
+        ff_ctx_destroy(ctx);
+        return CLI_FAIL;
+    }
+    MPI_Comm node_comm;
+    MPI_Comm_split(world, my_node, me, &node_comm);
+    cli_print("# fourfold bench tune: %d ranks, %d node(s)%s; model from %s; %ld iterations "
+              "after 1 warm-up, median of the slowest rank; a pick where the model's choice "
+              "is more than %.0f%% slower\n",
+              size, N, getenv("FF_RANKS_PER_NODE") ? " (FF_RANKS_PER_NODE)" : "", o.profile,
+              o.iters, 100 * o.margin);
+
+    /* the layouts: all ranks; one node's (every node at once); one rank
+     * per node (each local index at once) */
+    int np = 0, dropped = 0, failed = 0, nodes_all = 1, k_all = 0;
+    for (int set = 0; set < 3; set++) {
+        int color = set == 0 ? 0 : set == 1 ? my_node : local;
+        MPI_Comm sync = set == 1 ? node_comm : world;
+        MPI_Comm comm;
+        MPI_Comm_split(world, color, me, &comm);
+        ff_group *g = NULL;
+        static const char *const names[3] = {"all ranks", "one node's ranks, every node at once",
+                                             "one rank per node, every local index at once"};
+        if (ff_group_create(ctx, comm, names[set], &g) != FF_OK) {
+            cli_error("%s", ff_ctx_error(ctx));
+            MPI_Comm_free(&comm);
+            failed = 1;
+            break;
+        }
+        MPI_Comm_free(&comm);
+        int nodes, per_node, uniform;
+        ff_group_topology(g, &nodes, &per_node);
+        if (set == 0)
+            nodes_all = nodes, k_all = per_node;
+        /* every group of the set must be laid out alike */
+        int lay[2] = {per_node, -per_node}, agree[2];
+        MPI_Allreduce(lay, agree, 2, MPI_INT, MPI_MAX, sync);
+        uniform = per_node > 0 && agree[0] == -agree[1];
+        int skip = ff_group_size(g) < 2 || (set > 0 && (nodes_all < 2 || k_all < 2));
+        if (!skip && !uniform)
+            cli_print("\n# %s: nodes of different sizes, left to the model\n", names[set]);
+        else if (!skip)
+            tune_layout(ctx, g, sync, names[set], &o, send, recv, picks, &np, &dropped);
+        ff_group_destroy(g);
+    }
+    MPI_Comm_free(&node_comm);
+    free(send), free(recv);
+
+    int code = failed ? CLI_FAIL : CLI_OK;
+    if (code == CLI_OK && me == 0) {
+        if (dropped)
+            fprintf(stderr, "fourfold: warning: more than %d picks; %d left to the model\n",
+                    FF_COLL_MAX_PICKS, dropped);
+        size_t cap = 256 + (size_t)np * 256, len = 0;
+        char *add = malloc(cap), *text = read_text(o.profile), *tuned = NULL;
+        if (add) {
+            len += (size_t)snprintf(add, cap, ",\n \"picks\":[");
+            for (int i = 0; i < np; i++) {
+                const pick *q = &picks[i];
+                len += (size_t)snprintf(
+                    add + len, cap - len,
+                    "%s\n  {\"coll\":\"%s\",\"nodes\":%d,\"per_node\":%d,\"min_B\":%.17g,"
+                    "\"max_B\":%.17g,\"algo\":\"%s\",\"model_algo\":\"%s\",\"sizes\":%d}",
+                    i ? "," : "", ff_coll_name(q->r.coll), q->r.nodes, q->r.per_node, q->r.min_B,
+                    q->r.max_B, ff_algo_name(q->r.algo), ff_algo_name(q->model), q->sizes);
+            }
+            snprintf(add + len, cap - len, "]");
+        }
+        if (add && text)
+            tuned = with_picks(text, add);
+        if (!tuned) {
+            cli_error("cannot %s %s: %s", text ? "add picks to" : "read", o.profile,
+                      text ? "not a JSON object, or out of memory" : strerror(errno));
+            code = CLI_FAIL;
+        } else if (bench_write_atomic(o.out, tuned) != 0) {
+            cli_error("cannot write %s: %s", o.out, strerror(errno));
+            code = CLI_FAIL;
+        } else {
+            printf("\n%d measured pick(s) written to %s\n", np, o.out);
+            fflush(stdout);
+        }
+        free(add), free(text), free(tuned);
+    }
+    MPI_Bcast(&code, 1, MPI_INT, 0, world);
+    free(picks);
+    ff_ctx_destroy(ctx);
+    return code;
+}
