@@ -193,6 +193,19 @@ static const int row_order[] = {BENCH_MPI_BLOCKING, FF_ALGO_MPI,       FF_ALGO_R
                                 FF_ALGO_HIER_REC,   FF_ALGO_AUTO};
 enum { NROWS = sizeof row_order / sizeof row_order[0] };
 
+void bench_short_option(cli_args *a)
+{
+    if (a->name || !a->value || a->value[0] != '-' || !a->value[1] || a->value[2])
+        return;
+    const char c = a->value[1];
+    a->name = c == 'b'   ? "minbytes"
+              : c == 'e' ? "maxbytes"
+              : c == 'f' ? "factor"
+              : c == 'n' ? "iters"
+              : c == 'w' ? "warmup"
+                         : NULL;
+}
+
 static int parse_coll_opts(int argc, char **argv, coll_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -212,16 +225,7 @@ static int parse_coll_opts(int argc, char **argv, coll_opts *o)
     while (cli_next(&a)) {
         const char *v;
         long n;
-        if (!a.name && a.value && a.value[0] == '-' && a.value[1] && !a.value[2]) {
-            /* nccl-tests' short options */
-            const char c = a.value[1];
-            a.name = c == 'b'   ? "minbytes"
-                     : c == 'e' ? "maxbytes"
-                     : c == 'f' ? "factor"
-                     : c == 'n' ? "iters"
-                     : c == 'w' ? "warmup"
-                                : NULL;
-        }
+        bench_short_option(&a);
         if (cli_is(&a, "help")) {
             cli_print("%s", help_coll);
             return -1;

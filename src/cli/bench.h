@@ -47,6 +47,10 @@ double bench_sgemm_rate(int m, int n, int k, int threads, double min_seconds);
 
 double bench_median(double *v, int n); /* sorts v */
 
+/* nccl-tests' short options: -b, -e, -f, -n, -w become --minbytes,
+ * --maxbytes, --factor, --iters, --warmup (a->name set; others untouched). */
+void bench_short_option(cli_args *a);
+
 /* Writes text to path atomically: a temporary file beside it, fsync,
  * rename. 0, or -1 with errno (the temporary file removed). */
 int bench_write_atomic(const char *path, const char *text);

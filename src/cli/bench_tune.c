@@ -64,14 +64,7 @@ static int parse_tune_opts(int argc, char **argv, tune_opts *o)
     cli_args_init(&a, argc, argv);
     while (cli_next(&a)) {
         const char *v;
-        if (!a.name && a.value && a.value[0] == '-' && a.value[1] && !a.value[2]) {
-            const char c = a.value[1]; /* bench coll's short options */
-            a.name = c == 'b'   ? "minbytes"
-                     : c == 'e' ? "maxbytes"
-                     : c == 'f' ? "factor"
-                     : c == 'n' ? "iters"
-                                : NULL;
-        }
+        bench_short_option(&a);
         if (cli_is(&a, "help")) {
             cli_print("%s", help_tune);
             return -1;
@@ -162,8 +155,8 @@ static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *wha
             size_t c = (size_t)s / 4 / (spread ? (size_t)p : 1);
             c = c ? c : 1;
             double actual = (double)c * 4 * (spread ? p : 1);
-            if (n > 0 && actual <= sz[n - 1])
-                continue;
+            if ((n > 0 && actual <= sz[n - 1]) || actual > (double)o->max_bytes)
+                continue; /* a repeat, or more than the buffers hold (p > size/4) */
             cnt[n] = c, sz[n++] = actual;
         }
         for (int i = 0; i < n; i++) {
