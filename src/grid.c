@@ -217,6 +217,8 @@ int ff_group_init(ff_group *g, ff_ctx *ctx, MPI_Comm comm, const char *name)
 
 void ff_group_fini(ff_group *g)
 {
+    ff_topo_free(g->topo);
+    g->topo = NULL;
     if (g->comm != MPI_COMM_NULL && g->comm != 0)
         MPI_Comm_free(&g->comm);
     g->comm = MPI_COMM_NULL;

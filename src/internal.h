@@ -103,8 +103,8 @@ struct ff_group {
     int size, rank;
     char name[16];
     unsigned seq; /* collectives posted, to give each its own tag */
-    /* node layout, built with the group (ff_group_topo_init), owned by
-     * ctx->coll */
+    /* node layout, built with the group (ff_group_topo_init), freed with
+     * it (ff_group_fini) */
     struct ff_topo *topo;
     ff_counter_acc counters[FF_NCOLL];
 };

@@ -22,7 +22,6 @@ typedef struct ff_topo {
     int ring_cross;            /* ... a ring step (r -> r+1) */
     int rd_cross[FF_MAX_LOG2]; /* ... recursive doubling with mask 2^l */
     int fold_cross;            /* ... the fold of a non-power-of-two group */
-    struct ff_topo *next;      /* the context's list */
 } ff_topo;
 
 struct ff_coll_layer {
@@ -32,7 +31,6 @@ struct ff_coll_layer {
     ff_coll_model model;
     ff_algo forced; /* FF_ALGO, or FF_ALGO_AUTO */
     int a2a_window; /* all-to-all partners per round: FF_A2A_WINDOW or less */
-    ff_topo *topos;
 };
 
 /* The group's layout, built when the group was created

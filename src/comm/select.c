@@ -4,8 +4,9 @@
  * Node layout. At ff_ctx_create every rank learns the node of every other
  * (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), one all-gather), or pretends
  * nodes of k consecutive ranks when FF_RANKS_PER_NODE=k. A group's layout is
- * then derived locally on its first hierarchical or AUTO collective
- * (MPI_Group_translate_ranks, no communication), so posting never blocks.
+ * then derived locally when the group is made (ff_group_topo_init,
+ * MPI_Group_translate_ranks, no communication; the members agree on the
+ * outcome) and freed with it, so posting never blocks.
  *
  * Cost model (AutoDDL §3: alpha-beta, fitted by `fourfold bench profile`).
  * A step costs alpha + bytes/beta at its level (with a second (alpha, beta)
@@ -24,7 +25,12 @@
  *   rec-whole         lg p steps of the whole vector (+ the fold's two)
  * plus (p-1) blocks of additions at reduce_Bps for reductions (rec-whole:
  * lg p whole vectors, one more in a fold). Copies and the hierarchical
- * reordering are not modelled (beta_intra absorbs them). */
+ * reordering are not modelled (beta_intra absorbs them).
+ *
+ * Measured picks (`fourfold bench tune`, ff_coll_model.picks) come first:
+ * where one covers the call (its collective, the group's layout, the size)
+ * and strict_volume allows its algorithm, AUTO runs it; the model decides
+ * elsewhere. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -401,11 +407,6 @@ void ff_coll_layer_free(ff_ctx *ctx)
     struct ff_coll_layer *L = ctx->coll;
     if (!L)
         return;
-    while (L->topos) {
-        ff_topo *t = L->topos;
-        L->topos = t->next;
-        ff_topo_free(t);
-    }
     free(L->node_of);
     free(L);
     ctx->coll = NULL;
@@ -564,8 +565,6 @@ int ff_group_topo_init(ff_group *g)
     free(idx), free(crank);
     if (!t)
         return ff_set_error(ctx, FF_ENOMEM, "out of memory finding the nodes of group %s", g->name);
-    t->next = L->topos;
-    L->topos = t;
     g->topo = t;
     return FF_OK;
 }
