@@ -209,6 +209,9 @@ typedef struct ff_topo ff_topo;
  * member lists: for ff_coll_pick only, not for running an algorithm. NULL
  * if out of memory or out of range. */
 ff_topo *ff_topo_new(const int *node, int p, int me);
+/* In JSON text: just after the ':' of the first "key" that is a key (a
+ * string followed by ':'), or NULL. For the profile's flat keys. */
+const char *ff_json_key(const char *text, const char *key);
 void ff_topo_free(ff_topo *t);
 /* What FF_ALGO_AUTO runs for this call under model m, without FF_ALGO (the
  * same on every member: the layout, not `me`, decides). */

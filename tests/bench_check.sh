@@ -108,6 +108,19 @@ for t in (tuned, again):
 print(f"ok   bench tune: {len(tuned['picks'])} and {len(again['picks'])} picks (margin 0, then "
       f"0.1), every other key kept, one picks list")
 PY
+# picks as the first member, spaced, and a "picks" string value: still one
+# valid object after tuning again
+python3 - "$WORK/t.json" "$WORK/t3.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+q = {"picks": p.pop("picks"), **p, "name": "picks"}
+open(sys.argv[2], "w").write(json.dumps(q, indent=1))
+PY
+tune --profile "$WORK/t3.json" -e 16K > "$WORK/tune3.txt" 2>&1 ||
+    { cat "$WORK/tune3.txt"; fail "bench tune of a profile with picks first exited non-zero"; }
+python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); assert p["name"] == "picks" and isinstance(p["picks"], list) and open(sys.argv[1]).read().count("\"picks\":") == 1' "$WORK/t3.json" ||
+    { cat "$WORK/t3.json"; fail "re-tuned profile with picks first is not valid"; }
+echo "ok   bench tune replaces picks that come first in the profile"
 FF_RANKS_PER_NODE=2 FF_PROFILE="$WORK/t.json" "$MPIEXEC" -np 4 "$FF" bench coll -b 4K -e 64K \
     -f 16 -n 1 -w 0 --place out > "$WORK/tuned_coll.txt" 2>&1 ||
     { cat "$WORK/tuned_coll.txt"; fail "bench coll with a tuned FF_PROFILE"; }

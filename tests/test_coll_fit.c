@@ -450,6 +450,10 @@ static void part_picks(ff_ctx *ctx)
         "{\"format\":\"fourfold-profile\",\"picks\":{\"coll\":\"allgather\"}}",
         "{\"format\":\"fourfold-profile\",\"picks\":[{\"coll\":\"allgather\",\"nodes\":2,"
         "\"per_node\":2,\"min_B\":0,\"max_B\":8,\"algo\":\"ring\"} {}]}",
+        "{\"format\":\"fourfold-profile\",\"picks\":[{\"coll\":\"allgather\",\"nodes\":2,"
+        "\"per_node\":2,\"min_B\":0,\"max_B\":8,\"algo\":\"ring\"},]}",
+        "{\"format\":\"fourfold-profile\",\"picks\":[{\"coll\":\"allgather\",\"nodes\":1e30,"
+        "\"per_node\":2,\"min_B\":0,\"max_B\":8,\"algo\":\"ring\"}]}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rc = read_profile_text(bad[i], &m, err, sizeof err);
@@ -457,6 +461,27 @@ static void part_picks(ff_ctx *ctx)
               err);
         if (ff_ctx_rank(ctx) == 0 && i == 0)
             printf("  a bad pick: %s\n", err);
+    }
+    /* a string value "picks" is not the key; spaces around ':' are fine;
+     * a pick of 511 characters is read, one of 512 refused (no overflow) */
+    rc = read_profile_text("{\"format\" : \"fourfold-profile\", \"name\" : \"picks\", \"picks\" :"
+                           " [ { \"coll\" : \"allreduce\" , \"nodes\" : 2, \"per_node\" : 1, "
+                           "\"min_B\" : 0, \"max_B\" : 8, \"algo\" : \"rec-whole\" } ] }",
+                           &m, err, sizeof err);
+    CHECK(rc == FF_OK && m.n_picks == 1 && m.picks[0].algo == FF_ALGO_REC_WHOLE,
+          "spaced picks after a \"picks\" value: rc %d, %d picks, %s", rc, m.n_picks, err);
+    for (int len = 511; len <= 512; len++) {
+        const char *pk = "{\"coll\":\"allreduce\",\"nodes\":2,\"per_node\":1,\"min_B\":0,"
+                         "\"max_B\":8,\"algo\":\"ring\"";
+        char text[1024];
+        int k = snprintf(text, sizeof text, "{\"format\":\"fourfold-profile\",\"picks\":[%s", pk);
+        int pad = len - (int)strlen(pk) - 1; /* spaces before the closing brace */
+        for (int i = 0; i < pad; i++)
+            text[k++] = ' ';
+        snprintf(text + k, sizeof text - (size_t)k, "}]}");
+        rc = read_profile_text(text, &m, err, sizeof err);
+        CHECK(len == 511 ? rc == FF_OK && m.n_picks == 1 : rc == FF_ECORRUPT && strstr(err, "pick"),
+              "a pick of %d characters: rc %d, %s", len, rc, err);
     }
     ff_coll_model one = none;
     one.n_picks = 1;

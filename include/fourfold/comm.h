@@ -193,7 +193,8 @@ typedef struct {
      * machine, the algorithm that measured fastest, for a collective on a
      * group laid out as `nodes` nodes of `per_node` ranks and sizes in
      * (min_B, max_B] (the largest buffer of one rank in bytes on the
-     * wire, as `bench coll` counts it). AUTO runs a pick that covers the
+     * wire: count x the wire's element size, x p for all-gather and
+     * reduce-scatter). AUTO runs a pick that covers the
      * call (and is allowed by strict_volume) instead of the model's
      * choice; elsewhere the model decides. */
     int n_picks;

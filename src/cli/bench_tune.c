@@ -23,6 +23,7 @@
  * The selector and the planner both read them (ff_coll_model.picks), so the
  * planner's byte counts keep matching what runs. Rank 0's node stands for
  * every node. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -213,33 +214,57 @@ static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *wha
     }
 }
 
-/* The profile's text with its "picks" member (if any) removed and `add`
+/* The first "picks" that is a key (followed by ':'), or NULL. */
+static char *picks_key(char *text)
+{
+    for (char *at = strstr(text, "\"picks\""); at; at = strstr(at + 1, "\"picks\"")) {
+        const char *after = at + strlen("\"picks\"");
+        while (isspace((unsigned char)*after))
+            after++;
+        if (*after == ':')
+            return at;
+    }
+    return NULL;
+}
+
+/* The profile's text with every "picks" member removed and `add`
  * (",\n \"picks\":[...]") inserted before the closing brace; NULL if the text
- * is not an object or out of memory. */
+ * is not an object, a picks list does not end, or out of memory. Picks
+ * hold no brackets (`bench tune` writes names and numbers only). */
 static char *with_picks(const char *text, const char *add)
 {
     size_t n = strlen(text);
-    char *out = malloc(n + strlen(add) + 1);
+    char *out = malloc(n + strlen(add) + 1), *at;
     if (!out)
         return NULL;
     memcpy(out, text, n + 1);
-    char *at = strstr(out, "\"picks\"");
-    if (at) { /* from the comma before it to the list's closing bracket */
-        char *end = strchr(at, ']'), *from = at;
-        while (from > out && from[-1] != ',' && from[-1] != '{')
-            from--;
+    while ((at = picks_key(out))) {
+        char *open = strchr(at, '['), *end = open ? strchr(open, ']') : NULL, *from = at;
         if (!end)
             return free(out), NULL;
-        if (from > out && from[-1] == ',')
+        char *to = end + 1;
+        while (from > out && isspace((unsigned char)from[-1]))
             from--;
-        memmove(from, end + 1, strlen(end + 1) + 1);
+        if (from > out && from[-1] == ',') { /* the comma before it, or the one after */
+            from--;
+        } else {
+            while (isspace((unsigned char)*to))
+                to++;
+            if (*to == ',')
+                to++;
+        }
+        memmove(from, to, strlen(to) + 1);
     }
-    char *close = strrchr(out, '}');
+    char *close = strrchr(out, '}'), *prev = close;
     if (!close)
         return free(out), NULL;
-    size_t head = (size_t)(close - out), tail = strlen(close);
-    memmove(out + head + strlen(add), close, tail + 1);
-    memcpy(out + head, add, strlen(add));
+    while (prev > out && isspace((unsigned char)prev[-1]))
+        prev--;
+    if (prev > out && prev[-1] == '{')
+        add++; /* an empty object: no comma */
+    size_t head = (size_t)(close - out), tail = strlen(close), len = strlen(add);
+    memmove(out + head + len, close, tail + 1);
+    memcpy(out + head, add, len);
     return out;
 }
 
@@ -306,8 +331,13 @@ int cmd_bench_tune(int argc, char **argv)
     ff_ctx_options co;
     ff_ctx_options_default(&co);
     co.progress = FF_PROGRESS_WAIT;
-    if (ff_ctx_create(&ctx, MPI_COMM_WORLD, &co) != FF_OK ||
-        ff_ctx_set_coll_model(ctx, &model) != FF_OK) {
+    int ctx_ok = ff_ctx_create(&ctx, MPI_COMM_WORLD, &co) == FF_OK;
+    if (ctx_ok) { /* FF_STRICT_VOLUME as the context read it: AUTO's candidates at run time */
+        ff_coll_model env;
+        ff_ctx_coll_model(ctx, &env);
+        model.strict_volume = env.strict_volume;
+    }
+    if (!ctx_ok || ff_ctx_set_coll_model(ctx, &model) != FF_OK) {
         cli_error("%s", ff_ctx_error(ctx));
         ff_ctx_destroy(ctx);
         return CLI_FAIL;
@@ -347,13 +377,19 @@ int cmd_bench_tune(int argc, char **argv)
         ff_group *g = NULL;
         static const char *const names[3] = {"all ranks", "one node's ranks, every node at once",
                                              "one rank per node, every local index at once"};
-        if (ff_group_create(ctx, comm, names[set], &g) != FF_OK) {
-            cli_error("%s", ff_ctx_error(ctx));
-            MPI_Comm_free(&comm);
+        /* agreed over all ranks: the groups of a set fail or not together
+         * only within themselves */
+        int made = ff_group_create(ctx, comm, names[set], &g) == FF_OK, all_made;
+        MPI_Comm_free(&comm);
+        MPI_Allreduce(&made, &all_made, 1, MPI_INT, MPI_MIN, world);
+        if (!all_made) {
+            if (me == 0)
+                cli_error("%s",
+                          made ? "could not make the groups of another node" : ff_ctx_error(ctx));
+            ff_group_destroy(g);
             failed = 1;
             break;
         }
-        MPI_Comm_free(&comm);
         int nodes, per_node, uniform;
         ff_group_topology(g, &nodes, &per_node);
         if (set == 0)

@@ -44,7 +44,7 @@ static size_t stage_pos(const layout *l, int node, int local)
 }
 
 /* Scratch does not know the layout; keep it next to the schedule. The
- * topology lives as long as the context, so the pointer stays valid. */
+ * layout lives as long as its group, which outlives its requests. */
 static const ff_topo *topo_of(const ff_request *req) { return req->group->topo; }
 
 static layout layout_of(const ff_topo *t)

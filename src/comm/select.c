@@ -122,19 +122,31 @@ void ff_ctx_coll_model(const ff_ctx *ctx, ff_coll_model *m)
         ff_coll_model_default(m);
 }
 
-/* Finds "key" : number in a flat JSON object. 1 found, 0 absent, -1 bad. */
-static int json_number(const char *text, const char *key, double *out)
+static const char *skip_ws(const char *at)
+{
+    while (*at == ' ' || *at == '\t' || *at == '\n' || *at == '\r')
+        at++;
+    return at;
+}
+
+const char *ff_json_key(const char *text, const char *key)
 {
     char quoted[64];
     snprintf(quoted, sizeof quoted, "\"%s\"", key);
-    const char *at = strstr(text, quoted);
+    for (const char *at = strstr(text, quoted); at; at = strstr(at + 1, quoted)) {
+        const char *after = skip_ws(at + strlen(quoted));
+        if (*after == ':')
+            return after + 1;
+    }
+    return NULL;
+}
+
+/* Finds "key" : number in a flat JSON object. 1 found, 0 absent, -1 bad. */
+static int json_number(const char *text, const char *key, double *out)
+{
+    const char *at = ff_json_key(text, key);
     if (!at)
         return 0;
-    at += strlen(quoted);
-    while (*at == ' ' || *at == '\t' || *at == '\n' || *at == '\r')
-        at++;
-    if (*at++ != ':')
-        return -1;
     char *end;
     errno = 0;
     double v = strtod(at, &end);
@@ -144,25 +156,13 @@ static int json_number(const char *text, const char *key, double *out)
     return 1;
 }
 
-static const char *skip_ws(const char *at)
-{
-    while (*at == ' ' || *at == '\t' || *at == '\n' || *at == '\r')
-        at++;
-    return at;
-}
-
 /* Finds "key" : "string" in a flat JSON object (no escapes). 1 found, 0
  * absent, -1 bad. */
 static int json_string(const char *text, const char *key, char *out, size_t len)
 {
-    char quoted[64];
-    snprintf(quoted, sizeof quoted, "\"%s\"", key);
-    const char *at = strstr(text, quoted);
+    const char *at = ff_json_key(text, key);
     if (!at)
         return 0;
-    at = skip_ws(at + strlen(quoted));
-    if (*at++ != ':')
-        return -1;
     at = skip_ws(at);
     if (*at++ != '"')
         return -1;
@@ -182,11 +182,10 @@ static int read_picks(const char *text, const char *path, ff_coll_model *m, char
                       size_t err_len)
 {
     m->n_picks = 0;
-    const char *at = strstr(text, "\"picks\"");
+    const char *at = ff_json_key(text, "picks");
     if (!at)
         return FF_OK;
-    at = skip_ws(at + strlen("\"picks\""));
-    if (*at++ != ':' || *(at = skip_ws(at)) != '[') {
+    if (*(at = skip_ws(at)) != '[') {
         snprintf(err, err_len, "%s: \"picks\" is not followed by a list", path);
         return FF_ECORRUPT;
     }
@@ -194,7 +193,7 @@ static int read_picks(const char *text, const char *path, ff_coll_model *m, char
     while (*at != ']') {
         const char *end = *at == '{' ? strchr(at, '}') : NULL;
         char obj[512];
-        if (!end || (size_t)(end - at) >= sizeof obj) {
+        if (!end || (size_t)(end - at) + 1 >= sizeof obj) {
             snprintf(err, err_len, "%s: pick %d of \"picks\" is not a flat object {...}", path,
                      m->n_picks + 1);
             return FF_ECORRUPT;
@@ -221,7 +220,7 @@ static int read_picks(const char *text, const char *path, ff_coll_model *m, char
             if (!strcmp(coll, ff_coll_name((ff_coll)c)))
                 r->coll = (ff_coll)c;
         r->algo = (ff_algo)(ok ? ff_algo_parse(algo) : -1);
-        r->nodes = (int)nodes, r->per_node = (int)per_node;
+        r->nodes = ok ? (int)nodes : 0, r->per_node = ok ? (int)per_node : 0;
         if (!ok || !pick_ok(r)) {
             snprintf(err, err_len,
                      "%s: pick %d: needs coll, algo (ours, implementing coll), integers "
@@ -230,7 +229,7 @@ static int read_picks(const char *text, const char *path, ff_coll_model *m, char
             return FF_ECORRUPT;
         }
         at = skip_ws(end + 1);
-        if (*at == ',')
+        if (*at == ',' && *skip_ws(at + 1) == '{')
             at = skip_ws(at + 1);
         else if (*at != ']') {
             snprintf(err, err_len, "%s: \"picks\": expected , or ] after pick %d", path,
