@@ -74,31 +74,6 @@ static void die_in_collective(ff_ctx *ctx, int rc)
     MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
 }
 
-double bench_time_coll(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, int algo,
-                       ff_wire wire, const float *send, float *recv, size_t count, int warmup,
-                       int iters)
-{
-    if (iters < 1)
-        iters = 1;
-    double *t = malloc((size_t)iters * sizeof *t);
-    if (!t)
-        die_in_collective(ctx, FF_ENOMEM);
-    for (int it = -warmup; it < iters; it++) {
-        MPI_Barrier(sync);
-        double t0 = MPI_Wtime();
-        int rc = g ? run_once(g, coll, algo, wire, send, recv, count) : FF_OK;
-        double dt = g ? MPI_Wtime() - t0 : 0;
-        if (rc != FF_OK)
-            die_in_collective(ctx, rc);
-        if (it >= 0)
-            t[it] = dt;
-    }
-    MPI_Allreduce(MPI_IN_PLACE, t, iters, MPI_DOUBLE, MPI_MAX, sync);
-    double m = bench_median(t, iters);
-    free(t);
-    return m;
-}
-
 void bench_time_algos(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, const int *algos,
                       int na, ff_wire wire, const float *send, float *recv, size_t count,
                       int warmup, int iters, double *med)
@@ -123,6 +98,15 @@ void bench_time_algos(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, con
     for (int a = 0; a < na; a++)
         med[a] = bench_median(t + (size_t)a * iters, iters);
     free(t);
+}
+
+double bench_time_coll(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, int algo,
+                       ff_wire wire, const float *send, float *recv, size_t count, int warmup,
+                       int iters)
+{
+    double med;
+    bench_time_algos(ctx, g, sync, coll, &algo, 1, wire, send, recv, count, warmup, iters, &med);
+    return med;
 }
 
 /* ---- bench coll ---- */
