@@ -26,8 +26,8 @@ import statistics
 import sys
 from collections import OrderedDict
 
-ALGOS = ["mpi-blk", "mpi", "ring", "rec", "rec-whole", "hier-ring", "hier-rec"]
-OURS = ["ring", "rec", "rec-whole", "hier-ring", "hier-rec"]
+ALGOS = ["mpi-blk", "mpi", "ring", "rec", "rec-whole", "direct", "hier-ring", "hier-rec"]
+OURS = ["ring", "rec", "rec-whole", "direct", "hier-ring", "hier-rec"]
 
 
 def twins(nodes, per_node):

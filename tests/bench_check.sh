@@ -17,7 +17,7 @@ for wire in fp32 bf16; do
         --wire $wire --json "$WORK/coll.jsonl" > "$WORK/coll_$wire.txt" 2>&1 ||
         { cat "$WORK/coll_$wire.txt"; fail "bench coll --wire $wire exited non-zero"; }
     grep -q "^# total #wrong: 0$" "$WORK/coll_$wire.txt" || fail "bench coll $wire: #wrong"
-    for algo in ring rec rec-whole hier-ring hier-rec auto; do
+    for algo in ring rec rec-whole direct hier-ring hier-rec auto; do
         grep -q " $algo" "$WORK/coll_$wire.txt" || fail "bench coll $wire: no row for $algo"
     done
     echo "ok   bench coll --wire $wire: every algorithm, #wrong 0"
@@ -88,7 +88,7 @@ tune() { FF_RANKS_PER_NODE=2 "$MPIEXEC" -np 4 "$FF" bench tune -b 4K -e 64K -n 2
 tune --profile "$WORK/t.json" --margin 0 > "$WORK/tune.txt" 2>&1 ||
     { cat "$WORK/tune.txt"; fail "bench tune exited non-zero"; }
 grep -q "measured pick(s) written to $WORK/t.json" "$WORK/tune.txt" || fail "bench tune output"
-tune --profile "$WORK/t.json" --out "$WORK/t2.json" > "$WORK/tune2.txt" 2>&1 ||
+tune --profile "$WORK/t.json" --out "$WORK/t2.json" --repeats 1 > "$WORK/tune2.txt" 2>&1 ||
     { cat "$WORK/tune2.txt"; fail "bench tune (again) exited non-zero"; }
 python3 - "$WORK/p2.json" "$WORK/t.json" "$WORK/t2.json" <<'PY'
 import json, sys
@@ -101,7 +101,7 @@ for t in (tuned, again):
     assert isinstance(t["picks"], list)
     for q in t["picks"]:
         assert q["coll"] in ("allgather", "reduce_scatter", "allreduce"), q
-        assert q["algo"] in ("ring", "rec", "rec-whole", "hier-ring", "hier-rec"), q
+        assert q["algo"] in ("ring", "rec", "rec-whole", "direct", "hier-ring", "hier-rec"), q
         assert (q["nodes"], q["per_node"]) in ((2, 2), (1, 2), (2, 1)), q
         assert 0 <= q["min_B"] < q["max_B"] <= 65536, q
         assert q["algo"] != q["model_algo"], q
@@ -138,7 +138,11 @@ if tune --profile "$WORK/missing.json" > "$WORK/tune_bad.txt" 2>&1; then
 if FF_ALGO=ring tune --profile "$WORK/t.json" > "$WORK/tune_bad.txt" 2>&1; then
     fail "bench tune with FF_ALGO=ring succeeded"; fi
 grep -q "FF_ALGO=ring forces" "$WORK/tune_bad.txt" || { cat "$WORK/tune_bad.txt"; fail "msg"; }
-echo "ok   bench tune: no --profile, a missing one, FF_ALGO set: one message, exit non-zero"
+if tune --profile "$WORK/t.json" --repeats 0 > "$WORK/tune_bad.txt" 2>&1; then
+    fail "bench tune --repeats 0 succeeded"; fi
+[ "$(grep -c "repeats" "$WORK/tune_bad.txt")" = 1 ] ||
+    { cat "$WORK/tune_bad.txt"; fail "--repeats 0: not one message"; }
+echo "ok   bench tune: no --profile, a missing one, FF_ALGO set, --repeats 0: one message, exit non-zero"
 
 # a second regime in the profile reaches the model: small messages priced at
 # 1 s each make a 2-step ring all-reduce of 4 KiB cost 2 s in the pred

@@ -17,14 +17,14 @@
  * run the flat algorithm, and count its bytes).
  *
  * Per group: all-gather, reduce-scatter, all-reduce; algorithms ring, rec,
- * hier-ring, hier-rec, rec-whole (all-reduce only), auto; fp32 and bf16
+ * hier-ring, hier-rec, rec-whole (all-reduce only), direct, auto; fp32 and bf16
  * wire; in and out of place; several counts (all-reduce: 1, p-1, p+1, 4p,
  * 1031: empty and uneven chunks).
  * Checked: fp32 results bitwise equal to the MPI library's (integer inputs:
  * every summation order is exact); bf16 all-gather exactly bf16(x);
  * bf16 reductions within ((1+2^-8)^p - 1 + 2p 2^-24) sum|x| (each algorithm
  * rounds a contribution at most p times: ring p-1 sends + 1, recursive lg p
- * + 2, hierarchical (k-1) + lg N + 2 or (k-1) + (N-1) + 1); replicas of
+ * + 2, direct 2, hierarchical (k-1) + lg N + 2 or (k-1) + (N-1) + 1); replicas of
  * all-gather and all-reduce bitwise identical; the byte counters equal to the
  * volume derived below from each algorithm's definition (not from the
  * library's code), their sum over the group's ranks sent == received; AUTO's
@@ -169,6 +169,22 @@ static vol whole_vol(int n, int me, uint64_t T)
     return v;
 }
 
+/* direct: one message with every other participant. RS sends each its
+ * block (T - own) and receives n-1 contributions to its own; AG sends its
+ * block to n-1 and receives all the others (T - own). */
+static vol direct_vol(int kind, int n, int me, const size_t *b)
+{
+    vol v = {0, 0};
+    if (n <= 1)
+        return v;
+    uint64_t T = sum_range(b, 0, n), mine = b[me] * (uint64_t)(n - 1);
+    if (kind != 0)
+        v.sent += T - b[me], v.recv += mine;
+    if (kind != 1)
+        v.sent += mine, v.recv += T - b[me];
+    return v;
+}
+
 static size_t chunk(size_t n, int p, int i) { return n / (size_t)p + ((size_t)i < n % (size_t)p); }
 
 /* The group's nodes as the library should see them: node ids of the world
@@ -217,10 +233,12 @@ static vol expected(ff_algo algo, int coll, int p, int me, size_t n, const layou
         return whole_vol(p, me, n);
     if ((algo == FF_ALGO_HIER_RING || algo == FF_ALGO_HIER_REC) && l->k == 0)
         algo = algo == FF_ALGO_HIER_REC ? FF_ALGO_REC : FF_ALGO_RING;
-    if (algo == FF_ALGO_RING || algo == FF_ALGO_REC) {
+    if (algo == FF_ALGO_RING || algo == FF_ALGO_REC || algo == FF_ALGO_DIRECT) {
         for (int i = 0; i < p; i++)
             b[i] = coll == 2 ? chunk(n, p, i) : n;
-        return algo == FF_ALGO_RING ? ring_vol(coll, p, me, b) : rec_vol(coll, p, me, b);
+        return algo == FF_ALGO_RING  ? ring_vol(coll, p, me, b)
+               : algo == FF_ALGO_REC ? rec_vol(coll, p, me, b)
+                                     : direct_vol(coll, p, me, b);
     }
     /* hierarchical: stage position of rank (j, i) is i*N + j */
     int N = l->N, k = l->k, rec = algo == FF_ALGO_HIER_REC;
@@ -437,6 +455,8 @@ static void run_many(env *e, group_info *gi)
         {0, FF_ALGO_HIER_REC, FF_WIRE_FP32, 1, 7},
         {1, FF_ALGO_RING, FF_WIRE_FP32, 0, 11},
         {2, FF_ALGO_REC_WHOLE, FF_WIRE_BF16, 1, 23},
+        {1, FF_ALGO_DIRECT, FF_WIRE_BF16, 0, 9},
+        {2, FF_ALGO_DIRECT, FF_WIRE_FP32, 1, 45},
         {2, FF_ALGO_AUTO, FF_WIRE_FP32, 0, (size_t)(4 * p)},
     };
     enum { N = sizeof specs / sizeof specs[0] };
@@ -466,7 +486,8 @@ static void run_group(env *e, group_info *gi)
 {
     int p = ff_group_size(gi->g);
     static const ff_algo algos[] = {FF_ALGO_RING,     FF_ALGO_REC,       FF_ALGO_HIER_RING,
-                                    FF_ALGO_HIER_REC, FF_ALGO_REC_WHOLE, FF_ALGO_AUTO};
+                                    FF_ALGO_HIER_REC, FF_ALGO_REC_WHOLE, FF_ALGO_DIRECT,
+                                    FF_ALGO_AUTO};
     const size_t ag_counts[] = {1, 5, 37};
     const size_t ar_counts[] = {1, (size_t)(p > 1 ? p - 1 : 2), (size_t)p + 1, (size_t)(4 * p),
                                 1031};

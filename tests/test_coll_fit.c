@@ -317,6 +317,30 @@ static void part_select(ff_ctx *ctx)
     }
     m.reduce_Bps = 0;
     m.strict_volume = 1;
+    ff_ctx_set_coll_model(ctx, &m);
+    /* direct: one round in which each node's link carries 3 blocks (the
+     * regime is the block's); the model prices it but never chooses it,
+     * even where it predicts it fastest (only a measured pick runs it) */
+    for (size_t i = 0; i < sizeof blocks_B / sizeof blocks_B[0]; i++) {
+        double B = (double)blocks_B[i];
+        size_t count = blocks_B[i] / 4;
+        double want = B <= m.small_max_inter_B
+                          ? m.alpha_inter_small_s + 3 * B / m.beta_inter_small_Bps
+                          : m.alpha_inter_s + 3 * B / m.beta_inter_Bps;
+        double ag = ff_coll_predict(g, FF_COLL_ALLGATHER, FF_ALGO_DIRECT, count, FF_WIRE_FP32);
+        double ar = ff_coll_predict(g, FF_COLL_ALLREDUCE, FF_ALGO_DIRECT, 4 * count, FF_WIRE_FP32);
+        double ring = ff_coll_predict(g, FF_COLL_ALLGATHER, FF_ALGO_RING, count, FF_WIRE_FP32);
+        CHECK(close_rel(ag, want, 1e-12) && close_rel(ar, 2 * want, 1e-12),
+              "direct, blocks of %zu B: all-gather %g, all-reduce %g, expected %g and twice it",
+              blocks_B[i], ag, ar, want);
+        if (B == 4096)
+            CHECK(ag < ring, "direct at 4 KiB blocks: %g, not below the ring's %g", ag, ring);
+        for (int c = 0; c < 3; c++)
+            CHECK(ff_coll_choose(g, (ff_coll)c, c == 2 ? 4 * count : count, FF_WIRE_FP32) !=
+                      FF_ALGO_DIRECT,
+                  "the model chose direct for %s, blocks of %zu B", ff_coll_name((ff_coll)c),
+                  blocks_B[i]);
+    }
     /* one regime again: recursive doubling's fewer steps win at 16 KiB */
     m.small_max_inter_B = 0;
     ff_ctx_set_coll_model(ctx, &m);
@@ -365,11 +389,15 @@ static void part_picks(ff_ctx *ctx)
         "  {\"algo\":\"ring\",\"max_B\":1048576,\"min_B\":4096,\"per_node\":1,\"nodes\":4,"
         "\"coll\":\"allreduce\"},\n"
         "  {\"coll\":\"allreduce\",\"nodes\":4,\"per_node\":1,\"min_B\":1048576,"
-        "\"max_B\":4194304,\"algo\":\"rec\"}]}\n";
+        "\"max_B\":4194304,\"algo\":\"rec\"},\n"
+        "  {\"coll\":\"reduce_scatter\",\"nodes\":4,\"per_node\":1,\"min_B\":0,"
+        "\"max_B\":32768,\"algo\":\"direct\"},\n"
+        "  {\"coll\":\"allreduce\",\"nodes\":4,\"per_node\":1,\"min_B\":0,"
+        "\"max_B\":2048,\"algo\":\"direct\"}]}\n";
     int rc = read_profile_text(good, &m, err, sizeof err);
-    CHECK(rc == FF_OK && m.n_picks == 4, "a profile with 4 picks: rc %d, %d picks, %s", rc,
+    CHECK(rc == FF_OK && m.n_picks == 6, "a profile with 6 picks: rc %d, %d picks, %s", rc,
           m.n_picks, err);
-    if (rc != FF_OK || m.n_picks != 4)
+    if (rc != FF_OK || m.n_picks != 6)
         return;
     CHECK(m.picks[0].coll == FF_COLL_ALLGATHER && m.picks[0].algo == FF_ALGO_REC &&
               m.picks[0].nodes == 4 && m.picks[0].per_node == 1 && m.picks[0].min_B == 32768 &&
@@ -403,7 +431,10 @@ static void part_picks(ff_ctx *ctx)
         {FF_COLL_ALLREDUCE, 1 << 16, 1, FF_ALGO_RING},      /* 256 KiB (the model: rec) */
         {FF_COLL_ALLREDUCE, 1024, 0, FF_ALGO_RING},         /* 4 KiB: the lower end is out */
         {FF_COLL_ALLREDUCE, (1 << 18) + 1, 0, FF_ALGO_REC}, /* 4 does not divide: strict */
-        {FF_COLL_REDUCE_SCATTER, 4096, 0, FF_ALGO_RING},    /* no pick for it */
+        {FF_COLL_REDUCE_SCATTER, 4096, 0, FF_ALGO_RING},    /* 64 KiB: no pick covers it */
+        {FF_COLL_REDUCE_SCATTER, 1024, 1, FF_ALGO_DIRECT},  /* 16 KiB: direct */
+        {FF_COLL_ALLREDUCE, 512, 1, FF_ALGO_DIRECT},        /* 2 KiB: direct */
+        {FF_COLL_ALLREDUCE, 511, 0, FF_ALGO_REC_WHOLE},     /* 4 does not divide: strict */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         CHECK(ff_ctx_set_coll_model(ctx, &none) == FF_OK, "set model without picks");

@@ -74,6 +74,15 @@ typedef enum {
      * ranks). AUTO considers it by default: the planner predicts where it
      * runs and counts its bytes (ff_plan_traffic). */
     FF_ALGO_REC_WHOLE,
+    /* one round: every rank sends its block (all-gather) or each rank's
+     * block of its input (reduce-scatter) straight to that rank, up to
+     * FF_A2A_WINDOW partners at a time as the all-to-all does; all-reduce
+     * = the two in sequence on p chunks. The ring's bytes in one latency
+     * instead of p-1 (the MPI library's non-blocking all-gather is such an
+     * exchange). AUTO runs it only where a measured pick says so: the
+     * model has no per-message cost to weigh one round of p-1 messages
+     * against p-1 rounds of one (docs/collectives.md). */
+    FF_ALGO_DIRECT,
     FF_NALGO
 } ff_algo;
 /* All-to-all exists only as FF_ALGO_MPI and FF_ALGO_RING (and AUTO), and
@@ -142,7 +151,7 @@ void ff_group_counters_reset(ff_group *g);
 const char *ff_coll_name(ff_coll coll);
 const char *ff_algo_name(ff_algo algo);
 /* Parses "auto", "mpi", "ring", "rec", "hier-ring", "hier-rec",
- * "rec-whole"; returns -1 if unknown. */
+ * "rec-whole", "direct"; returns -1 if unknown. */
 int ff_algo_parse(const char *name);
 /* 1 if `algo` implements `coll` (AUTO and MPI implement all four). */
 int ff_algo_supports(ff_algo algo, ff_coll coll);

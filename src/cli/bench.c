@@ -132,8 +132,8 @@ static const char help_coll[] =
     "options:\n"
     "  --colls LIST      allgather,reduce_scatter,allreduce,alltoall (or ag,rs,ar,a2a;\n"
     "                    default all)\n"
-    "  --algos LIST      mpi-blk,mpi,ring,rec,rec-whole,hier-ring,hier-rec,auto\n"
-    "                    (default all; rec-whole: all-reduce only)\n"
+    "  --algos LIST      mpi-blk,mpi,ring,rec,rec-whole,direct,hier-ring,hier-rec,\n"
+    "                    auto (default all; rec-whole: all-reduce only)\n"
     "  -b, --minbytes S  smallest size, bytes per rank (default 4K)\n"
     "  -e, --maxbytes S  largest size (default 64M)\n"
     "  -f, --factor F    size multiplier (default 4)\n"
@@ -171,10 +171,10 @@ static int parse_list(const char *text, const char *const *names, const char *co
 static const char *const coll_alias[FF_NCOLL] = {"ag", "rs", "ar", "a2a"};
 /* rows in this order; index = algo + 1 */
 static const char *const algo_row_names[FF_NALGO + 1] = {
-    "mpi-blk", "auto", "mpi", "ring", "rec", "hier-ring", "hier-rec", "rec-whole"};
+    "mpi-blk", "auto", "mpi", "ring", "rec", "hier-ring", "hier-rec", "rec-whole", "direct"};
 static const int row_order[] = {BENCH_MPI_BLOCKING, FF_ALGO_MPI,       FF_ALGO_RING,
-                                FF_ALGO_REC,        FF_ALGO_REC_WHOLE, FF_ALGO_HIER_RING,
-                                FF_ALGO_HIER_REC,   FF_ALGO_AUTO};
+                                FF_ALGO_REC,        FF_ALGO_REC_WHOLE, FF_ALGO_DIRECT,
+                                FF_ALGO_HIER_RING,  FF_ALGO_HIER_REC,  FF_ALGO_AUTO};
 enum { NROWS = sizeof row_order / sizeof row_order[0] };
 
 void bench_short_option(cli_args *a)

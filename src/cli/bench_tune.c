@@ -13,7 +13,10 @@
  * (N x 1, the k groups of one local index each at once, as a grid's
  * cross-node groups run), for all-gather, reduce-scatter and all-reduce over
  * a size sweep, it times every algorithm AUTO may run there (ff_coll_allowed)
- * interleaved, and where the model's choice measured more than `margin`
+ * interleaved, the whole sweep --repeats times (the median over them
+ * decides: on the emulated cluster one sweep's times of one algorithm
+ * differ from another's by a median 1.1-1.26x, docs/coll-bench.md), and
+ * where the model's choice measured more than `margin`
  * slower than the fastest (not its twin: the same messages), it records a
  * pick: that collective on that layout runs the fastest for sizes up to the
  * geometric midpoints to the neighbouring sizes, never beyond the smallest
@@ -48,19 +51,21 @@ static const char help_tune[] =
     "  -e, --maxbytes S  largest size (default 4M)\n"
     "  -f, --factor F    size multiplier, an integer (default 4)\n"
     "  -n, --iters N     timed iterations per size (default 9, after 1 warm-up)\n"
+    "  --repeats R       sweeps of all sizes, one after another; each time is the\n"
+    "                    median over them (default 3)\n"
     "  --margin M        a pick where the model's choice is more than M slower, as a\n"
     "                    fraction (default 0.1)\n";
 
 typedef struct {
     const char *profile, *out;
     size_t min_bytes, max_bytes;
-    long factor, iters;
+    long factor, iters, repeats;
     double margin;
 } tune_opts;
 
 static int parse_tune_opts(int argc, char **argv, tune_opts *o)
 {
-    *o = (tune_opts){NULL, NULL, 4096, 4u << 20, 4, 9, 0.1};
+    *o = (tune_opts){NULL, NULL, 4096, 4u << 20, 4, 9, 3, 0.1};
     cli_args a;
     cli_args_init(&a, argc, argv);
     while (cli_next(&a)) {
@@ -89,6 +94,9 @@ static int parse_tune_opts(int argc, char **argv, tune_opts *o)
                 return CLI_USAGE;
         } else if (cli_is(&a, "iters")) {
             if (cli_parse_int("iters", v, 1, 1000000, &o->iters))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "repeats")) {
+            if (cli_parse_int("repeats", v, 1, 99, &o->repeats))
                 return CLI_USAGE;
         } else if (cli_is(&a, "margin")) {
             if (cli_parse_double("margin", v, 0, 100, &o->margin))
@@ -128,79 +136,131 @@ typedef struct {
     int sizes; /* measured sizes it covers */
 } pick;
 
-/* Sweeps one layout: every collective and size on the group g of this rank
- * (all ranks of `sync` are in some group of the same layout). Appends to
- * picks (rank 0's view; identical on the ranks of rank 0's sync). */
-static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *what,
-                        const tune_opts *o, float *send, float *recv, pick *picks, int *np,
-                        int *dropped)
+enum { NCAND = 6, NSIZES = 64 };
+static const ff_algo cands[NCAND] = {FF_ALGO_RING,   FF_ALGO_REC,       FF_ALGO_REC_WHOLE,
+                                     FF_ALGO_DIRECT, FF_ALGO_HIER_RING, FF_ALGO_HIER_REC};
+static const ff_coll colls[3] = {FF_COLL_ALLGATHER, FF_COLL_REDUCE_SCATTER, FF_COLL_ALLREDUCE};
+
+/* One collective's sweep on a layout: sizes, and per size the algorithms
+ * AUTO may run (the model's choice at index m; none if fewer than two). */
+typedef struct {
+    int n;
+    double sz[NSIZES]; /* the largest buffer of one rank, bytes */
+    size_t cnt[NSIZES];
+    int na[NSIZES], m[NSIZES], algos[NSIZES][NCAND];
+    ff_algo model[NSIZES];
+} coll_sweep;
+
+static void plan_sweep(ff_group *g, ff_coll coll, const tune_opts *o, coll_sweep *w)
 {
-    int p = ff_group_size(g), r = ff_group_rank(g), nodes, per_node;
-    ff_group_topology(g, &nodes, &per_node);
-    cli_print("\n# %s: %d ranks, %d node(s) x %d\n#%-14s %12s %-10s %-10s %10s %10s %7s %s\n", what,
-              p, nodes, per_node, "collective", "size(B)", "model", "fastest", "model(us)",
-              "fastest(us)", "ratio", "times of all (us)");
-    static const ff_coll colls[3] = {FF_COLL_ALLGATHER, FF_COLL_REDUCE_SCATTER, FF_COLL_ALLREDUCE};
-    static const ff_algo cands[5] = {FF_ALGO_RING, FF_ALGO_REC, FF_ALGO_REC_WHOLE,
-                                     FF_ALGO_HIER_RING, FF_ALGO_HIER_REC};
-    for (int ci = 0; ci < 3; ci++) {
-        ff_coll coll = colls[ci];
-        int spread = coll != FF_COLL_ALLREDUCE;
-        if (spread && p == 2)
-            continue; /* every all-gather and reduce-scatter of 2 is one exchange */
-        double sz[64];
-        size_t cnt[64];
-        int n = 0;
-        for (double s = (double)o->min_bytes; s <= (double)o->max_bytes * 1.0000001 && n < 64;
-             s *= (double)o->factor) {
-            size_t c = (size_t)s / 4 / (spread ? (size_t)p : 1);
-            c = c ? c : 1;
-            double actual = (double)c * 4 * (spread ? p : 1);
-            if ((n > 0 && actual <= sz[n - 1]) || actual > (double)o->max_bytes)
-                continue; /* a repeat, or more than the buffers hold (p > size/4) */
-            cnt[n] = c, sz[n++] = actual;
+    int p = ff_group_size(g), spread = coll != FF_COLL_ALLREDUCE;
+    w->n = 0;
+    if (spread && p == 2)
+        return; /* every all-gather and reduce-scatter of 2 is one exchange */
+    for (double s = (double)o->min_bytes; s <= (double)o->max_bytes * 1.0000001 && w->n < NSIZES;
+         s *= (double)o->factor) {
+        size_t c = (size_t)s / 4 / (spread ? (size_t)p : 1);
+        c = c ? c : 1;
+        double actual = (double)c * 4 * (spread ? p : 1);
+        if ((w->n > 0 && actual <= w->sz[w->n - 1]) || actual > (double)o->max_bytes)
+            continue; /* a repeat, or more than the buffers hold (p > size/4) */
+        int i = w->n++;
+        w->cnt[i] = c, w->sz[i] = actual, w->na[i] = 0, w->m[i] = -1;
+        w->model[i] = ff_coll_choose(g, coll, c, FF_WIRE_FP32);
+        for (int k = 0; k < NCAND; k++)
+            if (ff_coll_allowed(g, coll, cands[k], c)) {
+                if (cands[k] == w->model[i])
+                    w->m[i] = w->na[i];
+                w->algos[i][w->na[i]++] = (int)cands[k];
+            }
+        if (w->m[i] < 0)
+            w->na[i] = 0;
+    }
+}
+
+static size_t tune_times_len(const tune_opts *o)
+{
+    return (size_t)3 * NSIZES * NCAND * (size_t)o->repeats;
+}
+
+static double median_of(double *v, int n)
+{
+    for (int i = 1; i < n; i++) /* insertion sort: n is a handful */
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
         }
-        for (int i = 0; i < n; i++) {
-            size_t c = cnt[i];
-            int algos[5], na = 0, m = -1;
-            ff_algo model = ff_coll_choose(g, coll, c, FF_WIRE_FP32);
-            for (int k = 0; k < 5; k++)
-                if (ff_coll_allowed(g, coll, cands[k], c)) {
-                    if (cands[k] == model)
-                        m = na;
-                    algos[na++] = (int)cands[k];
-                }
-            if (na < 2 || m < 0)
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Sweeps one layout: every collective and size on the group g of this rank
+ * (all ranks of `sync` are in some group of the same layout), the whole
+ * sweep --repeats times (the repeat the outer loop, so that a slow spell
+ * of the machine hits one repeat of many sizes rather than every repeat of
+ * one), and decides on the median over the repeats. Appends to picks (rank
+ * 0's view; identical on the ranks of rank 0's sync). w: 3 sweeps, t: the
+ * times, tune_times_len(o) doubles. */
+static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *what,
+                        const tune_opts *o, float *send, float *recv, coll_sweep *w, double *t,
+                        pick *picks, int *np, int *dropped)
+{
+    int p = ff_group_size(g), r = ff_group_rank(g), nodes, per_node, R = (int)o->repeats;
+    ff_group_topology(g, &nodes, &per_node);
+#define T(ci, i, k, rep) t[(((size_t)(ci)*NSIZES + (size_t)(i)) * NCAND + (size_t)(k)) * R + (rep)]
+    for (int ci = 0; ci < 3; ci++)
+        plan_sweep(g, colls[ci], o, &w[ci]);
+    for (int rep = 0; rep < R; rep++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int i = 0; i < w[ci].n; i++) {
+                if (w[ci].na[i] < 2)
+                    continue;
+                size_t c = w[ci].cnt[i];
+                size_t ns = colls[ci] == FF_COLL_REDUCE_SCATTER ? c * (size_t)p : c;
+                for (size_t e = 0; e < ns; e++)
+                    send[e] = bench_value(r, e);
+                double med[NCAND];
+                bench_time_algos(ctx, g, sync, colls[ci], w[ci].algos[i], w[ci].na[i], FF_WIRE_FP32,
+                                 send, recv, c, 1, (int)o->iters, med);
+                for (int k = 0; k < w[ci].na[i]; k++)
+                    T(ci, i, k, rep) = med[k];
+            }
+    cli_print("\n# %s: %d ranks, %d node(s) x %d; median of %d repeat(s)\n"
+              "#%-14s %12s %-10s %-10s %10s %10s %7s %s\n",
+              what, p, nodes, per_node, R, "collective", "size(B)", "model", "fastest", "model(us)",
+              "fastest(us)", "ratio", "times of all (us)");
+    for (int ci = 0; ci < 3; ci++) {
+        const coll_sweep *s = &w[ci];
+        ff_coll coll = colls[ci];
+        for (int i = 0; i < s->n; i++) {
+            int na = s->na[i], m = s->m[i];
+            if (na < 2)
                 continue;
-            size_t ns = coll == FF_COLL_REDUCE_SCATTER ? c * (size_t)p : c;
-            for (size_t e = 0; e < ns; e++)
-                send[e] = bench_value(r, e);
-            double med[5];
-            bench_time_algos(ctx, g, sync, coll, algos, na, FF_WIRE_FP32, send, recv, c, 1,
-                             (int)o->iters, med);
+            double med[NCAND];
+            for (int k = 0; k < na; k++)
+                med[k] = median_of(&T(ci, i, k, 0), R);
             int best = 0;
             for (int k = 1; k < na; k++)
                 if (med[k] < med[best])
                     best = k;
-            char all[160] = "";
+            char all[200] = "";
             size_t len = 0;
             for (int k = 0; k < na && len < sizeof all; k++)
                 len += (size_t)snprintf(all + len, sizeof all - len, " %s %.1f",
-                                        ff_algo_name((ff_algo)algos[k]), med[k] * 1e6);
+                                        ff_algo_name((ff_algo)s->algos[i][k]), med[k] * 1e6);
+            ff_algo fastest = (ff_algo)s->algos[i][best];
             double ratio = med[best] > 0 ? med[m] / med[best] : 1;
-            int want = ratio > 1 + o->margin && !twins((ff_algo)algos[best], model, p, nodes);
+            int want = ratio > 1 + o->margin && !twins(fastest, s->model[i], p, nodes);
             cli_print(" %-14s %12.0f %-10s %-10s %10.1f %10.1f %7.2f%s%s\n", ff_coll_name(coll),
-                      sz[i], ff_algo_name(model), ff_algo_name((ff_algo)algos[best]), med[m] * 1e6,
+                      s->sz[i], ff_algo_name(s->model[i]), ff_algo_name(fastest), med[m] * 1e6,
                       med[best] * 1e6, ratio, all, want ? "  -> pick" : "");
             if (!want)
                 continue;
             /* up to the geometric midpoints, no further than was measured */
-            double lo = i == 0 ? sz[i] - 1 : sqrt(sz[i - 1] * sz[i]);
-            double hi = i == n - 1 ? sz[i] : sqrt(sz[i] * sz[i + 1]);
+            double lo = i == 0 ? s->sz[i] - 1 : sqrt(s->sz[i - 1] * s->sz[i]);
+            double hi = i == s->n - 1 ? s->sz[i] : sqrt(s->sz[i] * s->sz[i + 1]);
             pick *last = *np > 0 ? &picks[*np - 1] : NULL;
             if (last && last->r.coll == coll && last->r.nodes == nodes &&
-                last->r.per_node == per_node && last->r.algo == (ff_algo)algos[best] &&
-                last->r.max_B == lo) {
+                last->r.per_node == per_node && last->r.algo == fastest && last->r.max_B == lo) {
                 last->r.max_B = hi, last->sizes++;
                 continue;
             }
@@ -208,10 +268,10 @@ static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *wha
                 (*dropped)++;
                 continue;
             }
-            picks[(*np)++] =
-                (pick){{coll, nodes, per_node, lo, hi, (ff_algo)algos[best]}, model, 1};
+            picks[(*np)++] = (pick){{coll, nodes, per_node, lo, hi, fastest}, s->model[i], 1};
         }
     }
+#undef T
 }
 
 /* The first "picks" that is a key (followed by ':'), or NULL. */
@@ -350,21 +410,23 @@ int cmd_bench_tune(int argc, char **argv)
     size_t elems = o.max_bytes / 4 + 64;
     float *send = malloc(elems * sizeof(float)), *recv = malloc(elems * sizeof(float));
     pick *picks = malloc(FF_COLL_MAX_PICKS * sizeof *picks);
-    int ok = send && recv && picks, all_ok;
+    coll_sweep *sweeps = malloc(3 * sizeof *sweeps);
+    double *times = malloc(tune_times_len(&o) * sizeof *times);
+    int ok = send && recv && picks && sweeps && times, all_ok;
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world);
     if (!all_ok) {
         cli_error("out of memory for buffers of %zu bytes", 2 * elems * sizeof(float));
-        free(send), free(recv), free(picks);
+        free(send), free(recv), free(picks), free(sweeps), free(times);
         ff_ctx_destroy(ctx);
         return CLI_FAIL;
     }
     MPI_Comm node_comm;
     MPI_Comm_split(world, my_node, me, &node_comm);
     cli_print("# fourfold bench tune: %d ranks, %d node(s)%s; model from %s; %ld iterations "
-              "after 1 warm-up, median of the slowest rank; a pick where the model's choice "
-              "is more than %.0f%% slower\n",
+              "after 1 warm-up, median of the slowest rank, median over %ld repeat(s) of the "
+              "sweep; a pick where the model's choice is more than %.0f%% slower\n",
               size, N, getenv("FF_RANKS_PER_NODE") ? " (FF_RANKS_PER_NODE)" : "", o.profile,
-              o.iters, 100 * o.margin);
+              o.iters, o.repeats, 100 * o.margin);
 
     /* the layouts: all ranks; one node's (every node at once); one rank
      * per node (each local index at once) */
@@ -402,11 +464,12 @@ int cmd_bench_tune(int argc, char **argv)
         if (!skip && !uniform)
             cli_print("\n# %s: nodes of different sizes, left to the model\n", names[set]);
         else if (!skip)
-            tune_layout(ctx, g, sync, names[set], &o, send, recv, picks, &np, &dropped);
+            tune_layout(ctx, g, sync, names[set], &o, send, recv, sweeps, times, picks, &np,
+                        &dropped);
         ff_group_destroy(g);
     }
     MPI_Comm_free(&node_comm);
-    free(send), free(recv);
+    free(send), free(recv), free(sweeps), free(times);
 
     int code = failed ? CLI_FAIL : CLI_OK;
     if (code == CLI_OK && me == 0) {

@@ -1,5 +1,5 @@
 /* Private to src/comm: the node layout of a group, the context's collective
- * layer (model, forced algorithm), and the phase machine the recursive and
+ * layer (model, forced algorithm), and the phase machine the recursive, direct and
  * hierarchical algorithms are built from (phase.c). */
 #ifndef FF_COMM_ALGO_H
 #define FF_COMM_ALGO_H
@@ -38,7 +38,7 @@ struct ff_coll_layer {
 const ff_topo *ff_group_topo(ff_group *g);
 
 /* ---- phases (phase.c) ----
- * A phase is a ring or recursive all-gather or reduce-scatter among n
+ * A phase is a ring, recursive or direct all-gather or reduce-scatter among n
  * participants (group ranks peer[0..n)), where participant i's block is
  * elements [bound[i], bound[i+1]) of the phase's buffer: the schedule's
  * stage (all-gather, wire-typed) or its fp32 accumulator W (reduce-scatter,
@@ -56,7 +56,14 @@ typedef enum {
     /* all-reduce by recursive doubling on the whole vector [bound[0],
      * bound[n]) in W: the fold in and out of a recursive phase, and every
      * virtual rank exchanges and adds the whole vector at each step */
-    FF_PH_AR_REC
+    FF_PH_AR_REC,
+    /* one exchange with every other participant, `width` partners per step
+     * (round q: partners at distance qw+1 .. qw+w, sends to me+d, receives
+     * from me-d): all-gather sends block me to each and receives theirs;
+     * reduce-scatter sends each its block of the input (read from s->din)
+     * and adds the n-1 blocks it receives into W's block me */
+    FF_PH_AG_DIRECT,
+    FF_PH_RS_DIRECT
 } ff_phase_kind;
 
 typedef struct {
@@ -70,6 +77,7 @@ typedef struct {
                    * extra's block, 2 = everything (after an all-reduce's RS,
                    * the extra owns nothing); RS: 1 = the partner sends the
                    * extra its block; AR: 1 = the whole result */
+    int width;    /* direct phases: partners per step (1 .. FF_A2A_WINDOW) */
 } ff_phase;
 
 enum { FF_MAX_PHASES = 4 };
@@ -92,6 +100,9 @@ struct ff_sched {
     /* the receive of the step in flight, applied when it completes */
     size_t acc_off, acc_len;
     int acc_set;                       /* 1: W[..] = tmp, 0: W[..] += tmp */
+    int acc_n; /* blocks of acc_len in tmp to add, one after another (direct) */
+    /* direct reduce-scatter phases: the rank's input, at W's offsets */
+    const float *din;
     /* bf16 wire, FF_PH_AR_REC: the rank's own partial sum is rounded as the
      * partner's was, so that both ends of an exchange add the same two
      * values and hold the same bits */
@@ -107,7 +118,8 @@ struct ff_sched {
  * attached to req->state (freed with the request). */
 ff_sched *ff_sched_new(ff_request *req, size_t n_ints, size_t n_sizes);
 /* Elements of the buffers the phases need (the largest receive and send of
- * any reduce-scatter phase), for sizing tmp and sbuf. */
+ * any reduce-scatter phase: a direct one's blocks of a step together), for
+ * sizing tmp and sbuf. */
 size_t ff_phase_max_rs_msg(const ff_phase *ph);
 /* The element range a participant holds complete after a reduce-scatter
  * phase without fold_out (the start of the matching all-gather phase). */

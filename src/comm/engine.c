@@ -22,8 +22,8 @@
 
 static const char *const coll_names[FF_NCOLL] = {"allgather", "reduce_scatter", "allreduce",
                                                  "alltoall"};
-static const char *const algo_names[FF_NALGO] = {"auto",      "mpi",      "ring",     "rec",
-                                                 "hier-ring", "hier-rec", "rec-whole"};
+static const char *const algo_names[FF_NALGO] = {"auto",      "mpi",      "ring",      "rec",
+                                                 "hier-ring", "hier-rec", "rec-whole", "direct"};
 
 const char *ff_coll_name(ff_coll c) { return (c >= 0 && c < FF_NCOLL) ? coll_names[c] : "?"; }
 const char *ff_algo_name(ff_algo a) { return (a >= 0 && a < FF_NALGO) ? algo_names[a] : "?"; }
@@ -398,7 +398,7 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
      * every rank refuses it alike (all-reduce chunks differ in size by one;
      * the recursive and hierarchical algorithms send up to a whole buffer). */
     size_t largest = coll == FF_COLL_ALLREDUCE ? count / p + (count % p != 0) : count;
-    if (algo != FF_ALGO_RING && algo != FF_ALGO_MPI)
+    if (algo != FF_ALGO_RING && algo != FF_ALGO_MPI && algo != FF_ALGO_DIRECT)
         largest = coll == FF_COLL_ALLREDUCE ? count : count * p;
     if (largest > (size_t)INT_MAX)
         return ff_set_error(ctx, FF_EINVAL,
@@ -426,7 +426,8 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
     switch (algo) {
     case FF_ALGO_MPI: rc = ff_mpilib_start(req); break;
     case FF_ALGO_REC:
-    case FF_ALGO_REC_WHOLE: rc = ff_rec_start(req); break;
+    case FF_ALGO_REC_WHOLE:
+    case FF_ALGO_DIRECT: rc = ff_rec_start(req); break;
     case FF_ALGO_HIER_RING:
     case FF_ALGO_HIER_REC: rc = ff_hier_start(req); break;
     default: rc = ff_ring_start(req); break;

@@ -72,8 +72,8 @@ static void set_views(ff_sched *s, const layout *l, ff_phase_kind inter_kind,
         size_t pos = (size_t)ii * l->N;
         ab[ii] = n_ar ? ff_chunk_off(n_ar, p, (int)pos) : pos * c;
     }
-    ff_phase inter = {inter_kind, l->N, l->j, ip, ib, 0, 0};
-    ff_phase intra = {intra_kind, l->k, l->i, ap, ab, 0, 0};
+    ff_phase inter = {inter_kind, l->N, l->j, ip, ib, 0, 0, 0};
+    ff_phase intra = {intra_kind, l->k, l->i, ap, ab, 0, 0, 0};
     s->ph[0] = inter; /* callers order and adjust them */
     s->ph[1] = intra;
 }

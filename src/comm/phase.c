@@ -1,9 +1,10 @@
-/* The phase machine behind the recursive and hierarchical algorithms.
+/* The phase machine behind the recursive, direct and hierarchical
+ * algorithms.
  *
- * An algorithm is a schedule of up to four phases (algo.h), each a ring or
- * recursive all-gather or reduce-scatter over a "view": a list of
+ * An algorithm is a schedule of up to four phases (algo.h), each a ring,
+ * recursive or direct all-gather or reduce-scatter over a "view": a list of
  * participants and the element range of each one's block in a shared
- * buffer. The flat recursive algorithms are one or two phases over the whole
+ * buffer. The flat recursive and direct algorithms are one or two phases over the whole
  * group; the hierarchical ones chain an inter-node and an intra-node phase
  * over different views of the same buffer. Like ring.c, one step posts at
  * most a send and a receive per peer (two of each in a fold; sends first,
@@ -26,7 +27,16 @@
  * rem and v + rem after: contiguous, so every range is one message.
  * FF_PH_AR_REC has the same steps on the whole vector: the fold in adds the
  * extra's vector into its partner's, each step 1..L exchanges and adds the
- * whole partial sum (bit 0 first), the fold out sends the extra the result. */
+ * whole partial sum (bit 0 first), the fold out sends the extra the result.
+ *
+ * Direct phases (FF_ALGO_DIRECT): ceil((n-1)/width) steps, each a round of
+ * up to `width` partners posted at once, as the all-to-all's rounds
+ * (ring.c): step q exchanges with the participants at distance d = q*width
+ * + 1 .. q*width + width (sends to me+d, receives from me-d). All-gather:
+ * block me out to each, their blocks in. Reduce-scatter: block me+d of the
+ * input to me+d, and me-d's contribution to block me into tmp; when the
+ * round has completed the received blocks are added in order of distance,
+ * after the rank's own value. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,10 +77,23 @@ static int lo_of(const fold *f, int n, int v)
 /* The participant that acts for virtual rank v. */
 static int part_of(const fold *f, int v) { return v < f->rem ? 2 * v + 1 : v + f->rem; }
 
+static int is_direct(const ff_phase *ph)
+{
+    return ph->kind == FF_PH_AG_DIRECT || ph->kind == FF_PH_RS_DIRECT;
+}
+
+/* Partners of a direct phase's busiest step. */
+static int direct_width(const ff_phase *ph)
+{
+    return ph->n - 1 < ph->width ? ph->n - 1 : ph->width;
+}
+
 static int phase_steps(const ff_phase *ph)
 {
     if (ph->kind == FF_PH_AG_RING || ph->kind == FF_PH_RS_RING)
         return ph->n - 1;
+    if (is_direct(ph))
+        return ph->n <= 1 ? 0 : (ph->n - 1 + ph->width - 1) / ph->width;
     fold f;
     fold_of(ph->n, ph->me, &f);
     return f.L + 2;
@@ -82,11 +105,13 @@ size_t ff_phase_max_rs_msg(const ff_phase *ph)
 {
     const size_t *b = ph->bound;
     size_t m = 0;
-    if (ph->kind == FF_PH_RS_RING || ph->kind == FF_PH_AG_RING) {
+    if (ph->kind == FF_PH_RS_RING || ph->kind == FF_PH_AG_RING || is_direct(ph)) {
         for (int i = 0; i < ph->n; i++)
             if (blen(ph, i) > m)
                 m = blen(ph, i);
-        return m;
+        /* direct: a step's blocks, received (tmp) or packed for sending
+         * (sbuf on the bf16 wire), side by side */
+        return is_direct(ph) ? m * (size_t)direct_width(ph) : m;
     }
     fold f;
     fold_of(ph->n, ph->me, &f);
@@ -107,7 +132,7 @@ size_t ff_phase_max_rs_msg(const ff_phase *ph)
 void ff_phase_owned(const ff_phase *ph, size_t *off, size_t *len)
 {
     const size_t *b = ph->bound;
-    if (ph->kind == FF_PH_AG_RING || ph->kind == FF_PH_RS_RING) {
+    if (ph->kind == FF_PH_AG_RING || ph->kind == FF_PH_RS_RING || is_direct(ph)) {
         *off = b[ph->me];
         *len = blen(ph, ph->me);
         return;
@@ -181,10 +206,12 @@ static int rs_recv(ff_request *req, ff_sched *s, size_t off, size_t len, int pee
     s->acc_off = off;
     s->acc_len = len;
     s->acc_set = set;
+    s->acc_n = 1;
     return ff_post_recv(req, s->tmp, len, peer);
 }
 
-/* After a reduce-scatter step: W[range] (+)= tmp. While W is still empty
+/* After a reduce-scatter step: W[range] (+)= tmp (a direct step: += each of
+ * its acc_n received blocks, in order). While W is still empty
  * (s->in set), the first addition reads the rank's own values from `in`. A
  * rank's first reduce-scatter step receives into exactly the range it keeps
  * working on (the whole vector for a fold partner, the kept half for a
@@ -197,23 +224,25 @@ static void apply_recv(const ff_request *req, ff_sched *s)
         return;
     float *w = s->W + s->acc_off;
     const float *own = s->in ? s->in + s->acc_off : w;
-    if (req->wire == FF_WIRE_BF16) {
-        const uint16_t *t = s->tmp;
-        if (s->acc_set)
-            ff_bf16_unpack(w, t, n);
-        else if (s->round_own)
-            for (size_t i = 0; i < n; i++)
-                w[i] = ff_bf16_to_float(ff_bf16_from_float(own[i])) + ff_bf16_to_float(t[i]);
-        else
-            for (size_t i = 0; i < n; i++)
-                w[i] = own[i] + ff_bf16_to_float(t[i]);
-    } else {
-        const float *t = s->tmp;
-        if (s->acc_set)
-            memcpy(w, t, n * sizeof(float));
-        else
-            for (size_t i = 0; i < n; i++)
-                w[i] = own[i] + t[i];
+    for (int k = 0; k < s->acc_n; k++, own = w) {
+        if (req->wire == FF_WIRE_BF16) {
+            const uint16_t *t = (const uint16_t *)s->tmp + (size_t)k * n;
+            if (s->acc_set)
+                ff_bf16_unpack(w, t, n);
+            else if (s->round_own)
+                for (size_t i = 0; i < n; i++)
+                    w[i] = ff_bf16_to_float(ff_bf16_from_float(own[i])) + ff_bf16_to_float(t[i]);
+            else
+                for (size_t i = 0; i < n; i++)
+                    w[i] = own[i] + ff_bf16_to_float(t[i]);
+        } else {
+            const float *t = (const float *)s->tmp + (size_t)k * n;
+            if (s->acc_set)
+                memcpy(w, t, n * sizeof(float));
+            else
+                for (size_t i = 0; i < n; i++)
+                    w[i] = own[i] + t[i];
+        }
     }
     s->acc_len = 0;
     if (!s->acc_set)
@@ -352,6 +381,42 @@ static int post_rec_reduce(ff_request *req, ff_sched *s, const ff_phase *ph, int
     return fold_out_result(req, s, ph, &f, b[x], blen(ph, x));
 }
 
+/* A round of a direct phase: the sends first (ff_post_send), then the
+ * receives. */
+static int post_direct(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
+{
+    int n = ph->n, me = ph->me, d0 = st * ph->width + 1, rc = FF_OK;
+    int w = n - d0 < ph->width ? n - d0 : ph->width, bf16 = req->wire == FF_WIRE_BF16;
+    const size_t *b = ph->bound;
+    size_t mine = blen(ph, me), packed = 0;
+    for (int i = 0; i < w && rc == FF_OK; i++) {
+        int to = mod(me + d0 + i, n);
+        if (ph->kind == FF_PH_AG_DIRECT) {
+            rc = ff_post_send(req, welem(req, s->stage, b[me]), mine, ph->peer[to]);
+        } else if (bf16) { /* each block packed into its own part of sbuf */
+            ff_bf16_pack(s->sbuf + packed, s->din + b[to], blen(ph, to));
+            rc = ff_post_send(req, s->sbuf + packed, blen(ph, to), ph->peer[to]);
+            packed += blen(ph, to);
+        } else {
+            rc = ff_post_send(req, s->din + b[to], blen(ph, to), ph->peer[to]);
+        }
+    }
+    for (int i = 0; i < w && rc == FF_OK; i++) {
+        int from = mod(me - d0 - i, n);
+        if (ph->kind == FF_PH_AG_DIRECT)
+            rc = ff_post_recv(req, welem(req, s->stage, b[from]), blen(ph, from), ph->peer[from]);
+        else
+            rc = ff_post_recv(req, welem(req, s->tmp, (size_t)i * mine), mine, ph->peer[from]);
+    }
+    if (ph->kind == FF_PH_RS_DIRECT) {
+        s->acc_off = b[me];
+        s->acc_len = mine;
+        s->acc_set = 0;
+        s->acc_n = w;
+    }
+    return rc;
+}
+
 static int post_step(ff_request *req, ff_sched *s)
 {
     const ff_phase *ph = &s->ph[s->cur];
@@ -359,6 +424,8 @@ static int post_step(ff_request *req, ff_sched *s)
     case FF_PH_AG_RING:
     case FF_PH_RS_RING: return post_ring(req, s, ph, s->step);
     case FF_PH_AG_REC: return post_rec_ag(req, s, ph, s->step);
+    case FF_PH_AG_DIRECT:
+    case FF_PH_RS_DIRECT: return post_direct(req, s, ph, s->step);
     default: return post_rec_reduce(req, s, ph, s->step);
     }
 }

@@ -24,7 +24,18 @@
  * Rabenseifner sends 2(p-1)/p of one. On the bf16 wire both ends of an
  * exchange round their own partial sum too, and the result is rounded once
  * more at the end, so every replica (the fold's extra included) holds the
- * same bits. */
+ * same bits.
+ *
+ * FF_ALGO_DIRECT: the same schedules with direct phases (phase.c) in place
+ * of the recursive ones: every partner at once (up to the all-to-all's
+ * window per round), so one latency where the ring pays p-1 and rec lg p,
+ * for the ring's bytes. What the MPI library's non-blocking all-gather
+ * does (a one-round linear exchange), and what beat our ring and rec at
+ * 4-64 KiB on 4 emulated nodes with a 100 us delay (docs/coll-bench.md).
+ * The reduce-scatter receives the n-1 contributions to its block into
+ * scratch (p-1 blocks, as many as a round has partners) and adds them in
+ * order when the round completes: each is rounded once on the bf16 wire,
+ * and an all-reduce chunk once more before the all-gather. */
 #include <string.h>
 
 #include "algo.h"
@@ -76,7 +87,11 @@ int ff_rec_start(ff_request *req)
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory posting %s", ff_coll_name(req->coll));
     for (int i = 0; i < p; i++)
         s->ints[i] = i;
-    ff_phase view = {FF_PH_AG_REC, p, r, s->ints, s->sizes, 0, 0};
+    int direct = req->algo == FF_ALGO_DIRECT;
+    ff_phase_kind ag = direct ? FF_PH_AG_DIRECT : FF_PH_AG_REC;
+    ff_phase_kind rs = direct ? FF_PH_RS_DIRECT : FF_PH_RS_REC;
+    ff_phase view = {ag, p, r, s->ints, s->sizes, 0, 0, g->ctx->coll->a2a_window};
+    s->din = req->send; /* a direct reduce-scatter's sends */
     for (int i = 0; i <= p; i++)
         s->sizes[i] = req->coll == FF_COLL_ALLREDUCE ? ff_chunk_off(c, p, i) : (size_t)i * c;
 
@@ -101,7 +116,7 @@ int ff_rec_start(ff_request *req)
     }
     case FF_COLL_REDUCE_SCATTER:
         s->ph[0] = view;
-        s->ph[0].kind = FF_PH_RS_REC;
+        s->ph[0].kind = rs;
         s->ph[0].fold_out = 1;
         s->nph = 1;
         if ((rc = ff_sched_carve(req, s, (size_t)p * c, ff_phase_max_rs_msg(&s->ph[0]), 0)) !=
@@ -127,7 +142,7 @@ int ff_rec_start(ff_request *req)
             break;
         }
         s->ph[0] = view;
-        s->ph[0].kind = FF_PH_RS_REC;
+        s->ph[0].kind = rs;
         s->ph[1] = view;
         s->ph[1].fold_out = 2; /* the extra gave all its data away */
         s->nph = 2;

@@ -23,6 +23,10 @@
  *                     one block with s = k, then k-1 intra steps of N blocks
  *   all-reduce        reduce-scatter + all-gather of chunks of n/p
  *   rec-whole         lg p steps of the whole vector (+ the fold's two)
+ *   direct            rounds of up to `window` partners as the all-to-all's
+ *                     (a2a_time), blocks of one block (all-reduce: twice,
+ *                     chunks); priced for `bench coll`, not chosen by the
+ *                     model (ff_coll_pick)
  * plus (p-1) blocks of additions at reduce_Bps for reductions (rec-whole:
  * lg p whole vectors, one more in a fold). Copies and the hierarchical
  * reordering are not modelled (beta_intra absorbs them).
@@ -393,8 +397,8 @@ int ff_coll_layer_init(ff_ctx *ctx)
         int a = ff_algo_parse(algo);
         if (a < 0)
             return ff_set_error(ctx, FF_EINVAL,
-                                "FF_ALGO=%s: expected auto, mpi, ring, rec, hier-ring, hier-rec "
-                                "or rec-whole",
+                                "FF_ALGO=%s: expected auto, mpi, ring, rec, hier-ring, hier-rec, "
+                                "rec-whole or direct",
                                 algo);
         L->forced = (ff_algo)a;
     }
@@ -749,6 +753,10 @@ static double predict_comm(const ff_topo *t, const ff_coll_model *m, ff_coll col
             T += 2 * step_t(m, V, t->fold_cross);
         return T;
     }
+    case FF_ALGO_DIRECT: { /* (a layout without members, ff_topo_new: unpriced) */
+        double T = t->node ? a2a_time(t, m, B, window) : -1;
+        return T < 0 || !ar ? T : 2 * T;
+    }
     case FF_ALGO_HIER_RING:
     case FF_ALGO_HIER_REC: {
         int rec = algo == FF_ALGO_HIER_REC, N = t->n_nodes, k = t->per_node;
@@ -776,6 +784,8 @@ static int eligible(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff_a
     switch (algo) {
     case FF_ALGO_REC: return !m->strict_volume || (ff_is_pow2(p) && even);
     case FF_ALGO_REC_WHOLE: return coll == FF_COLL_ALLREDUCE;
+    case FF_ALGO_DIRECT: /* on 2 ranks the ring's exchange */
+        return coll != FF_COLL_ALLTOALL && p > 2 && (!m->strict_volume || even);
     case FF_ALGO_HIER_RING:
     case FF_ALGO_HIER_REC:
         if (t->per_node == 0 || t->n_nodes < 2 || t->per_node < 2)
@@ -791,7 +801,7 @@ int ff_algo_supports(ff_algo algo, ff_coll coll)
         return 0;
     if (algo == FF_ALGO_REC_WHOLE)
         return coll == FF_COLL_ALLREDUCE;
-    return coll != FF_COLL_ALLTOALL || algo <= FF_ALGO_RING;
+    return coll != FF_COLL_ALLTOALL || algo <= FF_ALGO_RING; /* direct: not all-to-all */
 }
 
 /* The measured pick (ff_coll_model.picks) that covers this call and that

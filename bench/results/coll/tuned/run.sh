@@ -1,38 +1,12 @@
 #!/bin/sh
 # Measured picks on the emulated 2x2 and 4x1 clusters (1 Gbit/s, 0 and
-# 100 us one-way delay): `bench tune` adds them to a copy of each shipped
-# profile (profiles/tb-*.json as they were before), then every collective
-# and algorithm, AUTO included and timed in the same interleaved
-# iterations, with FF_PROFILE= the tuned copy, 4 KiB to 4 MiB per rank (the
-# sizes tuned; above them the picks do not apply and AUTO is the model's,
-# bench/results/coll/auto-sweep/), 3 runs each (the run the outer loop).
+# 100 us one-way delay), the sweep of 2026-11-23 23:16-23:29 UTC: `bench
+# tune` (one sweep of sizes: the binary had no --repeats yet, and no direct
+# algorithm) added picks to a copy of each shipped profile as it was then
+# (git show 9f41940:profiles/tb-*.json; later ones already carry picks,
+# which tune replaces), then every collective and algorithm of that time,
+# AUTO included, 4 KiB to 4 MiB per rank, 3 runs each.
 #   usage (from the repository root, as root): bench/results/coll/tuned/run.sh [build dir]
-#   table: bench/coll_table.py bench/results/coll/tuned/tb-*.r*.jsonl
-set -u
-FF=${1:-build}/fourfold
-TB=../shared/tools/testbed/tbcluster.sh
-OUT=bench/results/coll/tuned
-for shape in "2 2" "4 1"; do
-set -- $shape
-for d in 0 100; do name=tb-$1x$2-1gbit-d${d}us
-  [ -f $OUT/$name.json ] || cp profiles/$name.json $OUT/$name.json
-  echo "$name tune $(date -u +%T) load $(cat /proc/loadavg)" >> $OUT/runs.log
-  TB_MPIRUN_ARGS="--mca btl_tcp_links 2" \
-    $TB -p ffcoll -s 10.79.0 -n $1 -m $2 -r 1gbit -d $d all -- $FF bench tune \
-    --profile $PWD/$OUT/$name.json -b 4K -e 4M -f 4 -n 15 > $OUT/$name.tune.txt 2>&1
-  echo "   rc $? $(date -u +%T) load $(cat /proc/loadavg)" >> $OUT/runs.log
-done; done
-for k in 1 2 3; do
-for shape in "2 2" "4 1"; do
-set -- $shape
-for d in 0 100; do name=tb-$1x$2-1gbit-d${d}us
-  echo "$name r$k $(date -u +%T) load $(cat /proc/loadavg)" >> $OUT/runs.log
-  rm -f $OUT/$name.r$k.jsonl
-  TB_MPIRUN_ARGS="--mca btl_tcp_links 2 -x FF_PROFILE=$PWD/$OUT/$name.json" \
-    $TB -p ffcoll -s 10.79.0 -n $1 -m $2 -r 1gbit -d $d all -- $FF bench coll \
-    --algos mpi-blk,mpi,ring,rec,rec-whole,hier-ring,hier-rec,auto \
-    -b 4K -e 4M -f 4 -n 15 -w 1 --max-seconds 8 --place out --json $OUT/$name.r$k.jsonl \
-    > $OUT/$name.r$k.coll.txt 2>&1
-  echo "   rc $? $(date -u +%T) load $(cat /proc/loadavg)" >> $OUT/runs.log
-done; done; done
-echo "EXIT $(date -u +%T)" >> $OUT/runs.log
+#   table: python3 bench/coll_table.py bench/results/coll/tuned/tb-*.r*.jsonl
+TUNE_ARGS="--repeats 1" ALGOS=mpi-blk,mpi,ring,rec,rec-whole,hier-ring,hier-rec,auto \
+    exec bench/coll_tuned_sweep.sh "${1:-build}" bench/results/coll/tuned
