@@ -127,8 +127,9 @@ struct ff_grid {
 /* ---- engine (comm/engine.c, comm/ring.c, comm/mpilib.c) ---- */
 
 /* MPI requests one step of a request may have in flight: a send and a
- * receive per partner; the all-to-all posts FF_A2A_WINDOW partners at once
- * (comm/ring.c), every other algorithm at most two partners (a fold). */
+ * receive per partner; the all-to-all and the direct algorithm post up to
+ * FF_A2A_WINDOW partners at once (comm/ring.c, comm/phase.c), every other
+ * algorithm at most two partners (a fold). */
 enum { FF_A2A_WINDOW = 8, FF_REQ_MAX_MPI = 2 * FF_A2A_WINDOW };
 
 typedef struct ff_request ff_request;

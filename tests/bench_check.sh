@@ -84,11 +84,12 @@ echo "ok   FF_PROFILE read by the collective layer; a broken one refused with a 
 # replaces (never duplicates) the picks when run again; the collective
 # layer and the planner read the result
 cp "$WORK/p2.json" "$WORK/t.json"
-tune() { FF_RANKS_PER_NODE=2 "$MPIEXEC" -np 4 "$FF" bench tune -b 4K -e 64K -n 2 "$@"; }
-tune --profile "$WORK/t.json" --margin 0 > "$WORK/tune.txt" 2>&1 ||
+tune() { FF_RANKS_PER_NODE=2 "$MPIEXEC" -np 4 "$FF" bench tune -b 4K -e 64K -n 2 --repeats 1 "$@"; }
+tune --profile "$WORK/t.json" --margin 0 --repeats 2 > "$WORK/tune.txt" 2>&1 ||
     { cat "$WORK/tune.txt"; fail "bench tune exited non-zero"; }
 grep -q "measured pick(s) written to $WORK/t.json" "$WORK/tune.txt" || fail "bench tune output"
-tune --profile "$WORK/t.json" --out "$WORK/t2.json" --repeats 1 > "$WORK/tune2.txt" 2>&1 ||
+grep -q "; median of 2 repeat(s)$" "$WORK/tune.txt" || fail "bench tune --repeats 2 not applied"
+tune --profile "$WORK/t.json" --out "$WORK/t2.json" > "$WORK/tune2.txt" 2>&1 ||
     { cat "$WORK/tune2.txt"; fail "bench tune (again) exited non-zero"; }
 python3 - "$WORK/p2.json" "$WORK/t.json" "$WORK/t2.json" <<'PY'
 import json, sys

@@ -230,7 +230,8 @@ void ff_ctx_coll_model(const ff_ctx *ctx, ff_coll_model *m);
 ff_algo ff_coll_choose(ff_group *g, ff_coll coll, size_t count, ff_wire wire);
 /* 1 if AUTO may run `algo` for this call: the ring always; the others where
  * they differ from a flat algorithm on the group's layout and the model's
- * strict_volume allows them (the candidates of ff_coll_choose). */
+ * strict_volume allows them (the candidates of ff_coll_choose, and direct,
+ * which only a measured pick makes it run; what `bench tune` times). */
 int ff_coll_allowed(ff_group *g, ff_coll coll, ff_algo algo, size_t count);
 /* The model's time in seconds for `algo` (AUTO: for its pick; MPI, or an
  * algorithm that does not implement coll: -1). */

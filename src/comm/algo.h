@@ -89,6 +89,9 @@ struct ff_sched {
     ff_phase ph[FF_MAX_PHASES];
     int nph, cur, step;
     float *W; /* reduce-scatter phases: fp32 accumulator */
+    /* the element offset W[0] stands for (0 but for the flat direct
+     * reduce-scatter, whose W holds only the rank's block) */
+    size_t w_base;
     /* If set, W holds nothing yet and the rank's contributions are read from
      * `in` (the caller's input, same offsets as W) until the first
      * reduce-scatter step has combined them: saves copying the input into W

@@ -222,7 +222,7 @@ static void apply_recv(const ff_request *req, ff_sched *s)
     size_t n = s->acc_len;
     if (n == 0)
         return;
-    float *w = s->W + s->acc_off;
+    float *w = s->W + (s->acc_off - s->w_base);
     const float *own = s->in ? s->in + s->acc_off : w;
     for (int k = 0; k < s->acc_n; k++, own = w) {
         if (req->wire == FF_WIRE_BF16) {
@@ -382,7 +382,8 @@ static int post_rec_reduce(ff_request *req, ff_sched *s, const ff_phase *ph, int
 }
 
 /* A round of a direct phase: the sends first (ff_post_send), then the
- * receives. */
+ * receives; 2 * width requests at most. */
+_Static_assert(FF_REQ_MAX_MPI >= 2 * FF_A2A_WINDOW, "a direct round must fit a request");
 static int post_direct(ff_request *req, ff_sched *s, const ff_phase *ph, int st)
 {
     int n = ph->n, me = ph->me, d0 = st * ph->width + 1, rc = FF_OK;

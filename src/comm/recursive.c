@@ -32,10 +32,11 @@
  * for the ring's bytes. What the MPI library's non-blocking all-gather
  * does (a one-round linear exchange), and what beat our ring and rec at
  * 4-64 KiB on 4 emulated nodes with a 100 us delay (docs/coll-bench.md).
- * The reduce-scatter receives the n-1 contributions to its block into
- * scratch (p-1 blocks, as many as a round has partners) and adds them in
- * order when the round completes: each is rounded once on the bf16 wire,
- * and an all-reduce chunk once more before the all-gather. */
+ * The reduce-scatter receives a round's contributions to its block into
+ * scratch (as many blocks as the round has partners, at most the window)
+ * and adds them in order when the round completes, into an accumulator of
+ * just its own block (w_base): each is rounded once on the bf16 wire, and
+ * an all-reduce chunk once more before the all-gather. */
 #include <string.h>
 
 #include "algo.h"
@@ -48,7 +49,8 @@ static int ag_finish_bf16(ff_request *req, ff_sched *s)
 
 static int rs_finish(ff_request *req, ff_sched *s)
 {
-    memcpy(req->recv, s->W + (size_t)req->group->rank * req->count, req->count * sizeof(float));
+    size_t own = (size_t)req->group->rank * req->count;
+    memcpy(req->recv, s->W + (own - s->w_base), req->count * sizeof(float));
     return FF_OK;
 }
 
@@ -119,8 +121,11 @@ int ff_rec_start(ff_request *req)
         s->ph[0].kind = rs;
         s->ph[0].fold_out = 1;
         s->nph = 1;
-        if ((rc = ff_sched_carve(req, s, (size_t)p * c, ff_phase_max_rs_msg(&s->ph[0]), 0)) !=
-            FF_OK)
+        /* direct adds into the rank's block only: W holds just that */
+        if (direct)
+            s->w_base = (size_t)r * c;
+        if ((rc = ff_sched_carve(req, s, direct ? c : (size_t)p * c, ff_phase_max_rs_msg(&s->ph[0]),
+                                 0)) != FF_OK)
             return rc;
         s->in = req->send; /* W fills as the first step adds into it */
         s->finish = rs_finish;

@@ -24,9 +24,9 @@
  *   all-reduce        reduce-scatter + all-gather of chunks of n/p
  *   rec-whole         lg p steps of the whole vector (+ the fold's two)
  *   direct            rounds of up to `window` partners as the all-to-all's
- *                     (a2a_time), blocks of one block (all-reduce: twice,
- *                     chunks); priced for `bench coll`, not chosen by the
- *                     model (ff_coll_pick)
+ *                     (a2a_time), one block per message (all-reduce: twice,
+ *                     on chunks); priced for `bench coll`, not chosen by
+ *                     the model (ff_coll_pick)
  * plus (p-1) blocks of additions at reduce_Bps for reductions (rec-whole:
  * lg p whole vectors, one more in a fold). Copies and the hierarchical
  * reordering are not modelled (beta_intra absorbs them).
@@ -674,9 +674,10 @@ static double predict_comm(const ff_topo *t, const ff_coll_model *m, ff_coll col
  * per-message software overhead rather than latency, and the regime is the
  * single message's although a link carries several at once (a shaper's
  * burst is shared by them; docs/coll-bench.md measured the window 3-11 %
- * slower from 64 KiB on 4 emulated nodes). AUTO does not use this (the
- * all-to-all has one algorithm); `bench coll` prints it. -1 if out of
- * memory. */
+ * slower from 64 KiB on 4 emulated nodes). It also prices the direct
+ * algorithm's rounds (the same shifts). AUTO does not use it (the
+ * all-to-all has one algorithm; direct runs only from measured picks);
+ * `bench coll` prints it. -1 if out of memory. */
 static double a2a_time(const ff_topo *t, const ff_coll_model *m, double B, int window)
 {
     int p = t->p, N = t->n_nodes;
@@ -779,7 +780,7 @@ static int eligible(const ff_topo *t, const ff_coll_model *m, ff_coll coll, ff_a
     int p = t->p, even = coll != FF_COLL_ALLREDUCE || count % (size_t)p == 0;
     /* the recursive and hierarchical ones send up to a whole buffer at once */
     size_t whole = coll == FF_COLL_ALLREDUCE ? count : count * (size_t)p;
-    if (whole > 0x7fffffff)
+    if (whole > 0x7fffffff && algo != FF_ALGO_DIRECT) /* direct sends blocks */
         return 0;
     switch (algo) {
     case FF_ALGO_REC: return !m->strict_volume || (ff_is_pow2(p) && even);
