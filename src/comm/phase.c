@@ -224,25 +224,32 @@ static void apply_recv(const ff_request *req, ff_sched *s)
         return;
     float *w = s->W + (s->acc_off - s->w_base);
     const float *own = s->in ? s->in + s->acc_off : w;
-    for (int k = 0; k < s->acc_n; k++, own = w) {
-        if (req->wire == FF_WIRE_BF16) {
-            const uint16_t *t = (const uint16_t *)s->tmp + (size_t)k * n;
-            if (s->acc_set)
-                ff_bf16_unpack(w, t, n);
-            else if (s->round_own)
-                for (size_t i = 0; i < n; i++)
-                    w[i] = ff_bf16_to_float(ff_bf16_from_float(own[i])) + ff_bf16_to_float(t[i]);
-            else
-                for (size_t i = 0; i < n; i++)
-                    w[i] = own[i] + ff_bf16_to_float(t[i]);
-        } else {
-            const float *t = (const float *)s->tmp + (size_t)k * n;
-            if (s->acc_set)
-                memcpy(w, t, n * sizeof(float));
-            else
-                for (size_t i = 0; i < n; i++)
-                    w[i] = own[i] + t[i];
-        }
+    int m = s->acc_n; /* 1, or a direct round's blocks: added in order, one pass */
+    if (req->wire == FF_WIRE_BF16) {
+        const uint16_t *t = s->tmp;
+        if (s->acc_set)
+            ff_bf16_unpack(w, t, n);
+        else if (s->round_own)
+            for (size_t i = 0; i < n; i++)
+                w[i] = ff_bf16_to_float(ff_bf16_from_float(own[i])) + ff_bf16_to_float(t[i]);
+        else
+            for (size_t i = 0; i < n; i++) {
+                float v = own[i];
+                for (int k = 0; k < m; k++)
+                    v += ff_bf16_to_float(t[(size_t)k * n + i]);
+                w[i] = v;
+            }
+    } else {
+        const float *t = s->tmp;
+        if (s->acc_set)
+            memcpy(w, t, n * sizeof(float));
+        else
+            for (size_t i = 0; i < n; i++) {
+                float v = own[i];
+                for (int k = 0; k < m; k++)
+                    v += t[(size_t)k * n + i];
+                w[i] = v;
+            }
     }
     s->acc_len = 0;
     if (!s->acc_set)
