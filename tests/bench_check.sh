@@ -109,19 +109,21 @@ for t in (tuned, again):
 print(f"ok   bench tune: {len(tuned['picks'])} and {len(again['picks'])} picks (margin 0, then "
       f"0.1), every other key kept, one picks list")
 PY
-# picks as the first member, spaced, and a "picks" string value: still one
-# valid object after tuning again
+# picks as the first member, spaced, with brackets in a string of a pick,
+# and a "picks" string value: still one valid object after tuning again
 python3 - "$WORK/t.json" "$WORK/t3.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
-q = {"picks": p.pop("picks"), **p, "name": "picks"}
+hand = {"coll": "allreduce", "nodes": 2, "per_node": 2, "min_B": 1, "max_B": 2, "algo": "ring",
+        "note": "a ] b [[ c ]"}
+q = {"picks": p.pop("picks") + [hand], **p, "name": "picks"}
 open(sys.argv[2], "w").write(json.dumps(q, indent=1))
 PY
 tune --profile "$WORK/t3.json" -e 16K > "$WORK/tune3.txt" 2>&1 ||
     { cat "$WORK/tune3.txt"; fail "bench tune of a profile with picks first exited non-zero"; }
 python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); assert p["name"] == "picks" and isinstance(p["picks"], list) and open(sys.argv[1]).read().count("\"picks\":") == 1' "$WORK/t3.json" ||
     { cat "$WORK/t3.json"; fail "re-tuned profile with picks first is not valid"; }
-echo "ok   bench tune replaces picks that come first in the profile"
+echo "ok   bench tune replaces picks that come first in the profile, brackets in their strings"
 FF_RANKS_PER_NODE=2 FF_PROFILE="$WORK/t.json" "$MPIEXEC" -np 4 "$FF" bench coll -b 4K -e 64K \
     -f 16 -n 1 -w 0 --place out > "$WORK/tuned_coll.txt" 2>&1 ||
     { cat "$WORK/tuned_coll.txt"; fail "bench coll with a tuned FF_PROFILE"; }
@@ -129,6 +131,59 @@ grep -q "^# total #wrong: 0$" "$WORK/tuned_coll.txt" || fail "bench coll, tuned 
 "$FF" plan --machine "$WORK/t.json" --print-machine > "$WORK/tuned_plan.txt" 2>&1 ||
     { cat "$WORK/tuned_plan.txt"; fail "the planner refused a tuned profile"; }
 echo "ok   a tuned profile is read by the collective layer and the planner"
+# --history: two jobs append their times to one file and the second decides
+# on both; times planted in a history (ring 1 us, everything else 1 s, in
+# 5 jobs of this shape; the opposite in jobs of another shape, which must not
+# count) make ring the fastest at every size of the 4-rank layout
+tune --profile "$WORK/t.json" --out "$WORK/h1.json" --history "$WORK/h.jsonl" > "$WORK/h1.txt" 2>&1 ||
+    { cat "$WORK/h1.txt"; fail "bench tune --history (new file) exited non-zero"; }
+n1=$(wc -l < "$WORK/h.jsonl")
+tune --profile "$WORK/t.json" --out "$WORK/h1.json" --history "$WORK/h.jsonl" > "$WORK/h2.txt" 2>&1 ||
+    { cat "$WORK/h2.txt"; fail "bench tune --history (again) exited non-zero"; }
+[ "$n1" -gt 0 ] && [ "$(wc -l < "$WORK/h.jsonl")" = $((2 * n1)) ] ||
+    fail "bench tune --history: $n1 lines after one job, $(wc -l < "$WORK/h.jsonl") after two"
+python3 - "$WORK/h.jsonl" "$WORK/h2.txt" "$WORK/planted.jsonl" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert all(r["job"] == "2x2" and r["us"] > 0 for r in recs), recs[0]
+rows = [l.split() for l in open(sys.argv[2]) if l.startswith(" ")]
+assert rows and all(r[7] == "2" for r in rows), "jobs column after two jobs"
+keys = {(r["nodes"], r["per_node"], r["coll"], r["bytes"], r["algo"]) for r in recs}
+with open(sys.argv[3], "w") as f:
+    for k in sorted(keys):
+        for job, fast in (("2x2", 1.0), ("1x4", 1e6)):
+            us = fast if k[4] == "ring" else 1e6 / fast
+            for _ in range(5):
+                f.write(json.dumps(dict(job=job, nodes=k[0], per_node=k[1], coll=k[2], bytes=k[3],
+                                        algo=k[4], us=us, time=0), separators=(",", ":")) + "\n")
+print(f"ok   bench tune --history: {len(recs)} lines from two jobs, the second's medians over 2")
+PY
+tune --profile "$WORK/t.json" --out "$WORK/h3.json" --history "$WORK/planted.jsonl" \
+    > "$WORK/h3.txt" 2>&1 || { cat "$WORK/h3.txt"; fail "bench tune, planted history"; }
+python3 - "$WORK/h3.txt" "$WORK/h3.json" "$WORK/planted.jsonl" <<'PY'
+import json, sys
+sect, rows = None, []
+for l in open(sys.argv[1]):
+    if l.startswith("# all ranks"):
+        sect = "all"
+    elif l.startswith("# "):
+        sect = None
+    elif l.startswith(" ") and sect == "all":
+        rows.append(l.split())
+assert rows, "no rows for the 4-rank layout"
+for r in rows:  # the medians are the planted times: 1 us for ring, 1 s for the rest
+    assert r[3] == "ring" and r[5] == "1.0" and r[7] == "6", r
+    assert r[4] == ("1.0" if r[2] == "ring" else "1000000.0"), r
+    assert (r[-1] == "pick") == (r[2] != "ring"), r
+picks = [q for q in json.load(open(sys.argv[2]))["picks"] if (q["nodes"], q["per_node"]) == (2, 2)]
+assert all(q["algo"] == "ring" for q in picks), picks
+want = sum(r[2] != "ring" for r in rows)
+assert sum(q["sizes"] for q in picks) == want, (picks, want)
+mine = [json.loads(l) for l in open(sys.argv[3]) if '"time":0}' not in l]
+assert mine and all(r["us"] not in (1.0, 1e6) for r in mine), "appended a median, not its own time"
+print(f"ok   a planted history decides: ring fastest at all {len(rows)} sizes of the 4-rank layout, "
+      f"{want} picked; jobs of another shape ignored; the job's own times appended")
+PY
 # bad input: one message, non-zero exit
 if tune > "$WORK/tune_bad.txt" 2>&1; then fail "bench tune without --profile succeeded"; fi
 grep -q "profile FILE is required" "$WORK/tune_bad.txt" || { cat "$WORK/tune_bad.txt"; fail "msg"; }
@@ -143,7 +198,33 @@ if tune --profile "$WORK/t.json" --repeats 0 > "$WORK/tune_bad.txt" 2>&1; then
     fail "bench tune --repeats 0 succeeded"; fi
 [ "$(grep -c "repeats" "$WORK/tune_bad.txt")" = 1 ] ||
     { cat "$WORK/tune_bad.txt"; fail "--repeats 0: not one message"; }
-echo "ok   bench tune: no --profile, a missing one, FF_ALGO set, --repeats 0: one message, exit non-zero"
+# a history line this command did not write: one message naming the line;
+# the profile and the history are left as they were
+cp "$WORK/h.jsonl" "$WORK/bad.jsonl"
+sed -i '3s/"us":/"us":x/' "$WORK/bad.jsonl"
+cp "$WORK/bad.jsonl" "$WORK/bad.keep"
+cp "$WORK/t.json" "$WORK/t.keep"
+if tune --profile "$WORK/t.json" --history "$WORK/bad.jsonl" > "$WORK/tune_bad.txt" 2>&1; then
+    fail "bench tune with a corrupt history succeeded"; fi
+[ "$(grep -c "error: --history $WORK/bad.jsonl, line 3: not a line" "$WORK/tune_bad.txt")" = 1 ] ||
+    { cat "$WORK/tune_bad.txt"; fail "corrupt history: not one message naming line 3"; }
+cmp -s "$WORK/bad.jsonl" "$WORK/bad.keep" && cmp -s "$WORK/t.json" "$WORK/t.keep" ||
+    fail "corrupt history: a file was changed"
+# a history or an --out that cannot be written: refused before measuring,
+# the other file unchanged
+if tune --profile "$WORK/t.json" --history "$WORK/nodir/h.jsonl" > "$WORK/tune_bad.txt" 2>&1; then
+    fail "bench tune with an unwritable history succeeded"; fi
+[ "$(grep -c "error: cannot write $WORK/nodir/h.jsonl: No such file" "$WORK/tune_bad.txt")" = 1 ] &&
+    ! grep -q "^#collective" "$WORK/tune_bad.txt" ||
+    { cat "$WORK/tune_bad.txt"; fail "unwritable history: not one message before measuring"; }
+cp "$WORK/h.jsonl" "$WORK/h.keep"
+if tune --profile "$WORK/t.json" --out "$WORK/nodir/t.json" --history "$WORK/h.jsonl" \
+    > "$WORK/tune_bad.txt" 2>&1; then fail "bench tune with an unwritable --out succeeded"; fi
+[ "$(grep -c "error: cannot write $WORK/nodir/t.json" "$WORK/tune_bad.txt")" = 1 ] ||
+    { cat "$WORK/tune_bad.txt"; fail "unwritable --out: not one message"; }
+cmp -s "$WORK/h.jsonl" "$WORK/h.keep" && cmp -s "$WORK/t.json" "$WORK/t.keep" ||
+    fail "unwritable --out: a file was changed"
+echo "ok   bench tune: no --profile, a missing one, FF_ALGO set, --repeats 0, a corrupt history, an unwritable history or --out: one message, exit non-zero, no file changed"
 
 # a second regime in the profile reaches the model: small messages priced at
 # 1 s each make a 2-step ring all-reduce of 4 KiB cost 2 s in the pred

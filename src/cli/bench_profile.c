@@ -163,6 +163,18 @@ int bench_write_atomic(const char *path, const char *text)
     return bad ? -1 : 0;
 }
 
+int bench_can_write(const char *path)
+{
+    char tmp[4096 + 32];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    fclose(f);
+    unlink(tmp);
+    return 0;
+}
+
 int cmd_bench_profile(int argc, char **argv)
 {
     const char *out = "profile.json", *name = NULL;

@@ -21,17 +21,21 @@
  * pick: that collective on that layout runs the fastest for sizes up to the
  * geometric midpoints to the neighbouring sizes, never beyond the smallest
  * and largest measured (the model decides outside). Adjacent picks of one
- * algorithm merge. The profile named by --profile gives the model; it is
- * written back (to --out, atomically) with its picks replaced by these.
- * The selector and the planner both read them (ff_coll_model.picks), so the
- * planner's byte counts keep matching what runs. Rank 0's node stands for
- * every node. */
+ * algorithm merge. With --history, each time is instead the median over
+ * this job and the earlier jobs recorded there (the ranking moves between
+ * jobs on the emulated cluster, which repeats inside one job do not
+ * sample), and this job's times are added to it. The profile named by
+ * --profile gives the model; it is written back (to --out, atomically)
+ * with its picks replaced by these. The selector and the planner both read
+ * them (ff_coll_model.picks), so the planner's byte counts keep matching
+ * what runs. Rank 0's node stands for every node. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench.h"
 
@@ -54,10 +58,15 @@ static const char help_tune[] =
     "  --repeats R       sweeps of all sizes, one after another; each time is the\n"
     "                    median over them (default 3)\n"
     "  --margin M        a pick where the model's choice is more than M slower, as a\n"
-    "                    fraction (default 0.1)\n";
+    "                    fraction (default 0.1)\n"
+    "  --history FILE    decide on the median over this job and the earlier jobs whose\n"
+    "                    times FILE holds (same job shape, layout, collective, size and\n"
+    "                    algorithm), then add this job's times to FILE (atomically; a\n"
+    "                    missing FILE is started). Run tune several times with one FILE\n"
+    "                    to tune across jobs.\n";
 
 typedef struct {
-    const char *profile, *out;
+    const char *profile, *out, *history;
     size_t min_bytes, max_bytes;
     long factor, iters, repeats;
     double margin;
@@ -65,7 +74,7 @@ typedef struct {
 
 static int parse_tune_opts(int argc, char **argv, tune_opts *o)
 {
-    *o = (tune_opts){NULL, NULL, 4096, 4u << 20, 4, 9, 3, 0.1};
+    *o = (tune_opts){NULL, NULL, NULL, 4096, 4u << 20, 4, 9, 3, 0.1};
     cli_args a;
     cli_args_init(&a, argc, argv);
     while (cli_next(&a)) {
@@ -98,6 +107,8 @@ static int parse_tune_opts(int argc, char **argv, tune_opts *o)
         } else if (cli_is(&a, "repeats")) {
             if (cli_parse_int("repeats", v, 1, 99, &o->repeats))
                 return CLI_USAGE;
+        } else if (cli_is(&a, "history")) {
+            o->history = v;
         } else if (cli_is(&a, "margin")) {
             if (cli_parse_double("margin", v, 0, 100, &o->margin))
                 return CLI_USAGE;
@@ -193,16 +204,182 @@ static double median_of(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* --history: the times of earlier jobs, one line each, written below:
+ *   {"job":"2x2","nodes":2,"per_node":2,"coll":"allreduce","bytes":16384,
+ *    "algo":"ring","us":536.21442,"time":1795000000}
+ * job: the nodes x ranks per node of the job that measured it; nodes and
+ * per_node: the layout's groups; us: that job's median over its repeats;
+ * time: when (seconds since 1970). Only rank 0 reads and writes it. */
+typedef struct {
+    int job_nodes, job_k, nodes, per_node;
+    ff_coll coll;
+    ff_algo algo;
+    double bytes, us;
+} hist_rec;
+
+typedef struct {
+    char *text;    /* the file as read ("" if there was none) */
+    hist_rec *rec; /* its n lines */
+    int n;
+    double *scratch; /* n + 1 times, for a median */
+    char *add;       /* this job's lines */
+    size_t len, cap;
+    int oom;              /* a line could not be added */
+    int job_nodes, job_k; /* this job's shape */
+    long long now;        /* this job's "time" */
+} history;
+
+static char *read_text(const char *path, size_t *len);
+
+/* One line of a history; 0, or -1 if it is not one this command writes. */
+static int history_line(const char *line, hist_rec *h)
+{
+    char coll[32], algo[32];
+    long long when;
+    int end = -1;
+    if (sscanf(line,
+               "{\"job\":\"%dx%d\",\"nodes\":%d,\"per_node\":%d,\"coll\":\"%31[a-z_]\","
+               "\"bytes\":%lf,\"algo\":\"%31[a-z-]\",\"us\":%lf,\"time\":%lld}%n",
+               &h->job_nodes, &h->job_k, &h->nodes, &h->per_node, coll, &h->bytes, algo, &h->us,
+               &when, &end) != 9 ||
+        end < 0)
+        return -1;
+    for (line += end; *line == ' ' || *line == '\t' || *line == '\r'; line++)
+        ;
+    int a = ff_algo_parse(algo), c = FF_NCOLL;
+    for (int k = 0; k < FF_NCOLL; k++)
+        if (!strcmp(coll, ff_coll_name((ff_coll)k)))
+            c = k;
+    h->coll = (ff_coll)c, h->algo = (ff_algo)a;
+    return *line == '\0' && a >= 0 && c < FF_NCOLL && h->job_nodes >= 1 && h->job_k >= 1 &&
+                   h->nodes >= 1 && h->per_node >= 1 && h->bytes >= 1 && isfinite(h->bytes) &&
+                   h->us > 0 && isfinite(h->us)
+               ? 0
+               : -1;
+}
+
+/* Reads the history at path (none: empty) into h; 0, or -1 with a message
+ * in err. */
+static int history_read(const char *path, history *h, char *err, size_t err_len)
+{
+    size_t len = 0;
+    h->text = read_text(path, &len);
+    if (!h->text && errno == ENOENT)
+        h->text = calloc(1, 1);
+    else if (!h->text)
+        return snprintf(err, err_len, "cannot read --history %s: %s", path, strerror(errno)), -1;
+    if (!h->text)
+        return snprintf(err, err_len, "out of memory reading %s", path), -1;
+    if (strlen(h->text) != len)
+        return snprintf(err, err_len, "--history %s: not a text file (a NUL byte)", path), -1;
+    int lines = 0;
+    for (const char *c = h->text; *c; c++)
+        lines += *c == '\n';
+    h->rec = malloc(((size_t)lines + 1) * sizeof *h->rec);
+    h->scratch = malloc(((size_t)lines + 2) * sizeof *h->scratch);
+    if (!h->rec || !h->scratch)
+        return snprintf(err, err_len, "out of memory reading %s", path), -1;
+    int no = 0;
+    for (char *line = h->text; *line;) {
+        char *nl = strchr(line, '\n'), keep = 0;
+        no++;
+        if (nl)
+            keep = *nl, *nl = '\0';
+        int blank = strspn(line, " \t\r") == strlen(line),
+            bad = !blank && history_line(line, &h->rec[h->n]) != 0;
+        if (nl)
+            *nl = keep;
+        if (bad)
+            return snprintf(err, err_len,
+                            "--history %s, line %d: not a line of `bench tune --history` "
+                            "(start a new file, or remove the line)",
+                            path, no),
+                   -1;
+        h->n += !blank;
+        if (!nl)
+            break;
+        line = nl + 1;
+    }
+    return 0;
+}
+
+/* The median of `mine` (this job's time, s) and the history's times of the
+ * same job shape, layout, collective, size and algorithm; *jobs: how many. */
+static double history_median(history *h, int nodes, int per_node, ff_coll coll, double bytes,
+                             ff_algo algo, double mine, int *jobs)
+{
+    int n = 0;
+    for (int i = 0; i < h->n; i++) {
+        const hist_rec *r = &h->rec[i];
+        if (r->job_nodes == h->job_nodes && r->job_k == h->job_k && r->nodes == nodes &&
+            r->per_node == per_node && r->coll == coll && r->bytes == bytes && r->algo == algo)
+            h->scratch[n++] = r->us * 1e-6;
+    }
+    h->scratch[n++] = mine;
+    *jobs = n;
+    return median_of(h->scratch, n);
+}
+
+/* Adds this job's time to the lines to append (sets oom if it cannot). */
+static void history_add(history *h, int nodes, int per_node, ff_coll coll, double bytes,
+                        ff_algo algo, double s)
+{
+    char line[512];
+    int n = snprintf(line, sizeof line,
+                     "{\"job\":\"%dx%d\",\"nodes\":%d,\"per_node\":%d,\"coll\":\"%s\","
+                     "\"bytes\":%.0f,\"algo\":\"%s\",\"us\":%.9g,\"time\":%lld}\n",
+                     h->job_nodes, h->job_k, nodes, per_node, ff_coll_name(coll), bytes,
+                     ff_algo_name(algo), s * 1e6, h->now);
+    if (n < 0 || (size_t)n >= sizeof line) {
+        h->oom = 1;
+        return;
+    }
+    if (h->cap - h->len <= (size_t)n) {
+        size_t cap = 2 * h->cap + sizeof line;
+        char *more = realloc(h->add, cap);
+        if (!more) {
+            h->oom = 1;
+            return;
+        }
+        h->add = more, h->cap = cap;
+    }
+    memcpy(h->add + h->len, line, (size_t)n + 1);
+    h->len += (size_t)n;
+}
+
+/* The file's lines and this job's, written atomically; 0, or -1 (errno). */
+static int history_write(const char *path, const history *h)
+{
+    size_t n = strlen(h->text);
+    char *all = h->oom ? NULL : malloc(n + h->len + 2);
+    if (!all)
+        return errno = ENOMEM, -1;
+    memcpy(all, h->text, n);
+    if (n && h->text[n - 1] != '\n')
+        all[n++] = '\n';
+    memcpy(all + n, h->add ? h->add : "", h->len);
+    all[n + h->len] = '\0';
+    int rc = bench_write_atomic(path, all);
+    free(all);
+    return rc;
+}
+
+static void history_free(history *h)
+{
+    free(h->text), free(h->rec), free(h->scratch), free(h->add);
+}
+
 /* Sweeps one layout: every collective and size on the group g of this rank
  * (all ranks of `sync` are in some group of the same layout), the whole
  * sweep --repeats times (the repeat the outer loop, so that a slow spell
  * of the machine hits one repeat of many sizes rather than every repeat of
- * one), and decides on the median over the repeats. Appends to picks (rank
- * 0's view; identical on the ranks of rank 0's sync). w: 3 sweeps, t: the
- * times, tune_times_len(o) doubles. */
+ * one), and decides on the median over the repeats (with a history h,
+ * over that and the history's jobs). Appends to picks (rank 0's view,
+ * which is what is written). w: 3 sweeps, t: the times, tune_times_len(o)
+ * doubles. */
 static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *what,
                         const tune_opts *o, float *send, float *recv, coll_sweep *w, double *t,
-                        pick *picks, int *np, int *dropped)
+                        history *h, pick *picks, int *np, int *dropped)
 {
     int p = ff_group_size(g), r = ff_group_rank(g), nodes, per_node, R = (int)o->repeats;
     ff_group_topology(g, &nodes, &per_node);
@@ -225,9 +402,9 @@ static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *wha
                     T(ci, i, k, rep) = med[k];
             }
     cli_print("\n# %s: %d ranks, %d node(s) x %d; median of %d repeat(s)\n"
-              "#%-14s %12s %-10s %-10s %10s %10s %7s %s\n",
+              "#%-14s %12s %-10s %-10s %10s %10s %7s %4s %s\n",
               what, p, nodes, per_node, R, "collective", "size(B)", "model", "fastest", "model(us)",
-              "fastest(us)", "ratio", "times of all (us)");
+              "fastest(us)", "ratio", "jobs", "times of all (us)");
     for (int ci = 0; ci < 3; ci++) {
         const coll_sweep *s = &w[ci];
         ff_coll coll = colls[ci];
@@ -236,8 +413,17 @@ static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *wha
             if (na < 2)
                 continue;
             double med[NCAND];
-            for (int k = 0; k < na; k++)
+            int jobs = 1;
+            for (int k = 0; k < na; k++) {
                 med[k] = median_of(&T(ci, i, k, 0), R);
+                if (!h)
+                    continue;
+                int j;
+                ff_algo a = (ff_algo)s->algos[i][k];
+                history_add(h, nodes, per_node, coll, s->sz[i], a, med[k]);
+                med[k] = history_median(h, nodes, per_node, coll, s->sz[i], a, med[k], &j);
+                jobs = k == 0 || j < jobs ? j : jobs;
+            }
             int best = 0;
             for (int k = 1; k < na; k++)
                 if (med[k] < med[best])
@@ -250,9 +436,9 @@ static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *wha
             ff_algo fastest = (ff_algo)s->algos[i][best];
             double ratio = med[best] > 0 ? med[m] / med[best] : 1;
             int want = ratio > 1 + o->margin && !twins(fastest, s->model[i], p, nodes);
-            cli_print(" %-14s %12.0f %-10s %-10s %10.1f %10.1f %7.2f%s%s\n", ff_coll_name(coll),
+            cli_print(" %-14s %12.0f %-10s %-10s %10.1f %10.1f %7.2f %4d%s%s\n", ff_coll_name(coll),
                       s->sz[i], ff_algo_name(s->model[i]), ff_algo_name(fastest), med[m] * 1e6,
-                      med[best] * 1e6, ratio, all, want ? "  -> pick" : "");
+                      med[best] * 1e6, ratio, jobs, all, want ? "  -> pick" : "");
             if (!want)
                 continue;
             /* up to the geometric midpoints, no further than was measured */
@@ -287,10 +473,30 @@ static char *picks_key(char *text)
     return NULL;
 }
 
+/* The ']' that closes the list opening at `open` (brackets inside strings
+ * and nested lists skipped), or NULL. */
+static char *list_end(char *open)
+{
+    int depth = 0;
+    for (char *c = open; *c; c++) {
+        if (*c == '"') {
+            while (*++c && *c != '"')
+                if (*c == '\\' && !*++c)
+                    return NULL;
+            if (!*c)
+                return NULL;
+        } else if (*c == '[') {
+            depth++;
+        } else if (*c == ']' && --depth == 0) {
+            return c;
+        }
+    }
+    return NULL;
+}
+
 /* The profile's text with every "picks" member removed and `add`
  * (",\n \"picks\":[...]") inserted before the closing brace; NULL if the text
- * is not an object, a picks list does not end, or out of memory. Picks
- * hold no brackets (`bench tune` writes names and numbers only). */
+ * is not an object, a picks list does not end, or out of memory. */
 static char *with_picks(const char *text, const char *add)
 {
     size_t n = strlen(text);
@@ -299,7 +505,7 @@ static char *with_picks(const char *text, const char *add)
         return NULL;
     memcpy(out, text, n + 1);
     while ((at = picks_key(out))) {
-        char *open = strchr(at, '['), *end = open ? strchr(open, ']') : NULL, *from = at;
+        char *open = strchr(at, '['), *end = open ? list_end(open) : NULL, *from = at;
         if (!end)
             return free(out), NULL;
         char *to = end + 1;
@@ -328,8 +534,9 @@ static char *with_picks(const char *text, const char *add)
     return out;
 }
 
-/* The whole file, NUL-terminated; NULL with errno on failure. */
-static char *read_text(const char *path)
+/* The whole file, NUL-terminated, its length in *len (if len); NULL with
+ * errno on failure (EFBIG beyond 16 MiB). */
+static char *read_text(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -344,7 +551,7 @@ static char *read_text(const char *path)
         if (!more) {
             free(text);
             text = NULL;
-            errno = ENOMEM;
+            errno = cap < (1u << 24) ? ENOMEM : EFBIG;
             break;
         }
         text = more, cap *= 2;
@@ -358,6 +565,8 @@ static char *read_text(const char *path)
     }
     if (text)
         text[n] = '\0';
+    if (text && len)
+        *len = n;
     return text;
 }
 
@@ -404,6 +613,30 @@ int cmd_bench_tune(int argc, char **argv)
     }
     MPI_Comm world = ff_ctx_comm(ctx);
     int size = ff_ctx_size(ctx), me = ff_ctx_rank(ctx), N = ff_ctx_nodes(ctx);
+    /* the history: rank 0 reads, decides and writes it */
+    history hist = {0};
+    hist.now = (long long)time(NULL);
+    int refuse = me == 0 && o.history && history_read(o.history, &hist, err, sizeof err) != 0;
+    /* both files writable, or nothing is measured */
+    const char *unwritable = NULL;
+    if (me == 0 && !refuse) {
+        if (bench_can_write(o.out) != 0)
+            unwritable = o.out;
+        else if (o.history && bench_can_write(o.history) != 0)
+            unwritable = o.history;
+    }
+    if (unwritable) {
+        snprintf(err, sizeof err, "cannot write %s: %s", unwritable, strerror(errno));
+        refuse = 1;
+    }
+    MPI_Bcast(&refuse, 1, MPI_INT, 0, world);
+    if (refuse) {
+        cli_error("%s", err);
+        history_free(&hist);
+        ff_ctx_destroy(ctx);
+        return CLI_FAIL;
+    }
+    history *hp = me == 0 && o.history ? &hist : NULL;
     int my_node = ff_ctx_node_of(ctx, me), local = 0;
     for (int q = 0; q < me; q++)
         local += ff_ctx_node_of(ctx, q) == my_node;
@@ -455,7 +688,7 @@ int cmd_bench_tune(int argc, char **argv)
         int nodes, per_node, uniform;
         ff_group_topology(g, &nodes, &per_node);
         if (set == 0)
-            nodes_all = nodes, k_all = per_node;
+            nodes_all = hist.job_nodes = nodes, k_all = hist.job_k = per_node;
         /* every group of the set must be laid out alike */
         int lay[2] = {per_node, -per_node}, agree[2];
         MPI_Allreduce(lay, agree, 2, MPI_INT, MPI_MAX, sync);
@@ -464,7 +697,7 @@ int cmd_bench_tune(int argc, char **argv)
         if (!skip && !uniform)
             cli_print("\n# %s: nodes of different sizes, left to the model\n", names[set]);
         else if (!skip)
-            tune_layout(ctx, g, sync, names[set], &o, send, recv, sweeps, times, picks, &np,
+            tune_layout(ctx, g, sync, names[set], &o, send, recv, sweeps, times, hp, picks, &np,
                         &dropped);
         ff_group_destroy(g);
     }
@@ -477,7 +710,7 @@ int cmd_bench_tune(int argc, char **argv)
             fprintf(stderr, "fourfold: warning: more than %d picks; %d left to the model\n",
                     FF_COLL_MAX_PICKS, dropped);
         size_t cap = 256 + (size_t)np * 256, len = 0;
-        char *add = malloc(cap), *text = read_text(o.profile), *tuned = NULL;
+        char *add = malloc(cap), *text = read_text(o.profile, NULL), *tuned = NULL;
         if (add) {
             len += (size_t)snprintf(add, cap, ",\n \"picks\":[");
             for (int i = 0; i < np; i++) {
@@ -503,10 +736,18 @@ int cmd_bench_tune(int argc, char **argv)
         } else {
             printf("\n%d measured pick(s) written to %s\n", np, o.out);
             fflush(stdout);
+            /* after the profile: a failed profile leaves the history as it
+             * was, so that a second try does not count this job twice */
+            if (hp && history_write(o.history, hp) != 0) {
+                cli_error("cannot write --history %s: %s (the profile was written)", o.history,
+                          hp->oom ? "out of memory" : strerror(errno));
+                code = CLI_FAIL;
+            }
         }
         free(add), free(text), free(tuned);
     }
     MPI_Bcast(&code, 1, MPI_INT, 0, world);
+    history_free(&hist);
     free(picks);
     ff_ctx_destroy(ctx);
     return code;
