@@ -158,18 +158,23 @@ def table(name, paths, quiet=False, picks=None):
     return summary
 
 
-groups, picked = OrderedDict(), {}
-for p in sys.argv[1:]:
-    base = p.split("/")[-1]
-    if base.endswith(".picks.jsonl"):
-        pk = {"file": base}
-        for line in open(p):
-            r = json.loads(line)
-            if r["algo"] == "auto":
-                pk[(r["coll"], r["size"])] = r["ran"]
-        picked[base[: -len(".picks.jsonl")]] = pk
-        continue
-    name = re.sub(r"(\.r\d+)?\.jsonl$", "", base)
-    groups.setdefault(name, []).append(p)
-for name, paths in groups.items():
-    table(name, paths, picks=picked.get(name))
+def main(argv):
+    groups, picked = OrderedDict(), {}
+    for p in argv:
+        base = p.split("/")[-1]
+        if base.endswith(".picks.jsonl"):
+            pk = {"file": base}
+            for line in open(p):
+                r = json.loads(line)
+                if r["algo"] == "auto":
+                    pk[(r["coll"], r["size"])] = r["ran"]
+            picked[base[: -len(".picks.jsonl")]] = pk
+            continue
+        name = re.sub(r"(\.r\d+)?\.jsonl$", "", base)
+        groups.setdefault(name, []).append(p)
+    for name, paths in groups.items():
+        table(name, paths, picks=picked.get(name))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
