@@ -23,6 +23,7 @@ case_ "unknown option --gird"                 2 selftest --gird 2x2x1x1
 case_ "needs a value"                         2 selftest --grid
 case_ "unknown command 'selftset'"            2 selftset
 case_ "cannot write trace"                    1 selftest --grid data --count 3 --trace /nonexistent/dir/t.json
+case_ "cannot write /nonexistent/dir/p.json"  1 bench profile --quick --out /nonexistent/dir/p.json
 
 # one rank out of memory while finding its groups' nodes (which every choice
 # of algorithm reads): all ranks stop with the message, none goes on alone
@@ -30,6 +31,8 @@ case_ "cannot write trace"                    1 selftest --grid data --count 3 -
 export FF_FAULT_TOPO=2
 case_ "out of memory finding the nodes of group"  1 selftest --grid 2x2x1x1
 case_ "finding the nodes of group WORLD"         1 bench coll -b 4K -e 4K -n 1 -w 0
+case_ "finding the nodes of group all ranks"     1 bench tune --out "$WORK/tuned.json" \
+    --profile "$(dirname "$0")/../profiles/vm-2rank.json" -b 4K -e 4K -n 1 --repeats 1
 unset FF_FAULT_TOPO
 
 echo "bad_input: $failures failures"

@@ -239,6 +239,14 @@ int cmd_bench_profile(int argc, char **argv)
     }
     MPI_Comm world = ff_ctx_comm(ctx);
     int size = ff_ctx_size(ctx), me = ff_ctx_rank(ctx), N = ff_ctx_nodes(ctx);
+    /* rank 0 writes the profile: refused before measuring if it cannot */
+    int unwritable = me == 0 && bench_can_write(out) != 0, err_no = errno;
+    MPI_Bcast(&unwritable, 1, MPI_INT, 0, world);
+    if (unwritable) {
+        cli_error("cannot write %s: %s", out, strerror(err_no));
+        ff_ctx_destroy(ctx);
+        return CLI_FAIL;
+    }
     int my_node = ff_ctx_node_of(ctx, me), local = 0, g = size;
     int *on_node = calloc((size_t)N, sizeof(int));
     if (!on_node)
