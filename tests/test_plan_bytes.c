@@ -379,6 +379,21 @@ static void test_rec_whole(void)
             run(label, &cfg, (ff_dims){1, 1, 1, gd}, (ff_dims){0, 0, 0, d}, want);
         }
     }
+    /* the planner applies the default rule (strict_volume) whatever the
+     * configuration says, as the run does unless FF_STRICT_VOLUME=0: a pick
+     * of rec, which the rule refuses on 3 ranks, leaves the model's choices */
+    cfg.batch = 3;
+    cfg.machine.ranks_per_node = 1;
+    cfg.coll.strict_volume = 0;
+    cfg.coll.n_picks = 1;
+    cfg.coll.picks[0] = (ff_coll_pick_rule){FF_COLL_ALLREDUCE, 3, 1, 0, 1e12, FF_ALGO_REC};
+    for (int d = 0; d < 3; d++) {
+        char label[80];
+        snprintf(label, sizeof label, "1x1x1x3 d=%d, 3 nodes, strict_volume 0, a pick of rec", d);
+        expect_data_whole(want, 3, d);
+        run(label, &cfg, (ff_dims){1, 1, 1, 3}, (ff_dims){0, 0, 0, d}, want);
+    }
+    cfg.coll.strict_volume = 1, cfg.coll.n_picks = 0;
     /* the time follows the choice, on the machine's link (alpha, beta):
      * rank 0's norm, 1 float on 4 ranks, 2 (alpha + 4/beta) as rec-whole,
      * 6 (alpha + 4/beta) as the ring (chunks of 1) */

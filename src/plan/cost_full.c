@@ -213,10 +213,17 @@ static int plan_whole(plan_ops *ops, const ff_plan_config *cfg, ff_dims g, ff_di
     const ff_topo *t = plan_topo(ops, cfg, g, c, (ff_group_kind)op->group);
     if (!t)
         return -1;
-    ff_coll_model m = cfg->coll;
-    m.strict_volume = 1;
+    /* the default rule, strict_volume; the ~4 KB model (its picks) is
+     * copied only where the configuration says otherwise */
+    const ff_coll_model *m = &cfg->coll;
+    ff_coll_model strict;
+    if (!m->strict_volume) {
+        strict = *m;
+        strict.strict_volume = 1;
+        m = &strict;
+    }
     ff_wire w = op->wire == 2 ? FF_WIRE_BF16 : FF_WIRE_FP32;
-    return ff_coll_pick(t, &m, FF_COLL_ALLREDUCE, (size_t)op->count, w) == FF_ALGO_REC_WHOLE;
+    return ff_coll_pick(t, m, FF_COLL_ALLREDUCE, (size_t)op->count, w) == FF_ALGO_REC_WHOLE;
 }
 
 /* ---- compute ---- */
