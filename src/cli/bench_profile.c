@@ -146,10 +146,16 @@ static ff_group *split_group(ff_ctx *ctx, int color, int key, const char *name)
     return g;
 }
 
+/* The temporary file beside path that bench_write_atomic writes. */
+static void temp_name(char *tmp, size_t len, const char *path)
+{
+    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
+}
+
 int bench_write_atomic(const char *path, const char *text)
 {
     char tmp[4096 + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    temp_name(tmp, sizeof tmp, path);
     FILE *f = fopen(tmp, "w");
     if (!f)
         return -1;
@@ -166,7 +172,7 @@ int bench_write_atomic(const char *path, const char *text)
 int bench_can_write(const char *path)
 {
     char tmp[4096 + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    temp_name(tmp, sizeof tmp, path);
     FILE *f = fopen(tmp, "w");
     if (!f)
         return -1;

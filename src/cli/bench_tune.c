@@ -194,16 +194,6 @@ static size_t tune_times_len(const tune_opts *o)
     return (size_t)3 * NSIZES * NCAND * (size_t)o->repeats;
 }
 
-static double median_of(double *v, int n)
-{
-    for (int i = 1; i < n; i++) /* insertion sort: n is a handful */
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1], v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* --history: the times of earlier jobs, one line each, written below:
  *   {"job":"2x2","nodes":2,"per_node":2,"coll":"allreduce","bytes":16384,
  *    "algo":"ring","us":536.21442,"time":1795000000}
@@ -317,7 +307,7 @@ static double history_median(history *h, int nodes, int per_node, ff_coll coll, 
     }
     h->scratch[n++] = mine;
     *jobs = n;
-    return median_of(h->scratch, n);
+    return bench_median(h->scratch, n);
 }
 
 /* Adds this job's time to the lines to append (sets oom if it cannot). */
@@ -415,7 +405,7 @@ static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *wha
             double med[NCAND];
             int jobs = 1;
             for (int k = 0; k < na; k++) {
-                med[k] = median_of(&T(ci, i, k, 0), R);
+                med[k] = bench_median(&T(ci, i, k, 0), R);
                 if (!h)
                     continue;
                 int j;
