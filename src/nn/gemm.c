@@ -182,10 +182,12 @@ static tuned_shape *find_shape(ff_gemm *g, int ta, int tb, int64_t m, int64_t n,
 }
 
 /* Times every candidate once on a scratch output and records the fastest of
- * those whose result equals the direct call's bit for bit (all of them on the
- * OpenBLAS builds measured; but OpenBLAS may route a small NN product with
- * beta = 0 to a different kernel on AVX-512 machines, so this is checked, not
- * assumed). The transposed product is exempt under FF_GEMM_TUNE_ALL. */
+ * those whose result equals the direct call's bit for bit (all of them with
+ * OpenBLAS's AVX2 kernels; with its AVX-512 ones a small NN product goes to a
+ * kernel of its own, and at 130x70x100 in panels of 96 it differs from NT, TN
+ * and TT, docs/linear.md: so this is checked, not assumed, at beta 0; the
+ * difference seen is the same at beta 1). The transposed product is exempt
+ * under FF_GEMM_TUNE_ALL. */
 static int tune_shape(ff_gemm *g, const char *name, int ta, int tb, int64_t m, int64_t n, int64_t k,
                       const float *a, int64_t lda, const float *b, int64_t ldb, tuned_shape **out)
 {
