@@ -19,6 +19,19 @@ algorithms only, all-to-all left out (it has one):
   schedule's median there. That is the best any selection made from one
   DIR's measurements can do on the others.
 
+The spread that pairing removes: one algorithm's time at one size up to
+64 KiB, the largest over the smallest over all runs (median over cells).
+
+And two paired measures (each run times every algorithm in the same
+interleaved iterations, so the ratio of two in one run is free of the
+run's own speed; the median over runs of that ratio):
+- twins, paired: as above, over all runs, and within each DIR alone (how
+  finely one DIR's runs resolve);
+- static choice: per cell, the algorithm whose largest paired ratio to a
+  different schedule, over the DIRs, is smallest. Where even that is
+  above 1.10, no fixed choice is within 10 % of the fastest in every DIR:
+  the ranking itself moved between the DIRs' times.
+
 Prints one block per configuration; asserts nothing (a benchmark's
 analysis, not a test).
 """
@@ -46,6 +59,17 @@ def load(path):
 def median_of(runs, key):
     v = [r[key] for r in runs if key in r]
     return statistics.median(v) if v else None
+
+
+def paired(runs, c, s, a, b):
+    """The median over runs of a's time over b's in the same run."""
+    v = [r[(c, s, a)] / r[(c, s, b)] for r in runs if (c, s, a) in r and (c, s, b) in r]
+    return statistics.median(v) if v else None
+
+
+def spread(ratios):
+    return (f"{len(ratios)} cells, largest {max(ratios):.2f}, "
+            f"{sum(x > 1.10 for x in ratios)} above 1.10") if ratios else "none"
 
 
 def main(dirs):
@@ -97,6 +121,36 @@ def main(dirs):
             print(f"  chosen on {d} ({len(train)} runs), judged on the other {len(test)}: "
                   f"{len(losses)} of {n} cells more than 10% slower"
                   + ("" if not losses else ": " + "; ".join(losses)))
+        small = [max(r[k] for r in pooled) / min(r[k] for r in pooled)
+                 for k in set.intersection(*(set(r) for r in pooled)) if k[1] <= 65536]
+        if small:
+            print(f"  one algorithm at one size up to 64 KiB over all runs, largest over smallest: "
+                  f"median {statistics.median(small):.2f} over {len(small)} cells")
+        both = [sorted(p) for p in tw]
+        for label, sets in [("all runs", [pooled])] + [(d, [runs[d]]) for d in dirs]:
+            ratios = []
+            for r in sets:
+                for c, s in cells:
+                    for a, b in both:
+                        x = paired(r, c, s, a, b)
+                        if x:
+                            ratios.append(max(x, 1 / x))
+            print(f"  twins, paired, {label}: {spread(ratios)}")
+        moved, n = [], 0
+        for c, s in cells:
+            algos = [a for a in OURS if all((c, s, a) in r for r in pooled)]
+            if len(algos) < 2:
+                continue
+
+            def worst(a):
+                return max(paired(runs[d], c, s, a, b) for d in dirs for b in algos
+                           if b != a and frozenset((a, b)) not in tw)
+            best = min(algos, key=worst)
+            n += 1
+            if worst(best) > 1.10:
+                moved.append(f"{c} {s} {best} {worst(best):.2f}x")
+        print(f"  static choice, paired: {len(moved)} of {n} cells with none within 10% of the "
+              f"fastest in every set" + ("" if not moved else ": " + "; ".join(moved)))
 
 
 if __name__ == "__main__":

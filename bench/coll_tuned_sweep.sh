@@ -4,7 +4,7 @@
 # shipped profile (profiles/tb-*.json) in OUT, then every collective and
 # algorithm, AUTO included and timed in the same interleaved iterations,
 # runs with FF_PROFILE= the tuned copy, 4 KiB to 4 MiB per rank (the sizes
-# tuned), 3 runs each (the run the outer loop). The same as
+# tuned), RUNS runs each (default 3; the run the outer loop). The same as
 # bench/results/coll/tuned/run.sh (the sweep of 2026-11-23), with the
 # direct algorithm among the candidates and the columns.
 #   usage (from the repository root, as root): bench/coll_tuned_sweep.sh [build dir] [OUT]
@@ -18,6 +18,7 @@ FF=${1:-build}/fourfold
 OUT=${2:-bench/results/coll/direct}
 TUNE_ARGS=${TUNE_ARGS:-}
 JOBS=${JOBS:-1}
+RUNS=${RUNS:-3}
 ALGOS=${ALGOS:-mpi-blk,mpi,ring,rec,rec-whole,direct,hier-ring,hier-rec,auto}
 TB=../shared/tools/testbed/tbcluster.sh
 mkdir -p "$OUT"
@@ -35,7 +36,7 @@ for d in 0 100; do name=tb-$1x$2-1gbit-d${d}us
     > $OUT/$name.tune$tag.txt 2>&1
   echo "   rc $? $(date -u +%T) load $(cat /proc/loadavg)" >> $OUT/runs.log
 done; done; done
-for k in 1 2 3; do
+for k in $(seq $RUNS); do
 for shape in "2 2" "4 1"; do
 set -- $shape
 for d in 0 100; do name=tb-$1x$2-1gbit-d${d}us

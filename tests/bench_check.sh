@@ -134,7 +134,14 @@ echo "ok   a tuned profile is read by the collective layer and the planner"
 # --history: two jobs append their times to one file and the second decides
 # on both; times planted in a history (ring 1 us, everything else 1 s, in
 # 5 jobs of this shape; the opposite in jobs of another shape, which must not
-# count) make ring the fastest at every size of the 4-rank layout
+# count) make ring the fastest at every size of the 4-rank layout; times
+# planted where the median and the worst case disagree (rec 2 us, ring 1 us
+# in 4 jobs, and rec 1 us, ring 0.1 s in a fifth; the rest 1 s) make rec the
+# choice, which a median of the times would not; and the 90th percentile
+# over 20 jobs is their third largest (ring 0.1 s in 2 jobs of 19 planted,
+# rec 0.1 ms in the rest, ring chosen); a job that did not time every
+# algorithm does not count, nor does an algorithm's second line with one
+# time make one job of two; a job's time follows the file's latest
 tune --profile "$WORK/t.json" --out "$WORK/h1.json" --history "$WORK/h.jsonl" > "$WORK/h1.txt" 2>&1 ||
     { cat "$WORK/h1.txt"; fail "bench tune --history (new file) exited non-zero"; }
 n1=$(wc -l < "$WORK/h.jsonl")
@@ -142,47 +149,99 @@ tune --profile "$WORK/t.json" --out "$WORK/h1.json" --history "$WORK/h.jsonl" > 
     { cat "$WORK/h2.txt"; fail "bench tune --history (again) exited non-zero"; }
 [ "$n1" -gt 0 ] && [ "$(wc -l < "$WORK/h.jsonl")" = $((2 * n1)) ] ||
     fail "bench tune --history: $n1 lines after one job, $(wc -l < "$WORK/h.jsonl") after two"
-python3 - "$WORK/h.jsonl" "$WORK/h2.txt" "$WORK/planted.jsonl" <<'PY'
+python3 - "$WORK/h.jsonl" "$WORK/h2.txt" "$WORK" <<'PY'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 assert all(r["job"] == "2x2" and r["us"] > 0 for r in recs), recs[0]
 rows = [l.split() for l in open(sys.argv[2]) if l.startswith(" ")]
 assert rows and all(r[7] == "2" for r in rows), "jobs column after two jobs"
 keys = {(r["nodes"], r["per_node"], r["coll"], r["bytes"], r["algo"]) for r in recs}
-with open(sys.argv[3], "w") as f:
-    for k in sorted(keys):
-        for job, fast in (("2x2", 1.0), ("1x4", 1e6)):
-            us = fast if k[4] == "ring" else 1e6 / fast
-            for _ in range(5):
-                f.write(json.dumps(dict(job=job, nodes=k[0], per_node=k[1], coll=k[2], bytes=k[3],
-                                        algo=k[4], us=us, time=0), separators=(",", ":")) + "\n")
+def line(job, k, us, time):
+    return json.dumps(dict(job=job, nodes=k[0], per_node=k[1], coll=k[2], bytes=k[3], algo=k[4],
+                           us=us, time=time), separators=(",", ":")) + "\n"
+with open(sys.argv[3] + "/planted.jsonl", "w") as f:
+    for job, fast, t0 in (("2x2", 1.0, 1), ("1x4", 1e6, 6)):
+        for j in range(5):  # a job's lines together, as tune writes them
+            for k in sorted(keys):
+                f.write(line(job, k, fast if k[4] == "ring" else 1e6 / fast, t0 + j))
+with open(sys.argv[3] + "/worst.jsonl", "w") as f:
+    for j in range(5):
+        for k in sorted(keys):
+            us = {"ring": 1.0 if j < 4 else 1e5, "rec": 2.0 if j < 4 else 1.0}.get(k[4], 1e6)
+            f.write(line("2x2", k, us, 1 + j))
+with open(sys.argv[3] + "/pct.jsonl", "w") as f:
+    for j in range(19):  # two jobs at time 9; the last at 4e9
+        for k in sorted(keys):
+            us = {"ring": 1.0 if j > 1 else 1e5, "rec": 100.0 if j > 1 else 1.0}.get(k[4], 1e6)
+            f.write(line("2x2", k, us, 4000000000 if j == 18 else 9 if j in (8, 9) else 1 + j))
+    for k in sorted(keys):  # a job without rec: ring 0.1 s, which would be its third bad job
+        if k[4] != "rec":
+            f.write(line("2x2", k, 1e5 if k[4] == "ring" else 1e6, 100))
 print(f"ok   bench tune --history: {len(recs)} lines from two jobs, the second's medians over 2")
 PY
 tune --profile "$WORK/t.json" --out "$WORK/h3.json" --history "$WORK/planted.jsonl" \
     > "$WORK/h3.txt" 2>&1 || { cat "$WORK/h3.txt"; fail "bench tune, planted history"; }
-python3 - "$WORK/h3.txt" "$WORK/h3.json" "$WORK/planted.jsonl" <<'PY'
+tune --profile "$WORK/t.json" --out "$WORK/h4.json" --history "$WORK/worst.jsonl" \
+    > "$WORK/h4.txt" 2>&1 || { cat "$WORK/h4.txt"; fail "bench tune, planted worst cases"; }
+tune --profile "$WORK/t.json" --out "$WORK/h5.json" --history "$WORK/pct.jsonl" \
+    > "$WORK/h5.txt" 2>&1 || { cat "$WORK/h5.txt"; fail "bench tune, planted 90th percentile"; }
+python3 - "$WORK" <<'PY'
 import json, sys
-sect, rows = None, []
-for l in open(sys.argv[1]):
-    if l.startswith("# all ranks"):
-        sect = "all"
-    elif l.startswith("# "):
-        sect = None
-    elif l.startswith(" ") and sect == "all":
-        rows.append(l.split())
-assert rows, "no rows for the 4-rank layout"
+work = sys.argv[1]
+
+
+def decided(name):
+    """The 4-rank layout's rows of tune's table, and its picks."""
+    sect, rows = None, []
+    for l in open(f"{work}/{name}.txt"):
+        if l.startswith("# all ranks"):
+            sect = "all"
+        elif l.startswith("# "):
+            sect = None
+        elif l.startswith(" ") and sect == "all":
+            rows.append(l.split())
+    assert rows, f"{name}: no rows for the 4-rank layout"
+    picks = [q for q in json.load(open(f"{work}/{name}.json"))["picks"]
+             if (q["nodes"], q["per_node"]) == (2, 2)]
+    return rows, picks
+
+
+rows, picks = decided("h3")
 for r in rows:  # the medians are the planted times: 1 us for ring, 1 s for the rest
     assert r[3] == "ring" and r[5] == "1.0" and r[7] == "6", r
     assert r[4] == ("1.0" if r[2] == "ring" else "1000000.0"), r
     assert (r[-1] == "pick") == (r[2] != "ring"), r
-picks = [q for q in json.load(open(sys.argv[2]))["picks"] if (q["nodes"], q["per_node"]) == (2, 2)]
 assert all(q["algo"] == "ring" for q in picks), picks
 want = sum(r[2] != "ring" for r in rows)
 assert sum(q["sizes"] for q in picks) == want, (picks, want)
-mine = [json.loads(l) for l in open(sys.argv[3]) if '"time":0}' not in l]
+recs = [json.loads(l) for l in open(f"{work}/planted.jsonl")]
+mine = [r for r in recs if r["time"] > 10]  # planted: jobs 1-10
 assert mine and all(r["us"] not in (1.0, 1e6) for r in mine), "appended a median, not its own time"
+assert len({r["time"] for r in mine}) == 1, "this job's lines do not share one time"
+assert len(recs) - len(mine) == 10 * len(mine), "a planted line lost, or a line of this job"
 print(f"ok   a planted history decides: ring fastest at all {len(rows)} sizes of the 4-rank layout, "
       f"{want} picked; jobs of another shape ignored; the job's own times appended")
+rows, picks = decided("h4")
+for r in rows:  # ring's median is 1 us, rec's 2 us; ring is 1e5 times the fastest in one job
+    times = dict(zip(r[8::2], r[9::2]))
+    assert r[3] == "rec" and r[7] == "6", r
+    assert times["ring"] == "1.0" and times["rec"] == "2.0" and r[5] == "2.0", r
+    assert (r[2] != "ring") or float(r[6]) >= 1e4, r  # the model's worst case, when it is ring
+    assert (r[-1] == "pick") == (r[2] != "rec"), r
+assert all(q["algo"] == "rec" for q in picks), picks
+assert sum(q["sizes"] for q in picks) == sum(r[2] != "rec" for r in rows), picks
+print(f"ok   the worst case over jobs decides: rec at all {len(rows)} sizes of the 4-rank layout, "
+      f"though ring's median is half rec's")
+rows, picks = decided("h5")
+for r in rows:  # ring 1e5 times the fastest in 2 of 20 jobs: its 90th percentile is not that
+    assert r[3] == "ring" and r[7] == "20", r
+    assert (r[-1] == "pick") == (r[2] != "ring"), r
+assert all(q["algo"] == "ring" for q in picks), picks
+assert sum(q["sizes"] for q in picks) == sum(r[2] != "ring" for r in rows), picks
+times = {json.loads(l)["time"] for l in open(f"{work}/pct.jsonl")}
+assert max(times) == 4000000001, "this job's time is not one more than the file's latest"
+print(f"ok   the 90th percentile of 20 jobs is their third largest (ring at all {len(rows)} sizes); "
+      f"a job without every algorithm left out, two jobs of one time told apart, a later time")
 PY
 # bad input: one message, non-zero exit
 if tune > "$WORK/tune_bad.txt" 2>&1; then fail "bench tune without --profile succeeded"; fi

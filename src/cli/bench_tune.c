@@ -21,10 +21,13 @@
  * pick: that collective on that layout runs the fastest for sizes up to the
  * geometric midpoints to the neighbouring sizes, never beyond the smallest
  * and largest measured (the model decides outside). Adjacent picks of one
- * algorithm merge. With --history, each time is instead the median over
- * this job and the earlier jobs recorded there (the ranking moves between
- * jobs on the emulated cluster, which repeats inside one job do not
- * sample), and this job's times are added to it. The profile named by
+ * algorithm merge. With --history, the decision is instead on this job and
+ * the earlier jobs recorded there (the ranking moves between jobs on the
+ * emulated cluster, which repeats inside one job do not sample): each job's
+ * times are taken over that job's fastest, and the model's choice stands
+ * where it is within the margin of the fastest in the worst case (the 90th
+ * percentile over the jobs); elsewhere the algorithm with the smallest
+ * worst case is picked. This job's times are added to it. The profile named by
  * --profile gives the model; it is written back (to --out, atomically)
  * with its picks replaced by these. The selector and the planner both read
  * them (ff_coll_model.picks), so the planner's byte counts keep matching
@@ -59,11 +62,14 @@ static const char help_tune[] =
     "                    median over them (default 3)\n"
     "  --margin M        a pick where the model's choice is more than M slower, as a\n"
     "                    fraction (default 0.1)\n"
-    "  --history FILE    decide on the median over this job and the earlier jobs whose\n"
-    "                    times FILE holds (same job shape, layout, collective, size and\n"
-    "                    algorithm), then add this job's times to FILE (atomically; a\n"
-    "                    missing FILE is started). Run tune several times with one FILE\n"
-    "                    to tune across jobs.\n";
+    "  --history FILE    decide on this job and the earlier jobs whose times FILE holds\n"
+    "                    (same job shape, every algorithm timed; each job's times over\n"
+    "                    its fastest): keep the model's choice where it is within\n"
+    "                    --margin of the fastest in 90% of the jobs (in all of up to 9),\n"
+    "                    else pick the algorithm with the smallest 90th percentile; then\n"
+    "                    add this job's times to FILE (atomically; a missing FILE is\n"
+    "                    started). Run tune several times with one FILE to tune across\n"
+    "                    jobs.\n";
 
 typedef struct {
     const char *profile, *out, *history;
@@ -199,19 +205,23 @@ static size_t tune_times_len(const tune_opts *o)
  *    "algo":"ring","us":536.21442,"time":1795000000}
  * job: the nodes x ranks per node of the job that measured it; nodes and
  * per_node: the layout's groups; us: that job's median over its repeats;
- * time: when (seconds since 1970). Only rank 0 reads and writes it. */
+ * time: when (seconds since 1970), one job's lines share it and no other
+ * job's do (it names the job). Only rank 0 reads and writes it. */
 typedef struct {
     int job_nodes, job_k, nodes, per_node;
     ff_coll coll;
     ff_algo algo;
     double bytes, us;
+    long long time;
 } hist_rec;
 
 typedef struct {
     char *text;    /* the file as read ("" if there was none) */
     hist_rec *rec; /* its n lines */
     int n;
-    double *scratch; /* n + 1 times, for a median */
+    double *scratch; /* n + 1 values, for a median */
+    long long *jt;   /* n + 1 jobs' times, for one decision */
+    double *jv;      /* their times of each candidate, (n + 1) x NCAND */
     char *add;       /* this job's lines */
     size_t len, cap;
     int oom;              /* a line could not be added */
@@ -225,13 +235,12 @@ static char *read_text(const char *path, size_t *len);
 static int history_line(const char *line, hist_rec *h)
 {
     char coll[32], algo[32];
-    long long when;
     int end = -1;
     if (sscanf(line,
                "{\"job\":\"%dx%d\",\"nodes\":%d,\"per_node\":%d,\"coll\":\"%31[a-z_]\","
                "\"bytes\":%lf,\"algo\":\"%31[a-z-]\",\"us\":%lf,\"time\":%lld}%n",
                &h->job_nodes, &h->job_k, &h->nodes, &h->per_node, coll, &h->bytes, algo, &h->us,
-               &when, &end) != 9 ||
+               &h->time, &end) != 9 ||
         end < 0)
         return -1;
     for (line += end; *line == ' ' || *line == '\t' || *line == '\r'; line++)
@@ -243,7 +252,7 @@ static int history_line(const char *line, hist_rec *h)
     h->coll = (ff_coll)c, h->algo = (ff_algo)a;
     return *line == '\0' && a >= 0 && c < FF_NCOLL && h->job_nodes >= 1 && h->job_k >= 1 &&
                    h->nodes >= 1 && h->per_node >= 1 && h->bytes >= 1 && isfinite(h->bytes) &&
-                   h->us > 0 && isfinite(h->us)
+                   h->us > 0 && isfinite(h->us) && h->time >= 0 && h->time < (1LL << 53)
                ? 0
                : -1;
 }
@@ -267,7 +276,9 @@ static int history_read(const char *path, history *h, char *err, size_t err_len)
         lines += *c == '\n';
     h->rec = malloc(((size_t)lines + 1) * sizeof *h->rec);
     h->scratch = malloc(((size_t)lines + 2) * sizeof *h->scratch);
-    if (!h->rec || !h->scratch)
+    h->jt = malloc(((size_t)lines + 2) * sizeof *h->jt);
+    h->jv = malloc(((size_t)lines + 2) * NCAND * sizeof *h->jv);
+    if (!h->rec || !h->scratch || !h->jt || !h->jv)
         return snprintf(err, err_len, "out of memory reading %s", path), -1;
     int no = 0;
     for (char *line = h->text; *line;) {
@@ -285,6 +296,8 @@ static int history_read(const char *path, history *h, char *err, size_t err_len)
                             "(start a new file, or remove the line)",
                             path, no),
                    -1;
+        if (!blank && h->rec[h->n].time >= h->now) /* a later clock: still a new name */
+            h->now = h->rec[h->n].time + 1;
         h->n += !blank;
         if (!nl)
             break;
@@ -293,21 +306,84 @@ static int history_read(const char *path, history *h, char *err, size_t err_len)
     return 0;
 }
 
-/* The median of `mine` (this job's time, s) and the history's times of the
- * same job shape, layout, collective, size and algorithm; *jobs: how many. */
-static double history_median(history *h, int nodes, int per_node, ff_coll coll, double bytes,
-                             ff_algo algo, double mine, int *jobs)
+/* Each of t[0..na) over the smallest (1 where that is not positive). */
+static void over_fastest(const double *t, int na, double *r)
 {
-    int n = 0;
-    for (int i = 0; i < h->n; i++) {
-        const hist_rec *r = &h->rec[i];
-        if (r->job_nodes == h->job_nodes && r->job_k == h->job_k && r->nodes == nodes &&
-            r->per_node == per_node && r->coll == coll && r->bytes == bytes && r->algo == algo)
-            h->scratch[n++] = r->us * 1e-6;
+    double lo = t[0];
+    for (int k = 1; k < na; k++)
+        lo = t[k] < lo ? t[k] : lo;
+    for (int k = 0; k < na; k++)
+        r[k] = lo > 0 ? t[k] / lo : 1;
+}
+
+/* The 90th percentile of v[0..n) by nearest rank (the largest below 10);
+ * sorts v. */
+static double high_percentile(double *v, int n)
+{
+    bench_median(v, n); /* sorts */
+    return v[(9 * n + 9) / 10 - 1];
+}
+
+/* Decides one size of one collective on one layout from this job's times
+ * mine[0..na) (s) of the algorithms algos[0..na) and, with a history h,
+ * every job of h with the same job shape that timed all of them there:
+ * med[k], the median over those jobs of algos[k]'s time, and worst[k], the
+ * 90th percentile over them of its time over that job's fastest (each job
+ * judged on its own: on the emulated cluster a job's own speed moves all
+ * its times, by up to 2-3x at a few KiB, docs/coll-bench.md). Returns the
+ * number of jobs. */
+static int decide(history *h, int nodes, int per_node, ff_coll coll, double bytes, const int *algos,
+                  int na, const double *mine, double *med, double *worst)
+{
+    if (!h) {
+        over_fastest(mine, na, worst);
+        memcpy(med, mine, (size_t)na * sizeof *med);
+        return 1;
     }
-    h->scratch[n++] = mine;
-    *jobs = n;
-    return bench_median(h->scratch, n);
+    int nj = 0;
+    for (int i = 0; i < h->n; i++) {
+        const hist_rec *q = &h->rec[i];
+        if (q->job_nodes != h->job_nodes || q->job_k != h->job_k || q->nodes != nodes ||
+            q->per_node != per_node || q->coll != coll || q->bytes != bytes)
+            continue;
+        int k = 0, j = nj - 1;
+        while (k < na && algos[k] != (int)q->algo)
+            k++;
+        if (k == na)
+            continue;
+        while (j >= 0 && h->jt[j] != q->time) /* a job's lines are together: found at once */
+            j--;
+        if (j < 0 || h->jv[(size_t)j * NCAND + k] > 0) { /* a new time, or two jobs had one */
+            j = nj++;
+            h->jt[j] = q->time;
+            for (int l = 0; l < na; l++)
+                h->jv[(size_t)j * NCAND + l] = -1;
+        }
+        h->jv[(size_t)j * NCAND + k] = q->us * 1e-6;
+    }
+    int full = 0; /* the jobs that timed every algorithm, then this one */
+    for (int j = 0; j < nj; j++) {
+        double *t = &h->jv[(size_t)j * NCAND];
+        int all = 1;
+        for (int k = 0; k < na; k++)
+            all &= t[k] > 0;
+        if (all)
+            memmove(&h->jv[(size_t)full++ * NCAND], t, (size_t)na * sizeof *t);
+    }
+    memcpy(&h->jv[(size_t)full++ * NCAND], mine, (size_t)na * sizeof *mine);
+    for (int k = 0; k < na; k++) {
+        for (int j = 0; j < full; j++)
+            h->scratch[j] = h->jv[(size_t)j * NCAND + k];
+        med[k] = bench_median(h->scratch, full);
+    }
+    for (int j = 0; j < full; j++)
+        over_fastest(&h->jv[(size_t)j * NCAND], na, &h->jv[(size_t)j * NCAND]);
+    for (int k = 0; k < na; k++) {
+        for (int j = 0; j < full; j++)
+            h->scratch[j] = h->jv[(size_t)j * NCAND + k];
+        worst[k] = high_percentile(h->scratch, full);
+    }
+    return full;
 }
 
 /* Adds this job's time to the lines to append (sets oom if it cannot). */
@@ -356,7 +432,7 @@ static int history_write(const char *path, const history *h)
 
 static void history_free(history *h)
 {
-    free(h->text), free(h->rec), free(h->scratch), free(h->add);
+    free(h->text), free(h->rec), free(h->scratch), free(h->jt), free(h->jv), free(h->add);
 }
 
 /* Sweeps one layout: every collective and size on the group g of this rank
@@ -402,21 +478,18 @@ static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *wha
             int na = s->na[i], m = s->m[i];
             if (na < 2)
                 continue;
-            double med[NCAND];
-            int jobs = 1;
+            double mine[NCAND], med[NCAND], worst[NCAND];
             for (int k = 0; k < na; k++) {
-                med[k] = bench_median(&T(ci, i, k, 0), R);
-                if (!h)
-                    continue;
-                int j;
-                ff_algo a = (ff_algo)s->algos[i][k];
-                history_add(h, nodes, per_node, coll, s->sz[i], a, med[k]);
-                med[k] = history_median(h, nodes, per_node, coll, s->sz[i], a, med[k], &j);
-                jobs = k == 0 || j < jobs ? j : jobs;
+                mine[k] = bench_median(&T(ci, i, k, 0), R);
+                if (h)
+                    history_add(h, nodes, per_node, coll, s->sz[i], (ff_algo)s->algos[i][k],
+                                mine[k]);
             }
-            int best = 0;
+            int jobs =
+                decide(h, nodes, per_node, coll, s->sz[i], s->algos[i], na, mine, med, worst);
+            int best = 0; /* the smallest worst case; of equals, the fastest */
             for (int k = 1; k < na; k++)
-                if (med[k] < med[best])
+                if (worst[k] < worst[best] || (worst[k] == worst[best] && med[k] < med[best]))
                     best = k;
             char all[200] = "";
             size_t len = 0;
@@ -424,7 +497,7 @@ static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *wha
                 len += (size_t)snprintf(all + len, sizeof all - len, " %s %.1f",
                                         ff_algo_name((ff_algo)s->algos[i][k]), med[k] * 1e6);
             ff_algo fastest = (ff_algo)s->algos[i][best];
-            double ratio = med[best] > 0 ? med[m] / med[best] : 1;
+            double ratio = worst[m];
             int want = ratio > 1 + o->margin && !twins(fastest, s->model[i], p, nodes);
             cli_print(" %-14s %12.0f %-10s %-10s %10.1f %10.1f %7.2f %4d%s%s\n", ff_coll_name(coll),
                       s->sz[i], ff_algo_name(s->model[i]), ff_algo_name(fastest), med[m] * 1e6,
