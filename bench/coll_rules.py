@@ -34,6 +34,8 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from coll_noise import load, median_of  # noqa: E402
+from coll_noise import paired as paired_ratio  # noqa: E402
 from coll_table import OURS, twins  # noqa: E402
 
 MARGIN = 0.1  # bench tune's default
@@ -98,20 +100,8 @@ def price(runs, cell, pick, tw, paired):
     if pick not in have or not rivals:
         return None
     if paired:
-        return max(statistics.median(r[(c, s, pick)] / r[(c, s, b)] for r in runs)
-                   for b in rivals)
-    med = {a: statistics.median(r[(c, s, a)] for r in runs) for a in [pick] + rivals}
-    return med[pick] / min(med[b] for b in rivals)
-
-
-def load_run(path):
-    t, layout = {}, None
-    for line in open(path):
-        r = json.loads(line)
-        layout = (r["nodes"], r["per_node"])
-        if r["oop_us"] > 0:
-            t[(r["coll"], r["size"], r["algo"])] = r["oop_us"]
-    return t, layout
+        return max(paired_ratio(runs, c, s, pick, b) for b in rivals)
+    return median_of(runs, (c, s, pick)) / min(median_of(runs, (c, s, b)) for b in rivals)
 
 
 def main(argv):
@@ -121,7 +111,7 @@ def main(argv):
     totals = {}
     for hist in sorted(glob.glob(os.path.join(hist_dir, "*.history.jsonl"))):
         name = os.path.basename(hist)[: -len(".history.jsonl")]
-        loaded = [load_run(p) for d in eval_dirs
+        loaded = [load(p) for d in eval_dirs
                   for p in sorted(glob.glob(os.path.join(d, name + ".r[0-9]*.jsonl")))]
         if not loaded:
             continue
