@@ -21,8 +21,6 @@
 #include "bench_util.h"
 #include "fourfold/fourfold.h"
 
-char *openblas_get_corename(void);
-void openblas_set_num_threads(int n);
 
 typedef struct {
     const char *grid, *label;
@@ -100,7 +98,7 @@ int main(int argc, char **argv)
     options o;
     if (parse(argc, argv, &o))
         die(rank, "bad arguments (see the header of bench/gpt.c)");
-    openblas_set_num_threads(o.threads);
+    ff_blas_set_threads(o.threads);
 
     ff_ctx *ctx;
     ff_grid *grid;
@@ -157,7 +155,7 @@ int main(int argc, char **argv)
     if (rank == 0) {
         printf("%s grid %s, %d rank(s) x %d BLAS thread(s), kernel %s: L=%d C=%d NH=%d V=%d B=%d "
                "T=%d%s\n",
-               o.label, o.grid, size, o.threads, openblas_get_corename(), o.L, o.C, o.NH, o.V, o.B,
+               o.label, o.grid, size, o.threads, ff_blas_core(), o.L, o.C, o.NH, o.V, o.B,
                o.T, o.checkpoint ? ", checkpointing" : "");
         printf("  step %.1f ms (median of %d), %.0f tokens/s, model %.1f GFLOP/s = %.3f of sgemm "
                "%.1f GFLOP/s x %d ranks; rank 0 memory: params %.1f MiB, activations %.1f MiB\n",
@@ -166,7 +164,7 @@ int main(int argc, char **argv)
         printf("{\"bench\":\"gpt\",\"label\":\"%s\",\"grid\":\"%s\",\"ranks\":%d,\"threads\":%d,"
                "\"kernel\":\"%s\",\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"B\":%d,\"T\":%d,"
                "\"checkpoint\":%d,\"median_ms\":%.2f,\"runs_ms\":[",
-               o.label, o.grid, size, o.threads, openblas_get_corename(), o.L, o.C, o.NH, o.V, o.B,
+               o.label, o.grid, size, o.threads, ff_blas_core(), o.L, o.C, o.NH, o.V, o.B,
                o.T, o.checkpoint, step_s * 1e3);
         for (int r = 0; r < o.reps; r++)
             printf("%s%.2f", r ? "," : "", runs[r] * 1e3);

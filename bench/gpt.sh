@@ -6,16 +6,18 @@
 # with PyTorch (bench/gpt_torch_bench.py: the same shapes and threads,
 # OMP_WAIT_POLICY=PASSIVE, the same OpenBLAS), alternating, ROUNDS times; and
 # on 2 ranks (2x1x1x1, 1x2x1x1, 1x1x2x1, 1x1x1x2). Each run is the median of
-# REPS steps after 2 warm-up steps; the table gives the median over rounds
-# and the ratio PyTorch / fourfold (> 1: fourfold faster). JSON lines go to
-# $OUT (default bench/results/gpt.jsonl).
+# REPS steps after 2 warm-up steps; the table printed gives the median over
+# rounds and the ratio PyTorch / fourfold (> 1: fourfold faster). The raw
+# JSON lines (every run, both peers) are appended OUTSIDE the source tree, to
+# $OUT (default ${FF_BENCH_OUT:-/tmp/fourfold-bench}/gpt.jsonl).
 #   usage: bench/gpt.sh [build-dir] [all|124m|small]
 set -eu
+case ${1:-} in -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 WHICH=${2:-all}
 BIN=$PWD/$BUILD/bench/ff_bench_gpt
-OUT=${OUT:-bench/results/gpt.jsonl}
+OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/gpt.jsonl}
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-3}
 PY=/usr/bin/python3
@@ -72,3 +74,4 @@ done
 rm -f /tmp/ff_gpt_?.$$
 cat "$OUT.tmp" >> "$OUT"
 rm -f "$OUT.tmp"
+echo "JSON lines appended to $OUT"

@@ -30,8 +30,6 @@
 #include "bench_util.h"
 #include "fourfold/fourfold.h"
 
-char *openblas_get_corename(void);
-void openblas_set_num_threads(int n);
 
 typedef struct {
     const char *grid, *trace, *label;
@@ -211,7 +209,7 @@ int main(int argc, char **argv)
     }
     if (o.layers < 1 || o.layers > 2 || o.reps < 1 || o.k < 1 || o.n < 1 || o.rows < 1)
         die(rank, "bad --layers, --reps or size");
-    openblas_set_num_threads(1);
+    ff_blas_set_threads(1);
     ff_ctx *ctx;
     ff_ctx_options co;
     ff_ctx_options_default(&co);
@@ -251,7 +249,7 @@ int main(int argc, char **argv)
         snprintf(g, sizeof g, "%dx%dx%dx%d", shape.x, shape.y, shape.z, shape.d);
         printf("# %s: %ld layer(s), k=%ld n=%ld rows=%ld, %d ranks, OpenBLAS %s, sgemm rate "
                "%.1f GFLOP/s per rank (forward shape %ldx%ldx%ld, all ranks at once)\n",
-               o.label, o.layers, o.k, o.n, o.rows, size, openblas_get_corename(), rate / 1e9, m,
+               o.label, o.layers, o.k, o.n, o.rows, size, ff_blas_core(), rate / 1e9, m,
                o.n / shape.x, o.k / shape.y);
         printf("%-9s %-8s %9s %9s %9s %8s", "grid", "overlaps", "step ms", "wait ms", "gemm ms",
                "gemm/peak");
@@ -282,7 +280,7 @@ int main(int argc, char **argv)
                "\"off\":{\"step_ms\":%.2f,\"wait_ms\":%.2f,\"gemm_ms\":%.2f,\"gemm_frac\":%.3f},"
                "\"on\":{\"step_ms\":%.2f,\"wait_ms\":%.2f,\"gemm_ms\":%.2f,\"gemm_frac\":%.3f},"
                "\"hidden\":%.3f}\n",
-               o.label, g, size, o.layers, o.k, o.n, o.rows, openblas_get_corename(), rate / 1e9,
+               o.label, g, size, o.layers, o.k, o.n, o.rows, ff_blas_core(), rate / 1e9,
                off.step_ms, off.wait_ms, 1e3 * off.gemm_s, off.gemm_flops / rate, on.step_ms,
                on.wait_ms, 1e3 * on.gemm_s, on.gemm_flops / rate, hidden);
     }

@@ -2,16 +2,20 @@
 # The linear-layer benchmark of docs/linear.md: an N -> T pair with
 # k = n = 2048 and 4096 rows, every overlap off and on, on 1, 2, 4 and 8
 # ranks of one namespace and on the emulated cluster (2 nodes x 1 and x 2
-# ranks, 1 Gbit/s). Prints the tables; JSON lines go to $OUT (default
-# bench/results/linear.jsonl). Needs root for the testbed. ~15 minutes.
+# ranks, 1 Gbit/s). Prints each run's table (medians of REPS steps) and, at
+# the end, one line per run: step ms with overlaps off -> on, their ratio and
+# the hidden fraction. The raw JSON lines are appended OUTSIDE the source
+# tree, to $OUT (default ${FF_BENCH_OUT:-/tmp/fourfold-bench}/linear.jsonl).
+# Needs root for the testbed. ~15 minutes.
 #   usage: bench/linear.sh [build-dir] [local|cluster|all]
 set -eu
+case ${1:-} in -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 WHERE=${2:-all}
 BIN=$PWD/$BUILD/bench/ff_bench_linear
 TB=${TB:-$(cd .. && pwd)/shared/tools/testbed/tbcluster.sh}
-OUT=${OUT:-bench/results/linear.jsonl}
+OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/linear.jsonl}
 REPS=${REPS:-5}
 ARGS=${ARGS:---k 2048 --n 2048 --rows 4096 --layers 2}
 mkdir -p "$(dirname "$OUT")"
@@ -44,4 +48,14 @@ if [ "$WHERE" != local ]; then
     done
 fi
 grep '^{' "$OUT.tmp" >> "$OUT" || true
+echo
+python3 - "$OUT.tmp" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print(f"{'where':22} {'grid':9} {'step ms off -> on':>20} {'on/off':>7} {'hidden':>7}")
+for r in rows:
+    off, on = r["off"]["step_ms"], r["on"]["step_ms"]
+    print(f"{r['label']:22} {r['grid']:9} {off:9.0f} -> {on:7.0f} {on / off:7.2f} {r['hidden']:7.2f}")
+PY
 rm -f "$OUT.tmp"
+echo "JSON lines appended to $OUT"

@@ -35,8 +35,6 @@
 #include "bench_util.h"
 #include "fourfold/fourfold.h"
 
-char *openblas_get_corename(void);
-void openblas_set_num_threads(int n);
 
 typedef struct {
     const char *name;
@@ -157,7 +155,7 @@ int main(int argc, char **argv)
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    openblas_set_num_threads(1);
+    ff_blas_set_threads(1);
 
     ff_coll coll = FF_COLL_ALLREDUCE;
     double size_bytes = 16.0 * 1024 * 1024, compute_ms = 300;
@@ -246,7 +244,7 @@ int main(int argc, char **argv)
                "(%ld %s per rank), %d repetitions, medians; OpenBLAS core %s, 1 "
                "thread per rank; MPI_THREAD_MULTIPLE\n",
                label, ff_coll_name(coll), size_bytes / 1048576.0, size, compute_ms, w.iters,
-               idle ? "sleeps of 50 us" : "sgemm calls", reps, openblas_get_corename());
+               idle ? "sleeps of 50 us" : "sgemm calls", reps, ff_blas_core());
         if (!idle)
             printf("# sgemm %dx%dx%d\n", gemm, gemm, gemm);
         printf("%-16s %10s %10s %10s %10s %8s %12s\n", "mechanism", "comm ms", "compute ms",

@@ -1,19 +1,24 @@
 #!/bin/sh
 # The overlap benchmark of docs/overlap.md: one namespace (2 and 4 ranks) and
 # the emulated cluster of ../shared/tools/testbed (2 nodes x 1 and x 2 ranks,
-# 1 Gbit/s). Prints the tables; the JSON lines go to $OUT (default
-# bench/results/overlap.jsonl). Needs root for the testbed. ~20 minutes.
+# 1 Gbit/s). Prints each configuration's table (medians of REPS repetitions)
+# and, at the end, the hidden fraction and total ms of every mechanism; the
+# raw JSON lines go OUTSIDE the source tree, to $OUT (default
+# ${FF_BENCH_OUT:-/tmp/fourfold-bench}/overlap.jsonl; the headline's to
+# OUT-headline.jsonl, with the median over its 5 runs printed). Needs root
+# for the testbed. ~20 minutes.
 #   usage: bench/overlap.sh [build-dir]            the full sweep
 #          bench/overlap.sh [build-dir] headline   the 80% goal of issue 2, in
 #              5 independent runs: 16 MiB all-reduce, 2 nodes x 2 ranks, 1 Gbit/s,
 #              300 ms of sgemm, for wait, poll-200us and thread-200us
 set -eu
+case ${1:-} in -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 MODE=${2:-sweep}
 BIN=$PWD/$BUILD/bench/ff_bench_overlap
 TB=${TB:-$(cd .. && pwd)/shared/tools/testbed/tbcluster.sh}
-OUT=${OUT:-bench/results/overlap.jsonl}
+OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/overlap.jsonl}
 REPS=${REPS:-7}
 mkdir -p "$(dirname "$OUT")"
 . scripts/env.sh
@@ -46,6 +51,7 @@ for m in ("wait", "poll-200us", "thread-200us"):
     print(f"  {m:14s} hidden {statistics.median(h):.2f} [{h[0]:.2f}-{h[-1]:.2f}]"
           f"  total {statistics.median(t):.0f} ms [{t[0]:.0f}-{t[-1]:.0f}]")
 PY
+    echo "JSON lines written to ${OUT%.jsonl}-headline.jsonl"
     exit 0
 fi
 
@@ -78,5 +84,14 @@ for coll in allgather reduce_scatter alltoall; do
 done
 grep '^{' "$OUT.tmp" > "$OUT"
 rm -f "$OUT.tmp"
+python3 - "$OUT" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print("\nhidden fraction (total ms) per configuration and mechanism:")
+for label in dict.fromkeys(r["label"] for r in rows):
+    cells = [f"{r['mechanism']} {r['hidden']:.2f} ({r['total_ms']:.0f})"
+             for r in rows if r["label"] == label]
+    print(f"  {label.strip():40s} " + ", ".join(cells))
+PY
 echo
 echo "JSON lines written to $OUT"

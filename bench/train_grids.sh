@@ -4,9 +4,12 @@
 # time of steps 4..STEPS from its log.jsonl, asks `fourfold plan --json` for
 # its prediction of the same model, batch and job, and prints both with the
 # Spearman rank correlation and the measured time of the planner's first
-# choice against the measured best. Results: OUT/NAME.jsonl, OUT/NAME.txt.
+# choice against the measured best. Writes OUTSIDE the source tree, to
+# $OUT (default ${FF_BENCH_OUT:-/tmp/fourfold-bench}/train-grids): NAME.jsonl
+# (one line per grid) and NAME.txt (the table printed at the end).
 #
-#   usage: bench/train_grids.sh BUILD_DIR OUT_DIR NAME
+#   usage: bench/train_grids.sh [BUILD_DIR] [NAME]        (build, this)
+#          bench/train_grids.sh BUILD_DIR OUT_DIR NAME    (OUT_DIR for $OUT)
 #   environment:
 #     NP=8 STEPS=30               ranks, steps per grid
 #     MODEL="--model mini"        model flags (train and plan take the same)
@@ -17,9 +20,11 @@
 #                                 ../shared/tools/testbed (N nodes x M ranks)
 #                                 instead of one namespace (needs root)
 set -eu
-BUILD=$(cd "$1" && pwd)
-OUT=$2
-NAME=$3
+case ${1:-} in -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
+BUILD=$(cd "${1:-build}" && pwd)
+NAME=${2:-this}
+OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/train-grids}
+if [ $# -ge 3 ]; then OUT=$2 NAME=$3; fi
 NP=${NP:-8}
 STEPS=${STEPS:-30}
 MODEL=${MODEL:---model mini}

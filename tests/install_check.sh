@@ -1,7 +1,9 @@
 #!/bin/sh
 # `cmake --install` gives a library another C program can use through
 # pkg-config: install into a temporary prefix, compile examples/hello_grid.c
-# against it (shared and static), run it on 4 ranks, check its output.
+# against it (shared and static), run it on 4 ranks, check its output; then
+# compile examples/train_tiny.c the same way and train with it on 4 ranks
+# (the loss must fall).
 #   usage: install_check.sh BUILD_DIR SOURCE_DIR MPIEXEC [extra compiler flags]
 set -eu
 BUILD=$1 SRC=$2 MPIEXEC=$3
@@ -29,4 +31,24 @@ for exe in hello_shared hello_static; do
         [ "$(grep -c 'sum of ranks in my Y group = 4$' "$WORK/out")" = 2 ] ||
         { echo "FAIL: $exe printed wrong sums"; exit 1; }
 done
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Wextra -Werror $EXTRA "$SRC/examples/train_tiny.c" \
+    $(pkg-config --cflags --libs fourfold) -Wl,-rpath,"$(pkg-config --variable=libdir fourfold)" \
+    -o "$WORK/train_tiny"
+(cd "$WORK" && "$MPIEXEC" -np 4 ./train_tiny 2x1x1x2 40) > "$WORK/train.out"
+cat "$WORK/train.out"
+# the first step's loss is ln 512 (a uniform guess over the tiny vocabulary);
+# the last five must average at least 1.5 nats less, and validation must be
+# well below the first loss too
+python3 - "$WORK/train.out" <<'PY' || { echo "FAIL: train_tiny did not learn"; exit 1; }
+import math, re, sys
+text = open(sys.argv[1]).read()
+loss = [float(m) for m in re.findall(r"^step +\d+ +loss ([0-9.]+)", text, re.M)]
+val = [float(m) for m in re.findall(r"^validation loss ([0-9.]+)", text, re.M)]
+assert len(loss) == 40 and len(val) == 1, (len(loss), len(val))
+assert abs(loss[0] - math.log(512)) < 0.1, loss[0]
+last = sum(loss[-5:]) / 5
+assert last < loss[0] - 1.5 and val[0] < loss[0] - 1.5, (loss[0], last, val[0])
+print(f"train_tiny: loss {loss[0]:.3f} -> {last:.3f} (mean of the last 5), validation {val[0]:.3f}")
+PY
 echo "install: passed"

@@ -60,6 +60,11 @@ const char *ff_data_shard_name(const ff_data *d, int i);
  * shard, else at the next shard that holds one; the epoch counts up when
  * that search wraps to the first shard). Save it with a checkpoint. */
 ff_data_pos ff_data_tell(const ff_data *d);
+/* The start of window i of n spread evenly over all the tokens (token
+ * floor(i * total / n) of the concatenated shards; a window that does not
+ * fit there starts at the next shard, as in ff_data_next): validation on a
+ * sample of the whole held-out set rather than its first documents. */
+ff_data_pos ff_data_spread(const ff_data *d, int64_t i, int64_t n);
 /* Sets the position (from a checkpoint). Refuses a position outside the
  * shards. Local (no communication). */
 int ff_data_seek(ff_data *d, ff_data_pos pos);
@@ -81,6 +86,34 @@ int ff_data_next(ff_data *d, int n_micro, int B, int T, int first, int count, in
 int ff_shard_write(const char *path, const uint16_t *tokens, int64_t n, char *err, size_t errlen);
 /* Reads a whole shard (checked as ff_data_open does); *tokens is malloc'd. */
 int ff_shard_read(const char *path, uint16_t **tokens, int64_t *n, char *err, size_t errlen);
+
+typedef struct {
+    char path[4096]; /* "" if not written */
+    int64_t docs, tokens;
+} ff_shard_stats;
+typedef struct {
+    ff_shard_stats train, val;
+    int files; /* inputs read (ff_corpus_fortunes: 0 when the shards already existed) */
+} ff_tokenize_report;
+
+/* Tokenizes text files into PREFIX_train.bin and PREFIX_val.bin (byte-level,
+ * FF_BYTE_EOT before every document). sep: a line that separates documents
+ * inside a file (fortune(6)'s "%"), or NULL for one document per file.
+ * Document i (from 0, in input order) goes to validation when
+ * floor((i+1) f) > floor(i f): every (1/f)-th document; f = 0 writes no
+ * validation shard, f > 0 that leaves it empty is refused. FF_OK, or FF_EIO
+ * with a message in err. No MPI. rep may be NULL. */
+int ff_tokenize_files(const char *const *inputs, int ninputs, const char *sep, double val_fraction,
+                      const char *prefix, ff_tokenize_report *rep, char *err, size_t errlen);
+/* The default corpus: DIR/fortunes_train.bin and DIR/fortunes_val.bin made
+ * from the fortune(6) files of Debian's `fortunes` package (one document per
+ * fortune, every tenth held out), unless both exist. DIR's parent must
+ * exist. No MPI. */
+int ff_corpus_fortunes(const char *dir, ff_tokenize_report *rep, char *err, size_t err_len);
+/* ff_corpus_fortunes on rank 0 of the context, the outcome agreed; train and
+ * val get the two shard paths (len bytes each). Collective. */
+int ff_corpus_default(ff_ctx *ctx, const char *dir, char *train, char *val, size_t len,
+                      ff_tokenize_report *rep);
 
 #ifdef __cplusplus
 }

@@ -19,5 +19,6 @@
 #include "fourfold/rng.h"
 #include "fourfold/trace.h"
 #include "fourfold/train.h"
+#include "fourfold/trainer.h"
 
 #endif

@@ -63,6 +63,21 @@ void ff_gemm_report(const ff_gemm *g, FILE *out);
 void ff_gemm_totals(const ff_gemm *g, double *flops, double *seconds);
 void ff_gemm_totals_reset(ff_gemm *g);
 
+/* ---- the machine's BLAS ------------------------------------------------------ */
+
+/* Threads of every later BLAS call of this process (OpenBLAS). */
+void ff_blas_set_threads(int n);
+/* The BLAS's kernel family ("Haswell", "Cooperlake"): timings are comparable
+ * only between runs with the same kernels. */
+const char *ff_blas_core(void);
+/* Sustained sgemm rate (FLOP/s) of C(m,n) = A(m,k) B(k,n) with `threads`
+ * BLAS threads: the median of runs totalling at least min_seconds (at least
+ * 3). Leaves the BLAS on one thread. The peak that model FLOP/s are quoted
+ * against (docs/design.md). */
+double ff_sgemm_rate(int m, int n, int k, int threads, double min_seconds);
+/* The median of v[0..n) (sorts v); 0 for n <= 0. */
+double ff_median(double *v, int n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,5 @@
 /* fourfold bench: measurements that never fail on speed (STYLE). This file:
- * the dispatcher, the shared timing loop, and `bench coll`, an
+ * the dispatcher and `bench coll`, an
  * nccl-tests-style table of every collective algorithm over a size sweep.
  *
  * Columns follow nccl-tests: size is the largest buffer of one rank in
@@ -17,99 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-double bench_median(double *v, int n)
-{
-    if (n > 1) /* a history's jobs can number thousands */
-        qsort(v, (size_t)n, sizeof *v, cmp_double);
-    if (n <= 0)
-        return 0;
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static int run_once(ff_group *g, ff_coll coll, int algo, ff_wire wire, const float *send,
-                    float *recv, size_t count)
-{
-    if (algo == BENCH_MPI_BLOCKING) {
-        MPI_Comm comm = ff_group_comm(g);
-        int n = (int)count, r = ff_group_rank(g), rc;
-        switch (coll) {
-        case FF_COLL_ALLGATHER:
-            rc = MPI_Allgather(send == recv + (size_t)r * count ? MPI_IN_PLACE : send, n, MPI_FLOAT,
-                               recv, n, MPI_FLOAT, comm);
-            break;
-        case FF_COLL_REDUCE_SCATTER:
-            rc = MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, comm);
-            break;
-        case FF_COLL_ALLREDUCE:
-            rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n, MPI_FLOAT, MPI_SUM,
-                               comm);
-            break;
-        default: rc = MPI_Alltoall(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm); break;
-        }
-        return rc == MPI_SUCCESS ? FF_OK : FF_EMPI;
-    }
-    ff_coll_opts o = {wire, (ff_algo)algo};
-    ff_request *req = NULL;
-    int rc;
-    switch (coll) {
-    case FF_COLL_ALLGATHER: rc = ff_iallgather(g, send, recv, count, &o, &req); break;
-    case FF_COLL_REDUCE_SCATTER: rc = ff_ireduce_scatter(g, send, recv, count, &o, &req); break;
-    case FF_COLL_ALLREDUCE: rc = ff_iallreduce(g, send, recv, count, &o, &req); break;
-    default: rc = ff_ialltoall(g, send, recv, count, &o, &req); break;
-    }
-    return rc == FF_OK ? ff_wait(&req) : rc;
-}
-
-/* A failure inside a collective leaves the group's other ranks waiting in
- * it (STYLE: MPI_Abort only then). */
-static void die_in_collective(ff_ctx *ctx, int rc)
-{
-    fprintf(stderr, "fourfold: error: rank %d: %s (%s)\n", cli_world_rank(),
-            ctx ? ff_ctx_error(ctx) : "", ff_strerror(rc));
-    MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
-}
-
-void bench_time_algos(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, const int *algos,
-                      int na, ff_wire wire, const float *send, float *recv, size_t count,
-                      int warmup, int iters, double *med)
-{
-    if (iters < 1)
-        iters = 1;
-    double *t = calloc((size_t)na * (size_t)iters, sizeof *t);
-    if (!t)
-        die_in_collective(ctx, FF_ENOMEM);
-    for (int it = -warmup; it < iters; it++)
-        for (int a = 0; a < na; a++) {
-            MPI_Barrier(sync);
-            double t0 = MPI_Wtime();
-            int rc = g ? run_once(g, coll, algos[a], wire, send, recv, count) : FF_OK;
-            double dt = g ? MPI_Wtime() - t0 : 0;
-            if (rc != FF_OK)
-                die_in_collective(ctx, rc);
-            if (it >= 0)
-                t[(size_t)a * iters + it] = dt;
-        }
-    MPI_Allreduce(MPI_IN_PLACE, t, na * iters, MPI_DOUBLE, MPI_MAX, sync);
-    for (int a = 0; a < na; a++)
-        med[a] = bench_median(t + (size_t)a * iters, iters);
-    free(t);
-}
-
-double bench_time_coll(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, int algo,
-                       ff_wire wire, const float *send, float *recv, size_t count, int warmup,
-                       int iters)
-{
-    double med;
-    bench_time_algos(ctx, g, sync, coll, &algo, 1, wire, send, recv, count, warmup, iters, &med);
-    return med;
-}
 
 /* ---- bench coll ---- */
 
@@ -178,19 +85,6 @@ static const int row_order[] = {BENCH_MPI_BLOCKING, FF_ALGO_MPI,       FF_ALGO_R
                                 FF_ALGO_REC,        FF_ALGO_REC_WHOLE, FF_ALGO_DIRECT,
                                 FF_ALGO_HIER_RING,  FF_ALGO_HIER_REC,  FF_ALGO_AUTO};
 enum { NROWS = sizeof row_order / sizeof row_order[0] };
-
-void bench_short_option(cli_args *a)
-{
-    if (a->name || !a->value || a->value[0] != '-' || !a->value[1] || a->value[2])
-        return;
-    const char c = a->value[1];
-    a->name = c == 'b'   ? "minbytes"
-              : c == 'e' ? "maxbytes"
-              : c == 'f' ? "factor"
-              : c == 'n' ? "iters"
-              : c == 'w' ? "warmup"
-                         : NULL;
-}
 
 static int parse_coll_opts(int argc, char **argv, coll_opts *o)
 {
@@ -342,9 +236,9 @@ static void measure_all(ff_ctx *ctx, ff_group *g, const coll_opts *o, ff_coll co
                 memcpy(slot, send, c * sizeof(float));
             MPI_Barrier(comm);
             double t0 = MPI_Wtime();
-            int rc = run_once(g, coll, algos[a], o->wire, src, recv, c);
+            int rc = bench_run_once(g, coll, algos[a], o->wire, src, recv, c);
             if (rc != FF_OK)
-                die_in_collective(ctx, rc);
+                bench_die_in_collective(ctx, rc);
             if (w == warmup - 1)
                 probe += MPI_Wtime() - t0;
         }
@@ -358,24 +252,24 @@ static void measure_all(ff_ctx *ctx, ff_group *g, const coll_opts *o, ff_coll co
     double *t = malloc((size_t)na * (size_t)iters * sizeof *t);
     long *bad = calloc((size_t)na, sizeof *bad);
     if (!t || !bad)
-        die_in_collective(ctx, FF_ENOMEM);
+        bench_die_in_collective(ctx, FF_ENOMEM);
     for (int it = 0; it < iters; it++)
         for (int a = 0; a < na; a++) {
             if (ip)
                 memcpy(slot, send, c * sizeof(float));
             MPI_Barrier(comm);
             double t0 = MPI_Wtime();
-            int rc = run_once(g, coll, algos[a], o->wire, src, recv, c);
+            int rc = bench_run_once(g, coll, algos[a], o->wire, src, recv, c);
             t[(size_t)a * iters + it] = MPI_Wtime() - t0;
             if (rc != FF_OK)
-                die_in_collective(ctx, rc);
+                bench_die_in_collective(ctx, rc);
             if (it == iters - 1)
                 bad[a] = count_wrong(coll, p, r, recv, c, S);
         }
     MPI_Allreduce(MPI_IN_PLACE, t, na * iters, MPI_DOUBLE, MPI_MAX, comm);
     MPI_Allreduce(MPI_IN_PLACE, bad, na, MPI_LONG, MPI_SUM, comm);
     for (int a = 0; a < na; a++) {
-        cells[a].t = bench_median(t + (size_t)a * iters, iters);
+        cells[a].t = ff_median(t + (size_t)a * iters, iters);
         cells[a].wrong = bad[a];
     }
     free(t);

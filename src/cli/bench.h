@@ -1,5 +1,5 @@
 /* Shared by the `fourfold bench` subcommands (bench.c, bench_gemm.c,
- * bench_profile.c). */
+ * bench_profile.c, bench_tune.c); implemented in bench_common.c. */
 #ifndef FF_CLI_BENCH_H
 #define FF_CLI_BENCH_H
 
@@ -17,6 +17,14 @@ static inline float bench_value(int rank, size_t i)
 {
     return (float)((rank * 7 + (int)(i % 11) * 5) % 11 - 5);
 }
+
+/* Runs `coll` once on g with `algo` (an ff_algo or BENCH_MPI_BLOCKING) and
+ * waits for it. */
+int bench_run_once(ff_group *g, ff_coll coll, int algo, ff_wire wire, const float *send,
+                   float *recv, size_t count);
+/* A failure inside a collective leaves the group's other ranks waiting in
+ * it: prints the context's error and aborts the job (STYLE: MPI_Abort only then). */
+void bench_die_in_collective(ff_ctx *ctx, int rc);
 
 /* Times `coll` on g: `warmup` untimed runs, then `iters` timed ones, each
  * after a barrier on `sync` (the communicator every concurrently measured
@@ -39,13 +47,6 @@ double bench_time_coll(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, in
 void bench_time_algos(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, const int *algos,
                       int na, ff_wire wire, const float *send, float *recv, size_t count,
                       int warmup, int iters, double *med);
-
-/* Sustained sgemm rate (FLOP/s) of C(m,n) = A(m,k) B(k,n) on this rank with
- * `threads` OpenBLAS threads: the median of runs totalling at least
- * min_seconds (at least 3). */
-double bench_sgemm_rate(int m, int n, int k, int threads, double min_seconds);
-
-double bench_median(double *v, int n); /* sorts v */
 
 /* nccl-tests' short options: -b, -e, -f, -n, -w become --minbytes,
  * --maxbytes, --factor, --iters, --warmup (a->name set; others untouched). */

@@ -10,37 +10,6 @@
 
 #include "bench.h"
 
-double bench_sgemm_rate(int m, int n, int k, int threads, double min_seconds)
-{
-    cli_set_blas_threads(threads);
-    size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
-    float *A = malloc(na * sizeof(float)), *B = malloc(nb * sizeof(float));
-    float *C = malloc(nc * sizeof(float));
-    double rate = 0;
-    if (A && B && C) {
-        for (size_t i = 0; i < na; i++)
-            A[i] = (float)((i * 7) % 13) * 0.01f;
-        for (size_t i = 0; i < nb; i++)
-            B[i] = (float)((i * 5) % 11) * 0.01f;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, 0.0f, C,
-                    n); /* warm-up: page faults, thread start */
-        enum { MAX_RUNS = 1000 };
-        double t[MAX_RUNS], total = 0;
-        int runs = 0;
-        while (runs < MAX_RUNS && (runs < 3 || total < min_seconds)) {
-            double t0 = MPI_Wtime();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, 0.0f,
-                        C, n);
-            t[runs] = MPI_Wtime() - t0;
-            total += t[runs++];
-        }
-        rate = 2.0 * m * n * k / bench_median(t, runs);
-    }
-    free(A), free(B), free(C);
-    cli_set_blas_threads(1);
-    return rate;
-}
-
 static const char help_gemm[] =
     "usage: mpirun -np N fourfold bench gemm [options]\n\n"
     "sgemm C(m,n) = A(m,k) B(k,n), row-major, on every rank at once; prints the\n"
@@ -130,12 +99,12 @@ int cmd_bench_gemm(int argc, char **argv)
         cli_error("--json %s: cannot open for appending", json_path);
     cli_print("# fourfold bench gemm: %d rank(s) computing at once, %ld core(s), OpenBLAS core %s\n"
               "#%21s %7s %10s %10s %10s %12s\n",
-              size, cores, cli_blas_core(), "m x n x k", "threads", "GFLOP/s", "min", "max",
+              size, cores, ff_blas_core(), "m x n x k", "threads", "GFLOP/s", "min", "max",
               "sum(ranks)");
     for (int t = 0; t < nthr; t++)
         for (int s = 0; s < nshape; s++) {
             MPI_Barrier(MPI_COMM_WORLD);
-            double rate = bench_sgemm_rate(dims[s][0], dims[s][1], dims[s][2], thr[t], seconds);
+            double rate = ff_sgemm_rate(dims[s][0], dims[s][1], dims[s][2], thr[t], seconds);
             double *all = malloc((size_t)size * sizeof *all);
             if (!all)
                 MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
@@ -143,7 +112,7 @@ int cmd_bench_gemm(int argc, char **argv)
             double sum = 0;
             for (int i = 0; i < size; i++)
                 sum += all[i];
-            double med = bench_median(all, size);
+            double med = ff_median(all, size);
             char shape[40];
             snprintf(shape, sizeof shape, "%dx%dx%d", dims[s][0], dims[s][1], dims[s][2]);
             cli_print(" %21s %7d %10.2f %10.2f %10.2f %12.2f\n", shape, thr[t], med * 1e-9,
@@ -154,7 +123,7 @@ int cmd_bench_gemm(int argc, char **argv)
                         "\"ranks\":%d,\"gflops_median\":%.3f,\"gflops_min\":%.3f,"
                         "\"gflops_max\":%.3f,\"core\":\"%s\"}\n",
                         dims[s][0], dims[s][1], dims[s][2], thr[t], size, med * 1e-9, all[0] * 1e-9,
-                        all[size - 1] * 1e-9, cli_blas_core());
+                        all[size - 1] * 1e-9, ff_blas_core());
             free(all);
         }
     if (json)

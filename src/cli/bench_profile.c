@@ -76,7 +76,7 @@ static double time_additions(MPI_Comm world, int quick)
     volatile float sink = acc[n - 1]; /* the sums are used */
     (void)sink;
     free(acc), free(in);
-    double med = bench_median(t, REPS);
+    double med = ff_median(t, REPS);
     return med > 0 ? (double)(n * sizeof(float)) / med : 0;
 }
 
@@ -144,41 +144,6 @@ static ff_group *split_group(ff_ctx *ctx, int color, int key, const char *name)
     }
     MPI_Comm_free(&comm);
     return g;
-}
-
-/* The temporary file beside path that bench_write_atomic writes. */
-static void temp_name(char *tmp, size_t len, const char *path)
-{
-    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
-}
-
-int bench_write_atomic(const char *path, const char *text)
-{
-    char tmp[4096 + 32];
-    temp_name(tmp, sizeof tmp, path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
-    int bad = fputs(text, f) < 0;
-    bad |= ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (!bad && rename(tmp, path) != 0)
-        bad = 1;
-    if (bad)
-        unlink(tmp);
-    return bad ? -1 : 0;
-}
-
-int bench_can_write(const char *path)
-{
-    char tmp[4096 + 32];
-    temp_name(tmp, sizeof tmp, path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
-    fclose(f);
-    unlink(tmp);
-    return 0;
 }
 
 int cmd_bench_profile(int argc, char **argv)
@@ -403,16 +368,16 @@ int cmd_bench_profile(int argc, char **argv)
     /* sgemm, every rank at once */
     int dim = quick ? 256 : 1024;
     MPI_Barrier(world);
-    double rate = bench_sgemm_rate(dim, dim, dim, 1, quick ? 0.1 : 1.0), med;
+    double rate = ff_sgemm_rate(dim, dim, dim, 1, quick ? 0.1 : 1.0), med;
     double *rates = malloc((size_t)size * sizeof *rates);
     if (!rates)
         MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
     MPI_Allgather(&rate, 1, MPI_DOUBLE, rates, 1, MPI_DOUBLE, world);
-    med = bench_median(rates, size);
+    med = ff_median(rates, size);
     free(rates);
     cli_print("\n# sgemm %dx%dx%d, 1 thread, all ranks at once: %.2f GFLOP/s per rank (median), "
               "OpenBLAS core %s\n",
-              dim, dim, dim, med * 1e-9, cli_blas_core());
+              dim, dim, dim, med * 1e-9, ff_blas_core());
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     double mem = pages > 0 && page > 0 ? (double)pages * (double)page / (g > 0 ? g : 1) : 0;
 

@@ -320,7 +320,7 @@ static void over_fastest(const double *t, int na, double *r)
  * sorts v. */
 static double high_percentile(double *v, int n)
 {
-    bench_median(v, n); /* sorts */
+    ff_median(v, n); /* sorts */
     return v[(9 * n + 9) / 10 - 1];
 }
 
@@ -374,7 +374,7 @@ static int decide(history *h, int nodes, int per_node, ff_coll coll, double byte
     for (int k = 0; k < na; k++) {
         for (int j = 0; j < full; j++)
             h->scratch[j] = h->jv[(size_t)j * NCAND + k];
-        med[k] = bench_median(h->scratch, full);
+        med[k] = ff_median(h->scratch, full);
     }
     for (int j = 0; j < full; j++)
         over_fastest(&h->jv[(size_t)j * NCAND], na, &h->jv[(size_t)j * NCAND]);
@@ -480,7 +480,7 @@ static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *wha
                 continue;
             double mine[NCAND], med[NCAND], worst[NCAND];
             for (int k = 0; k < na; k++) {
-                mine[k] = bench_median(&T(ci, i, k, 0), R);
+                mine[k] = ff_median(&T(ci, i, k, 0), R);
                 if (h)
                     history_add(h, nodes, per_node, coll, s->sz[i], (ff_algo)s->algos[i][k],
                                 mine[k]);

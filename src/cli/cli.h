@@ -71,8 +71,6 @@ int cli_coll_model(ff_coll_model *m, char *err, size_t err_len);
 
 /* The ranks on one node (MPI_COMM_TYPE_SHARED), the minimum over nodes. */
 int cli_ranks_per_node(MPI_Comm comm);
-void cli_set_blas_threads(int n);
-const char *cli_blas_core(void);
 
 /* sample.c: generates n tokens after the prompt in every sequence of the
  * model's micro-batch (each starts with end-of-text, token V-1) and prints
@@ -80,10 +78,8 @@ const char *cli_blas_core(void);
  * byte-level vocabulary (V = 257), token ids otherwise. Collective. */
 int cli_generate(ff_gpt *g, const int32_t *prompt, int prompt_len, long n, const ff_sampler *s,
                  int show);
-/* tokenize.c: makes DIR/fortunes_train.bin and DIR/fortunes_val.bin from the
- * fortune(6) files of Debian's `fortunes` packages unless they exist (no
- * MPI; call on one rank). 0, or -1 with a message in err. */
-int cli_default_corpus(const char *dir, char *err, size_t err_len);
+/* tokenize.c: one line per shard written (path, documents, tokens, bytes). */
+void cli_print_shards(const ff_tokenize_report *rep);
 
 /* Subcommands */
 int cmd_selftest(int argc, char **argv);

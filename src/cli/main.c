@@ -12,8 +12,6 @@
 
 /* OpenBLAS extensions (declared in its cblas.h on Debian, repeated here so
  * the program builds against any OpenBLAS header). */
-void openblas_set_num_threads(int num_threads);
-char *openblas_get_corename(void);
 
 /* ---- output ---- */
 
@@ -257,14 +255,12 @@ int cli_ranks_per_node(MPI_Comm comm)
     return minimum;
 }
 
-void cli_set_blas_threads(int n) { openblas_set_num_threads(n); }
-const char *cli_blas_core(void) { return openblas_get_corename(); }
 
 int cli_setup(const cli_run_opts *o, ff_ctx **pctx, ff_grid **pgrid)
 {
     *pctx = NULL;
     *pgrid = NULL;
-    cli_set_blas_threads(o->blas_threads);
+    ff_blas_set_threads(o->blas_threads);
     ff_ctx *ctx;
     int rc = ff_ctx_create(&ctx, MPI_COMM_WORLD, &o->ctx);
     if (rc != FF_OK) {

@@ -328,7 +328,7 @@ int cmd_selftest(int argc, char **argv)
     cli_print("fourfold %s selftest on %d ranks\n", FF_VERSION_STRING, ff_ctx_size(ctx));
     print_grid(ctx, grid);
     cli_print("\nprogress  %s; %zu floats per rank per collective; OpenBLAS core %s\n\n",
-              modes[ff_ctx_progress_mode(ctx)], st.count, cli_blas_core());
+              modes[ff_ctx_progress_mode(ctx)], st.count, ff_blas_core());
     cli_print("%-5s %4s  %-14s %-4s %-4s %-5s %10s  %-14s %15s  %s\n", "group", "size",
               "collective", "algo", "wire", "place", "max |err|", "error", "bytes sent/recv",
               "result");

@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bench.h"
 #include "cli.h"
 
 typedef struct {
@@ -23,7 +22,8 @@ typedef struct {
     const char *data, *val_data, *out, *resume_from, *init_from;
     int resume, overwrite, grid_auto;
     long ag_cache_blocks; /* the planner's unit; -1: every layer, wte included */
-    long seed, val_every, val_batches, save_every, keep, log_every, sample_tokens;
+    long seed, val_every, val_batches, save_every, keep, log_every, sample_tokens, top_k;
+    float temperature;
     ff_gpt_opts gpt;
 } train_opts;
 
@@ -51,7 +51,7 @@ static const char help[] =
     "  --data GLOB       training shards (llm.c .bin, uint16 tokens)\n"
     "  --val-data GLOB   validation shards (default: GLOB with 'train' -> 'val', if any)\n"
     "  --val-every N     validation loss every N steps and at the end (default 50; 0 = end only)\n"
-    "  --val-batches N   micro-batches per validation (default 8)\n"
+    "  --val-batches N   micro-batches per validation, spread over the data (default 8)\n"
     "output and checkpoints:\n"
     "  --out DIR         log.jsonl and checkpoints (default out)\n"
     "  --save-every N    checkpoint every N steps and at the end (default 0 = end only)\n"
@@ -61,6 +61,8 @@ static const char help[] =
     "  --overwrite       start afresh in an --out that holds checkpoints (removes them)\n"
     "  --log-every N     print every N-th step (default 1; JSON gets every step)\n"
     "  --sample N        print N sampled tokens at the end (default 0)\n"
+    "  --temperature F   of that sample (default 0.8; 0 = greedy)\n"
+    "  --top-k N         sample from the N most likely tokens (default 40; 0 = all)\n"
     "parallelism:\n"
     "  --checkpoint on|off   activation checkpointing (default off)\n"
     "  --overlap on|off      all overlaps: OAR, ORS, OAG, data-parallel buckets (default on)\n"
@@ -86,6 +88,8 @@ static void defaults(train_opts *o)
     o->keep = 2;
     o->ag_cache_blocks = -1;
     o->log_every = 1;
+    o->temperature = 0.8f;
+    o->top_k = 40;
     ff_gpt_opts_default(&o->gpt);
 }
 
@@ -170,6 +174,8 @@ static int parse(int argc, char **argv, train_opts *o)
         {"init-from", 's', &o->init_from, 0, 0},
         {"log-every", 'l', &o->log_every, 1, big},
         {"sample", 'l', &o->sample_tokens, 0, 1 << 20},
+        {"temperature", 'f', &o->temperature, 0, 100},
+        {"top-k", 'l', &o->top_k, 0, 1 << 24},
         {"ag-cache", 'l', &o->ag_cache_blocks, -1, 1 << 20},
     };
     cli_args a;
@@ -321,131 +327,6 @@ fail:
     return CLI_FAIL;
 }
 
-/* mkdir -p: the folder and its missing parents. */
-static int make_dirs(const char *dir)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s", dir);
-    for (char *p = path + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(path, 0777) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    return mkdir(path, 0777) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-/* Rank 0 makes the output folder and checks that it can write there. */
-static int prepare_out(ff_ctx *ctx, const char *dir)
-{
-    int rc = FF_OK;
-    if (ff_ctx_rank(ctx) == 0) {
-        char probe[4200];
-        snprintf(probe, sizeof probe, "%s/.fourfold-probe", dir);
-        struct stat sb;
-        FILE *f = NULL;
-        if (make_dirs(dir) != 0)
-            rc = ff_ctx_set_error(ctx, FF_EIO, "cannot create the output folder '%s': %s", dir,
-                                  strerror(errno));
-        else if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            rc = ff_ctx_set_error(ctx, FF_EIO, "the output folder '%s' is not a folder", dir);
-        else if (!(f = fopen(probe, "w")))
-            rc = ff_ctx_set_error(ctx, FF_EIO, "cannot write in the output folder '%s': %s", dir,
-                                  strerror(errno));
-        if (f) {
-            fclose(f);
-            remove(probe);
-        }
-    }
-    return ff_ctx_agree(ctx, rc);
-}
-
-/* Communication of one step on this rank, from the group counters: time
- * blocked in waits, and time collectives were in flight while the rank did
- * something else (flight - wait, summed over collectives; concurrent ones
- * count separately). */
-typedef struct {
-    double wait_s, flight_s;
-    uint64_t calls, sent, recv;
-} comm_totals;
-
-static comm_totals totals(ff_grid *grid)
-{
-    comm_totals t = {0};
-    for (int k = 0; k < FF_NGROUPS; k++) {
-        ff_group *g = ff_grid_group(grid, (ff_group_kind)k);
-        if (!g)
-            continue;
-        for (int c = 0; c < FF_NCOLL; c++) {
-            ff_counters n = ff_group_counters(g, (ff_coll)c);
-            t.wait_s += n.wait_s;
-            t.flight_s += n.flight_s;
-            t.calls += n.calls;
-            t.sent += n.bytes_sent;
-            t.recv += n.bytes_recv;
-        }
-    }
-    return t;
-}
-
-static void log_bytes(FILE *log, ff_grid *grid)
-{
-    for (int k = 0; k < FF_NGROUPS; k++) {
-        ff_group *g = ff_grid_group(grid, (ff_group_kind)k);
-        if (!g)
-            continue;
-        for (int c = 0; c < FF_NCOLL; c++) {
-            ff_counters n = ff_group_counters(g, (ff_coll)c);
-            if (n.calls)
-                fprintf(log,
-                        "{\"type\":\"bytes\",\"group\":\"%s\",\"coll\":\"%s\",\"calls\":%llu,"
-                        "\"bytes_sent\":%llu,\"bytes_recv\":%llu,\"wait_s\":%.6f}\n",
-                        ff_group_kind_name((ff_group_kind)k), ff_coll_name((ff_coll)c),
-                        (unsigned long long)n.calls, (unsigned long long)n.bytes_sent,
-                        (unsigned long long)n.bytes_recv, n.wait_s);
-        }
-    }
-}
-
-/* The mean loss over the first --val-batches micro-batches of the
- * validation data (the same batches every time). */
-static int validate(ff_ctx *ctx, ff_gpt *g, ff_data *val, const train_opts *o, int vocab,
-                    int32_t *tok, int32_t *tgt, float *loss)
-{
-    int first, count, rc = ff_data_seek(val, (ff_data_pos){0, 0, 0});
-    ff_gpt_local_sequences(g, &first, &count);
-    double sum = 0;
-    for (long i = 0; rc == FF_OK && i < o->val_batches; i++) {
-        float l = 0;
-        /* a bad token may be on one rank's sequences only: agree first */
-        rc = ff_ctx_agree(
-            ctx, ff_data_next(val, 1, (int)o->micro, (int)o->seq, first, count, vocab, tok, tgt));
-        if (rc == FF_OK)
-            rc = ff_gpt_eval(g, tok, tgt, &l);
-        sum += l;
-    }
-    *loss = (float)(sum / (double)o->val_batches);
-    return rc;
-}
-
-/* The default corpus when no --data is given: the fortune(6) files, made
- * into byte-level shards under OUT/corpus on first use (rank 0). */
-static int default_data(ff_ctx *ctx, train_opts *o, char *train, char *val, size_t len)
-{
-    char dir[4200], err[512] = "";
-    snprintf(dir, sizeof dir, "%s/corpus", o->out);
-    int rc = FF_OK;
-    if (ff_ctx_rank(ctx) == 0 && cli_default_corpus(dir, err, sizeof err) != 0)
-        rc = ff_ctx_set_error(ctx, FF_EIO, "%s", err);
-    snprintf(train, len, "%s/fortunes_train.bin", dir);
-    snprintf(val, len, "%s/fortunes_val.bin", dir);
-    o->data = train;
-    if (!o->val_data)
-        o->val_data = val;
-    return ff_ctx_agree(ctx, rc);
-}
-
 /* --val-data by default: the training glob with its last "train" replaced
  * by "val" (llm.c's names: fineweb_train_*.bin, fineweb_val_*.bin). */
 static void guess_val(train_opts *o, char *buf, size_t len)
@@ -460,9 +341,11 @@ static void guess_val(train_opts *o, char *buf, size_t len)
     o->val_data = buf;
 }
 
-static void print_settings(const train_opts *o, ff_gpt *g, ff_grid *grid, double sgemm_rank,
-                           int ranks, int start_step)
+static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, int ranks)
 {
+    ff_gpt *g = ff_trainer_gpt(t);
+    ff_trainer_info ti;
+    ff_trainer_get_info(t, &ti);
     ff_gpt_config c = ff_gpt_get_config(g);
     ff_gpt_memory mem;
     ff_gpt_memory_report(g, &mem);
@@ -483,13 +366,13 @@ static void print_settings(const train_opts *o, ff_gpt *g, ff_grid *grid, double
         o->grid_auto ? " (--grid auto: the planner's first choice)" : "");
     ROW("batch", "%ld sequences x %ld tokens = %ld tokens", o->batch, o->seq, o->batch * o->seq);
     ROW("micro-batches", "%ld of %ld sequences", o->batch / o->micro, o->micro);
-    ROW("steps", "%d to %ld", start_step, o->steps);
+    ROW("steps", "%lld to %ld", (long long)ti.start_step, o->steps);
     ROW("learning rate", "%g, warm-up %d, cosine to %g", o->hyper.lr, o->hyper.warmup,
         o->hyper.lr * o->hyper.min_lr_frac);
     ROW("AdamW", "betas %g %g, eps %g, decay %g, clip %g", o->hyper.beta1, o->hyper.beta2,
         o->hyper.eps, o->hyper.weight_decay, o->hyper.clip);
-    ROW("data", "%s", o->data);
-    ROW("validation", "%s, every %ld steps, %ld batches", o->val_data ? o->val_data : "none",
+    ROW("data", "%s", ti.data);
+    ROW("validation", "%s, every %ld steps, %ld batches", ti.val_data ? ti.val_data : "none",
         o->val_every, o->val_batches);
     ROW("output", "%s (checkpoint every %ld, keep %ld)", o->out, o->save_every, o->keep);
     ROW("seed", "%ld", o->seed);
@@ -503,8 +386,8 @@ static void print_settings(const train_opts *o, ff_gpt *g, ff_grid *grid, double
     ROW("wire", "%s", o->gpt.linear.coll.wire == FF_WIRE_BF16 ? "bf16" : "fp32");
     ROW("memory per rank", "params %.1f grads %.1f adam %.1f act %.1f MiB", mem.params * mib,
         mem.grads * mib, mem.adam * mib, mem.activations * mib);
-    ROW("sgemm per rank", "%.1f GFLOP/s (%s, %d thread(s), all ranks at once)", sgemm_rank * 1e-9,
-        cli_blas_core(), o->run.blas_threads);
+    ROW("sgemm per rank", "%.1f GFLOP/s (%s, %d thread(s), all ranks at once)",
+        ti.sgemm_rate * 1e-9, ff_blas_core(), o->run.blas_threads);
     ROW("model FLOPs", "6N + 12LCT = %.3g per token", ff_gpt_flops_per_token(g, (int)o->seq));
 #undef ROW
     cli_print(
@@ -522,42 +405,43 @@ static int matches_everywhere(const char *pattern)
     return all;
 }
 
-/* Starts the run: from a checkpoint (--resume), an llm.c file (--init-from)
- * or GPT-2's initialisation. */
-static int start_run(ff_ctx *ctx, ff_gpt *g, ff_data *data, const train_opts *o,
-                     const char *resume_dir, ff_train_state *st)
+/* Hours, minutes and seconds: "1:02:03", "2:03", "0:05". */
+static void format_eta(double s, char *buf, size_t len)
 {
-    int rc;
-    memset(st, 0, sizeof *st);
-    if (resume_dir) {
-        int64_t step;
-        if ((rc = ff_ckpt_latest(ctx, resume_dir, &step)))
-            return rc;
-        if (step < 0)
-            return ff_ctx_agree(ctx, ff_ctx_set_error(ctx, FF_EIO,
-                                                      "no complete checkpoint to resume in '%s' "
-                                                      "(no DONE_* marker)",
-                                                      resume_dir));
-        if ((rc = ff_ckpt_load(g, resume_dir, step, st)))
-            return rc;
-        const ff_adamw *h = &st->hyper, *n = &o->hyper;
-        if (h->lr != n->lr || h->warmup != n->warmup || h->steps != n->steps ||
-            h->min_lr_frac != n->min_lr_frac || h->weight_decay != n->weight_decay ||
-            h->clip != n->clip)
-            cli_print("note: the schedule differs from the checkpoint's (--lr %g --warmup %d "
-                      "--steps %d --min-lr-frac %g --weight-decay %g --clip %g); continuing "
-                      "with this command line's, so the run is not the one that was saved\n",
-                      h->lr, h->warmup, h->steps, h->min_lr_frac, h->weight_decay, h->clip);
-        if (st->batch != o->batch || st->seq != o->seq)
-            cli_print("note: the checkpoint was trained with --batch %d --seq %d; continuing with "
-                      "--batch %ld --seq %ld from its data position\n",
-                      st->batch, st->seq, o->batch, o->seq);
-        cli_print("resumed from step %lld of %s\n", (long long)st->step, resume_dir);
-        return ff_ctx_agree(ctx, ff_data_seek(data, st->data));
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* The trainer's events as lines on rank 0. */
+static void print_event(const ff_train_event *ev, void *user)
+{
+    const train_opts *o = user;
+    const ff_train_step_info *s = ev->step;
+    char eta[32];
+    switch (ev->kind) {
+    case FF_TRAIN_STEP:
+        if (s->step % o->log_every != 0 && s->step != s->steps && s->step != 1)
+            break;
+        format_eta(s->eta_s, eta, sizeof eta);
+        cli_print("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s | "
+                  "%.2f GFLOP/s %4.1f%% of sgemm | compute %.1f wait %.1f hidden %.1f ms | "
+                  "eta %s\n",
+                  (long long)s->step, (long long)s->steps, s->loss, s->lr, s->grad_norm, s->ms,
+                  s->tokens_per_s, s->model_flops_per_s * 1e-9, 100 * s->sgemm_fraction,
+                  s->compute_ms, s->wait_ms, s->hidden_ms, eta);
+        break;
+    case FF_TRAIN_VAL:
+        cli_print("step %5lld/%ld | validation loss %.4f (%ld batches)\n", (long long)ev->at,
+                  o->steps, ev->val_loss, o->val_batches);
+        break;
+    case FF_TRAIN_SAVE:
+        cli_print("step %5lld/%ld | checkpoint %s\n", (long long)ev->at, o->steps, ev->path);
+        break;
+    case FF_TRAIN_NOTE: cli_print("note: %s\n", ev->text); break;
     }
-    if (o->init_from)
-        return ff_gpt_load(g, o->init_from);
-    return ff_gpt_init(g, (uint64_t)o->seed);
 }
 
 int cmd_train(int argc, char **argv)
@@ -583,203 +467,49 @@ int cmd_train(int argc, char **argv)
     if (cli_setup(&o.run, &ctx, &grid) != CLI_OK)
         return CLI_FAIL;
 
-    const int world = ff_ctx_size(ctx), root = ff_ctx_rank(ctx) == 0;
-    const int n_micro = (int)(o.batch / o.micro), T = (int)o.seq;
-    const char *resume_dir = o.resume ? o.out : o.resume_from;
-    char train_glob[4300], val_glob[4300], path[4300];
-    ff_gpt *g = NULL;
-    ff_data *data = NULL, *val = NULL;
-    int32_t *tok = NULL, *tgt = NULL;
-    FILE *log = NULL;
-    ff_train_state st;
-    int rc, first = 0, count = 0;
-    /* the last two checkpoints written or loaded: checkpoint s is known good
-     * once step s + 1 has a finite loss */
-    char ck_last[4300] = "", ck_prev[4300] = "";
-    int64_t saved = -1;
-
-    if ((rc = prepare_out(ctx, o.out)))
-        goto done;
-    if (resume_dir != o.out) {
-        /* a new run (or one resumed from elsewhere) must not mix its
-         * checkpoints with an older run's: --resume would pick the wrong one */
-        int64_t newest;
-        if ((rc = ff_ckpt_latest(ctx, o.out, &newest)))
-            goto done;
-        if (newest >= 0 && o.overwrite)
-            rc = ff_ckpt_clear(ctx, o.out);
-        else if (newest >= 0)
-            rc = ff_ctx_agree(ctx, ff_ctx_set_error(ctx, FF_EINVAL,
-                                                    "'%s' holds the checkpoints of another run "
-                                                    "(newest: step %lld); --resume continues it, "
-                                                    "--overwrite removes them",
-                                                    o.out, (long long)newest));
-        if (rc)
-            goto done;
-    }
-    if (!o.data)
-        rc = default_data(ctx, &o, train_glob, val_glob, sizeof train_glob);
-    else
+    char val_glob[4300];
+    if (o.data) {
         guess_val(&o, val_glob, sizeof val_glob);
-    if (rc)
-        goto done;
-    if (o.val_data == val_glob && !matches_everywhere(o.val_data))
-        o.val_data = NULL; /* a guess that matches nothing: no validation */
-    if (o.init_from && (rc = ff_gpt_read_config(ctx, o.init_from, &cfg)) == FF_OK &&
-        o.seq > cfg.maxT)
-        rc = ff_ctx_agree(ctx, ff_ctx_set_error(ctx, FF_EINVAL,
-                                                "--seq %ld is longer than the %d positions of '%s'",
-                                                o.seq, cfg.maxT, o.init_from));
-    if (rc || (rc = ff_gpt_create(grid, &cfg, &o.gpt, (int)o.micro, T, &g)))
-        goto done;
-    cfg = ff_gpt_get_config(g);
-    if ((rc = ff_data_open(ctx, o.data, o.batch * o.seq + 1, &data)))
-        goto done;
-    if (o.val_data && (rc = ff_data_open(ctx, o.val_data, o.micro * o.seq + 1, &val)))
-        goto done;
-    ff_gpt_local_sequences(g, &first, &count);
-    tok = malloc((size_t)n_micro * count * T * sizeof *tok);
-    tgt = malloc((size_t)n_micro * count * T * sizeof *tgt);
-    if ((rc = ff_ctx_agree(
-             ctx,
-             tok && tgt ? FF_OK : ff_ctx_set_error(ctx, FF_ENOMEM, "out of memory for a batch"))))
-        goto done;
-    if ((rc = start_run(ctx, g, data, &o, resume_dir, &st)))
-        goto done;
-    if (resume_dir) {
-        saved = st.step;
-        ff_ckpt_path(ck_last, sizeof ck_last, resume_dir, "model", saved);
-        if (st.step >= o.steps)
-            cli_print("note: the checkpoint is at step %lld, --steps is %ld: nothing to train\n",
-                      (long long)st.step, o.steps);
+        if (o.val_data == val_glob && !matches_everywhere(o.val_data))
+            o.val_data = NULL; /* a guess that matches nothing: no validation */
     }
-    st.seed = (uint64_t)o.seed;
-    st.batch = (int)o.batch;
-    st.micro_batch = (int)o.micro;
-    st.seq = T;
-    st.hyper = o.hyper;
-
-    /* the empirical peak: sgemm on every rank at once, as the step runs */
-    MPI_Barrier(MPI_COMM_WORLD);
-    double sgemm = bench_sgemm_rate(512, 512, 512, o.run.blas_threads, 0.2), sgemm_med;
-    cli_set_blas_threads(o.run.blas_threads);
-    MPI_Allreduce(&sgemm, &sgemm_med, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    sgemm_med /= world; /* mean over ranks */
-    print_settings(&o, g, grid, sgemm_med, world, (int)st.step);
-
-    int io = FF_OK;
-    if (root) {
-        snprintf(path, sizeof path, "%s/log.jsonl", o.out);
-        if (!(log = fopen(path, resume_dir ? "a" : "w")))
-            io = ff_ctx_set_error(ctx, FF_EIO, "cannot write '%s'", path);
-        else {
-            ff_dims s = ff_grid_shape(grid);
-            fprintf(log,
-                    "{\"type\":\"config\",\"grid\":\"%dx%dx%dx%d\",\"L\":%d,\"C\":%d,\"NH\":%d,"
-                    "\"V\":%d,\"maxT\":%d,\"batch\":%ld,\"micro_batch\":%ld,\"seq\":%d,"
-                    "\"steps\":%ld,\"lr\":%g,\"start_step\":%lld,\"sgemm_flops_per_rank\":%.4g,"
-                    "\"blas_core\":\"%s\",\"ranks\":%d}\n",
-                    s.x, s.y, s.z, s.d, cfg.L, cfg.C, cfg.NH, cfg.V, cfg.maxT, o.batch, o.micro, T,
-                    o.steps, o.hyper.lr, (long long)st.step, sgemm_med, cli_blas_core(), world);
-            if (resume_dir)
-                fprintf(log, "{\"type\":\"resume\",\"step\":%lld,\"from\":\"%s\"}\n",
-                        (long long)st.step, resume_dir);
-            fflush(log);
-        }
+    ff_trainer_config tc;
+    ff_trainer_config_default(&tc);
+    tc.model = cfg;
+    tc.gpt = o.gpt;
+    tc.batch = (int)o.batch;
+    tc.micro_batch = (int)o.micro;
+    tc.seq = (int)o.seq;
+    tc.steps = (int)o.steps;
+    tc.hyper = o.hyper;
+    tc.seed = (uint64_t)o.seed;
+    tc.data = o.data;
+    tc.val_data = o.val_data;
+    tc.val_every = (int)o.val_every;
+    tc.val_batches = (int)o.val_batches;
+    tc.out = o.out;
+    tc.save_every = (int)o.save_every;
+    tc.keep = (int)o.keep;
+    tc.overwrite = o.overwrite;
+    tc.resume_from = o.resume ? o.out : o.resume_from;
+    tc.init_from = o.init_from;
+    tc.blas_threads = o.run.blas_threads;
+    tc.hook = print_event;
+    tc.user = &o;
+    ff_trainer *t = NULL;
+    int rc = ff_trainer_create(grid, &tc, &t);
+    if (rc == FF_OK) {
+        print_settings(&o, t, grid, ff_ctx_size(ctx));
+        rc = ff_trainer_run(t);
     }
-    if ((rc = ff_ctx_agree(ctx, io)))
-        goto done;
-
-    const double flops_step = ff_gpt_flops_per_token(g, T) * (double)o.batch * T;
-    for (int64_t step = st.step; step < o.steps; step++) {
-        comm_totals c0 = totals(grid);
-        double t0 = ff_now();
-        rc = ff_ctx_agree(
-            ctx, ff_data_next(data, n_micro, (int)o.micro, T, first, count, cfg.V, tok, tgt));
-        if (rc)
-            goto done;
-        ff_gpt_step_info info;
-        rc = ff_gpt_step(g, tok, tgt, n_micro, &o.hyper, (int)step, &info);
-        double dt = ff_now() - t0;
-        if (rc == FF_ENUMERIC) {
-            /* the checkpoint of the previous step holds the parameters that
-             * gave this loss; an older one was followed by a finite loss */
-            const char *good = saved >= 0 && saved < step ? ck_last : ck_prev;
-            if (good == ck_prev && o.keep == 1)
-                good = ""; /* removed when the newer one was written */
-            char why[1024];
-            snprintf(why, sizeof why, "%s", ff_ctx_error(ctx)); /* names the step */
-            ff_ctx_set_error(ctx, rc, "%s; stopping (the last good checkpoint: %s)", why,
-                             *good ? good : "none");
-            goto done;
-        }
-        if (rc)
-            goto done;
-        comm_totals c1 = totals(grid);
-        double wait = c1.wait_s - c0.wait_s;
-        /* in flight beside compute: summed over collectives (concurrent ones
-         * each count), so capped at the compute time it hid behind */
-        double hidden = fmin(fmax(0.0, (c1.flight_s - c0.flight_s) - wait), dt - wait);
-        double tok_s = (double)o.batch * T / dt, flops = flops_step / dt;
-        double frac = flops / (sgemm_med * world);
-        if (root && (step % o.log_every == 0 || step + 1 == o.steps))
-            cli_print("step %5lld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s | "
-                      "%.2f GFLOP/s %4.1f%% of sgemm | compute %.1f wait %.1f hidden %.1f ms\n",
-                      (long long)step + 1, o.steps, info.loss, info.lr, info.grad_norm, dt * 1e3,
-                      tok_s, flops * 1e-9, 100 * frac, (dt - wait) * 1e3, wait * 1e3, hidden * 1e3);
-        if (log) {
-            fprintf(log,
-                    "{\"type\":\"step\",\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,"
-                    "\"ms\":%.3f,\"tokens_per_s\":%.1f,\"model_flops_per_s\":%.4g,"
-                    "\"sgemm_fraction\":%.4f,\"compute_ms\":%.3f,\"wait_ms\":%.3f,"
-                    "\"hidden_ms\":%.3f}\n",
-                    (long long)step + 1, info.loss, info.lr, info.grad_norm, dt * 1e3, tok_s, flops,
-                    frac, (dt - wait) * 1e3, wait * 1e3, hidden * 1e3);
-            fflush(log);
-        }
-        const int last = step + 1 == o.steps;
-        if (val && ((o.val_every && (step + 1) % o.val_every == 0) || last)) {
-            float vl;
-            if ((rc = validate(ctx, g, val, &o, cfg.V, tok, tgt, &vl)))
-                goto done;
-            cli_print("step %5lld/%ld | validation loss %.4f (%ld batches)\n", (long long)step + 1,
-                      o.steps, vl, o.val_batches);
-            if (log) {
-                fprintf(log, "{\"type\":\"val\",\"step\":%lld,\"val_loss\":%.9g}\n",
-                        (long long)step + 1, vl);
-                fflush(log);
-            }
-        }
-        if ((o.save_every && (step + 1) % o.save_every == 0) || last) {
-            st.step = step + 1;
-            st.data = ff_data_tell(data);
-            if ((rc = ff_ckpt_save(g, o.out, &st, (int)o.keep)))
-                goto done;
-            saved = st.step;
-            memcpy(ck_prev, ck_last, sizeof ck_prev);
-            ff_ckpt_path(ck_last, sizeof ck_last, o.out, "model", saved);
-            cli_print("step %5lld/%ld | checkpoint %s\n", (long long)saved, o.steps, ck_last);
-        }
-    }
-    if (log) {
-        log_bytes(log, grid);
-        fflush(log);
-    }
-    if (o.sample_tokens > 0) {
-        ff_sampler smp = {0.8f, 40, (uint64_t)o.seed};
+    if (rc == FF_OK && o.sample_tokens > 0) {
+        ff_sampler smp = {o.temperature, (int)o.top_k, (uint64_t)o.seed};
         cli_print("sample (%ld tokens, temperature %.1f, top-k %d):\n", o.sample_tokens,
                   smp.temperature, smp.top_k);
-        rc = cli_generate(g, NULL, 0, o.sample_tokens, &smp, 1);
+        rc = cli_generate(ff_trainer_gpt(t), NULL, 0, o.sample_tokens, &smp, 1);
     }
-done:
     if (rc)
         cli_error("%s", ff_ctx_error(ctx));
-    if (log)
-        fclose(log);
-    free(tok);
-    free(tgt);
-    ff_data_close(data);
-    ff_data_close(val);
-    ff_gpt_destroy(g);
+    ff_trainer_destroy(t);
     return cli_teardown(&o.run, ctx, grid, rc ? CLI_FAIL : CLI_OK);
 }

@@ -307,6 +307,16 @@ const char *ff_data_shard_name(const ff_data *d, int i)
 
 ff_data_pos ff_data_tell(const ff_data *d) { return d->pos; }
 
+ff_data_pos ff_data_spread(const ff_data *d, int64_t i, int64_t n)
+{
+    int64_t g = n > 0 ? (int64_t)((double)i / (double)n * (double)d->total) : 0;
+    ff_data_pos p = {0, 0, 0};
+    while (p.shard + 1 < d->nshards && g >= d->ntok[p.shard])
+        g -= d->ntok[p.shard++];
+    p.offset = g < d->ntok[p.shard] ? g : d->ntok[p.shard];
+    return p;
+}
+
 int ff_data_seek(ff_data *d, ff_data_pos pos)
 {
     if (pos.shard < 0 || pos.shard >= d->nshards || pos.offset < 0 ||

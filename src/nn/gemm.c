@@ -303,3 +303,57 @@ void ff_gemm_totals(const ff_gemm *g, double *flops, double *seconds)
 }
 
 void ff_gemm_totals_reset(ff_gemm *g) { g->flops = g->seconds = 0.0; }
+
+/* ---- the machine's BLAS ---- */
+
+/* OpenBLAS's own entry points (not in cblas.h on every distribution). */
+void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void);
+
+void ff_blas_set_threads(int n) { openblas_set_num_threads(n); }
+const char *ff_blas_core(void) { return openblas_get_corename(); }
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+double ff_median(double *v, int n)
+{
+    if (n <= 0)
+        return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double ff_sgemm_rate(int m, int n, int k, int threads, double min_seconds)
+{
+    ff_blas_set_threads(threads);
+    size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
+    float *A = malloc(na * sizeof(float)), *B = malloc(nb * sizeof(float));
+    float *C = malloc(nc * sizeof(float));
+    double rate = 0;
+    if (A && B && C) {
+        for (size_t i = 0; i < na; i++)
+            A[i] = (float)((i * 7) % 13) * 0.01f;
+        for (size_t i = 0; i < nb; i++)
+            B[i] = (float)((i * 5) % 11) * 0.01f;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, 0.0f, C,
+                    n); /* warm-up: page faults, thread start */
+        enum { MAX_RUNS = 1000 };
+        double t[MAX_RUNS], total = 0;
+        int runs = 0;
+        while (runs < MAX_RUNS && (runs < 3 || total < min_seconds)) {
+            double t0 = ff_now();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, 0.0f,
+                        C, n);
+            t[runs] = ff_now() - t0;
+            total += t[runs++];
+        }
+        rate = 2.0 * m * n * k / ff_median(t, runs);
+    }
+    free(A), free(B), free(C);
+    ff_blas_set_threads(1);
+    return rate;
+}

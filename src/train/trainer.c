@@ -1,0 +1,591 @@
+/* The training loop (include/fourfold/trainer.h): what `fourfold train`
+ * runs, as a library. */
+#include "fourfold/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../internal.h"
+#include "../util/plot.h"
+
+/* Communication on this rank from the group counters: time blocked in
+ * waits, and time collectives were in flight (summed over collectives). */
+typedef struct {
+    double wait_s, flight_s;
+} comm_totals;
+
+typedef struct {
+    double *x, *y;
+    int n, cap;
+} series;
+
+struct ff_trainer {
+    ff_trainer_config cfg;
+    ff_grid *grid;
+    ff_ctx *ctx;
+    ff_gpt *g;
+    ff_gpt_config shape;
+    ff_data *data, *val;
+    int32_t *tok, *tgt;
+    int first, count, n_micro;
+    FILE *log;
+    ff_train_state st; /* st.step: steps completed */
+    int64_t start_step;
+    char train_glob[4300], val_glob[4300];
+    double sgemm_rate, flops_step;
+    double run_t0; /* wall time when this run's first step began */
+    /* the last two checkpoints written or loaded: checkpoint s is known good
+     * once step s + 1 has a finite loss */
+    char ck_last[4300], ck_prev[4300];
+    int64_t saved;
+    series loss, val_loss;
+};
+
+void ff_trainer_config_default(ff_trainer_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->model = (ff_gpt_config){.L = 4, .C = 128, .NH = 4, .V = 257, .maxT = 64};
+    ff_gpt_opts_default(&c->gpt);
+    c->batch = c->micro_batch = 16;
+    c->seq = 64;
+    c->steps = 200;
+    ff_adamw_default(&c->hyper);
+    c->hyper.lr = 1e-3f;
+    c->seed = 1337;
+    c->val_every = 50;
+    c->val_batches = 8;
+    c->keep = 2;
+    c->blas_threads = 1;
+}
+
+static void emit(ff_trainer *t, ff_train_event ev)
+{
+    ev.at = t->st.step;
+    if (t->cfg.hook)
+        t->cfg.hook(&ev, t->cfg.user);
+}
+
+static void note(ff_trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(ff_trainer *t, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    emit(t, (ff_train_event){.kind = FF_TRAIN_NOTE, .text = text});
+}
+
+static int fail(ff_trainer *t, int code, const char *msg)
+{
+    return ff_ctx_agree(t->ctx, ff_ctx_set_error(t->ctx, code, "%s", msg));
+}
+
+static int push(series *s, double x, double y)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 256;
+        double *nx = realloc(s->x, (size_t)cap * sizeof *nx);
+        if (nx)
+            s->x = nx;
+        double *ny = nx ? realloc(s->y, (size_t)cap * sizeof *ny) : NULL;
+        if (!ny)
+            return -1;
+        s->y = ny;
+        s->cap = cap;
+    }
+    s->x[s->n] = x;
+    s->y[s->n++] = y;
+    return 0;
+}
+
+/* mkdir -p: the folder and its missing parents. */
+static int make_dirs(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(path, 0777) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    return mkdir(path, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Rank 0 makes the output folder and checks that it can write there. */
+static int prepare_out(ff_ctx *ctx, const char *dir)
+{
+    int rc = FF_OK;
+    if (ff_ctx_rank(ctx) == 0) {
+        char probe[4200];
+        snprintf(probe, sizeof probe, "%s/.fourfold-probe", dir);
+        struct stat sb;
+        FILE *f = NULL;
+        if (make_dirs(dir) != 0)
+            rc = ff_ctx_set_error(ctx, FF_EIO, "cannot create the output folder '%s': %s", dir,
+                                  strerror(errno));
+        else if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            rc = ff_ctx_set_error(ctx, FF_EIO, "the output folder '%s' is not a folder", dir);
+        else if (!(f = fopen(probe, "w")))
+            rc = ff_ctx_set_error(ctx, FF_EIO, "cannot write in the output folder '%s': %s", dir,
+                                  strerror(errno));
+        if (f) {
+            fclose(f);
+            remove(probe);
+        }
+    }
+    return ff_ctx_agree(ctx, rc);
+}
+
+static int same_dir(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+
+/* The configuration's own consistency, the same on every rank. */
+static const char *check_config(const ff_trainer_config *c)
+{
+    if (c->batch < 1 || c->micro_batch < 1 || c->seq < 1 || c->steps < 0 || c->val_batches < 1 ||
+        c->val_every < 0 || c->save_every < 0 || c->keep < 0)
+        return "batch, micro-batch, sequence length and validation batches must be positive; "
+               "steps, intervals and keep not negative";
+    if (c->batch % c->micro_batch)
+        return "the batch is not a multiple of the micro-batch";
+    if (c->resume_from && c->init_from)
+        return "init_from starts a new run; it cannot be combined with resume_from";
+    if (c->overwrite && same_dir(c->resume_from, c->out))
+        return "overwrite starts a new run; it cannot be combined with resuming in the same folder";
+    return NULL;
+}
+
+/* A new run (or one resumed from elsewhere) must not mix its checkpoints
+ * with an older run's in `out`: a later resume would pick the wrong one. */
+static int claim_out(ff_trainer *t)
+{
+    const ff_trainer_config *c = &t->cfg;
+    int rc = prepare_out(t->ctx, c->out);
+    if (rc || same_dir(c->resume_from, c->out))
+        return rc;
+    int64_t newest;
+    if ((rc = ff_ckpt_latest(t->ctx, c->out, &newest)))
+        return rc;
+    if (newest >= 0 && c->overwrite)
+        return ff_ckpt_clear(t->ctx, c->out);
+    if (newest >= 0)
+        return ff_ctx_agree(t->ctx, ff_ctx_set_error(t->ctx, FF_EINVAL,
+                                                     "'%s' holds the checkpoints of another run "
+                                                     "(newest: step %lld); continue it (--resume, "
+                                                     "resume_from) or remove them (--overwrite)",
+                                                     c->out, (long long)newest));
+    return FF_OK;
+}
+
+static int open_data(ff_trainer *t)
+{
+    ff_trainer_config *c = &t->cfg;
+    if (!c->data) {
+        char dir[4200];
+        if (c->corpus_dir)
+            snprintf(dir, sizeof dir, "%s", c->corpus_dir);
+        else
+            snprintf(dir, sizeof dir, "%s/corpus", c->out ? c->out : ".");
+        ff_tokenize_report rep;
+        int rc =
+            ff_corpus_default(t->ctx, dir, t->train_glob, t->val_glob, sizeof t->train_glob, &rep);
+        if (rc)
+            return rc;
+        if (rep.files)
+            note(t, "made the default corpus from %d fortune files: %s (%lld tokens), %s (%lld)",
+                 rep.files, rep.train.path, (long long)rep.train.tokens, rep.val.path,
+                 (long long)rep.val.tokens);
+        c->data = t->train_glob;
+        if (!c->val_data)
+            c->val_data = t->val_glob;
+    }
+    int rc = ff_data_open(t->ctx, c->data, (int64_t)c->batch * c->seq + 1, &t->data);
+    if (rc == FF_OK && c->val_data)
+        rc = ff_data_open(t->ctx, c->val_data, (int64_t)c->micro_batch * c->seq + 1, &t->val);
+    return rc;
+}
+
+/* Starts the run: from a checkpoint, an llm.c file or GPT-2's initialisation. */
+static int start_run(ff_trainer *t)
+{
+    const ff_trainer_config *c = &t->cfg;
+    int rc;
+    if (!c->resume_from)
+        return c->init_from ? ff_gpt_load(t->g, c->init_from) : ff_gpt_init(t->g, c->seed);
+    int64_t step;
+    if ((rc = ff_ckpt_latest(t->ctx, c->resume_from, &step)))
+        return rc;
+    if (step < 0)
+        return ff_ctx_agree(t->ctx, ff_ctx_set_error(t->ctx, FF_EIO,
+                                                     "no complete checkpoint to resume in '%s' "
+                                                     "(no DONE_* marker)",
+                                                     c->resume_from));
+    if ((rc = ff_ckpt_load(t->g, c->resume_from, step, &t->st)))
+        return rc;
+    const ff_adamw *h = &t->st.hyper, *n = &c->hyper;
+    if (h->lr != n->lr || h->warmup != n->warmup || h->steps != n->steps ||
+        h->min_lr_frac != n->min_lr_frac || h->weight_decay != n->weight_decay ||
+        h->clip != n->clip)
+        note(t,
+             "the schedule differs from the checkpoint's (lr %g, warm-up %d, steps %d, "
+             "min-lr-frac %g, weight decay %g, clip %g); continuing with this one, so the run "
+             "is not the one that was saved",
+             h->lr, h->warmup, h->steps, h->min_lr_frac, h->weight_decay, h->clip);
+    if (t->st.batch != c->batch || t->st.seq != c->seq)
+        note(t,
+             "the checkpoint was trained with batch %d, seq %d; continuing with batch %d, "
+             "seq %d from its data position",
+             t->st.batch, t->st.seq, c->batch, c->seq);
+    note(t, "resumed from step %lld of %s", (long long)t->st.step, c->resume_from);
+    t->saved = t->st.step;
+    ff_ckpt_path(t->ck_last, sizeof t->ck_last, c->resume_from, "model", t->saved);
+    if (t->st.step >= c->steps)
+        note(t, "the checkpoint is at step %lld, the run ends at %d: nothing to train",
+             (long long)t->st.step, c->steps);
+    return ff_ctx_agree(t->ctx, ff_data_seek(t->data, t->st.data));
+}
+
+/* The empirical peak: sgemm on every rank at once, as the step runs; the
+ * mean over ranks. */
+static void measure_sgemm(ff_trainer *t)
+{
+    const ff_trainer_config *c = &t->cfg;
+    int threads = c->blas_threads > 0 ? c->blas_threads : 1;
+    double r = c->sgemm_rate;
+    if (r <= 0) {
+        MPI_Barrier(ff_ctx_comm(t->ctx));
+        r = ff_sgemm_rate(512, 512, 512, threads, 0.2);
+    }
+    ff_blas_set_threads(threads);
+    MPI_Allreduce(&r, &t->sgemm_rate, 1, MPI_DOUBLE, MPI_SUM, ff_ctx_comm(t->ctx));
+    t->sgemm_rate /= ff_ctx_size(t->ctx);
+}
+
+static int open_log(ff_trainer *t)
+{
+    const ff_trainer_config *c = &t->cfg;
+    int io = FF_OK;
+    if (c->out && ff_ctx_rank(t->ctx) == 0) {
+        char path[4300];
+        const int resumed_here = same_dir(c->resume_from, c->out);
+        snprintf(path, sizeof path, "%s/log.jsonl", c->out);
+        if (!(t->log = fopen(path, resumed_here ? "a" : "w")))
+            return ff_ctx_agree(t->ctx,
+                                ff_ctx_set_error(t->ctx, FF_EIO, "cannot write '%s'", path));
+        ff_dims s = ff_grid_shape(t->grid);
+        const ff_gpt_config *m = &t->shape;
+        fprintf(t->log,
+                "{\"type\":\"config\",\"grid\":\"%dx%dx%dx%d\",\"L\":%d,\"C\":%d,\"NH\":%d,"
+                "\"V\":%d,\"maxT\":%d,\"batch\":%d,\"micro_batch\":%d,\"seq\":%d,"
+                "\"steps\":%d,\"lr\":%g,\"start_step\":%lld,\"sgemm_flops_per_rank\":%.4g,"
+                "\"blas_core\":\"%s\",\"ranks\":%d}\n",
+                s.x, s.y, s.z, s.d, m->L, m->C, m->NH, m->V, m->maxT, c->batch, c->micro_batch,
+                c->seq, c->steps, c->hyper.lr, (long long)t->st.step, t->sgemm_rate, ff_blas_core(),
+                ff_ctx_size(t->ctx));
+        if (c->resume_from)
+            fprintf(t->log, "{\"type\":\"resume\",\"step\":%lld,\"from\":\"%s\"}\n",
+                    (long long)t->st.step, c->resume_from);
+        io = fflush(t->log) == 0 ? FF_OK
+                                 : ff_ctx_set_error(t->ctx, FF_EIO, "cannot write '%s'", path);
+    }
+    return ff_ctx_agree(t->ctx, io);
+}
+
+int ff_trainer_create(ff_grid *grid, const ff_trainer_config *cfg, ff_trainer **out)
+{
+    *out = NULL;
+    ff_ctx *ctx = ff_grid_ctx(grid);
+    ff_trainer *t = calloc(1, sizeof *t);
+    int rc = ff_ctx_agree(ctx, t ? FF_OK : ff_ctx_set_error(ctx, FF_ENOMEM, "out of memory"));
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    t->cfg = *cfg;
+    t->grid = grid;
+    t->ctx = ctx;
+    t->saved = -1;
+    t->cfg.hyper.steps = cfg->steps;
+    const char *bad = check_config(cfg);
+    rc = bad ? fail(t, FF_EINVAL, bad) : FF_OK;
+    if (rc == FF_OK && cfg->out)
+        rc = claim_out(t);
+    if (rc == FF_OK)
+        rc = open_data(t);
+    t->shape = cfg->model;
+    if (rc == FF_OK && cfg->init_from)
+        rc = ff_gpt_read_config(ctx, cfg->init_from, &t->shape);
+    if (rc == FF_OK && cfg->seq > t->shape.maxT)
+        rc = ff_ctx_agree(ctx, ff_ctx_set_error(ctx, FF_EINVAL,
+                                                "the sequence length %d is longer than the "
+                                                "model's %d positions",
+                                                cfg->seq, t->shape.maxT));
+    if (rc == FF_OK)
+        rc = ff_gpt_create(grid, &t->shape, &cfg->gpt, cfg->micro_batch, cfg->seq, &t->g);
+    if (rc == FF_OK) {
+        t->shape = ff_gpt_get_config(t->g);
+        t->n_micro = cfg->batch / cfg->micro_batch;
+        ff_gpt_local_sequences(t->g, &t->first, &t->count);
+        size_t n = (size_t)t->n_micro * t->count * cfg->seq;
+        t->tok = malloc(n * sizeof *t->tok);
+        t->tgt = malloc(n * sizeof *t->tgt);
+        rc = ff_ctx_agree(ctx, t->tok && t->tgt
+                                   ? FF_OK
+                                   : ff_ctx_set_error(ctx, FF_ENOMEM, "out of memory for a batch"));
+    }
+    if (rc == FF_OK)
+        rc = start_run(t);
+    if (rc == FF_OK) {
+        t->start_step = t->st.step;
+        t->st.seed = cfg->seed;
+        t->st.batch = cfg->batch;
+        t->st.micro_batch = cfg->micro_batch;
+        t->st.seq = cfg->seq;
+        t->st.hyper = t->cfg.hyper;
+        t->flops_step = ff_gpt_flops_per_token(t->g, cfg->seq) * (double)cfg->batch * cfg->seq;
+        measure_sgemm(t);
+        rc = open_log(t);
+    }
+    if (rc) {
+        ff_trainer_destroy(t);
+        return rc;
+    }
+    *out = t;
+    return FF_OK;
+}
+
+static comm_totals totals(ff_grid *grid)
+{
+    comm_totals t = {0};
+    for (int k = 0; k < FF_NGROUPS; k++) {
+        ff_group *g = ff_grid_group(grid, (ff_group_kind)k);
+        for (int c = 0; g && c < FF_NCOLL; c++) {
+            ff_counters n = ff_group_counters(g, (ff_coll)c);
+            t.wait_s += n.wait_s;
+            t.flight_s += n.flight_s;
+        }
+    }
+    return t;
+}
+
+static void log_line(ff_trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_line(ff_trainer *t, const char *fmt, ...)
+{
+    if (!t->log)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(t->log, fmt, ap);
+    va_end(ap);
+    fflush(t->log);
+}
+
+int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
+{
+    const ff_trainer_config *c = &t->cfg;
+    const int64_t step = t->st.step; /* 0-based index of this step */
+    if (step >= c->steps)
+        return fail(t, FF_EINVAL, "the run has reached its last step");
+    comm_totals c0 = totals(t->grid);
+    double t0 = ff_now();
+    if (step == t->start_step)
+        t->run_t0 = t0;
+    int rc = ff_ctx_agree(t->ctx, ff_data_next(t->data, t->n_micro, c->micro_batch, c->seq,
+                                               t->first, t->count, t->shape.V, t->tok, t->tgt));
+    if (rc)
+        return rc;
+    ff_gpt_step_info gi;
+    rc = ff_gpt_step(t->g, t->tok, t->tgt, t->n_micro, &c->hyper, (int)step, &gi);
+    double now = ff_now(), dt = now - t0;
+    if (rc == FF_ENUMERIC) {
+        /* the checkpoint of the previous step holds the parameters that
+         * gave this loss; an older one was followed by a finite loss */
+        const char *good = t->saved >= 0 && t->saved < step ? t->ck_last : t->ck_prev;
+        if (good == t->ck_prev && c->keep == 1)
+            good = ""; /* removed when the newer one was written */
+        char why[FF_ERRMSG_LEN];
+        snprintf(why, sizeof why, "%s", ff_ctx_error(t->ctx)); /* names the step */
+        ff_ctx_set_error(t->ctx, rc, "%s; stopping (the last good checkpoint: %s)", why,
+                         *good ? good : "none");
+    }
+    if (rc)
+        return rc;
+    t->st.step = step + 1;
+    comm_totals c1 = totals(t->grid);
+    double wait = c1.wait_s - c0.wait_s;
+    ff_train_step_info in = {.step = step + 1,
+                             .steps = c->steps,
+                             .loss = gi.loss,
+                             .lr = gi.lr,
+                             .grad_norm = gi.grad_norm,
+                             .ms = dt * 1e3};
+    in.tokens_per_s = (double)c->batch * c->seq / dt;
+    in.model_flops_per_s = t->flops_step / dt;
+    in.sgemm_fraction = in.model_flops_per_s / (t->sgemm_rate * ff_ctx_size(t->ctx));
+    in.compute_ms = (dt - wait) * 1e3;
+    in.wait_ms = wait * 1e3;
+    /* in flight beside compute: summed over collectives (concurrent ones
+     * each count), so capped at the compute time it hid behind */
+    in.hidden_ms = fmin(fmax(0.0, (c1.flight_s - c0.flight_s) - wait), dt - wait) * 1e3;
+    in.eta_s =
+        (now - t->run_t0) / (double)(step + 1 - t->start_step) * (double)(c->steps - step - 1);
+    push(&t->loss, (double)(step + 1), gi.loss);
+    log_line(t,
+             "{\"type\":\"step\",\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,"
+             "\"ms\":%.3f,\"tokens_per_s\":%.1f,\"model_flops_per_s\":%.4g,"
+             "\"sgemm_fraction\":%.4f,\"compute_ms\":%.3f,\"wait_ms\":%.3f,"
+             "\"hidden_ms\":%.3f,\"eta_s\":%.1f}\n",
+             (long long)in.step, in.loss, in.lr, in.grad_norm, in.ms, in.tokens_per_s,
+             in.model_flops_per_s, in.sgemm_fraction, in.compute_ms, in.wait_ms, in.hidden_ms,
+             in.eta_s);
+    if (out)
+        *out = in;
+    emit(t, (ff_train_event){.kind = FF_TRAIN_STEP, .step = &in});
+    return FF_OK;
+}
+
+int ff_trainer_eval(ff_trainer *t, float *val_loss)
+{
+    const ff_trainer_config *c = &t->cfg;
+    if (!t->val)
+        return fail(t, FF_EINVAL, "no validation data");
+    int rc = FF_OK;
+    double sum = 0;
+    for (int i = 0; rc == FF_OK && i < c->val_batches; i++) {
+        float l = 0;
+        /* a bad token may be on one rank's sequences only: agree first */
+        rc = ff_ctx_agree(t->ctx, ff_data_seek(t->val, ff_data_spread(t->val, i, c->val_batches)));
+        if (rc == FF_OK)
+            rc = ff_ctx_agree(t->ctx, ff_data_next(t->val, 1, c->micro_batch, c->seq, t->first,
+                                                   t->count, t->shape.V, t->tok, t->tgt));
+        if (rc == FF_OK)
+            rc = ff_gpt_eval(t->g, t->tok, t->tgt, &l);
+        sum += l;
+    }
+    if (rc)
+        return rc;
+    float v = (float)(sum / c->val_batches);
+    push(&t->val_loss, (double)t->st.step, v);
+    log_line(t, "{\"type\":\"val\",\"step\":%lld,\"val_loss\":%.9g}\n", (long long)t->st.step, v);
+    if (val_loss)
+        *val_loss = v;
+    emit(t, (ff_train_event){.kind = FF_TRAIN_VAL, .val_loss = v});
+    return FF_OK;
+}
+
+int ff_trainer_save(ff_trainer *t)
+{
+    const ff_trainer_config *c = &t->cfg;
+    if (!c->out)
+        return fail(t, FF_EINVAL, "no output folder to save a checkpoint in");
+    t->st.data = ff_data_tell(t->data);
+    int rc = ff_ckpt_save(t->g, c->out, &t->st, c->keep);
+    if (rc)
+        return rc;
+    t->saved = t->st.step;
+    memcpy(t->ck_prev, t->ck_last, sizeof t->ck_prev);
+    ff_ckpt_path(t->ck_last, sizeof t->ck_last, c->out, "model", t->saved);
+    emit(t, (ff_train_event){.kind = FF_TRAIN_SAVE, .path = t->ck_last});
+    return FF_OK;
+}
+
+/* The bytes each group moved over the run, one log line per collective used. */
+static void log_bytes(ff_trainer *t)
+{
+    for (int k = 0; t->log && k < FF_NGROUPS; k++) {
+        ff_group *g = ff_grid_group(t->grid, (ff_group_kind)k);
+        for (int c = 0; g && c < FF_NCOLL; c++) {
+            ff_counters n = ff_group_counters(g, (ff_coll)c);
+            if (n.calls)
+                log_line(t,
+                         "{\"type\":\"bytes\",\"group\":\"%s\",\"coll\":\"%s\",\"calls\":%llu,"
+                         "\"bytes_sent\":%llu,\"bytes_recv\":%llu,\"wait_s\":%.6f}\n",
+                         ff_group_kind_name((ff_group_kind)k), ff_coll_name((ff_coll)c),
+                         (unsigned long long)n.calls, (unsigned long long)n.bytes_sent,
+                         (unsigned long long)n.bytes_recv, n.wait_s);
+        }
+    }
+}
+
+int ff_trainer_run(ff_trainer *t)
+{
+    const ff_trainer_config *c = &t->cfg;
+    int rc = FF_OK;
+    while (rc == FF_OK && t->st.step < c->steps) {
+        if ((rc = ff_trainer_step(t, NULL)))
+            break;
+        const int64_t s = t->st.step;
+        const int last = s == c->steps;
+        if (t->val && ((c->val_every && s % c->val_every == 0) || last))
+            rc = ff_trainer_eval(t, NULL);
+        if (rc == FF_OK && c->out && ((c->save_every && s % c->save_every == 0) || last))
+            rc = ff_trainer_save(t);
+    }
+    if (rc == FF_OK && c->out && t->loss.n > 0) {
+        log_bytes(t);
+        char path[4300];
+        snprintf(path, sizeof path, "%s/loss.svg", c->out);
+        if ((rc = ff_trainer_write_loss_svg(t, path)) == FF_OK)
+            note(t, "the loss curves: %s", path);
+    }
+    return rc;
+}
+
+int ff_trainer_write_loss_svg(ff_trainer *t, const char *path)
+{
+    int rc = FF_OK;
+    if (ff_ctx_rank(t->ctx) == 0) {
+        ff_dims s = ff_grid_shape(t->grid);
+        char title[256], err[512];
+        snprintf(title, sizeof title,
+                 "L=%d C=%d NH=%d, %d x %d tokens per step, grid %dx%dx%dx%d (nats per token)",
+                 t->shape.L, t->shape.C, t->shape.NH, t->cfg.batch, t->cfg.seq, s.x, s.y, s.z, s.d);
+        ff_plot_series ser[2] = {
+            {"training", "#1f77b4", t->loss.x, t->loss.y, t->loss.n, 0},
+            {"validation", "#d62728", t->val_loss.x, t->val_loss.y, t->val_loss.n, 1},
+        };
+        if (ff_plot_svg(path, title, "step", "loss", ser, t->val_loss.n ? 2 : 1, err, sizeof err) !=
+            0)
+            rc = ff_ctx_set_error(t->ctx, FF_EIO, "%s", err);
+    }
+    return ff_ctx_agree(t->ctx, rc);
+}
+
+int64_t ff_trainer_steps_done(const ff_trainer *t) { return t->st.step; }
+
+ff_gpt *ff_trainer_gpt(ff_trainer *t) { return t->g; }
+
+void ff_trainer_get_info(const ff_trainer *t, ff_trainer_info *info)
+{
+    info->start_step = t->start_step;
+    info->data = t->cfg.data;
+    info->val_data = t->val ? t->cfg.val_data : NULL;
+    info->sgemm_rate = t->sgemm_rate;
+    info->flops_per_step = t->flops_step;
+    info->state = &t->st;
+}
+
+void ff_trainer_destroy(ff_trainer *t)
+{
+    if (!t)
+        return;
+    if (t->log)
+        fclose(t->log);
+    free(t->tok);
+    free(t->tgt);
+    ff_data_close(t->data);
+    ff_data_close(t->val);
+    ff_gpt_destroy(t->g);
+    free(t->loss.x);
+    free(t->loss.y);
+    free(t->val_loss.x);
+    free(t->val_loss.y);
+    free(t);
+}

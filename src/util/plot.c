@@ -1,0 +1,128 @@
+/* Line plots as plain SVG (src/util/plot.h). */
+#include "plot.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+FILE *ff_atomic_open(const char *path, char *tmp, size_t tmplen)
+{
+    if ((size_t)snprintf(tmp, tmplen, "%s.tmp", path) >= tmplen)
+        return NULL;
+    return fopen(tmp, "w");
+}
+
+int ff_atomic_commit(FILE *f, const char *tmp, const char *path)
+{
+    int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (ok && rename(tmp, path) == 0)
+        return 0;
+    remove(tmp);
+    return -1;
+}
+
+/* A tick step of 1, 2 or 5 times a power of ten that cuts `range` into about `n` parts. */
+static double tick_step(double range, int n)
+{
+    double raw = range / n, p = pow(10, floor(log10(raw))), f = raw / p;
+    return p * (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10);
+}
+
+enum { W = 720, H = 400, ML = 64, MR = 24, MT = 36, MB = 48, MAXPTS = 400 };
+
+int ff_plot_svg(const char *path, const char *title, const char *xlabel, const char *ylabel,
+                const ff_plot_series *s, int ns, char *err, size_t errlen)
+{
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    for (int k = 0; k < ns; k++)
+        for (int i = 0; i < s[k].n; i++)
+            if (isfinite(s[k].x[i]) && isfinite(s[k].y[i])) {
+                x0 = fmin(x0, s[k].x[i]);
+                x1 = fmax(x1, s[k].x[i]);
+                y0 = fmin(y0, s[k].y[i]);
+                y1 = fmax(y1, s[k].y[i]);
+            }
+    if (!(x0 <= x1)) {
+        snprintf(err, errlen, "nothing to plot in '%s'", path);
+        return -1;
+    }
+    if (x1 == x0)
+        x1 = x0 + 1;
+    if (y1 == y0)
+        y1 = y0 + 1;
+    double ys = tick_step(y1 - y0, 6), xs = tick_step(x1 - x0, 8);
+    y0 = floor(y0 / ys) * ys;
+    y1 = ceil(y1 / ys) * ys;
+    const double pw = W - ML - MR, ph = H - MT - MB;
+#define PX(v) (ML + ((v)-x0) / (x1 - x0) * pw)
+#define PY(v) (MT + (y1 - (v)) / (y1 - y0) * ph)
+    char tmp[4200];
+    FILE *f = ff_atomic_open(path, tmp, sizeof tmp);
+    if (!f) {
+        snprintf(err, errlen, "cannot write '%s'", path);
+        return -1;
+    }
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n"
+            "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+            "<text x=\"%d\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">%s</text>\n",
+            W, H, W, H, W / 2, title);
+    for (double v = y0; v <= y1 + ys / 2; v += ys)
+        fprintf(f,
+                "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                ML, W - MR, PY(v), PY(v), ML - 6, PY(v) + 4, v);
+    for (double v = ceil(x0 / xs) * xs; v <= x1 + xs / 2; v += xs)
+        fprintf(f,
+                "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#ddd\"/>"
+                "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
+                PX(v), PX(v), MT, H - MB, PX(v), H - MB + 16, v);
+    fprintf(
+        f,
+        "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#444\"/>\n"
+        "<text x=\"%.0f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n"
+        "<text x=\"16\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 16 %.0f)\">"
+        "%s</text>\n",
+        ML, MT, pw, ph, ML + pw / 2, H - 10, xlabel, MT + ph / 2, MT + ph / 2, ylabel);
+    for (int k = 0; k < ns; k++) {
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\" points=\"",
+                s[k].color, s[k].markers ? "2" : "1");
+        /* at most MAXPTS points: a long series is drawn as the means of
+         * consecutive runs of points (smoother, and a small file) */
+        const int n = s[k].n, per = (n + MAXPTS - 1) / MAXPTS;
+        for (int i = 0; i < n; i += per) {
+            double sx = 0, sy = 0;
+            int m = 0;
+            for (int j = i; j < i + per && j < n; j++)
+                if (isfinite(s[k].y[j])) {
+                    sx += s[k].x[j];
+                    sy += s[k].y[j];
+                    m++;
+                }
+            if (m)
+                fprintf(f, "%.1f,%.1f ", PX(sx / m), PY(sy / m));
+        }
+        fprintf(f, "\"/>\n");
+        for (int i = 0; s[k].markers && i < s[k].n; i++)
+            if (isfinite(s[k].y[i]))
+                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(s[k].x[i]),
+                        PY(s[k].y[i]), s[k].color);
+        /* the legend, top right */
+        double ly = MT + 16 + 18 * k;
+        fprintf(f,
+                "<line x1=\"%d\" x2=\"%d\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" "
+                "stroke-width=\"2\"/><text x=\"%d\" y=\"%.0f\">%s</text>\n",
+                W - MR - 150, W - MR - 126, ly, ly, s[k].color, W - MR - 120, ly + 4, s[k].name);
+    }
+#undef PX
+#undef PY
+    fprintf(f, "</svg>\n");
+    if (ff_atomic_commit(f, tmp, path) != 0) {
+        snprintf(err, errlen, "cannot write '%s'", path);
+        return -1;
+    }
+    return 0;
+}
