@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "util/file.h"
 
 int bench_run_once(ff_group *g, ff_coll coll, int algo, ff_wire wire, const float *send,
                    float *recv, size_t count)
@@ -97,34 +98,15 @@ void bench_short_option(cli_args *a)
                          : NULL;
 }
 
-/* The temporary file beside path that bench_write_atomic writes. */
-static void temp_name(char *tmp, size_t len, const char *path)
-{
-    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
-}
-
 int bench_write_atomic(const char *path, const char *text)
 {
-    char tmp[4096 + 32];
-    temp_name(tmp, sizeof tmp, path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
-    int bad = fputs(text, f) < 0;
-    bad |= ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (!bad && rename(tmp, path) != 0)
-        bad = 1;
-    if (bad)
-        unlink(tmp);
-    return bad ? -1 : 0;
+    return ff_write_file_atomic(path, text);
 }
 
 int bench_can_write(const char *path)
 {
-    char tmp[4096 + 32];
-    temp_name(tmp, sizeof tmp, path);
-    FILE *f = fopen(tmp, "w");
+    char tmp[4200];
+    FILE *f = ff_atomic_open(path, tmp, sizeof tmp);
     if (!f)
         return -1;
     fclose(f);

@@ -351,13 +351,13 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
     ff_gpt_memory_report(g, &mem);
     ff_dims s = ff_grid_shape(grid);
     double mib = 1.0 / (1 << 20);
-    cli_print(
-        "+-----------------------+------------------------------------------------------------+\n");
+    cli_print("+-----------------------+-----------------------------------------------------------"
+              "---------+\n");
 #define ROW(name, ...)                                                                             \
     do {                                                                                           \
         char v_[256];                                                                              \
         snprintf(v_, sizeof v_, __VA_ARGS__);                                                      \
-        cli_print("| %-21s | %-58s |\n", name, v_);                                                \
+        cli_print("| %-21s | %-66s |\n", name, v_);                                                \
     } while (0)
     ROW("model", "%s  L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d", o->init_from ? o->init_from : o->model,
         c.L, c.C, c.NH, c.V, c.Vp, c.maxT);
@@ -390,8 +390,8 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
         ti.sgemm_rate * 1e-9, ff_blas_core(), o->run.blas_threads);
     ROW("model FLOPs", "6N + 12LCT = %.3g per token", ff_gpt_flops_per_token(g, (int)o->seq));
 #undef ROW
-    cli_print(
-        "+-----------------------+------------------------------------------------------------+\n");
+    cli_print("+-----------------------+-----------------------------------------------------------"
+              "---------+\n");
 }
 
 /* 1 if the pattern matches a file on every rank. */

@@ -4,24 +4,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
-FILE *ff_atomic_open(const char *path, char *tmp, size_t tmplen)
-{
-    if ((size_t)snprintf(tmp, tmplen, "%s.tmp", path) >= tmplen)
-        return NULL;
-    return fopen(tmp, "w");
-}
-
-int ff_atomic_commit(FILE *f, const char *tmp, const char *path)
-{
-    int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (ok && rename(tmp, path) == 0)
-        return 0;
-    remove(tmp);
-    return -1;
-}
+#include "file.h"
 
 /* A tick step of 1, 2 or 5 times a power of ten that cuts `range` into about `n` parts. */
 static double tick_step(double range, int n)

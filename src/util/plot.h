@@ -20,10 +20,4 @@ typedef struct {
 int ff_plot_svg(const char *path, const char *title, const char *xlabel, const char *ylabel,
                 const ff_plot_series *s, int ns, char *err, size_t errlen);
 
-/* fopen of PATH.tmp for writing, and its commit: flush, fsync, close,
- * rename over PATH (on any failure the temporary file is removed and PATH
- * is untouched). tmp holds the temporary name between the two calls. */
-FILE *ff_atomic_open(const char *path, char *tmp, size_t tmplen);
-int ff_atomic_commit(FILE *f, const char *tmp, const char *path);
-
 #endif
