@@ -10,10 +10,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Called on every rank after each step; rank 0 prints. */
-static void print_step(const ff_train_event *ev, void *user)
+typedef struct {
+    int rank;
+    float val_loss;
+} run_state;
+
+/* Called on every rank after each step and validation; rank 0 prints. */
+static void on_event(const ff_train_event *ev, void *user)
 {
-    if (ev->kind == FF_TRAIN_STEP && *(const int *)user == 0)
+    run_state *r = user;
+    if (ev->kind == FF_TRAIN_VAL)
+        r->val_loss = ev->val_loss;
+    if (ev->kind == FF_TRAIN_STEP && r->rank == 0)
         printf("step %3lld  loss %.4f  %6.1f ms\n", (long long)ev->step->step, ev->step->loss,
                ev->step->ms);
 }
@@ -27,6 +35,10 @@ int main(int argc, char **argv)
     ff_dims shape;
     char err[256];
     int rc = ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL);
+    if (!ctx) { /* out of memory: no context to hold a message */
+        MPI_Finalize();
+        return 1;
+    }
     if (rc == FF_OK) {
         rc = ff_grid_parse(argc > 1 ? argv[1] : "data", ff_ctx_size(ctx), 1, &shape, err,
                            sizeof err);
@@ -36,7 +48,7 @@ int main(int argc, char **argv)
     if (rc == FF_OK)
         rc = ff_grid_create(ctx, shape, &grid);
 
-    int rank = ff_ctx_rank(ctx);
+    run_state state = {ff_ctx_rank(ctx), 0};
     ff_trainer_config c;
     ff_trainer_config_default(&c);
     c.model = (ff_gpt_config){.L = 2, .C = 64, .NH = 4, .V = 512, .maxT = 64}; /* tiny */
@@ -45,20 +57,17 @@ int main(int argc, char **argv)
     c.steps = argc > 2 ? atoi(argv[2]) : 40;
     c.hyper.lr = 3e-3f;
     c.hyper.warmup = 5;
-    c.val_every = 0; /* validate once, at the end */
+    c.val_every = 0; /* validate once, at the end of ff_trainer_run */
     c.val_batches = 4;
-    c.hook = print_step;
-    c.user = &rank;
+    c.hook = on_event;
+    c.user = &state;
     if (rc == FF_OK)
         rc = ff_trainer_create(grid, &c, &trainer);
     if (rc == FF_OK)
         rc = ff_trainer_run(trainer);
-    float val;
-    if (rc == FF_OK)
-        rc = ff_trainer_eval(trainer, &val);
-    if (rank == 0) {
+    if (state.rank == 0) {
         if (rc == FF_OK)
-            printf("validation loss %.4f\n", val);
+            printf("validation loss %.4f\n", state.val_loss);
         else
             fprintf(stderr, "train_tiny: %s\n", ff_ctx_error(ctx));
     }

@@ -313,26 +313,29 @@ static void test_seek(ff_ctx *self, const char *pattern)
           "a step of another window: %s (%s)", ff_strerror(rc2), ff_ctx_error(self));
     rc2 = ff_data_next(r1, n_micro, B, T, 2, 3, VOCAB, tok, tgt);
     CHECK(rc2 == FF_EINVAL, "sequences [2, 5) of B=4 accepted: %s", ff_strerror(rc2));
-    /* windows spread over the data: token floor(i * 2472 / 4) of the five
-     * shards (601, 40, 1500, 10, 321 tokens, 2472 in all), worked out by
-     * hand; the last window of 2 to 5 falls in shard 4, and a window read
-     * there starts at that token */
-    const ff_data_pos want[4] = {{0, 0, 0}, {1, 17, 0}, {2, 595, 0}, {2, 1213, 0}};
+    /* windows spread over the places a window of S = 61 tokens can start in
+     * the five shards (601, 40, 1500, 10, 321 tokens: 541 + 0 + 1440 + 0 +
+     * 261 = 2242 starts): start floor(i * 2242 / 4), worked out by hand;
+     * shards 1 and 3 hold no window */
+    const ff_data_pos want[4] = {{0, 0, 0}, {2, 19, 0}, {2, 580, 0}, {2, 1140, 0}};
     int spread_ok = 1;
     for (int i = 0; i < 4; i++) {
         ff_data_pos q = ff_data_spread(r1, i, 4);
         spread_ok &= q.shard == want[i].shard && q.offset == want[i].offset && q.epoch == 0;
     }
-    ff_data_pos q = ff_data_spread(r1, 9, 10); /* token 2224 = shard 4, offset 73 */
-    spread_ok &= q.shard == 4 && q.offset == 73;
+    ff_data_pos q = ff_data_spread(r1, 9, 10); /* start 2017 = shard 4, offset 36 */
+    spread_ok &= q.shard == 4 && q.offset == 36;
+    q = ff_data_spread(r1, 4, 4); /* outside 0..n-1: window 0 */
+    spread_ok &= q.shard == 0 && q.offset == 0;
     ff_data *r3; /* windows of one token and its target */
     int rc3 = ff_data_open(self, pattern, 2, &r3);
     if (rc3 == FF_OK) {
-        rc3 = ff_data_seek(r3, ff_data_spread(r3, 1, 2)); /* token 1236: shard 2, 595 */
+        /* S = 2: 600 + 39 + 1499 + 9 + 320 = 2467 starts; start 1233 = shard 2, 594 */
+        rc3 = ff_data_seek(r3, ff_data_spread(r3, 1, 2));
         rc3 |= ff_data_next(r3, 1, 1, 1, 0, 1, VOCAB, tok, tgt);
         ff_data_close(r3);
     }
-    spread_ok &= rc3 == FF_OK && tok[0] == tok_of(2, 595) && tgt[0] == tok_of(2, 596);
+    spread_ok &= rc3 == FF_OK && tok[0] == tok_of(2, 594) && tgt[0] == tok_of(2, 595);
     CHECK(spread_ok, "ff_data_spread: positions or the window read there differ from expected");
     if (rank == 0)
         printf("tell/seek: n_micro=%d B=%d T=%d, %d steps, saved (%lld, %lld, %lld), %d steps "

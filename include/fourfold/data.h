@@ -60,10 +60,12 @@ const char *ff_data_shard_name(const ff_data *d, int i);
  * shard, else at the next shard that holds one; the epoch counts up when
  * that search wraps to the first shard). Save it with a checkpoint. */
 ff_data_pos ff_data_tell(const ff_data *d);
-/* The start of window i of n spread evenly over all the tokens (token
- * floor(i * total / n) of the concatenated shards; a window that does not
- * fit there starts at the next shard, as in ff_data_next): validation on a
- * sample of the whole held-out set rather than its first documents. */
+/* The start of window i of n (0 <= i < n; else window 0) spread evenly over
+ * the places a whole window of the reader's S tokens can start: start
+ * floor(i * U / n) of the U such places, counted shard by shard (a shard of
+ * N >= S tokens has N - S + 1). Distinct for distinct i while n <= U.
+ * Validation on a sample of the whole held-out set rather than its first
+ * documents. */
 ff_data_pos ff_data_spread(const ff_data *d, int64_t i, int64_t n);
 /* Sets the position (from a checkpoint). Refuses a position outside the
  * shards. Local (no communication). */
@@ -110,8 +112,9 @@ int ff_tokenize_files(const char *const *inputs, int ninputs, const char *sep, d
  * fortune, every tenth held out), unless both exist. DIR's parent must
  * exist. No MPI. */
 int ff_corpus_fortunes(const char *dir, ff_tokenize_report *rep, char *err, size_t err_len);
-/* ff_corpus_fortunes on rank 0 of the context, the outcome agreed; train and
- * val get the two shard paths (len bytes each). Collective. */
+/* ff_corpus_fortunes on rank 0 of the context, the outcome agreed and its
+ * report sent to every rank; train and val get the two shard paths (len
+ * bytes each). Collective. */
 int ff_corpus_default(ff_ctx *ctx, const char *dir, char *train, char *val, size_t len,
                       ff_tokenize_report *rep);
 

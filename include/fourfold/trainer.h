@@ -12,9 +12,11 @@
  *         ff_trainer_run(t);              // or ff_trainer_step in a loop
  *     ff_trainer_destroy(t);
  *
- * Every function is collective over the grid's context and returns the
- * same code on every rank (the message: ff_ctx_error). Losses are the same
- * on every rank; times are each rank's own. */
+ * create, step, eval, save, run and write_loss_svg are collective over the
+ * grid's context and return the same code on every rank (the message:
+ * ff_ctx_error); the others are local. Losses are the same on every rank;
+ * times are each rank's own. The strings and `user` of the configuration
+ * are borrowed: they must stay valid until ff_trainer_destroy. */
 #ifndef FOURFOLD_TRAINER_H
 #define FOURFOLD_TRAINER_H
 
@@ -57,7 +59,9 @@ typedef struct {
     const char *path, *text;
 } ff_train_event;
 
-/* Called on every rank, in step order; the event's pointers live until it returns. */
+/* Called on every rank, in step order, with the same events; the event's
+ * pointers live until it returns. It must return (no longjmp, no C++
+ * exception) and may call collectives only if every rank does. */
 typedef void (*ff_train_hook)(const ff_train_event *ev, void *user);
 
 typedef struct {
@@ -81,7 +85,7 @@ typedef struct {
     int overwrite;           /* a new run in an `out` that holds checkpoints removes them */
     const char *resume_from; /* continue from the newest checkpoint in this folder */
     const char *init_from;   /* start from an llm.c gpt2_*.bin v3 file */
-    double sgemm_rate;       /* this rank's sgemm FLOP/s; 0: measured at create */
+    double sgemm_rate;       /* this rank's sgemm FLOP/s; 0 on any rank: all measure at create */
     int blas_threads;        /* BLAS threads per rank (default 1) */
     ff_train_hook hook;
     void *user;
@@ -118,10 +122,12 @@ int ff_trainer_eval(ff_trainer *t, float *val_loss);
 /* Checkpoints the current step into `out` (FF_EINVAL without one). */
 int ff_trainer_save(ff_trainer *t);
 /* Steps to the last one, validating and saving on the schedule; then logs
- * the bytes each group moved and writes OUT/loss.svg. */
+ * the bytes each group moved (rank 0's counters) and, if a step ran,
+ * writes OUT/loss.svg (with out). */
 int ff_trainer_run(ff_trainer *t);
-/* Training and validation loss against steps (this run's) as an SVG file,
- * written atomically by rank 0. */
+/* Training and validation loss against steps (this run's: after a resume,
+ * from the checkpoint on) as an SVG file, written atomically by rank 0.
+ * FF_EIO before the first step (nothing to plot). */
 int ff_trainer_write_loss_svg(ff_trainer *t, const char *path);
 
 int64_t ff_trainer_steps_done(const ff_trainer *t);

@@ -309,12 +309,20 @@ ff_data_pos ff_data_tell(const ff_data *d) { return d->pos; }
 
 ff_data_pos ff_data_spread(const ff_data *d, int64_t i, int64_t n)
 {
-    int64_t g = n > 0 ? (int64_t)((double)i / (double)n * (double)d->total) : 0;
-    ff_data_pos p = {0, 0, 0};
-    while (p.shard + 1 < d->nshards && g >= d->ntok[p.shard])
-        g -= d->ntok[p.shard++];
-    p.offset = g < d->ntok[p.shard] ? g : d->ntok[p.shard];
-    return p;
+    /* shard s has ntok[s] - S + 1 starts of a whole window (none if shorter) */
+    int64_t starts = 0;
+    for (int s = 0; s < d->nshards; s++)
+        starts += d->ntok[s] >= d->window ? d->ntok[s] - d->window + 1 : 0;
+    if (n < 1 || i < 0 || i >= n)
+        i = 0, n = 1;
+    int64_t g = i * (starts / n) + i * (starts % n) / n; /* floor(i * starts / n) */
+    for (int s = 0; s < d->nshards; s++) {
+        int64_t k = d->ntok[s] >= d->window ? d->ntok[s] - d->window + 1 : 0;
+        if (g < k)
+            return (ff_data_pos){s, g, 0};
+        g -= k;
+    }
+    return (ff_data_pos){0, 0, 0}; /* not reached: ff_data_open found a window */
 }
 
 int ff_data_seek(ff_data *d, ff_data_pos pos)

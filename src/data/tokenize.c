@@ -250,11 +250,15 @@ int ff_corpus_default(ff_ctx *ctx, const char *dir, char *train, char *val, size
 {
     char err[512] = "";
     int rc = FF_OK;
-    if (rep)
-        memset(rep, 0, sizeof *rep);
-    if (ff_ctx_rank(ctx) == 0 && ff_corpus_fortunes(dir, rep, err, sizeof err) != FF_OK)
+    ff_tokenize_report r;
+    memset(&r, 0, sizeof r);
+    if (ff_ctx_rank(ctx) == 0 && ff_corpus_fortunes(dir, &r, err, sizeof err) != FF_OK)
         rc = ff_ctx_set_error(ctx, FF_EIO, "%s", err);
     snprintf(train, len, "%s/fortunes_train.bin", dir);
     snprintf(val, len, "%s/fortunes_val.bin", dir);
-    return ff_ctx_agree(ctx, rc);
+    if ((rc = ff_ctx_agree(ctx, rc)) == FF_OK) /* every rank gets rank 0's report */
+        MPI_Bcast(&r, (int)sizeof r, MPI_BYTE, 0, ff_ctx_comm(ctx));
+    if (rep)
+        *rep = r;
+    return rc;
 }

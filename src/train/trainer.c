@@ -155,6 +155,19 @@ static const char *check_config(const ff_trainer_config *c)
                "steps, intervals and keep not negative";
     if (c->batch % c->micro_batch)
         return "the batch is not a multiple of the micro-batch";
+    const ff_adamw *h = &c->hyper;
+    if (!(isfinite(h->lr) && h->lr >= 0 && h->warmup >= 0 && h->min_lr_frac >= 0 &&
+          h->min_lr_frac <= 1 && isfinite(h->clip) && h->clip >= 0 && isfinite(h->weight_decay) &&
+          h->weight_decay >= 0 && h->beta1 >= 0 && h->beta1 < 1 && h->beta2 >= 0 && h->beta2 < 1 &&
+          h->eps > 0))
+        return "the optimizer settings are out of range (lr, clip, weight decay >= 0 and finite; "
+               "warm-up >= 0; min-lr-frac in [0, 1]; betas in [0, 1); eps > 0)";
+    const char *paths[] = {c->out,  c->resume_from, c->init_from,
+                           c->data, c->val_data,    c->corpus_dir};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (paths[i] && !paths[i][0])
+            return "an empty path (out, resume_from, init_from, data, val_data, corpus_dir: "
+                   "NULL for none)";
     if (c->resume_from && c->init_from)
         return "init_from starts a new run; it cannot be combined with resume_from";
     if (c->overwrite && same_dir(c->resume_from, c->out))
@@ -259,7 +272,9 @@ static void measure_sgemm(ff_trainer *t)
     const ff_trainer_config *c = &t->cfg;
     int threads = c->blas_threads > 0 ? c->blas_threads : 1;
     double r = c->sgemm_rate;
-    if (r <= 0) {
+    int need = !(r > 0 && isfinite(r)), any = 0; /* then every rank measures, at once */
+    MPI_Allreduce(&need, &any, 1, MPI_INT, MPI_MAX, ff_ctx_comm(t->ctx));
+    if (any) {
         MPI_Barrier(ff_ctx_comm(t->ctx));
         r = ff_sgemm_rate(512, 512, 512, threads, 0.2);
     }
@@ -274,9 +289,8 @@ static int open_log(ff_trainer *t)
     int io = FF_OK;
     if (c->out && ff_ctx_rank(t->ctx) == 0) {
         char path[4300];
-        const int resumed_here = same_dir(c->resume_from, c->out);
         snprintf(path, sizeof path, "%s/log.jsonl", c->out);
-        if (!(t->log = fopen(path, resumed_here ? "a" : "w")))
+        if (!(t->log = fopen(path, c->resume_from ? "a" : "w")))
             return ff_ctx_agree(t->ctx,
                                 ff_ctx_set_error(t->ctx, FF_EIO, "cannot write '%s'", path));
         ff_dims s = ff_grid_shape(t->grid);
@@ -325,8 +339,9 @@ int ff_trainer_create(ff_grid *grid, const ff_trainer_config *cfg, ff_trainer **
     if (rc == FF_OK && cfg->seq > t->shape.maxT)
         rc = ff_ctx_agree(ctx, ff_ctx_set_error(ctx, FF_EINVAL,
                                                 "the sequence length %d is longer than the "
-                                                "model's %d positions",
-                                                cfg->seq, t->shape.maxT));
+                                                "%d positions of %s",
+                                                cfg->seq, t->shape.maxT,
+                                                cfg->init_from ? cfg->init_from : "the model"));
     if (rc == FF_OK)
         rc = ff_gpt_create(grid, &t->shape, &cfg->gpt, cfg->micro_batch, cfg->seq, &t->g);
     if (rc == FF_OK) {
@@ -473,7 +488,11 @@ int ff_trainer_eval(ff_trainer *t, float *val_loss)
         return rc;
     float v = (float)(sum / c->val_batches);
     push(&t->val_loss, (double)t->st.step, v);
-    log_line(t, "{\"type\":\"val\",\"step\":%lld,\"val_loss\":%.9g}\n", (long long)t->st.step, v);
+    if (isfinite(v))
+        log_line(t, "{\"type\":\"val\",\"step\":%lld,\"val_loss\":%.9g}\n", (long long)t->st.step,
+                 v);
+    else /* JSON has no NaN */
+        log_line(t, "{\"type\":\"val\",\"step\":%lld,\"val_loss\":null}\n", (long long)t->st.step);
     if (val_loss)
         *val_loss = v;
     emit(t, (ff_train_event){.kind = FF_TRAIN_VAL, .val_loss = v});
@@ -489,8 +508,9 @@ int ff_trainer_save(ff_trainer *t)
     int rc = ff_ckpt_save(t->g, c->out, &t->st, c->keep);
     if (rc)
         return rc;
+    if (t->saved != t->st.step) /* a second save of one step keeps the older one */
+        memcpy(t->ck_prev, t->ck_last, sizeof t->ck_prev);
     t->saved = t->st.step;
-    memcpy(t->ck_prev, t->ck_last, sizeof t->ck_prev);
     ff_ckpt_path(t->ck_last, sizeof t->ck_last, c->out, "model", t->saved);
     emit(t, (ff_train_event){.kind = FF_TRAIN_SAVE, .path = t->ck_last});
     return FF_OK;
@@ -528,8 +548,9 @@ int ff_trainer_run(ff_trainer *t)
         if (rc == FF_OK && c->out && ((c->save_every && s % c->save_every == 0) || last))
             rc = ff_trainer_save(t);
     }
-    if (rc == FF_OK && c->out && t->loss.n > 0) {
-        log_bytes(t);
+    if (rc == FF_OK)
+        log_bytes(t); /* rank 0's log only */
+    if (rc == FF_OK && c->out && t->st.step > t->start_step) {
         char path[4300];
         snprintf(path, sizeof path, "%s/loss.svg", c->out);
         if ((rc = ff_trainer_write_loss_svg(t, path)) == FF_OK)

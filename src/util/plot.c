@@ -54,16 +54,24 @@ int ff_plot_svg(const char *path, const char *title, const char *xlabel, const c
             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
             "<text x=\"%d\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">%s</text>\n",
             W, H, W, H, W / 2, title);
-    for (double v = y0; v <= y1 + ys / 2; v += ys)
+    /* ticks by count (a step below the values' resolution cannot loop) */
+    const int ny = (int)fmin(50, floor((y1 - y0) / ys + 0.5));
+    for (int i = 0; i <= ny; i++) {
+        const double v = y0 + i * ys;
         fprintf(f,
                 "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
                 "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
                 ML, W - MR, PY(v), PY(v), ML - 6, PY(v) + 4, v);
-    for (double v = ceil(x0 / xs) * xs; v <= x1 + xs / 2; v += xs)
+    }
+    const double xt0 = ceil(x0 / xs) * xs;
+    const int nx = (int)fmin(50, floor((x1 - xt0) / xs + 0.5));
+    for (int i = 0; i <= nx; i++) {
+        const double v = xt0 + i * xs;
         fprintf(f,
                 "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#ddd\"/>"
                 "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
                 PX(v), PX(v), MT, H - MB, PX(v), H - MB + 16, v);
+    }
     fprintf(
         f,
         "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#444\"/>\n"
@@ -81,7 +89,7 @@ int ff_plot_svg(const char *path, const char *title, const char *xlabel, const c
             double sx = 0, sy = 0;
             int m = 0;
             for (int j = i; j < i + per && j < n; j++)
-                if (isfinite(s[k].y[j])) {
+                if (isfinite(s[k].x[j]) && isfinite(s[k].y[j])) {
                     sx += s[k].x[j];
                     sy += s[k].y[j];
                     m++;
@@ -91,7 +99,7 @@ int ff_plot_svg(const char *path, const char *title, const char *xlabel, const c
         }
         fprintf(f, "\"/>\n");
         for (int i = 0; s[k].markers && i < s[k].n; i++)
-            if (isfinite(s[k].y[i]))
+            if (isfinite(s[k].x[i]) && isfinite(s[k].y[i]))
                 fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(s[k].x[i]),
                         PY(s[k].y[i]), s[k].color);
         /* the legend, top right */
