@@ -14,7 +14,8 @@ $FF_BENCH_OUT): `fourfold bench coll --json` lines (NAME.rK.jsonl, one file
 per run), `bench tune` tables (NAME.tune*.txt) and histories
 (NAME.history.jsonl). `bench/report.py SUBCOMMAND --help` says more. The
 tool analyses benchmarks; it asserts nothing (not a test). Conclusions and
-the figures it printed: docs/coll-bench.md, bench/results/coll.md.
+the figures it printed: docs/coll-bench.md (its per-size tables of the runs of
+2026-11-22 to 24: `git show 935cc69:bench/results/coll.md`).
 """
 import argparse
 import glob
@@ -379,18 +380,21 @@ def noise(args):
 
 # ---- rules -----------------------------------------------------------------
 
-def model_choices(path):
-    """{(coll, bytes): the model's choice} from a tune table's all-ranks block."""
-    out, block = {}, False
+def tune_rows(path):
+    """The rows of a `bench tune` table's all-ranks block, split into fields."""
+    block = False
     for line in open(path):
         if line.startswith("# all ranks"):
             block = True
         elif line.startswith("#") and not line.startswith("#collective"):
             block = False
         elif block and line.startswith(" "):
-            f = line.split()
-            out[(f[0], int(f[1]))] = f[2]
-    return out
+            yield line.split()
+
+
+def model_choices(path):
+    """{(coll, bytes): the model's choice} from a tune table's all-ranks block."""
+    return {(f[0], int(f[1])): f[2] for f in tune_rows(path)}
 
 
 def jobs_of(path, layout):
@@ -496,15 +500,10 @@ def rules(args):
 
 def tune_times(path):
     """{(coll, bytes): {algo: us}} from a `bench tune` table's all-ranks block."""
-    out, block = {}, False
-    for line in open(path):
-        if line.startswith("# all ranks"):
-            block = True
-        elif line.startswith("#") and not line.startswith("#collective"):
-            block = False
-        elif block and line.startswith(" "):
-            f = [x for x in line.split() if x not in ("->", "pick")]
-            out[(f[0], int(f[1]))] = dict(zip(f[8::2], map(float, f[9::2])))
+    out = {}
+    for row in tune_rows(path):
+        f = [x for x in row if x not in ("->", "pick")]
+        out[(f[0], int(f[1]))] = dict(zip(f[8::2], map(float, f[9::2])))
     return out
 
 

@@ -10,9 +10,6 @@
 
 #include "cli.h"
 
-/* OpenBLAS extensions (declared in its cblas.h on Debian, repeated here so
- * the program builds against any OpenBLAS header). */
-
 /* ---- output ---- */
 
 int cli_world_rank(void)
@@ -254,7 +251,6 @@ int cli_ranks_per_node(MPI_Comm comm)
     MPI_Allreduce(&local, &minimum, 1, MPI_INT, MPI_MIN, comm);
     return minimum;
 }
-
 
 int cli_setup(const cli_run_opts *o, ff_ctx **pctx, ff_grid **pgrid)
 {

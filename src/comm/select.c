@@ -58,7 +58,7 @@ void ff_coll_model_default(ff_coll_model *m)
      * resolve them (0, or 87-208 GB/s), but rec-whole adds twice the ring's
      * bytes on 2 ranks, and measured 1.14-1.29x the ring's time from 4 MiB
      * on one node of this VM: its extra time over the extra V/2 added bytes
-     * was 10-15 GB/s at 4-64 MiB (bench/results/coll.md; bench/coll.sh one-node-ar), so
+     * was 10-15 GB/s at 4-64 MiB (docs/coll-bench.md; bench/coll.sh one-node-ar), so
      * 10 GB/s. */
     m->alpha_intra_s = 3.5e-6;
     m->beta_intra_Bps = 3.5e9;
