@@ -1,14 +1,24 @@
 #!/bin/sh
-# The test suite: set up this machine (Debian packages), build with
-# -Werror, build the sanitizer build (-fsanitize=address,undefined), and run
-# every test on it under CTest. The output ends with CTest's summary.
+# The test suite: set up this machine (Debian packages), build the release
+# build (-Werror, what users run: no test hooks) and the sanitizer build
+# (-fsanitize=address,undefined, with the fault-injection hooks), and run
+# every test under CTest on each: first the release build, then the
+# sanitizer build. Arguments go to both CTest runs (e.g. -R gpt). The output
+# ends with the sanitizer run's summary; the exit status is non-zero if
+# either run failed.
 set -eu
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 echo "== release build (-Wall -Wextra -Wpedantic -Werror)"
-scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DFF_WERROR=ON
-echo "== sanitizer build (-fsanitize=address,undefined, -Werror)"
-scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DFF_SANITIZE=ON -DFF_WERROR=ON
-echo "== tests"
-cd build-asan
-exec ctest --output-on-failure -j 1 "$@"
+scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DFF_WERROR=ON -DFF_TEST_HOOKS=OFF
+echo "== sanitizer build (-fsanitize=address,undefined, -Werror, test hooks)"
+scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DFF_SANITIZE=ON -DFF_WERROR=ON \
+    -DFF_TEST_HOOKS=ON
+echo "== tests on the release build"
+release=0
+(cd build && ctest --output-on-failure -j 1 "$@") || release=$?
+echo "== tests on the sanitizer build"
+sanitizer=0
+(cd build-asan && ctest --output-on-failure -j 1 "$@") || sanitizer=$?
+[ "$release" = 0 ] || echo "test: the release build's run failed (above)"
+[ "$release" = 0 ] && [ "$sanitizer" = 0 ]

@@ -56,6 +56,7 @@ int ff_mpi_error(ff_ctx *ctx, int mpi_rc, const char *what)
 
 void ff_ctx_options_default(ff_ctx_options *opt)
 {
+    memset(opt, 0, sizeof *opt);
     opt->progress = FF_PROGRESS_POLL;
     opt->poll_interval_s = 200e-6;
     opt->thread_interval_s = 200e-6;

@@ -14,6 +14,15 @@ cmake --install "$BUILD" --prefix "$WORK/prefix" > "$WORK/install.log"
 ls "$WORK/prefix/include/fourfold/fourfold.h" "$WORK/prefix/bin/fourfold" > /dev/null
 PC=$(find "$WORK/prefix" -name fourfold.pc)
 export PKG_CONFIG_PATH=$(dirname "$PC")
+# a library built without the test hooks (FF_TEST_HOOKS off, what users run)
+# has none of the fault-injection names in it
+if [ "${FF_TEST_HOOKS:-0}" = 0 ]; then
+    LIBDIR=$(pkg-config --variable=libdir fourfold)
+    for lib in "$LIBDIR/libfourfold.so" "$LIBDIR/libfourfold.a" "$WORK/prefix/bin/fourfold"; do
+        if grep -aq FF_FAULT_ "$lib"; then echo "FAIL: $lib contains a fault hook"; exit 1; fi
+    done
+    echo "no FF_FAULT_ hook in the installed library and program"
+fi
 echo "pkg-config --cflags --libs fourfold: $(pkg-config --cflags --libs fourfold)"
 # shellcheck disable=SC2046,SC2086
 cc -std=c11 -Wall -Wextra -Werror $EXTRA "$SRC/examples/hello_grid.c" \

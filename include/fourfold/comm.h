@@ -166,11 +166,12 @@ int ff_algo_supports(ff_algo algo, ff_coll coll);
  * a reduce-scatter step adds bytes/reduce_Bps for its additions.
  *
  * The context's model starts from ff_coll_model_default() and, in
- * ff_ctx_create, from the profile named by the environment variable
- * FF_PROFILE if set. FF_ALGO=name in the environment makes AUTO run that
- * algorithm wherever it implements the collective; FF_RANKS_PER_NODE=k
- * pretends that nodes hold k consecutive ranks of the context (for tests on
- * one machine). All three must be the same on every rank. */
+ * ff_ctx_create, from the machine profile of ff_ctx_options.profile (or the
+ * environment variable FF_PROFILE). The option algo (FF_ALGO) makes AUTO run
+ * that algorithm wherever it implements the collective; ranks_per_node
+ * (FF_RANKS_PER_NODE=k) pretends that nodes hold k consecutive ranks of the
+ * context (for tests on one machine). All must be the same on every rank
+ * (include/fourfold/ctx.h). */
 /* One measured pick of ff_coll_model (below). */
 enum { FF_COLL_MAX_PICKS = 96 };
 typedef struct {

@@ -43,16 +43,43 @@ typedef enum {
     FF_PROGRESS_THREAD    /* a helper thread polls (needs MPI_THREAD_MULTIPLE) */
 } ff_progress_mode;
 
+/* Which algorithms FF_ALGO_AUTO may pick (FF_STRICT_VOLUME). */
+typedef enum {
+    FF_VOLUME_UNSET = 0, /* FF_STRICT_VOLUME, else strict */
+    FF_VOLUME_STRICT,    /* only those whose bytes the planner predicts */
+    FF_VOLUME_ANY        /* any algorithm the model ranks first */
+} ff_volume_rule;
+
+/* A context's settings. The collective layer's five can also come from
+ * environment variables, as NCCL's do (table: docs/collectives.md,
+ * "Settings"): a field left unset (NULL or 0) takes its variable's value
+ * unless `ignore_env` is 1, else the built-in default; a field that is set
+ * wins over its variable. The strings are read during ff_ctx_create only. */
 typedef struct {
     ff_progress_mode progress;
     double poll_interval_s;   /* ff_poll() does nothing if called sooner than this */
     double thread_interval_s; /* the progress thread sleeps this long between polls */
+    /* FF_PROFILE: a machine profile (`fourfold bench profile`) whose
+     * alpha-beta model and measured picks drive FF_ALGO_AUTO (unset: the
+     * built-in model) */
+    const char *profile;
+    /* FF_ALGO: every collective runs this algorithm: "auto" (unset), "mpi",
+     * "ring", "rec", "hier-ring", "hier-rec", "rec-whole" or "direct" */
+    const char *algo;
+    /* FF_RANKS_PER_NODE: rank r of the communicator counts as on node
+     * r / ranks_per_node, to emulate nodes on one machine (unset: the nodes
+     * MPI reports, MPI_COMM_TYPE_SHARED) */
+    int ranks_per_node;
+    /* FF_A2A_WINDOW: all-to-all partners in flight at once, 1 to 8 (unset: 8) */
+    int a2a_window;
+    ff_volume_rule volume; /* FF_STRICT_VOLUME=1 or 0 */
+    int ignore_env;        /* 1: unset fields take the built-in defaults */
 } ff_ctx_options;
 
 typedef struct ff_ctx ff_ctx;
 
 /* Fills the defaults: FF_PROGRESS_POLL, 200 us polling, 200 us thread sleep
- * (measured: docs/overlap.md). */
+ * (measured: docs/overlap.md); the collective settings unset (zero). */
 void ff_ctx_options_default(ff_ctx_options *opt);
 
 /* Creates a context on `comm` (collective over it). On success returns 0.

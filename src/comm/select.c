@@ -308,16 +308,33 @@ int ff_coll_model_read(const char *path, ff_coll_model *m, char *err, size_t err
 
 /* ---- the context's layer ---- */
 
-static int env_int(const char *name, int *out)
+/* A string setting of the collective layer: the option if set, else
+ * (unless the environment is ignored) its variable, else NULL. */
+static const char *str_setting(const ff_ctx *ctx, const char *field, const char *var)
 {
-    const char *v = getenv(name);
+    const char *v = field || ctx->opt.ignore_env ? field : getenv(var);
+    return v && *v ? v : NULL;
+}
+
+/* An integer setting in [1, max] the same way: 1 and *out if set, 0 if
+ * unset, FF_EINVAL (message set) if out of range. */
+static int int_setting(ff_ctx *ctx, int field, const char *var, int max, int *out)
+{
+    if (field) {
+        *out = field;
+        return field >= 1 && field <= max
+                   ? 1
+                   : ff_set_error(ctx, FF_EINVAL, "the option for %s is %d: expected 1 to %d", var,
+                                  field, max);
+    }
+    const char *v = ctx->opt.ignore_env ? NULL : getenv(var);
     if (!v || !*v)
         return 0;
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (errno || *end || x < 1 || x > 1 << 20)
-        return -1;
+    if (errno || *end || x < 1 || x > max)
+        return ff_set_error(ctx, FF_EINVAL, "%s=%s: expected an integer from 1 to %d", var, v, max);
     *out = (int)x;
     return 1;
 }
@@ -355,10 +372,10 @@ int ff_coll_layer_init(ff_ctx *ctx)
         node_of[r] = leaders[r] < 0 ? -1 - leaders[r] : -1 - leaders[leaders[r]];
     free(leaders);
 
-    int k = 0, rc = env_int("FF_RANKS_PER_NODE", &k);
+    const ff_ctx_options *o = &ctx->opt;
+    int k = 0, rc = int_setting(ctx, o->ranks_per_node, "FF_RANKS_PER_NODE", 1 << 20, &k);
     if (rc < 0)
-        return ff_set_error(ctx, FF_EINVAL, "FF_RANKS_PER_NODE=%s: expected a positive integer",
-                            getenv("FF_RANKS_PER_NODE"));
+        return rc;
     if (rc > 0) {
         L->per_node_override = k;
         for (int r = 0; r < size; r++)
@@ -366,40 +383,45 @@ int ff_coll_layer_init(ff_ctx *ctx)
         L->n_nodes = (size + k - 1) / k;
     }
     ff_coll_model_default(&L->model);
-    const char *profile = getenv("FF_PROFILE");
-    if (profile && *profile) {
+    const char *profile = str_setting(ctx, o->profile, "FF_PROFILE");
+    if (profile) {
         char err[512];
         int prc = ff_coll_model_read(profile, &L->model, err, sizeof err);
         if (prc != FF_OK)
-            return ff_set_error(ctx, prc, "FF_PROFILE: %s", err);
+            return ff_set_error(ctx, prc, "%s: %s",
+                                o->profile ? "the profile option" : "FF_PROFILE", err);
     }
     /* all-to-all partners in flight (comm/ring.c); fewer for experiments
      * and for the tests' groups of up to 9 ranks to run several rounds */
     L->a2a_window = FF_A2A_WINDOW;
     int w = 0;
-    rc = env_int("FF_A2A_WINDOW", &w);
-    if (rc < 0 || (rc > 0 && w > FF_A2A_WINDOW))
-        return ff_set_error(ctx, FF_EINVAL, "FF_A2A_WINDOW=%s: expected an integer from 1 to %d",
-                            getenv("FF_A2A_WINDOW"), FF_A2A_WINDOW);
+    rc = int_setting(ctx, o->a2a_window, "FF_A2A_WINDOW", FF_A2A_WINDOW, &w);
+    if (rc < 0)
+        return rc;
     if (rc > 0)
         L->a2a_window = w;
     /* FF_STRICT_VOLUME=0 lets AUTO pick algorithms whose bytes the
      * planner does not predict (ff_coll_model.strict_volume) */
-    const char *sv = getenv("FF_STRICT_VOLUME");
-    if (sv && *sv) {
-        if (strcmp(sv, "0") != 0 && strcmp(sv, "1") != 0)
+    if (o->volume != FF_VOLUME_UNSET) {
+        if (o->volume != FF_VOLUME_STRICT && o->volume != FF_VOLUME_ANY)
+            return ff_set_error(ctx, FF_EINVAL, "unknown volume rule %d", (int)o->volume);
+        L->model.strict_volume = o->volume == FF_VOLUME_STRICT;
+    } else {
+        const char *sv = str_setting(ctx, NULL, "FF_STRICT_VOLUME");
+        if (sv && strcmp(sv, "0") != 0 && strcmp(sv, "1") != 0)
             return ff_set_error(ctx, FF_EINVAL, "FF_STRICT_VOLUME=%s: expected 0 or 1", sv);
-        L->model.strict_volume = sv[0] == '1';
+        if (sv)
+            L->model.strict_volume = sv[0] == '1';
     }
     L->forced = FF_ALGO_AUTO;
-    const char *algo = getenv("FF_ALGO");
-    if (algo && *algo) {
+    const char *algo = str_setting(ctx, o->algo, "FF_ALGO");
+    if (algo) {
         int a = ff_algo_parse(algo);
         if (a < 0)
             return ff_set_error(ctx, FF_EINVAL,
-                                "FF_ALGO=%s: expected auto, mpi, ring, rec, hier-ring, hier-rec, "
+                                "%s%s: expected auto, mpi, ring, rec, hier-ring, hier-rec, "
                                 "rec-whole or direct",
-                                algo);
+                                o->algo ? "the algo option " : "FF_ALGO=", algo);
         L->forced = (ff_algo)a;
     }
     return FF_OK;
@@ -529,13 +551,18 @@ void ff_topo_free(ff_topo *t)
 
 /* FF_FAULT_TOPO=R: the context's rank R fails to build its groups' layouts
  * as if out of memory (for the test that creating a grid or a group then
- * fails on every rank, tests/bad_input.sh). */
+ * fails on every rank, tests/bad_input.sh). Only in test builds. */
 static int fault_topo(const ff_ctx *ctx)
 {
+#ifdef FF_TEST_HOOKS
     const char *v = getenv("FF_FAULT_TOPO");
     char *end;
     long r = v && *v ? strtol(v, &end, 10) : -1;
     return v && *v && !*end && r == ctx->rank;
+#else
+    (void)ctx;
+    return 0;
+#endif
 }
 
 int ff_group_topo_init(ff_group *g)

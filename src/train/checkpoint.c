@@ -70,13 +70,15 @@ static int sync_dir(const char *dir)
 /* For the test of a run killed mid-save (tests/train_check.sh): with
  * FF_FAULT_KILL_IN_SAVE=N in the environment, the process kills itself
  * (SIGKILL, as the machine's OOM killer or a scheduler would) halfway
- * through writing its N-th state file. */
+ * through writing its N-th state file. Only in test builds (FF_TEST_HOOKS). */
 static void fault_point(void)
 {
+#ifdef FF_TEST_HOOKS
     static int saves;
     const char *e = getenv("FF_FAULT_KILL_IN_SAVE");
     if (e && atoi(e) == ++saves)
         raise(SIGKILL);
+#endif
 }
 
 static void state_header(const ff_gpt *g, const ff_train_state *st, int32_t h[HEADER_INTS])
