@@ -1,7 +1,8 @@
 #!/bin/sh
 # The collective benchmarks of docs/coll-bench.md: fourfold's algorithms
-# against each other and the MPI library's, on the emulated cluster of
-# ../shared/tools/testbed (network namespaces: run as root) or on this node.
+# against each other and the MPI library's, on an emulated cluster (an
+# external cluster emulator of network namespaces, docs/design.md §8: set TB,
+# run as root) or on this node.
 # Raw output (`bench coll --json` lines NAME.rK.jsonl and the printed
 # tables *.coll.txt, `bench tune` tables and histories, runs.log with the
 # load average around every run) goes OUTSIDE the source tree, to $OUT
@@ -48,11 +49,13 @@
 #   MAXB (64M)  ITERS (15, after one warm-up)  MPI_ENV ("VAR=value ..." for
 #   every rank, e.g. FF_STRICT_VOLUME=0)  JOBS (1)  TUNE_ARGS (bench tune's
 #   defaults)  CONFIG (tb-4x1-1gbit-d100us)  ROUNDS (3)  SETS  RATIO ("rec direct")
-#   TB        the testbed's tbcluster.sh (../shared/tools/testbed next to the
-#             repository); TB_PREFIX, TB_SUBNET (ffcoll, 10.79.0): a testbed
-#             of its own, apart from other sessions'
+#   TB        path of the cluster emulator's tbcluster.sh (an external tool,
+#             not in this repository; required by every experiment that runs
+#             on the emulated cluster); TB_PREFIX, TB_SUBNET (ffcoll, 10.79.0):
+#             an emulated cluster of its own, apart from other sessions'
 #
-# e.g. (as root)  bench/coll.sh sweep
+# e.g. (as root, TB exported)
+#                 bench/coll.sh sweep
 #                 JOBS=5 TUNE_ARGS="--repeats 1" bench/coll.sh tuned
 #                 COLLS=ar MAXB=4M bench/coll.sh sweep
 set -u
@@ -66,6 +69,11 @@ sweep | tuned | profile | picks | pooled | a2a-window | wire-place | one-node-ar
 esac
 FF=$PWD/$BUILD/fourfold
 [ -x "$FF" ] || { echo "build first: scripts/build.sh $BUILD" >&2; exit 1; }
+TB=${TB:-}
+case $EXP in
+picks | pooled | one-node-ar) ;;
+*) [ -n "$TB" ] || { echo "$EXP runs on the emulated cluster: set TB to the emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; } ;;
+esac
 OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/coll-$EXP-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -78,7 +86,6 @@ DEFAULT_RUNS=3
 RUNS=${RUNS:-$DEFAULT_RUNS}
 ALGOS=${ALGOS:-mpi-blk,mpi,ring,rec,rec-whole,direct,hier-ring,hier-rec,auto}
 ITERS=${ITERS:-15}
-TB=${TB:-$PWD/../shared/tools/testbed/tbcluster.sh}
 REPORT="python3 $PWD/bench/report.py"
 XENV=
 for v in ${MPI_ENV:-}; do XENV="$XENV -x $v"; done

@@ -6,7 +6,9 @@
 # the end, one line per run: step ms with overlaps off -> on, their ratio and
 # the hidden fraction. The raw JSON lines are appended OUTSIDE the source
 # tree, to $OUT (default ${FF_BENCH_OUT:-/tmp/fourfold-bench}/linear.jsonl).
-# Needs root for the testbed. ~15 minutes.
+# The cluster runs need root and TB, the path of the tbcluster.sh of an
+# external cluster emulator (not in this repository: docs/design.md §8).
+# ~15 minutes.
 #   usage: bench/linear.sh [build-dir] [local|cluster|all]
 set -eu
 case ${1:-} in -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 WHERE=${2:-all}
 BIN=$PWD/$BUILD/bench/ff_bench_linear
-TB=${TB:-$(cd .. && pwd)/shared/tools/testbed/tbcluster.sh}
+TB=${TB:-}
 OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/linear.jsonl}
 REPS=${REPS:-5}
 ARGS=${ARGS:---k 2048 --n 2048 --rows 4096 --layers 2}
@@ -22,6 +24,8 @@ mkdir -p "$(dirname "$OUT")"
 . scripts/env.sh
 export OMPI_MCA_mpi_yield_when_idle=1
 [ -x "$BIN" ] || { echo "build first: scripts/build.sh $BUILD" >&2; exit 1; }
+[ "$WHERE" = local ] || [ -n "$TB" ] ||
+    { echo "the cluster runs need TB, the emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; }
 : > "$OUT.tmp"
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 

@@ -1,12 +1,13 @@
 #!/bin/sh
 # The overlap benchmark of docs/overlap.md: one namespace (2 and 4 ranks) and
-# the emulated cluster of ../shared/tools/testbed (2 nodes x 1 and x 2 ranks,
-# 1 Gbit/s). Prints each configuration's table (medians of REPS repetitions)
-# and, at the end, the hidden fraction and total ms of every mechanism; the
+# an emulated cluster (2 nodes x 1 and x 2 ranks, 1 Gbit/s) made by an
+# external cluster emulator whose tbcluster.sh TB names (docs/design.md §8).
+# Prints each configuration's table (medians of REPS repetitions) and, at
+# the end, the hidden fraction and total ms of every mechanism; the
 # raw JSON lines go OUTSIDE the source tree, to $OUT (default
 # ${FF_BENCH_OUT:-/tmp/fourfold-bench}/overlap.jsonl; the headline's to
 # OUT-headline.jsonl, with the median over its 5 runs printed). Needs root
-# for the testbed. ~20 minutes.
+# and TB. ~20 minutes.
 #   usage: bench/overlap.sh [build-dir]            the full sweep
 #          bench/overlap.sh [build-dir] headline   the 80% goal of issue 2, in
 #              5 independent runs: 16 MiB all-reduce, 2 nodes x 2 ranks, 1 Gbit/s,
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 MODE=${2:-sweep}
 BIN=$PWD/$BUILD/bench/ff_bench_overlap
-TB=${TB:-$(cd .. && pwd)/shared/tools/testbed/tbcluster.sh}
+TB=${TB:-}
 OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/overlap.jsonl}
 REPS=${REPS:-7}
 mkdir -p "$(dirname "$OUT")"
@@ -32,6 +33,7 @@ run() { # label, then mpirun-or-testbed command...
 }
 : > "$OUT.tmp"
 [ -x "$BIN" ] || { echo "build first: scripts/build.sh $BUILD" >&2; exit 1; }
+[ -n "$TB" ] || { echo "set TB to the cluster emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; }
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) cores"
 
 if [ "$MODE" = headline ]; then

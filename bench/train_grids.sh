@@ -16,9 +16,10 @@
 #     BATCH=16 SEQ=64             global batch, tokens per sequence
 #     MACHINE=this                the planner's profile (name or FILE.json)
 #     RPN=NP                      ranks per node, as the planner sees it
-#     TB="N M RATE DELAY"         run on the emulated cluster of
-#                                 ../shared/tools/testbed (N nodes x M ranks)
-#                                 instead of one namespace (needs root)
+#     TB="N M RATE DELAY"         run on an emulated cluster (N nodes x M
+#                                 ranks) instead of one namespace (needs root)
+#     TBCLUSTER=PATH              with TB: the tbcluster.sh of the external
+#                                 cluster emulator (docs/design.md §8)
 set -eu
 case ${1:-} in -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 BUILD=$(cd "${1:-build}" && pwd)
@@ -33,6 +34,8 @@ SEQ=${SEQ:-64}
 MACHINE=${MACHINE:-this}
 RPN=${RPN:-$NP}
 HERE=$(cd "$(dirname "$0")" && pwd)
+[ -z "${TB:-}" ] || [ -n "${TBCLUSTER:-}" ] ||
+    { echo "TB needs TBCLUSTER, the cluster emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; }
 FF=$BUILD/fourfold
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -59,7 +62,7 @@ launch() { # fourfold ARGS... on NP ranks, here or on the emulated cluster
         set -- "$FF" "$@"
         # shellcheck disable=SC2086
         TB_MPIRUN_ARGS="--mca btl_tcp_links 2" \
-            "$HERE/../../shared/tools/testbed/tbcluster.sh" -p fftrain -s 10.78.0 \
+            "$TBCLUSTER" -p fftrain -s 10.78.0 \
             -n $(echo "$TB" | cut -d' ' -f1) -m $(echo "$TB" | cut -d' ' -f2) \
             -r $(echo "$TB" | cut -d' ' -f3) -d $(echo "$TB" | cut -d' ' -f4) all -- "$@"
     else

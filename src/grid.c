@@ -1,4 +1,4 @@
-/* The 4D process grid and its group communicators (DESIGN §1). */
+/* The 4D process grid and its group communicators (docs/design.md §1). */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "util/file.h"
 
 static const char *const kind_names[FF_NGROUPS] = {"X", "Y", "Z", "D", "ZD", "TP", "WORLD"};
 
@@ -86,18 +87,6 @@ static int parse_size(const char *s, const char *end, int *out)
     return 0;
 }
 
-__attribute__((format(printf, 3, 4))) static int grid_error(char *err, size_t len, const char *fmt,
-                                                            ...)
-{
-    if (err && len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, len, fmt, ap);
-        va_end(ap);
-    }
-    return FF_EGRID;
-}
-
 /* "name" or "name:N"; returns 1 if spec is the preset, with *arg = N or 0. */
 static int preset_match(const char *spec, const char *name, int *arg, int *bad_arg)
 {
@@ -120,9 +109,10 @@ int ff_grid_parse(const char *spec, int world, int ranks_per_node, ff_dims *out,
                   size_t err_len)
 {
     if (!spec || !*spec)
-        return grid_error(err, err_len, "grid is empty: %s", grid_help);
+        return ff_format_error(err, err_len, FF_EGRID, "grid is empty: %s", grid_help);
     if (world < 1)
-        return grid_error(err, err_len, "grid '%s': the job has %d ranks", spec, world);
+        return ff_format_error(err, err_len, FF_EGRID, "grid '%s': the job has %d ranks", spec,
+                               world);
     if (ranks_per_node < 1)
         ranks_per_node = 1;
 
@@ -138,13 +128,15 @@ int ff_grid_parse(const char *spec, int world, int ranks_per_node, ff_dims *out,
                preset_match(spec, "megatron", &arg, &bad)) {
         int is_hsdp = spec[0] == 'h';
         if (bad)
-            return grid_error(err, err_len,
-                              "grid '%s': the size after ':' must be a positive integer", spec);
+            return ff_format_error(err, err_len, FF_EGRID,
+                                   "grid '%s': the size after ':' must be a positive integer",
+                                   spec);
         int inner = arg ? arg : (ranks_per_node < world ? ranks_per_node : world);
         if (world % inner != 0)
-            return grid_error(err, err_len,
-                              "grid '%s': its inner size %d does not divide the job's %d ranks",
-                              spec, inner, world);
+            return ff_format_error(
+                err, err_len, FF_EGRID,
+                "grid '%s': its inner size %d does not divide the job's %d ranks", spec, inner,
+                world);
         if (is_hsdp)
             s.z = inner;
         else
@@ -158,30 +150,31 @@ int ff_grid_parse(const char *spec, int world, int ranks_per_node, ff_dims *out,
             while (*q && *q != 'x' && *q != 'X')
                 q++;
             if (n == 4)
-                return grid_error(err, err_len, "grid '%s' has more than four sizes; %s", spec,
-                                  grid_help);
+                return ff_format_error(err, err_len, FF_EGRID,
+                                       "grid '%s' has more than four sizes; %s", spec, grid_help);
             int prc = parse_size(p, q, &v[n]);
             if (prc == -2)
-                return grid_error(err, err_len, "grid '%s': size %d is too large", spec, n + 1);
+                return ff_format_error(err, err_len, FF_EGRID, "grid '%s': size %d is too large",
+                                       spec, n + 1);
             if (prc != 0)
-                return grid_error(err, err_len,
-                                  "grid '%s' is malformed (size %d is not a number); %s", spec,
-                                  n + 1, grid_help);
+                return ff_format_error(err, err_len, FF_EGRID,
+                                       "grid '%s' is malformed (size %d is not a number); %s", spec,
+                                       n + 1, grid_help);
             n++;
             if (!*q)
                 break;
             p = q + 1;
         }
         if (n != 4)
-            return grid_error(
-                err, err_len,
+            return ff_format_error(
+                err, err_len, FF_EGRID,
                 "grid '%s' has %d sizes; it needs four, Gx x Gy x Gz x Gd (e.g. 2x2x2x1)", spec, n);
         static const char axis[4] = {'X', 'Y', 'Z', 'D'};
         for (int i = 0; i < 4; i++)
             if (v[i] <= 0) {
-                return grid_error(err, err_len,
-                                  "grid '%s': size of %c is %d; every size must be >= 1", spec,
-                                  axis[i], v[i]);
+                return ff_format_error(err, err_len, FF_EGRID,
+                                       "grid '%s': size of %c is %d; every size must be >= 1", spec,
+                                       axis[i], v[i]);
             }
         s.x = v[0];
         s.y = v[1];
@@ -192,11 +185,13 @@ int ff_grid_parse(const char *spec, int world, int ranks_per_node, ff_dims *out,
     snprintf(shape, sizeof shape, "%dx%dx%dx%d", s.x, s.y, s.z, s.d);
     needs_text(needs, sizeof needs, s, world);
     if (product_capped(s, world) != world && strcmp(shape, spec) == 0)
-        return grid_error(err, err_len, "grid %s %s, but the job has %d (mpirun -np %d)", spec,
-                          needs, world, world);
+        return ff_format_error(err, err_len, FF_EGRID,
+                               "grid %s %s, but the job has %d (mpirun -np %d)", spec, needs, world,
+                               world);
     if (product_capped(s, world) != world)
-        return grid_error(err, err_len, "grid '%s' = %s %s, but the job has %d (mpirun -np %d)",
-                          spec, shape, needs, world, world);
+        return ff_format_error(err, err_len, FF_EGRID,
+                               "grid '%s' = %s %s, but the job has %d (mpirun -np %d)", spec, shape,
+                               needs, world, world);
     *out = s;
     return FF_OK;
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "util/file.h"
 
 enum { FF_TRACE_MAX_EVENTS = 1 << 18 };
 
@@ -232,9 +233,8 @@ int ff_trace_write(ff_ctx *ctx, const char *path)
         if (mrc != MPI_SUCCESS && rc == FF_OK)
             rc = ff_mpi_error(ctx, mrc, "MPI_Send (trace)");
     } else {
-        char tmp[4096 + 32];
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-        FILE *f = fopen(tmp, "w");
+        char tmp[FF_TMP_PATH_MAX];
+        FILE *f = ff_atomic_open(path, tmp);
         if (!f && rc == FF_OK)
             rc = ff_set_error(ctx, FF_EIO, "cannot write trace %s: %s", path, strerror(errno));
         if (f)
@@ -268,16 +268,12 @@ int ff_trace_write(ff_ctx *ctx, const char *path)
                 fwrite(part, 1, (size_t)len, f);
         }
         free(part);
-        if (f) {
+        if (f && rc != FF_OK) {
+            ff_atomic_abort(f, tmp);
+        } else if (f) {
             fputs("\n]}\n", f);
-            int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-            bad |= fclose(f) != 0;
-            if (!bad && rc == FF_OK && rename(tmp, path) != 0)
-                bad = 1;
-            if (bad && rc == FF_OK)
+            if (ff_atomic_commit(f, tmp, path) != 0)
                 rc = ff_set_error(ctx, FF_EIO, "cannot write trace %s: %s", path, strerror(errno));
-            if (rc != FF_OK)
-                unlink(tmp);
         }
     }
     free(b.buf);

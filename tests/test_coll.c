@@ -1,6 +1,6 @@
 /* Every collective, on every group of every grid of the job's rank count,
  * against the MPI library's blocking collective; and the byte counters
- * against DESIGN §3.
+ * against docs/design.md §3 and §7.
  *
  *   usage: test_coll [wait|poll|thread]   (progress mode, default poll)
  *
@@ -12,7 +12,7 @@
  * 2p * 2^-24 * sum|x| for the fp32 reference's own error. All-gather and
  * all-reduce results must be bitwise identical on every rank of the group.
  *
- * Counters, elements per rank for p ranks (ring, DESIGN §3): all-gather,
+ * Counters, elements per rank for p ranks (ring, docs/design.md §7): all-gather,
  * reduce-scatter and all-to-all send and receive (p-1)*count; all-reduce of n
  * divisible by p sends and receives 2(p-1)/p * n; for other n, every chunk
  * but one in each phase (chunks of n/p, the first n mod p one larger). A group
@@ -81,7 +81,7 @@ static void volume(ff_coll coll, int p, int r, size_t n, uint64_t *sent, uint64_
         *sent = *recv = 0;
     } else if (coll != FF_COLL_ALLREDUCE) {
         *sent = *recv = (uint64_t)(p - 1) * n;
-    } else if (n % (size_t)p == 0) { /* DESIGN §3 as written */
+    } else if (n % (size_t)p == 0) { /* docs/design.md §3 as written */
         *sent = *recv = 2 * (uint64_t)(p - 1) * n / (uint64_t)p;
     } else {
 #define CHUNK(i) (n / (size_t)p + ((size_t)(((i) % p + p) % p) < n % (size_t)p))

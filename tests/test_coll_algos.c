@@ -6,7 +6,7 @@
  *   FF_RANKS_PER_NODE=k pretends nodes of k consecutive ranks (CTest: 2, 3);
  *   without it the nodes are the MPI library's shared-memory domains, found
  *   here independently of the library (one on a single machine; the emulated
- *   cluster's nodes under ../shared/tools/testbed/tbcluster.sh)
+ *   cluster's nodes under the external cluster emulator, docs/design.md §8)
  *
  * Groups: for each p, ranks 0..p-1 in order ("contiguous"), and for p >= 3
  * the same ranks with the even ones first ("interleaved"), so that a node's
@@ -30,7 +30,7 @@
  * library's code), their sum over the group's ranks sent == received; AUTO's
  * counters, with the default rule, equal to the ring's whatever it picks,
  * except for an all-reduce it runs as rec-whole, which the planner
- * predicts (DESIGN §3; tests/test_plan_vs_run.c); with FF_STRICT_VOLUME=0
+ * predicts (docs/design.md §7; tests/test_plan_vs_run.c); with FF_STRICT_VOLUME=0
  * (CTest: the np6 run) it may move other bytes. Every run must see AUTO
  * pick rec-whole somewhere (the short all-reduces, on 3 or more ranks).
  * Also: mixed algorithms in flight at once on one group,

@@ -1,6 +1,6 @@
 /* Coordinates and group membership for every grid of the job's rank count
  * (CTest runs it on 1..8, 12 and 16 ranks). Each group's members, gathered
- * through its own communicator, must be exactly the ranks DESIGN §1 says, in
+ * through its own communicator, must be exactly the ranks docs/design.md §1 says, in
  * the order it says. */
 #include <stdio.h>
 #include <stdlib.h>

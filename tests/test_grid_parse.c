@@ -61,7 +61,7 @@ int main(void)
     reject("serial", 4, "needs 1 ranks, but the job has 4");
     reject("zero", 4, "malformed");
 
-    /* rank <-> coordinates: X fastest, D outermost (DESIGN §1) */
+    /* rank <-> coordinates: X fastest, D outermost (docs/design.md §1) */
     ff_dims s = {2, 3, 2, 2};
     for (int r = 0; r < ff_dims_product(s); r++) {
         ff_dims c = ff_grid_coords_of(s, r);

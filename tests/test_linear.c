@@ -22,7 +22,7 @@
  * Also: shard -> gather round trip is the identity (with an output-column
  * permutation), RNG initialisation gathered to canonical layout equals the
  * RNG evaluated at canonical indices (hence the same on every grid), per-rank
- * byte counters after one forward+backward equal DESIGN §3's volumes, and a
+ * byte counters after one forward+backward equal docs/design.md §3's volumes, and a
  * shape the grid does not divide or a use out of program order is refused.
  * With --combos (on one grid): all 16 combinations of OAR, ORS, OAG and AG
  * cache, under activation checkpointing and with every GEMM mode, give
@@ -538,7 +538,7 @@ static void case_pair(env *e)
     ff_linear_seq_destroy(s);
 }
 
-/* ---- byte counters (DESIGN §3) -------------------------------------------------------------
+/* ---- byte counters (docs/design.md §3) -----------------------------------------------------
  * One forward+backward of an N (k0 -> h) and T (h -> k0) pair with biases,
  * then the data-parallel reductions, ring algorithms. Elements received per
  * rank (and sent, for a ring), m rows per rank, b = (k0/Gy)(h/Gx) elements in
@@ -551,8 +551,8 @@ static void case_pair(env *e)
  *   X  all-reduce      T forward + N backward:  2 * 2(Gx-1)/Gx * m*k0/Gy
  *   Z  reduce-scatter  2 * (Gz-1)/Gz * b
  *   D  all-reduce      2 * 2(Gd-1)/Gd * b/Gz
- *   ZD all-reduce      2(p-1)/p * (h/Gx + k0/Gy), p = Gz*Gd  (biases: not in
- *                      DESIGN §3's table; the same ring formula)
+ *   ZD all-reduce      2(p-1)/p * (h/Gx + k0/Gy), p = Gz*Gd  (biases: the ZD
+ *                      row of docs/design.md §3's table)
  * Shapes are chosen so every count divides by its group size. */
 
 static void case_bytes(env *e, int cache)
@@ -624,8 +624,8 @@ static void case_bytes(env *e, int cache)
         CHECK(c.bytes_recv == (uint64_t)(4 * want[i].elems) &&
                   c.bytes_sent == (uint64_t)(4 * want[i].elems) &&
                   c.calls == (uint64_t)want[i].calls,
-              "grid %s (AG cache %d) %s %s: %llu calls, %llu bytes received, %llu sent; DESIGN "
-              "§3 gives %lld calls, %lld bytes",
+              "grid %s (AG cache %d) %s %s: %llu calls, %llu bytes received, %llu sent; "
+              "docs/design.md §3 gives %lld calls, %lld bytes",
               e->name, cache, ff_group_kind_name(want[i].grp), ff_coll_name(want[i].coll),
               (unsigned long long)c.calls, (unsigned long long)c.bytes_recv,
               (unsigned long long)c.bytes_sent, (long long)want[i].calls,

@@ -1,5 +1,5 @@
 /* ff_plan_traffic: the calls and bytes per (group, collective) of one rank in
- * one step, against a derivation by hand from DESIGN §3 and §4 for a small
+ * one step, against a derivation by hand from docs/design.md §3 and §4 for a small
  * GPT, and the ring's volumes derived here again from the ring's rule (not
  * from the library's function). Also the rejection reasons and the memory
  * arithmetic. Runs without MPI.

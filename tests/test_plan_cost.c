@@ -237,7 +237,7 @@ static void test_axonn(void)
     ff_plan_destroy(plan);
 }
 
-/* DESIGN §6's placement, and the paper's literal rule. */
+/* docs/design.md §6's placement, and the paper's literal rule. */
 static void test_links(void)
 {
     ff_profile p;

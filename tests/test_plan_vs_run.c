@@ -1,7 +1,7 @@
-/* The planner's bytes against a real training step (issue 6; DESIGN §3:
- * "The program counts what it actually sends and receives, per group and per
- * collective, and that count must equal what the planner predicts for the
- * same model, batch and grid").
+/* The planner's bytes against a real training step (issue 6; docs/design.md
+ * §3 and §10: what each rank counts as sent and received, per group and
+ * collective, equals what the planner predicts for the same model, batch and
+ * grid).
  *
  * For every grid of 8 ranks (ff_plan_grids: 20 of them) and every variant
  * below, each rank builds a small GPT, runs one warm-up step (ff_gpt_step),

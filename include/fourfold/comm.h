@@ -22,7 +22,7 @@
  * Counters (per group and collective) record the bytes this rank actually
  * posted to the wire with MPI_Isend/MPI_Irecv for fourfold's own algorithms;
  * for FF_ALGO_MPI (the library's algorithm, whose traffic is not observable)
- * they record the bandwidth-optimal volume of a ring, which is what DESIGN §3
+ * they record the bandwidth-optimal volume of a ring, which is what docs/design.md §3
  * tabulates. See docs/collectives.md. */
 #ifndef FOURFOLD_COMM_H
 #define FOURFOLD_COMM_H
@@ -193,7 +193,7 @@ typedef struct {
      * sums added into the accumulator); 0 = free. Not a level: the CPU's. */
     double reduce_Bps;
     /* 1 (default): AUTO considers only algorithms whose per-rank byte
-     * counts the planner predicts (ff_plan_traffic; DESIGN §3): those
+     * counts the planner predicts (ff_plan_traffic; docs/design.md §3): those
      * that move the ring's bytes for that call (recursive ones only for
      * power-of-two groups and node counts, all-reduce only when p divides
      * count), and REC_WHOLE for all-reduce. 0: every algorithm. */

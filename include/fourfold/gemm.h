@@ -1,7 +1,7 @@
 /* Local matrix products through the BLAS, with two things added:
  *
  * - Progress: a long product is computed in panels of output rows, with
- *   ff_poll() between panels, so collectives in flight advance (DESIGN §5:
+ *   ff_poll() between panels, so collectives in flight advance (docs/design.md §11:
  *   nothing advances in the background). Panel boundaries depend only on the
  *   shape, never on whether anything is in flight, because OpenBLAS rounds a
  *   product split into row panels differently from the whole product.

@@ -1,4 +1,4 @@
-/* The GPT-2 model in 4D (DESIGN §4): every parameter and activation laid out
+/* The GPT-2 model in 4D (docs/design.md §4): every parameter and activation laid out
  * over the grid, forward and backward on the rank's shards, AdamW on them,
  * and the canonical (llm.c gpt2_*.bin v3) layout for files and tests.
  *

@@ -1,4 +1,4 @@
-/* The 4D process grid (DESIGN §1).
+/* The 4D process grid (docs/design.md §1).
  *
  *     rank = x + Gx * (y + Gy * (z + Gz * d))
  *

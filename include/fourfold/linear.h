@@ -1,4 +1,4 @@
-/* The 3D parallel linear layer (Algorithm 1 of the 4D paper, DESIGN §3) and
+/* The 3D parallel linear layer (Algorithm 1 of the 4D paper, docs/design.md §3) and
  * the sequence of layers that schedules its weight all-gathers.
  *
  * O = I W + b with W of shape k x n (in x out). A normal layer (N) takes its

@@ -1,4 +1,4 @@
-/* The planner (DESIGN §6, docs/planner.md): a performance model of one
+/* The planner (docs/design.md §6, docs/planner.md): a performance model of one
  * training step of fourfold's GPT on a 4D grid, the enumeration of every grid
  * (Gx, Gy, Gz, Gd) of a rank count, machine profiles, and two reference cost
  * models from the literature.
@@ -24,7 +24,7 @@ extern "C" {
 
 /* ---- models ---------------------------------------------------------------- */
 
-/* A GPT-2 shaped model (DESIGN §4). */
+/* A GPT-2 shaped model (docs/design.md §4). */
 typedef struct {
     char name[32];
     int layers;      /* L, transformer blocks */
@@ -117,7 +117,7 @@ typedef enum {
 const char *ff_cost_name(ff_cost cost);
 int ff_cost_parse(const char *name); /* -1 if unknown */
 
-/* The overlaps of DESIGN §5 the step model applies. */
+/* The overlaps of docs/design.md §5 the step model applies. */
 enum {
     FF_OVERLAP_OAR = 1, /* backward all-reduce of dI beside the dW GEMM */
     FF_OVERLAP_ORS = 2, /* reduce-scatter of dW waited after the backward */

@@ -52,13 +52,6 @@ void bench_time_algos(ff_ctx *ctx, ff_group *g, MPI_Comm sync, ff_coll coll, con
  * --maxbytes, --factor, --iters, --warmup (a->name set; others untouched). */
 void bench_short_option(cli_args *a);
 
-/* Writes text to path atomically: a temporary file beside it, fsync,
- * rename. 0, or -1 with errno (the temporary file removed). */
-int bench_write_atomic(const char *path, const char *text);
-/* 0 if bench_write_atomic(path) can create its temporary file (made and
- * removed here), else -1 with errno: checked before a long measurement. */
-int bench_can_write(const char *path);
-
 int cmd_bench_coll(int argc, char **argv);
 int cmd_bench_gemm(int argc, char **argv);
 int cmd_bench_profile(int argc, char **argv);

@@ -2,6 +2,7 @@
  * of collectives, nccl-tests' short options, atomic file writing. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -96,20 +97,4 @@ void bench_short_option(cli_args *a)
               : c == 'n' ? "iters"
               : c == 'w' ? "warmup"
                          : NULL;
-}
-
-int bench_write_atomic(const char *path, const char *text)
-{
-    return ff_write_file_atomic(path, text);
-}
-
-int bench_can_write(const char *path)
-{
-    char tmp[4200];
-    FILE *f = ff_atomic_open(path, tmp, sizeof tmp);
-    if (!f)
-        return -1;
-    fclose(f);
-    unlink(tmp);
-    return 0;
 }

@@ -1,6 +1,6 @@
 /* fourfold bench gemm: the sgemm rate of this machine's OpenBLAS, over
  * shapes and thread counts, with every rank of the job computing at once
- * (the sustained per-rank rate is what a training step sees; DESIGN §8
+ * (the sustained per-rank rate is what a training step sees; docs/design.md §8
  * divides model FLOP/s by it). */
 #include <cblas.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
  *     single-stream rate of the model, comm/select.c);
  *   intra_bw: for each (P, G) with P*G <= g, a large ring all-gather on the
  *     groups of G ranks at stride P inside every node, all at once (the
- *     planner's placement-aware bandwidth, DESIGN §6): bytes received per
+ *     planner's placement-aware bandwidth, docs/design.md §6): bytes received per
  *     rank per second;
  *   gemm: sgemm 1024^3 with one thread on every rank at once.
  * The fit (AutoDDL §3, plus the additions): a ring collective of p ranks on
@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "util/file.h"
 
 typedef struct {
     int level; /* 0 intra, 1 inter */
@@ -211,7 +212,7 @@ int cmd_bench_profile(int argc, char **argv)
     MPI_Comm world = ff_ctx_comm(ctx);
     int size = ff_ctx_size(ctx), me = ff_ctx_rank(ctx), N = ff_ctx_nodes(ctx);
     /* rank 0 writes the profile: refused before measuring if it cannot */
-    int unwritable = me == 0 && bench_can_write(out) != 0, err_no = errno;
+    int unwritable = me == 0 && ff_file_writable(out) != 0, err_no = errno;
     MPI_Bcast(&unwritable, 1, MPI_INT, 0, world);
     if (unwritable) {
         cli_error("cannot write %s: %s", out, strerror(err_no));
@@ -430,7 +431,7 @@ int cmd_bench_profile(int argc, char **argv)
                  dim, dim, dim, fit[0].ok ? "true" : "false", fit[0].n, fit[0].rms_rel,
                  fit[0].max_rel, fit[1].ok ? "true" : "false", fit[1].n, fit[1].rms_rel,
                  fit[1].max_rel);
-        if (bench_write_atomic(out, text) != 0) {
+        if (ff_write_file_atomic(out, text, strlen(text)) != 0) {
             fprintf(stderr, "fourfold: error: cannot write %s: %s\n", out, strerror(errno));
             code = CLI_FAIL;
         } else {

@@ -41,6 +41,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "util/file.h"
 
 static const char help_tune[] =
     "usage: mpirun -np N fourfold bench tune --profile FILE [options]\n\n"
@@ -425,7 +426,7 @@ static int history_write(const char *path, const history *h)
         all[n++] = '\n';
     memcpy(all + n, h->add ? h->add : "", h->len);
     all[n + h->len] = '\0';
-    int rc = bench_write_atomic(path, all);
+    int rc = ff_write_file_atomic(path, all, strlen(all));
     free(all);
     return rc;
 }
@@ -683,9 +684,9 @@ int cmd_bench_tune(int argc, char **argv)
     /* both files writable, or nothing is measured */
     const char *unwritable = NULL;
     if (me == 0 && !refuse) {
-        if (bench_can_write(o.out) != 0)
+        if (ff_file_writable(o.out) != 0)
             unwritable = o.out;
-        else if (o.history && bench_can_write(o.history) != 0)
+        else if (o.history && ff_file_writable(o.history) != 0)
             unwritable = o.history;
     }
     if (unwritable) {
@@ -793,7 +794,7 @@ int cmd_bench_tune(int argc, char **argv)
             cli_error("cannot %s %s: %s", text ? "add picks to" : "read", o.profile,
                       text ? "not a JSON object, or out of memory" : strerror(errno));
             code = CLI_FAIL;
-        } else if (bench_write_atomic(o.out, tuned) != 0) {
+        } else if (ff_write_file_atomic(o.out, tuned, strlen(tuned)) != 0) {
             cli_error("cannot write %s: %s", o.out, strerror(errno));
             code = CLI_FAIL;
         } else {

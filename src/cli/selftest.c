@@ -28,7 +28,7 @@ static size_t ring_chunk(size_t n, int p, int i)
     return n / (size_t)p + ((size_t)i < n % (size_t)p ? 1 : 0);
 }
 
-/* Elements a ring sends and receives (DESIGN §3 generalised to uneven chunks). */
+/* Elements a ring sends and receives (docs/design.md §7, uneven chunks included). */
 static void expected_elems(ff_coll coll, int p, int r, size_t n, size_t *sent, size_t *recv)
 {
     if (p == 1) {

@@ -102,8 +102,8 @@ struct ff_sched {
     uint16_t *sbuf; /* bf16 wire: packed send buffer of reduce-scatter phases */
     /* the receive of the step in flight, applied when it completes */
     size_t acc_off, acc_len;
-    int acc_set;                       /* 1: W[..] = tmp, 0: W[..] += tmp */
-    int acc_n; /* blocks of acc_len in tmp to add, one after another (direct) */
+    int acc_set; /* 1: W[..] = tmp, 0: W[..] += tmp */
+    int acc_n;   /* blocks of acc_len in tmp to add, one after another (direct) */
     /* direct reduce-scatter phases: the rank's input, at W's offsets */
     const float *din;
     /* bf16 wire, FF_PH_AR_REC: the rank's own partial sum is rounded as the

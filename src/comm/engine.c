@@ -5,7 +5,7 @@
  * advance() does the step's local work (a reduction, a format conversion) and
  * posts the next step. Nothing moves unless someone calls ff_progress(): on
  * Open MPI without asynchronous progress, data moves only inside MPI calls
- * (../shared/notes/mpi-on-this-machine.md §4.3), and the next step of a multi-step
+ * (docs/design.md §11), and the next step of a multi-step
  * algorithm is posted only by us. Hence ff_poll() for compute loops, and the
  * optional progress thread.
  *

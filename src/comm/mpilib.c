@@ -2,7 +2,7 @@
  * comparison and for MPIs whose collectives beat ours. One step: the MPI
  * request. The library does not report what it sends, so the counters get
  * the ring volume (ff_ring_volume), the bandwidth-optimal figure of
- * DESIGN §3. The bf16 wire reduces with a user-defined MPI_Op that adds in
+ * docs/design.md §3. The bf16 wire reduces with a user-defined MPI_Op that adds in
  * fp32 and rounds each partial sum back to bf16. */
 #include <limits.h>
 #include <string.h>

@@ -2,9 +2,9 @@
  *
  * Why our own: libnbc's non-blocking reduce-scatter is a binomial reduce plus
  * a scatter, its all-gather a one-round linear exchange that copies the own
- * block synchronously in the start call (../shared/notes/mpi-on-this-machine.md §4.3),
+ * block synchronously in the start call (docs/design.md §11),
  * and a library collective cannot tell us what it sent. A ring moves the
- * bandwidth-optimal volume of DESIGN §3, every byte is counted as it is posted,
+ * bandwidth-optimal volume of docs/design.md §3, every byte is counted as it is posted,
  * and each step is small enough for polling to keep it moving.
  *
  * Notation: p ranks, this rank r, right = r+1, left = r-1 (mod p). Data only

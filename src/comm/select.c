@@ -14,7 +14,7 @@
  * comm/fit.c); a step whose messages leave a
  * node costs alpha_inter + s*bytes/beta_inter where s is the number of the
  * busiest node's ranks sending off-node in that step (they share its link:
- * DESIGN §6's beta_inter / min(g, P)). Each algorithm's time is the sum of
+ * docs/design.md §6's beta_inter / min(g, P)). Each algorithm's time is the sum of
  * its steps, with s counted from the group's actual layout:
  *   ring              (p-1) steps of one block, s = ring edges leaving a node
  *   recursive         lg p steps of 1, 2, 4, ... blocks, s per step from the
@@ -53,13 +53,12 @@ void ff_coll_model_default(ff_coll_model *m)
      * the slower, which changes no choice on one node, where the ring and
      * recursive doubling move the same bytes and alpha decides); between
      * nodes the emulated cluster's 1 Gbit/s links (116 MB/s measured by
-     * the testbed, alpha about the 38-48 us fitted there without delay).
-     * docs/coll-bench.md. Additions: `bench profile`'s fit does not
-     * resolve them (0, or 87-208 GB/s), but rec-whole adds twice the ring's
-     * bytes on 2 ranks, and measured 1.14-1.29x the ring's time from 4 MiB
-     * on one node of this VM: its extra time over the extra V/2 added bytes
-     * was 10-15 GB/s at 4-64 MiB (docs/coll-bench.md; bench/coll.sh one-node-ar), so
-     * 10 GB/s. */
+     * the cluster emulator (docs/design.md §8), alpha about the 38-48 us fitted there without
+     * delay). docs/coll-bench.md. Additions: `bench profile`'s fit does not resolve them (0, or
+     * 87-208 GB/s), but rec-whole adds twice the ring's bytes on 2 ranks, and measured 1.14-1.29x
+     * the ring's time from 4 MiB on one node of this VM: its extra time over the extra V/2 added
+     * bytes was 10-15 GB/s at 4-64 MiB (docs/coll-bench.md; bench/coll.sh one-node-ar), so 10 GB/s.
+     */
     m->alpha_intra_s = 3.5e-6;
     m->beta_intra_Bps = 3.5e9;
     m->alpha_inter_s = 3e-5;

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/file.h"
+
 enum { HEADER_BYTES = FF_SHARD_HEADER_INTS * (int)sizeof(int32_t) };
 
 struct ff_data {
@@ -32,20 +34,6 @@ struct ff_data {
 };
 
 /* ---- the shard format -------------------------------------------------------------- */
-
-static int fmt_err(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fmt_err(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* Reads exactly len bytes at offset; returns 0, or -1 with errno set (0 for
  * an unexpected end of file). */
@@ -76,47 +64,52 @@ static int shard_open(const char *path, int *fd_out, int64_t *ntok, char *err, s
     *fd_out = -1;
     int fd = open(path, O_RDONLY);
     if (fd < 0)
-        return fmt_err(err, errlen, FF_EIO, "cannot open the shard '%s': %s", path,
-                       strerror(errno));
+        return ff_format_error(err, errlen, FF_EIO, "cannot open the shard '%s': %s", path,
+                               strerror(errno));
     struct stat st;
     int32_t h[FF_SHARD_HEADER_INTS];
     int rc = FF_OK;
     if (fstat(fd, &st) != 0)
-        rc = fmt_err(err, errlen, FF_EIO, "cannot stat the shard '%s': %s", path, strerror(errno));
+        rc = ff_format_error(err, errlen, FF_EIO, "cannot stat the shard '%s': %s", path,
+                             strerror(errno));
     else if (!S_ISREG(st.st_mode))
-        rc = fmt_err(err, errlen, FF_EIO, "the shard '%s' is not a regular file", path);
+        rc = ff_format_error(err, errlen, FF_EIO, "the shard '%s' is not a regular file", path);
     else if (st.st_size < HEADER_BYTES)
-        rc = fmt_err(err, errlen, FF_ECORRUPT,
-                     "the shard '%s' is truncated: %lld bytes, shorter than its %d-byte header",
-                     path, (long long)st.st_size, HEADER_BYTES);
+        rc = ff_format_error(
+            err, errlen, FF_ECORRUPT,
+            "the shard '%s' is truncated: %lld bytes, shorter than its %d-byte header", path,
+            (long long)st.st_size, HEADER_BYTES);
     else if (pread_full(fd, h, sizeof h, 0) != 0)
-        rc = fmt_err(err, errlen, FF_EIO, "cannot read the header of the shard '%s': %s", path,
-                     errno ? strerror(errno) : "unexpected end of file");
+        rc = ff_format_error(err, errlen, FF_EIO, "cannot read the header of the shard '%s': %s",
+                             path, errno ? strerror(errno) : "unexpected end of file");
     else if (h[0] != FF_SHARD_MAGIC)
-        rc = fmt_err(err, errlen, FF_ECORRUPT, "'%s' is not a token shard (magic %d, expected %d)",
-                     path, (int)h[0], FF_SHARD_MAGIC);
+        rc = ff_format_error(err, errlen, FF_ECORRUPT,
+                             "'%s' is not a token shard (magic %d, expected %d)", path, (int)h[0],
+                             FF_SHARD_MAGIC);
     else if (h[1] != FF_SHARD_VERSION)
-        rc = fmt_err(err, errlen, FF_EUNSUPPORTED,
-                     "the shard '%s' has version %d%s; fourfold reads version %d (uint16 tokens)",
-                     path, (int)h[1], h[1] == 2 ? " (uint32 tokens)" : "", FF_SHARD_VERSION);
+        rc = ff_format_error(
+            err, errlen, FF_EUNSUPPORTED,
+            "the shard '%s' has version %d%s; fourfold reads version %d (uint16 tokens)", path,
+            (int)h[1], h[1] == 2 ? " (uint32 tokens)" : "", FF_SHARD_VERSION);
     else if (h[2] < 0)
-        rc = fmt_err(err, errlen, FF_ECORRUPT, "the shard '%s' has a negative token count (%d)",
-                     path, (int)h[2]);
+        rc = ff_format_error(err, errlen, FF_ECORRUPT,
+                             "the shard '%s' has a negative token count (%d)", path, (int)h[2]);
     if (rc == FF_OK) {
         /* exactly header + n uint16: a shorter file lost its end, a longer one
          * is not what its header says (llm.c's readers check the same) */
         int64_t n = h[2], body = (int64_t)st.st_size - HEADER_BYTES;
         if (body < 2 * n)
-            rc = fmt_err(err, errlen, FF_ECORRUPT,
-                         "the shard '%s' is truncated: header says %lld tokens, the file holds "
-                         "%lld",
-                         path, (long long)n, (long long)(body / 2));
+            rc = ff_format_error(
+                err, errlen, FF_ECORRUPT,
+                "the shard '%s' is truncated: header says %lld tokens, the file holds "
+                "%lld",
+                path, (long long)n, (long long)(body / 2));
         else if (body > 2 * n)
-            rc = fmt_err(err, errlen, FF_ECORRUPT,
-                         "the shard '%s' is longer than its header says: header says %lld tokens "
-                         "(%lld bytes), the file has %lld bytes",
-                         path, (long long)n, (long long)(HEADER_BYTES + 2 * n),
-                         (long long)st.st_size);
+            rc = ff_format_error(
+                err, errlen, FF_ECORRUPT,
+                "the shard '%s' is longer than its header says: header says %lld tokens "
+                "(%lld bytes), the file has %lld bytes",
+                path, (long long)n, (long long)(HEADER_BYTES + 2 * n), (long long)st.st_size);
         else
             *ntok = n;
     }
@@ -130,41 +123,27 @@ static int shard_open(const char *path, int *fd_out, int64_t *ntok, char *err, s
 int ff_shard_write(const char *path, const uint16_t *tokens, int64_t n, char *err, size_t errlen)
 {
     if (!path || n < 0 || n > INT32_MAX || (n > 0 && !tokens))
-        return fmt_err(err, errlen, FF_EINVAL,
-                       "cannot write the shard '%s': %lld tokens (a shard holds 0 to %d)",
-                       path ? path : "(null)", (long long)n, INT32_MAX);
-    size_t len = strlen(path) + 5;
-    char *tmp = malloc(len);
-    if (!tmp)
-        return fmt_err(err, errlen, FF_ENOMEM, "out of memory");
-    snprintf(tmp, len, "%s.tmp", path);
+        return ff_format_error(err, errlen, FF_EINVAL,
+                               "cannot write the shard '%s': %lld tokens (a shard holds 0 to %d)",
+                               path ? path : "(null)", (long long)n, INT32_MAX);
     int32_t h[FF_SHARD_HEADER_INTS];
     memset(h, 0, sizeof h);
     h[0] = FF_SHARD_MAGIC;
     h[1] = FF_SHARD_VERSION;
     h[2] = (int32_t)n;
-    /* tmp, fsync, rename: a reader sees the old file or the whole new one */
-    FILE *f = fopen(tmp, "wb");
+    /* a reader sees the old file or the whole new one (util/file.h) */
+    char tmp[FF_TMP_PATH_MAX];
+    errno = 0;
+    FILE *f = ff_atomic_open(path, tmp);
     int ok = f && fwrite(h, sizeof h, 1, f) == 1 &&
-             (n == 0 || fwrite(tokens, sizeof(uint16_t), (size_t)n, f) == (size_t)n) &&
-             fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved = errno;
-    if (f && fclose(f) != 0 && ok) {
+             (n == 0 || fwrite(tokens, sizeof(uint16_t), (size_t)n, f) == (size_t)n);
+    if (f && !ok)
+        ff_atomic_abort(f, tmp);
+    if (f && ok && ff_atomic_commit(f, tmp, path) != 0)
         ok = 0;
-        saved = errno;
-    }
-    if (ok && rename(tmp, path) != 0) {
-        ok = 0;
-        saved = errno;
-    }
-    int rc = FF_OK;
-    if (!ok) {
-        rc = fmt_err(err, errlen, FF_EIO, "cannot write the shard '%s': %s", path,
-                     saved ? strerror(saved) : "write failed");
-        remove(tmp);
-    }
-    free(tmp);
-    return rc;
+    return ok ? FF_OK
+              : ff_format_error(err, errlen, FF_EIO, "cannot write the shard '%s': %s", path,
+                                errno ? strerror(errno) : "write failed");
 }
 
 int ff_shard_read(const char *path, uint16_t **tokens, int64_t *n, char *err, size_t errlen)
@@ -178,11 +157,11 @@ int ff_shard_read(const char *path, uint16_t **tokens, int64_t *n, char *err, si
         return rc;
     uint16_t *t = malloc(ntok > 0 ? (size_t)ntok * sizeof(uint16_t) : 1);
     if (!t)
-        rc = fmt_err(err, errlen, FF_ENOMEM, "out of memory for the %lld tokens of '%s'",
-                     (long long)ntok, path);
+        rc = ff_format_error(err, errlen, FF_ENOMEM, "out of memory for the %lld tokens of '%s'",
+                             (long long)ntok, path);
     else if (ntok > 0 && pread_full(fd, t, (size_t)ntok * sizeof(uint16_t), HEADER_BYTES) != 0)
-        rc = fmt_err(err, errlen, FF_EIO, "cannot read the tokens of the shard '%s': %s", path,
-                     errno ? strerror(errno) : "unexpected end of file");
+        rc = ff_format_error(err, errlen, FF_EIO, "cannot read the tokens of the shard '%s': %s",
+                             path, errno ? strerror(errno) : "unexpected end of file");
     close(fd);
     if (rc != FF_OK) {
         free(t);

@@ -1,4 +1,4 @@
-/* The GPT-2 model in 4D (include/fourfold/gpt.h, DESIGN §4): parameters,
+/* The GPT-2 model in 4D (include/fourfold/gpt.h, docs/design.md §4): parameters,
  * activations, the program of weight uses, forward and backward of a
  * micro-batch, and the gradient collectives around it. */
 #include "fourfold/gpt.h"

@@ -1,5 +1,6 @@
 /* The GPT's canonical layout (llm.c gpt2_*.bin v3): gathering shards to it,
  * scattering from it, the file format; and the model's size reports. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 
 #include "gpt_internal.h"
 #include "util/crc32.h"
+#include "util/file.h"
 
 enum { MAGIC = 20240326, VERSION_FP32 = 3, VERSION_BF16 = 5, HEADER_INTS = 256 };
 /* llm.c reads header slots 0-7 and writes zeros in the rest; fourfold keeps
@@ -283,28 +285,20 @@ static int write_file(ff_gpt *g, const char *path, const float *canon)
 {
     int32_t h[HEADER_INTS];
     ff_gpt_header(g, h);
-    size_t n = ff_gpt_canonical_size(g), len = strlen(path) + 16;
+    size_t n = ff_gpt_canonical_size(g);
     h[SLOT_CRC_TAG] = CRC_TAG;
     uint32_t crc = file_crc(h, canon, n);
     memcpy(&h[SLOT_CRC], &crc, sizeof crc);
-    char *tmp = malloc(len);
-    if (!tmp)
-        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory");
-    snprintf(tmp, len, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    int ok = f && fwrite(h, sizeof h, 1, f) == 1 && fwrite(canon, sizeof(float), n, f) == n &&
-             fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (f && fclose(f) != 0)
+    char tmp[FF_TMP_PATH_MAX];
+    FILE *f = ff_atomic_open(path, tmp);
+    int ok = f && fwrite(h, sizeof h, 1, f) == 1 && fwrite(canon, sizeof(float), n, f) == n;
+    if (f && !ok)
+        ff_atomic_abort(f, tmp);
+    if (f && ok && ff_atomic_commit(f, tmp, path) != 0)
         ok = 0;
-    if (ok && rename(tmp, path) != 0)
-        ok = 0;
-    int rc = FF_OK;
-    if (!ok) {
-        rc = ff_set_error(g->ctx, FF_EIO, "cannot write the checkpoint '%s'", path);
-        remove(tmp);
-    }
-    free(tmp);
-    return rc;
+    return ok ? FF_OK
+              : ff_set_error(g->ctx, FF_EIO, "cannot write the checkpoint '%s': %s", path,
+                             strerror(errno));
 }
 
 int ff_gpt_save(ff_gpt *g, ff_gpt_buffer which, const char *path)

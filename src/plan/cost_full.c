@@ -1,6 +1,6 @@
 /* The full cost model: placement-aware links, ring collectives with latency,
  * compute from the GEMM rate with a shape-dependent efficiency, the overlap
- * schedule played on a timeline, and memory per rank (DESIGN §6). */
+ * schedule played on a timeline, and memory per rank (docs/design.md §6). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -268,7 +268,7 @@ int plan_check_divides(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r)
     if (Vp % g.x)
         plan_reject(r, "padded vocabulary %lld does not divide over Gx = %d", (long long)Vp, g.x);
     if (C % g.x == 0 && C % g.y == 0 && Vp % g.x == 0) {
-        /* each weight block W_yx is cut into Gz equal pieces (DESIGN §3) */
+        /* each weight block W_yx is cut into Gz equal pieces (docs/design.md §3) */
         static const char *const names[4] = {"QKV", "attention projection", "MLP", "wte"};
         int64_t xy = (int64_t)g.x * g.y;
         int64_t block[4] = {3 * C * C / xy, C * C / xy, 4 * C * C / xy, Vp * C / xy};
@@ -515,8 +515,8 @@ int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan
     plan_schedule(&s, ops);
     double *tag_end = ops->oom ? NULL : calloc((size_t)ops->tags + 1, sizeof *tag_end);
     if (!tag_end)
-        return plan_err(err, err_len, FF_ENOMEM, "out of memory planning grid %dx%dx%dx%d", g.x,
-                        g.y, g.z, g.d);
+        return ff_format_error(err, err_len, FF_ENOMEM, "out of memory planning grid %dx%dx%dx%d",
+                               g.x, g.y, g.z, g.d);
     int ranks = plan_group_size(g, FF_GROUP_WORLD);
     timeline tl = {.cfg = cfg,
                    .ops = ops,
@@ -530,8 +530,8 @@ int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan
     if (!oom)
         oom = count_traffic(cfg, ops, g, (ff_dims){0, 0, 0, 0}, r->coll);
     if (oom)
-        return plan_err(err, err_len, FF_ENOMEM, "out of memory planning grid %dx%dx%dx%d", g.x,
-                        g.y, g.z, g.d);
+        return ff_format_error(err, err_len, FF_ENOMEM, "out of memory planning grid %dx%dx%dx%d",
+                               g.x, g.y, g.z, g.d);
     for (int k = 0; k < FF_NGROUPS; k++)
         for (int c = 0; c < FF_NCOLL; c++)
             r->bytes_recv += r->coll[k][c].bytes_recv;
@@ -551,11 +551,11 @@ int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords,
 {
     ff_plan_result *r = calloc(1, sizeof *r);
     if (!r)
-        return plan_err(err, err_len, FF_ENOMEM, "out of memory");
+        return ff_format_error(err, err_len, FF_ENOMEM, "out of memory");
     int rc = FF_OK;
     if (plan_check_divides(cfg, g, r)) {
-        rc = plan_err(err, err_len, FF_EDIVIDE, "grid %dx%dx%dx%d: %s", g.x, g.y, g.z, g.d,
-                      r->reason);
+        rc = ff_format_error(err, err_len, FF_EDIVIDE, "grid %dx%dx%dx%d: %s", g.x, g.y, g.z, g.d,
+                             r->reason);
     } else {
         plan_shape s;
         plan_shape_init(cfg, g, &s);
@@ -563,7 +563,7 @@ int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords,
         plan_ops ops = {0};
         plan_schedule(&s, &ops);
         if (ops.oom || count_traffic(cfg, &ops, g, coords, out) < 0)
-            rc = plan_err(err, err_len, FF_ENOMEM, "out of memory");
+            rc = ff_format_error(err, err_len, FF_ENOMEM, "out of memory");
         plan_ops_free(&ops);
     }
     free(r);

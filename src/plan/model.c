@@ -63,8 +63,8 @@ int ff_model_preset(const char *name, ff_model *out, char *err, size_t err_len)
     for (size_t i = 0; i < NPRESETS && used < sizeof names; i++)
         used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
                                  presets[i].name);
-    return plan_err(err, err_len, FF_EINVAL, "unknown model '%s' (known: %s)", name ? name : "",
-                    names);
+    return ff_format_error(err, err_len, FF_EINVAL, "unknown model '%s' (known: %s)",
+                           name ? name : "", names);
 }
 
 int ff_model_axonn_min_tp(const ff_model *m)
@@ -79,23 +79,25 @@ int ff_model_axonn_min_tp(const ff_model *m)
 int ff_model_check(const ff_model *m, char *err, size_t err_len)
 {
     if (m->layers < 1 || m->layers > 100000)
-        return plan_err(err, err_len, FF_EINVAL, "layers %d: expected 1 to 100000", m->layers);
+        return ff_format_error(err, err_len, FF_EINVAL, "layers %d: expected 1 to 100000",
+                               m->layers);
     if (m->heads < 1)
-        return plan_err(err, err_len, FF_EINVAL, "heads %d: expected a positive number", m->heads);
+        return ff_format_error(err, err_len, FF_EINVAL, "heads %d: expected a positive number",
+                               m->heads);
     /* bounds keep every product below 2^63: C^2 * L * 12 and V * C */
     if (m->hidden < 1 || m->hidden > ((int64_t)1 << 20))
-        return plan_err(err, err_len, FF_EINVAL, "hidden size %lld: expected 1 to 1048576",
-                        (long long)m->hidden);
+        return ff_format_error(err, err_len, FF_EINVAL, "hidden size %lld: expected 1 to 1048576",
+                               (long long)m->hidden);
     if (m->vocab < 1 || m->vocab > ((int64_t)1 << 30))
-        return plan_err(err, err_len, FF_EINVAL, "vocabulary %lld: expected 1 to 2^30",
-                        (long long)m->vocab);
+        return ff_format_error(err, err_len, FF_EINVAL, "vocabulary %lld: expected 1 to 2^30",
+                               (long long)m->vocab);
     if (m->hidden % m->heads)
-        return plan_err(err, err_len, FF_EINVAL,
-                        "hidden size %lld is not divisible by the %d heads", (long long)m->hidden,
-                        m->heads);
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "hidden size %lld is not divisible by the %d heads",
+                               (long long)m->hidden, m->heads);
     if (m->max_seq < 0 || m->max_seq > ((int64_t)1 << 24))
-        return plan_err(err, err_len, FF_EINVAL, "positions %lld: expected 0 to 2^24",
-                        (long long)m->max_seq);
+        return ff_format_error(err, err_len, FF_EINVAL, "positions %lld: expected 0 to 2^24",
+                               (long long)m->max_seq);
     return FF_OK;
 }
 

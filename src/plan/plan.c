@@ -73,22 +73,23 @@ size_t ff_plan_grids(int ranks, ff_dims *out, size_t cap)
 static int check_profile(const ff_profile *p, char *err, size_t len)
 {
     if (p->ranks_per_node < 1)
-        return plan_err(err, len, FF_EINVAL, "machine %s: ranks per node must be positive",
-                        p->name);
+        return ff_format_error(err, len, FF_EINVAL, "machine %s: ranks per node must be positive",
+                               p->name);
     if (!(p->memory_bytes > 0) || !(p->gemm_flops > 0) || !(p->peak_flops > 0) ||
         !(p->mem_Bps > 0) || !(p->beta_intra_Bps > 0) || !(p->beta_inter_Bps > 0))
-        return plan_err(err, len, FF_EINVAL,
-                        "machine %s: memory, rates and bandwidths must be positive", p->name);
+        return ff_format_error(err, len, FF_EINVAL,
+                               "machine %s: memory, rates and bandwidths must be positive",
+                               p->name);
     if (!(p->alpha_intra_s >= 0) || !(p->alpha_inter_s >= 0) || !(p->gemm_half_dim >= 0) ||
         !(p->intra_overlap >= 0 && p->intra_overlap <= 1) || p->cores_per_node < 0)
-        return plan_err(err, len, FF_EINVAL, "machine %s: a latency or option is out of range",
-                        p->name);
+        return ff_format_error(err, len, FF_EINVAL,
+                               "machine %s: a latency or option is out of range", p->name);
     for (int i = 0; i < p->n_intra_bw; i++)
         if (!(p->intra_bw[i].Bps > 0))
-            return plan_err(err, len, FF_EINVAL,
-                            "machine %s: intra-node bandwidths must be "
-                            "positive",
-                            p->name);
+            return ff_format_error(err, len, FF_EINVAL,
+                                   "machine %s: intra-node bandwidths must be "
+                                   "positive",
+                                   p->name);
     return FF_OK;
 }
 
@@ -98,39 +99,41 @@ static int check_config(const ff_plan_config *cfg, char *err, size_t len)
     if (rc != FF_OK)
         return rc;
     if (cfg->batch < 1 || cfg->batch > ((int64_t)1 << 40))
-        return plan_err(err, len, FF_EINVAL, "batch %lld: expected 1 to 2^40 sequences",
-                        (long long)cfg->batch);
+        return ff_format_error(err, len, FF_EINVAL, "batch %lld: expected 1 to 2^40 sequences",
+                               (long long)cfg->batch);
     if (cfg->seq < 1 || cfg->seq > ((int64_t)1 << 24))
-        return plan_err(err, len, FF_EINVAL, "sequence length %lld: expected 1 to 2^24",
-                        (long long)cfg->seq);
+        return ff_format_error(err, len, FF_EINVAL, "sequence length %lld: expected 1 to 2^24",
+                               (long long)cfg->seq);
     if (cfg->model.max_seq > 0 && cfg->seq > cfg->model.max_seq)
-        return plan_err(err, len, FF_EINVAL,
-                        "sequence length %lld exceeds the %lld positions of model %s",
-                        (long long)cfg->seq, (long long)cfg->model.max_seq, cfg->model.name);
+        return ff_format_error(err, len, FF_EINVAL,
+                               "sequence length %lld exceeds the %lld positions of model %s",
+                               (long long)cfg->seq, (long long)cfg->model.max_seq, cfg->model.name);
     double tokens = (double)cfg->batch * (double)cfg->seq;
     double widest =
         fmax((double)ff_model_padded_vocab(&cfg->model),
              fmax(4.0 * (double)cfg->model.hidden, (double)cfg->model.heads * (double)cfg->seq));
     if (tokens * widest > 4e18)
-        return plan_err(err, len, FF_EINVAL, "batch x sequence length is too large to plan");
+        return ff_format_error(err, len, FF_EINVAL, "batch x sequence length is too large to plan");
     if ((unsigned)cfg->cost >= FF_NCOST)
-        return plan_err(err, len, FF_EINVAL, "unknown cost model %d", (int)cfg->cost);
+        return ff_format_error(err, len, FF_EINVAL, "unknown cost model %d", (int)cfg->cost);
     if (cfg->checkpoint < FF_PLAN_AUTO || cfg->checkpoint > 1)
-        return plan_err(err, len, FF_EINVAL, "checkpoint must be 0, 1 or automatic");
+        return ff_format_error(err, len, FF_EINVAL, "checkpoint must be 0, 1 or automatic");
     if (cfg->ag_cache < FF_PLAN_AUTO)
-        return plan_err(err, len, FF_EINVAL, "AG cache must be a number of blocks or automatic");
+        return ff_format_error(err, len, FF_EINVAL,
+                               "AG cache must be a number of blocks or automatic");
     if (cfg->micro_batches < 1)
-        return plan_err(err, len, FF_EINVAL, "micro-batches must be at least 1");
+        return ff_format_error(err, len, FF_EINVAL, "micro-batches must be at least 1");
     if (cfg->wire_bytes != 2 && cfg->wire_bytes != 4)
-        return plan_err(err, len, FF_EINVAL, "wire must be 4 (fp32) or 2 (bf16) bytes");
+        return ff_format_error(err, len, FF_EINVAL, "wire must be 4 (fp32) or 2 (bf16) bytes");
     if (cfg->overlap > FF_OVERLAP_ALL)
-        return plan_err(err, len, FF_EINVAL, "unknown overlap bits 0x%x", cfg->overlap);
+        return ff_format_error(err, len, FF_EINVAL, "unknown overlap bits 0x%x", cfg->overlap);
     if (cfg->min_tp < 0 || cfg->grad_acc < 1)
-        return plan_err(err, len, FF_EINVAL, "min-tp must be >= 0 and grad-acc >= 1");
+        return ff_format_error(err, len, FF_EINVAL, "min-tp must be >= 0 and grad-acc >= 1");
     if (!ff_coll_model_ok(&cfg->coll))
-        return plan_err(err, len, FF_EINVAL,
-                        "collective model: alphas, small_max and reduce_Bps must be >= 0 and "
-                        "betas > 0, all finite");
+        return ff_format_error(
+            err, len, FF_EINVAL,
+            "collective model: alphas, small_max and reduce_Bps must be >= 0 and "
+            "betas > 0, all finite");
     return check_profile(&cfg->machine, err, len);
 }
 
@@ -197,11 +200,11 @@ static int evaluate(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pla
 static int check_grid(ff_dims g, char *err, size_t len)
 {
     if (g.x < 1 || g.y < 1 || g.z < 1 || g.d < 1)
-        return plan_err(err, len, FF_EGRID, "grid %dx%dx%dx%d: every size must be positive", g.x,
-                        g.y, g.z, g.d);
+        return ff_format_error(err, len, FF_EGRID, "grid %dx%dx%dx%d: every size must be positive",
+                               g.x, g.y, g.z, g.d);
     if ((double)g.x * g.y * g.z * g.d > MAX_RANKS)
-        return plan_err(err, len, FF_EGRID, "grid %dx%dx%dx%d: more than %d ranks", g.x, g.y, g.z,
-                        g.d, MAX_RANKS);
+        return ff_format_error(err, len, FF_EGRID, "grid %dx%dx%dx%d: more than %d ranks", g.x, g.y,
+                               g.z, g.d, MAX_RANKS);
     return FF_OK;
 }
 
@@ -231,10 +234,11 @@ int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
         return rc;
     if (coords.x < 0 || coords.x >= grid.x || coords.y < 0 || coords.y >= grid.y || coords.z < 0 ||
         coords.z >= grid.z || coords.d < 0 || coords.d >= grid.d)
-        return plan_err(err, err_len, FF_EINVAL,
-                        "coordinates (%d, %d, %d, %d) lie outside grid "
-                        "%dx%dx%dx%d",
-                        coords.x, coords.y, coords.z, coords.d, grid.x, grid.y, grid.z, grid.d);
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "coordinates (%d, %d, %d, %d) lie outside grid "
+                               "%dx%dx%dx%d",
+                               coords.x, coords.y, coords.z, coords.d, grid.x, grid.y, grid.z,
+                               grid.d);
     return plan_traffic_of(cfg, grid, coords, out, err, err_len);
 }
 
@@ -288,8 +292,8 @@ int ff_plan_create(ff_plan **out, const ff_plan_config *cfg)
     plan->cfg = *cfg;
     int rc = check_config(cfg, plan->err, sizeof plan->err);
     if (rc == FF_OK && (cfg->ranks < 1 || cfg->ranks > MAX_RANKS))
-        rc = plan_err(plan->err, sizeof plan->err, FF_EINVAL, "ranks %d: expected 1 to %d",
-                      cfg->ranks, MAX_RANKS);
+        rc = ff_format_error(plan->err, sizeof plan->err, FF_EINVAL, "ranks %d: expected 1 to %d",
+                             cfg->ranks, MAX_RANKS);
     if (rc != FF_OK)
         return rc;
     int axonn = cfg->cost == FF_COST_AXONN || cfg->cost == FF_COST_AXONN_CORRECTED;
@@ -299,7 +303,8 @@ int ff_plan_create(ff_plan **out, const ff_plan_config *cfg)
     rank_entry *order = malloc((n ? n : 1) * sizeof *order);
     plan_ops ops = {0};
     if (!grids || !res || !order) {
-        rc = plan_err(plan->err, sizeof plan->err, FF_ENOMEM, "out of memory (%zu grids)", n);
+        rc =
+            ff_format_error(plan->err, sizeof plan->err, FF_ENOMEM, "out of memory (%zu grids)", n);
         goto done;
     }
     if (axonn)
@@ -316,7 +321,8 @@ int ff_plan_create(ff_plan **out, const ff_plan_config *cfg)
     qsort(order, n, sizeof *order, by_rank);
     plan->results = calloc(n ? n : 1, sizeof *plan->results);
     if (!plan->results) {
-        rc = plan_err(plan->err, sizeof plan->err, FF_ENOMEM, "out of memory (%zu grids)", n);
+        rc =
+            ff_format_error(plan->err, sizeof plan->err, FF_ENOMEM, "out of memory (%zu grids)", n);
         goto done;
     }
     for (size_t i = 0; i < n; i++) {

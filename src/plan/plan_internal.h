@@ -6,10 +6,7 @@
 #include <stdint.h>
 
 #include "fourfold/plan.h"
-
-/* Writes a printf-style message into err (if any) and returns code. */
-int plan_err(char *err, size_t err_len, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+#include "util/file.h" /* ff_format_error */
 
 /* ---- the step as a list of operations (schedule.c) ----
  *
@@ -68,14 +65,14 @@ void plan_schedule(const plan_shape *s, plan_ops *ops);
 void plan_ops_free(plan_ops *ops);
 
 /* Elements of the Z-sharded weights (Ŵ) and of the other parameters on one
- * rank (plan_shape's grid; DESIGN §4). */
+ * rank (plan_shape's grid; docs/design.md §4). */
 int64_t plan_zsharded_params(const plan_shape *s);
 int64_t plan_other_params(const plan_shape *s);
 
 /* ---- placement and collective time (cost_full.c) ---- */
 
 /* Link of a group of `size` ranks whose members are `inner` ranks apart
- * (`ranks` in all), by the rule of DESIGN §6. paper_rule: the paper's
+ * (`ranks` in all), by the rule of docs/design.md §6. paper_rule: the paper's
  * condition inner*size <= ranks_per_node alone; otherwise the group must also
  * tile the node (so no group straddles two nodes). */
 ff_plan_link plan_link(const ff_profile *p, int ranks, int64_t inner, int size, int paper_rule);

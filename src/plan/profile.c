@@ -14,17 +14,6 @@
 
 #include "plan/plan_internal.h"
 
-int plan_err(char *err, size_t err_len, int code, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 /* ---- presets ---- */
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
@@ -106,7 +95,7 @@ static void alps(ff_profile *p)
 
 /* This machine: 2 cores, 24 GiB shared by 2 ranks, Open MPI over shared
  * memory; the inter-node numbers are those of the emulated cluster
- * (../shared/tools/testbed: 1 Gbit/s links). Sources in docs/planner.md. */
+ * (an external cluster emulator, docs/design.md §8: 1 Gbit/s links). Sources in docs/planner.md. */
 static void this_machine(ff_profile *p)
 {
     set_common(p, "this");
@@ -116,7 +105,7 @@ static void this_machine(ff_profile *p)
      * no AVX-512), 77-86 GFLOP/s on 512..4096-row shapes, measured
      * 2026-11-21 (docs/linear.md); the GPT issue's 267 was an AVX-512 VM */
     p->gemm_flops = 80e9;
-    p->peak_flops = 80e9; /* the empirical peak (DESIGN §8) */
+    p->peak_flops = 80e9; /* the empirical peak (docs/design.md §8) */
     p->alpha_intra_s = 2e-6;
     p->beta_intra_Bps = 5e9;
     p->alpha_inter_s = 50e-6;
@@ -150,10 +139,10 @@ int ff_profile_preset(const char *name, ff_profile *out, char *err, size_t err_l
             machine_presets[i].fill(out);
             return FF_OK;
         }
-    return plan_err(err, err_len, FF_EINVAL,
-                    "unknown machine '%s' (known: perlmutter, frontier, alps, this, or a "
-                    "profile file ending in .json)",
-                    name ? name : "");
+    return ff_format_error(err, err_len, FF_EINVAL,
+                           "unknown machine '%s' (known: perlmutter, frontier, alps, this, or a "
+                           "profile file ending in .json)",
+                           name ? name : "");
 }
 
 /* ---- a small strict JSON reader ---- */
@@ -187,8 +176,8 @@ static int fail(reader *r, int code, const char *fmt, ...)
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     r->rc = code;
-    return plan_err(r->err, r->err_len, code, "profile %s: line %d: %s", r->source, line_of(r),
-                    what);
+    return ff_format_error(r->err, r->err_len, code, "profile %s: line %d: %s", r->source,
+                           line_of(r), what);
 }
 
 static void skip_ws(reader *r)
@@ -612,23 +601,24 @@ int ff_profile_load(const char *path, ff_profile *out, char *err, size_t err_len
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return plan_err(err, err_len, FF_EIO, "profile %s: cannot open: %s", path, strerror(errno));
+        return ff_format_error(err, err_len, FF_EIO, "profile %s: cannot open: %s", path,
+                               strerror(errno));
     char *text = malloc(MAX_TEXT + 1);
     if (!text) {
         fclose(f);
-        return plan_err(err, err_len, FF_ENOMEM, "profile %s: out of memory", path);
+        return ff_format_error(err, err_len, FF_ENOMEM, "profile %s: out of memory", path);
     }
     size_t n = fread(text, 1, MAX_TEXT + 1, f);
     int bad = ferror(f);
     fclose(f);
     int rc;
     if (bad)
-        rc = plan_err(err, err_len, FF_EIO, "profile %s: read error", path);
+        rc = ff_format_error(err, err_len, FF_EIO, "profile %s: read error", path);
     else if (n > MAX_TEXT)
-        rc =
-            plan_err(err, err_len, FF_ECORRUPT, "profile %s: larger than %d bytes", path, MAX_TEXT);
+        rc = ff_format_error(err, err_len, FF_ECORRUPT, "profile %s: larger than %d bytes", path,
+                             MAX_TEXT);
     else if (n == 0)
-        rc = plan_err(err, err_len, FF_ECORRUPT, "profile %s: the file is empty", path);
+        rc = ff_format_error(err, err_len, FF_ECORRUPT, "profile %s: the file is empty", path);
     else
         rc = ff_profile_parse(text, n, path, out, err, err_len);
     free(text);

@@ -1,10 +1,10 @@
 /* One training step of one rank as a list of operations, in execution order:
- * the collectives (group, kind, count) fourfold's GPT issues per DESIGN §3
+ * the collectives (group, kind, count) fourfold's GPT issues per docs/design.md §3
  * and §4, the GEMMs with their local shapes, attention and elementwise work.
  *
  * This file is the planner's only statement of what a step does, so both the
  * byte counts (cost_full.c: ff_plan_traffic) and the timeline come from it.
- * Where DESIGN leaves a detail open the choice is written here and in
+ * Where docs/design.md leaves a detail open the choice is written here and in
  * docs/planner.md ("Conventions of the step"): what src/nn/gpt.c and
  * linear.c do. tests/test_plan_vs_run.c compares ff_plan_traffic with the
  * counters of real steps of the GPT on every grid of 8 ranks; a difference
@@ -25,7 +25,7 @@ typedef struct {
     int64_t gx, gy, gz, gd;
 } sched;
 
-/* A linear layer O = I W, W of k x n (DESIGN §3). */
+/* A linear layer O = I W, W of k x n (docs/design.md §3). */
 typedef struct {
     int transposed;
     int64_t k, n;
@@ -277,7 +277,7 @@ int64_t plan_other_params(const plan_shape *s)
     return s->L * (6 * C / gy + 7 * C / gx) + 2 * C / gy + s->positions * C / gy;
 }
 
-/* OAG (DESIGN §5): the all-gather of the next layer that needs one is
+/* OAG (docs/design.md §5): the all-gather of the next layer that needs one is
  * posted right after this layer's own gather completed, in execution order
  * (so across the forward, the recompute and into the next micro-batch).
  * Reorders the list: each gather but the first moves to just after the wait

@@ -2,6 +2,7 @@
  * state (AdamW moments in canonical layout), and the DONE marker that makes
  * the pair complete (include/fourfold/train.h, docs/train.md). */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "fourfold/train.h"
 #include "nn/gpt_internal.h"
 #include "util/crc32.h"
+#include "util/file.h"
 
 enum { HEADER_INTS = 256, SLOT_CRC = 255 };
 
@@ -159,16 +161,16 @@ static int write_state(ff_gpt *g, const char *path, const ff_train_state *st)
     ff_ctx *ctx = g->ctx;
     int root = ff_ctx_rank(ctx) == 0;
     size_t n = ff_gpt_canonical_size(g);
-    char tmp[4096 + 8];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char tmp[FF_TMP_PATH_MAX];
     float *canon = NULL;
     FILE *f = NULL;
     int io = FF_OK;
     if (root) {
         if (!(canon = malloc(n * sizeof(float))))
             io = ff_set_error(ctx, FF_ENOMEM, "out of memory for a checkpoint");
-        else if (!(f = fopen(tmp, "wb")))
-            io = ff_set_error(ctx, FF_EIO, "cannot create '%s'", tmp);
+        else if (!(f = ff_atomic_open(path, tmp)))
+            io = ff_set_error(ctx, FF_EIO, "cannot create the training state '%s': %s", path,
+                              strerror(errno));
     }
     int rc = ff_ctx_agree(ctx, io);
     int32_t h[HEADER_INTS];
@@ -191,37 +193,25 @@ static int write_state(ff_gpt *g, const char *path, const ff_train_state *st)
     }
     if (rc == FF_OK && root && io == FF_OK) {
         memcpy(&h[SLOT_CRC], &crc, sizeof crc);
-        if (fseek(f, 0, SEEK_SET) != 0 || fwrite(h, sizeof h, 1, f) != 1 || fflush(f) != 0 ||
-            fsync(fileno(f)) != 0)
+        if (fseek(f, 0, SEEK_SET) != 0 || fwrite(h, sizeof h, 1, f) != 1)
             io = FF_EIO;
     }
-    if (f && fclose(f) != 0)
+    if (f && (rc != FF_OK || io != FF_OK))
+        ff_atomic_abort(f, tmp);
+    else if (f && ff_atomic_commit(f, tmp, path) != 0)
         io = FF_EIO;
-    if (rc == FF_OK && root && io == FF_OK && rename(tmp, path) != 0)
-        io = FF_EIO;
-    if (root && (rc != FF_OK || io != FF_OK)) {
-        remove(tmp);
-        if (io == FF_EIO)
-            io = ff_set_error(ctx, FF_EIO, "cannot write the training state '%s'", path);
-    }
+    if (rc == FF_OK && io == FF_EIO) /* (a failed creation made rc fail) */
+        io = ff_set_error(ctx, FF_EIO, "cannot write the training state '%s': %s", path,
+                          strerror(errno));
     free(canon);
     return rc ? rc : ff_ctx_agree(ctx, io);
 }
 
 static int write_done(const char *path, int64_t step)
 {
-    char tmp[4096 + 8];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int ok =
-        f && fprintf(f, "%lld\n", (long long)step) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (f && fclose(f) != 0)
-        ok = 0;
-    if (ok && rename(tmp, path) != 0)
-        ok = 0;
-    if (!ok)
-        remove(tmp);
-    return ok ? 0 : -1;
+    char text[32];
+    int len = snprintf(text, sizeof text, "%lld\n", (long long)step);
+    return ff_write_file_atomic(path, text, (size_t)len);
 }
 
 /* Steps with a DONE marker in dir, ascending (rank-local; *n = -1 if the

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "../internal.h"
+#include "../util/file.h"
 #include "../util/plot.h"
 
 /* Communication on this rank from the group counters: time blocked in
@@ -127,19 +128,14 @@ static int prepare_out(ff_ctx *ctx, const char *dir)
         char probe[4200];
         snprintf(probe, sizeof probe, "%s/.fourfold-probe", dir);
         struct stat sb;
-        FILE *f = NULL;
         if (make_dirs(dir) != 0)
             rc = ff_ctx_set_error(ctx, FF_EIO, "cannot create the output folder '%s': %s", dir,
                                   strerror(errno));
         else if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
             rc = ff_ctx_set_error(ctx, FF_EIO, "the output folder '%s' is not a folder", dir);
-        else if (!(f = fopen(probe, "w")))
+        else if (ff_file_writable(probe) != 0)
             rc = ff_ctx_set_error(ctx, FF_EIO, "cannot write in the output folder '%s': %s", dir,
                                   strerror(errno));
-        if (f) {
-            fclose(f);
-            remove(probe);
-        }
     }
     return ff_ctx_agree(ctx, rc);
 }

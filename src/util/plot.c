@@ -42,8 +42,8 @@ int ff_plot_svg(const char *path, const char *title, const char *xlabel, const c
     const double pw = W - ML - MR, ph = H - MT - MB;
 #define PX(v) (ML + ((v)-x0) / (x1 - x0) * pw)
 #define PY(v) (MT + (y1 - (v)) / (y1 - y0) * ph)
-    char tmp[4200];
-    FILE *f = ff_atomic_open(path, tmp, sizeof tmp);
+    char tmp[FF_TMP_PATH_MAX];
+    FILE *f = ff_atomic_open(path, tmp);
     if (!f) {
         snprintf(err, errlen, "cannot write '%s'", path);
         return -1;
