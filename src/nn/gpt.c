@@ -532,17 +532,22 @@ static int forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets, flo
                            g->ce_scratch);
 }
 
+int ff_gpt_tokens_local(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int64_t rows)
+{
+    for (int64_t i = 0; i < rows; i++)
+        if (tokens[i] < 0 || tokens[i] >= g->cfg.V || targets[i] < 0 || targets[i] >= g->cfg.V)
+            return ff_set_error(g->ctx, FF_EINVAL,
+                                "token %d or target %d at row %lld is outside the vocabulary "
+                                "[0, %d)",
+                                tokens[i], targets[i], (long long)i, g->cfg.V);
+    return FF_OK;
+}
+
 /* Each rank checks its own tokens; the outcome is agreed, so a bad token on
  * one rank stops every rank before any collective of the step. */
 int ff_gpt_check_tokens(ff_gpt *g, const int32_t *tokens, const int32_t *targets)
 {
-    int rc = FF_OK;
-    for (int64_t i = 0; i < g->m && rc == FF_OK; i++)
-        if (tokens[i] < 0 || tokens[i] >= g->cfg.V || targets[i] < 0 || targets[i] >= g->cfg.V)
-            rc = ff_set_error(g->ctx, FF_EINVAL,
-                              "token %d or target %d at row %lld is outside the vocabulary [0, %d)",
-                              tokens[i], targets[i], (long long)i, g->cfg.V);
-    return ff_ctx_agree(g->ctx, rc);
+    return ff_ctx_agree(g->ctx, ff_gpt_tokens_local(g, tokens, targets, g->m));
 }
 
 int ff_gpt_run_forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets)
@@ -595,13 +600,19 @@ int ff_gpt_zero_grad(ff_gpt *g)
 int ff_gpt_forward_backward(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int micro,
                             int n_micro)
 {
+    int rc = ff_gpt_check_tokens(g, tokens, targets);
+    return rc ? rc : ff_gpt_forward_backward_agreed(g, tokens, targets, micro, n_micro);
+}
+
+int ff_gpt_forward_backward_agreed(ff_gpt *g, const int32_t *tokens, const int32_t *targets,
+                                   int micro, int n_micro)
+{
     const int L = g->cfg.L;
     const int64_t m = g->m;
     int rc, overlap_dp = g->opt.dp_overlap && g->gd > 1 && micro == n_micro - 1;
     if (n_micro <= 0 || micro < 0 || micro >= n_micro)
         return ff_set_error(g->ctx, FF_EINVAL, "micro-batch %d of %d", micro, n_micro);
-    if ((rc = ff_gpt_check_tokens(g, tokens, targets)) || (rc = use_program(g, 1)) ||
-        (rc = ff_linear_seq_begin(g->seq)))
+    if ((rc = use_program(g, 1)) || (rc = ff_linear_seq_begin(g->seq)))
         return rc;
     /* d(mean loss)/d(row loss): every token of every micro-batch weighs the same */
     float dscale = 1.0f / ((float)n_micro * (float)g->B * (float)g->T);

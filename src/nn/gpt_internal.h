@@ -65,8 +65,19 @@ struct ff_gpt {
 
 /* Allocates AdamW's moments (zero) if they are not yet. */
 int ff_gpt_adam_ensure(ff_gpt *g);
+/* A token or target outside [0, V) among this rank's `rows` rows: FF_EINVAL
+ * with a message (this rank only; no communication). */
+int ff_gpt_tokens_local(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int64_t rows);
 /* Refuses, on every rank, a token or target outside [0, V) on any rank. */
 int ff_gpt_check_tokens(ff_gpt *g, const int32_t *tokens, const int32_t *targets);
+/* ff_gpt_forward_backward for tokens the caller has checked and agreed on. */
+int ff_gpt_forward_backward_agreed(ff_gpt *g, const int32_t *tokens, const int32_t *targets,
+                                   int micro, int n_micro);
+/* ff_gpt_step with the caller's own outcome `local_rc` (its reading of the
+ * batch) agreed together with the tokens of every micro-batch: the step's one
+ * agreement among the ranks (docs/design.md §10). */
+int ff_gpt_step_agreed(ff_gpt *g, int local_rc, const int32_t *tokens, const int32_t *targets,
+                       int n_micro, const ff_adamw *h, int step, ff_gpt_step_info *info);
 /* The forward of the evaluation program: losses into g->losses, logits kept. */
 int ff_gpt_run_forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets);
 

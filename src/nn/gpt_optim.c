@@ -98,10 +98,21 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
 int ff_gpt_step(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n_micro,
                 const ff_adamw *h, int step, ff_gpt_step_info *info)
 {
-    int rc = ff_gpt_zero_grad(g);
+    return ff_gpt_step_agreed(g, FF_OK, tokens, targets, n_micro, h, step, info);
+}
+
+int ff_gpt_step_agreed(ff_gpt *g, int local_rc, const int32_t *tokens, const int32_t *targets,
+                       int n_micro, const ff_adamw *h, int step, ff_gpt_step_info *info)
+{
     const int64_t per = g->m;
+    if (local_rc == FF_OK && n_micro <= 0)
+        local_rc = ff_set_error(g->ctx, FF_EINVAL, "%d micro-batches in a step", n_micro);
+    if (local_rc == FF_OK)
+        local_rc = ff_gpt_tokens_local(g, tokens, targets, n_micro * per);
+    int rc = ff_gpt_zero_grad(g);                  /* (waits for the last step's collectives) */
+    rc = ff_ctx_agree(g->ctx, rc ? rc : local_rc); /* the step's one agreement */
     for (int u = 0; u < n_micro && rc == FF_OK; u++)
-        rc = ff_gpt_forward_backward(g, tokens + u * per, targets + u * per, u, n_micro);
+        rc = ff_gpt_forward_backward_agreed(g, tokens + u * per, targets + u * per, u, n_micro);
     float loss = 0, norm = 0;
     if (rc == FF_OK)
         rc = ff_gpt_finish_grads(g, &loss);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "../internal.h"
+#include "../nn/gpt_internal.h"
 #include "../util/file.h"
 #include "../util/plot.h"
 
@@ -408,12 +409,11 @@ int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
     double t0 = ff_now();
     if (step == t->start_step)
         t->run_t0 = t0;
-    int rc = ff_ctx_agree(t->ctx, ff_data_next(t->data, t->n_micro, c->micro_batch, c->seq,
-                                               t->first, t->count, t->shape.V, t->tok, t->tgt));
-    if (rc)
-        return rc;
+    /* the batch read is agreed with the step's token check: one agreement */
+    int rc = ff_data_next(t->data, t->n_micro, c->micro_batch, c->seq, t->first, t->count,
+                          t->shape.V, t->tok, t->tgt);
     ff_gpt_step_info gi;
-    rc = ff_gpt_step(t->g, t->tok, t->tgt, t->n_micro, &c->hyper, (int)step, &gi);
+    rc = ff_gpt_step_agreed(t->g, rc, t->tok, t->tgt, t->n_micro, &c->hyper, (int)step, &gi);
     double now = ff_now(), dt = now - t0;
     if (rc == FF_ENUMERIC) {
         /* the checkpoint of the previous step holds the parameters that
