@@ -7,8 +7,8 @@
 
 #include "fourfold/fourfold.h"
 
-#define FF_ERRMSG_LEN 512
-#define FF_POOL_SLOTS 16
+#define FF_ERRMSG_LEN     512
+#define FF_POOL_SLOTS     16
 #define FF_POOL_MAX_BYTES ((size_t)1 << 30) /* scratch kept for reuse, at most */
 
 /* ---- trace (trace.c) ---- */
@@ -210,9 +210,6 @@ typedef struct ff_topo ff_topo;
  * member lists: for ff_coll_pick only, not for running an algorithm. NULL
  * if out of memory or out of range. */
 ff_topo *ff_topo_new(const int *node, int p, int me);
-/* In JSON text: just after the ':' of the first "key" that is a key (a
- * string followed by ':'), or NULL. For the profile's flat keys. */
-const char *ff_json_key(const char *text, const char *key);
 void ff_topo_free(ff_topo *t);
 /* What FF_ALGO_AUTO runs for this call under model m, without FF_ALGO (the
  * same on every member: the layout, not `me`, decides). */

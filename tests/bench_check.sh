@@ -4,8 +4,10 @@
 # ranks); profile writes one valid JSON file atomically (no temporary file
 # left) with every key the planner requires, which the planner's reader and
 # the collective layer (FF_PROFILE) accept; tune adds measured picks to a
-# profile without touching the rest; gemm prints its table. Speed is never
-# checked.   usage: bench_check.sh FOURFOLD MPIEXEC
+# profile without touching the rest, and a tuned profile round-trips through
+# the profile module (tune --rewrite: load -> write -> load, the same values,
+# picks included); gemm prints its table. Speed is never checked.
+#   usage: bench_check.sh FOURFOLD MPIEXEC
 set -eu
 FF=$1 MPIEXEC=$2
 WORK=$(mktemp -d)
@@ -124,6 +126,53 @@ tune --profile "$WORK/t3.json" -e 16K > "$WORK/tune3.txt" 2>&1 ||
 python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); assert p["name"] == "picks" and isinstance(p["picks"], list) and open(sys.argv[1]).read().count("\"picks\":") == 1' "$WORK/t3.json" ||
     { cat "$WORK/t3.json"; fail "re-tuned profile with picks first is not valid"; }
 echo "ok   bench tune replaces picks that come first in the profile, brackets in their strings"
+# the round trip: the tuned profile with both regimes, two more picks (one
+# without the informational keys), a non-integer size and an unknown key,
+# written by python (indented), rewritten by the profile module twice: the
+# same values as python wrote, picks included; the second text the same as
+# the first; the collective layer's predictions and choices the same from both
+python3 - "$WORK/t.json" "$WORK/rt.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p.update(small_max_intra_B=2048, alpha_intra_small_s=1.5e-6, beta_intra_small_Bps=2.5e9,
+         small_max_inter_B=16384, alpha_inter_small_s=3e-5, beta_inter_small_Bps=6e8,
+         future_key={"kept": [1, 2.5, None, "x"]})
+p["picks"] = p.get("picks", []) + [
+    {"coll": "allgather", "nodes": 2, "per_node": 2, "min_B": 65536, "max_B": 11585237.502960395,
+     "algo": "hier-rec", "model_algo": "ring", "sizes": 2},
+    {"coll": "reduce_scatter", "nodes": 2, "per_node": 1, "min_B": 0, "max_B": 1e15,
+     "algo": "direct"}]
+open(sys.argv[2], "w").write(json.dumps(p, indent=1))
+PY
+rewrite() { "$MPIEXEC" -np 1 "$FF" bench tune --rewrite --profile "$1" --out "$2"; }
+rewrite "$WORK/rt.json" "$WORK/rt1.json" > "$WORK/rt.txt" 2>&1 &&
+    rewrite "$WORK/rt1.json" "$WORK/rt2.json" >> "$WORK/rt.txt" 2>&1 ||
+    { cat "$WORK/rt.txt"; fail "bench tune --rewrite exited non-zero"; }
+grep -q "profile with [0-9]* pick(s) written to $WORK/rt1.json" "$WORK/rt.txt" ||
+    { cat "$WORK/rt.txt"; fail "bench tune --rewrite output"; }
+cmp -s "$WORK/rt1.json" "$WORK/rt2.json" ||
+    { diff "$WORK/rt1.json" "$WORK/rt2.json"; fail "a rewritten profile changed when rewritten"; }
+python3 - "$WORK/rt.json" "$WORK/rt1.json" <<'PY'
+import json, sys
+wrote, back = (json.load(open(f)) for f in sys.argv[1:3])
+assert back == wrote, {k: (wrote.get(k), back.get(k)) for k in set(wrote) | set(back)
+                       if wrote.get(k) != back.get(k)}
+assert len(back["picks"]) >= 2 and back["fit"] == wrote["fit"]
+print(f"ok   round trip: a tuned profile with {len(back['picks'])} picks, both regimes, fit and "
+      f"an unknown key reads back with the same values; a second rewrite is the same text")
+PY
+for f in rt rt1; do
+    FF_RANKS_PER_NODE=2 FF_PROFILE="$WORK/$f.json" "$MPIEXEC" -np 4 "$FF" bench coll -b 4K -e 64K \
+        -f 16 -n 1 -w 0 --place out > "$WORK/$f.coll" 2>&1 || { cat "$WORK/$f.coll"; fail "$f coll"; }
+    awk '!/^#/ && NF > 6 { print $1, $5, $6 }' "$WORK/$f.coll" > "$WORK/$f.pred"
+done
+[ -s "$WORK/rt.pred" ] && cmp -s "$WORK/rt.pred" "$WORK/rt1.pred" ||
+    { diff "$WORK/rt.pred" "$WORK/rt1.pred"; fail "FF_PROFILE: other predictions after a rewrite"; }
+if rewrite "$WORK/regime_bad_rt.json" "$WORK/rt3.json" > "$WORK/rt_bad.txt" 2>&1; then
+    fail "bench tune --rewrite of a missing profile succeeded"; fi
+[ "$(grep -c "error: cannot open profile" "$WORK/rt_bad.txt")" = 1 ] && [ ! -e "$WORK/rt3.json" ] ||
+    { cat "$WORK/rt_bad.txt"; fail "bench tune --rewrite of a missing profile: not one message"; }
+echo "ok   FF_PROFILE gives the same predictions and choices before and after the rewrite"
 FF_RANKS_PER_NODE=2 FF_PROFILE="$WORK/t.json" "$MPIEXEC" -np 4 "$FF" bench coll -b 4K -e 64K \
     -f 16 -n 1 -w 0 --place out > "$WORK/tuned_coll.txt" 2>&1 ||
     { cat "$WORK/tuned_coll.txt"; fail "bench coll with a tuned FF_PROFILE"; }

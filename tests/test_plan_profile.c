@@ -1,14 +1,20 @@
-/* Machine profiles: the JSON schema `fourfold bench profile` writes and the
- * planner reads (docs/planner.md). Good files (the schema's example, a file
- * with an unknown nested "fit" object, the minimum), every kind of corrupt
- * file with the message it must give, files on disk, and the round trip of
- * every preset through JSON. Runs without MPI. */
+/* Machine profiles: the JSON schema `fourfold bench profile` writes, `bench
+ * tune` rewrites and the planner and the collective layer read
+ * (docs/planner.md), all through one module (src/plan/profile.h). Good files
+ * (the schema's example, a file with unknown nested keys, the minimum),
+ * every kind of corrupt file with the message it must give, files on disk,
+ * the round trip of every preset through JSON; the picks and the second
+ * regimes (every malformed pick refused with a message naming the pick),
+ * the round trip of a full profile with picks, both regimes, a "fit" and
+ * unknown keys, 96 picks, and the merge into a collective model. Runs
+ * without MPI. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "fourfold/plan.h"
+#include "plan/profile.h"
 #include "test_util.h"
 
 static int parse(const char *text, ff_profile *p, char *err, size_t len)
@@ -126,8 +132,12 @@ static void test_bad(void)
     bad("two objects", HEAD REQ "}{}", FF_ECORRUPT, "unexpected text after");
     bad("bad escape", HEAD REQ ",\"name\":\"a\\qb\"}", FF_ECORRUPT, "bad escape");
     bad("control character", HEAD REQ ",\"name\":\"a\tb\"}", FF_ECORRUPT, "control character");
-    bad("bad literal in unknown key", HEAD REQ ",\"fit\":tru}", FF_ECORRUPT, "expected a value");
-    bad("nan in unknown key", HEAD REQ ",\"fit\":{\"rms\":nan}}", FF_ECORRUPT, "expected a value");
+    bad("bad literal in unknown key", HEAD REQ ",\"future\":tru}", FF_ECORRUPT, "expected a value");
+    bad("nan in unknown key", HEAD REQ ",\"future\":{\"rms\":nan}}", FF_ECORRUPT,
+        "expected a value");
+    bad("fit not an object", HEAD REQ ",\"fit\":3}", FF_EINVAL, "\"fit\" must be an object");
+    bad("nan in fit", HEAD REQ ",\"fit\":{\"rms\":nan}}", FF_ECORRUPT, "expected a value");
+    bad("reduce_Bps negative", HEAD REQ ",\"reduce_Bps\":-1}", FF_EINVAL, "\"reduce_Bps\" is -1");
     bad("intra_bw not a list", HEAD REQ ",\"intra_bw\":{}}", FF_ECORRUPT, "expected '['");
     bad("intra_bw entry lacks Bps", HEAD REQ ",\"intra_bw\":[{\"inner\":1,\"size\":2}]}", FF_EINVAL,
         "lacks \"Bps\"");
@@ -142,7 +152,7 @@ static void test_bad(void)
         "line 3");
     char deep[512];
     memset(deep, '[', sizeof deep);
-    memcpy(deep, HEAD REQ ",\"fit\":", strlen(HEAD REQ ",\"fit\":"));
+    memcpy(deep, HEAD REQ ",\"future\":", strlen(HEAD REQ ",\"future\":"));
     deep[sizeof deep - 1] = '\0';
     bad("nested too deep", deep, FF_ECORRUPT, "nested more than");
     ff_profile p;
@@ -212,10 +222,440 @@ static void test_files(void)
           "unknown preset: '%s'", err);
 }
 
+/* ---- the whole file: picks, regimes, fit, unknown keys (plan/profile.h) ---- */
+
+#define COLL_HEAD  "{\"format\":\"fourfold-profile\","
+#define PICK(body) "{\"coll\":\"allreduce\",\"nodes\":2,\"per_node\":2," body "}"
+#define GOOD_PICK  PICK("\"min_B\":0,\"max_B\":8,\"algo\":\"ring\"")
+
+/* A document the collective layer would read (no planner keys needed). */
+static int parse_doc(const char *text, ff_profile_doc *d, char *err, size_t len)
+{
+    return ff_profile_doc_parse(text, strlen(text), "c.json", FF_PROFILE_FOR_COLL, d, err, len);
+}
+
+static void bad_doc(const char *label, const char *text, int code, const char *needle)
+{
+    ff_profile_doc d;
+    char err[512] = "";
+    int rc = parse_doc(text, &d, err, sizeof err);
+    CHECK(rc == code, "%s: rc %d, want %d (%s)", label, rc, code, err);
+    CHECK(strstr(err, needle) != NULL, "%s: message '%s' lacks '%s'", label, err, needle);
+    CHECK(strstr(err, "c.json: line ") != NULL, "%s: message '%s' names no file and line", label,
+          err);
+    CHECK(d.n_picks == 0 && !d.fit && !d.extra, "%s: a refused document is not empty", label);
+    ff_profile_doc_free(&d);
+    printf("bad    %-40s %s\n", label, err);
+}
+
+static void test_picks(void)
+{
+    ff_profile_doc d;
+    char err[512] = "";
+    /* the picks of a profile written by bench tune, and an extra key in a pick */
+    const char *good = COLL_HEAD
+        "\"picks\":[\n"
+        "  " PICK("\"min_B\":8192,\"max_B\":32768,\"algo\":\"rec-whole\","
+                  "\"model_algo\":\"hier-ring\",\"sizes\":1") ",\n"
+                                                              "  "
+                                                              "{\"algo\":\"ring\",\"max_B\":1e15,"
+                                                              "\"min_B\":2048,\"note\":\"a ] "
+                                                              "b\",\"per_node\":1,\"nodes\":3,"
+                                                              "\"coll\":\"allgather\"}]}";
+    int rc = parse_doc(good, &d, err, sizeof err);
+    CHECK(rc == FF_OK && d.n_picks == 2, "good picks: rc %d, %d picks: %s", rc, d.n_picks, err);
+    const ff_profile_pick *q = &d.picks[0], *q2 = &d.picks[1];
+    CHECK(q->rule.coll == FF_COLL_ALLREDUCE && q->rule.nodes == 2 && q->rule.per_node == 2 &&
+              q->rule.min_B == 8192 && q->rule.max_B == 32768 &&
+              q->rule.algo == FF_ALGO_REC_WHOLE && q->model_algo == FF_ALGO_HIER_RING &&
+              q->sizes == 1,
+          "pick 1 read wrongly");
+    CHECK(q2->rule.coll == FF_COLL_ALLGATHER && q2->rule.nodes == 3 && q2->rule.per_node == 1 &&
+              q2->rule.min_B == 2048 && q2->rule.max_B == 1e15 && q2->rule.algo == FF_ALGO_RING &&
+              q2->model_algo == -1 && q2->sizes == -1,
+          "pick 2 (keys in another order, no model_algo or sizes) read wrongly");
+    ff_profile_doc_free(&d);
+    printf("good   %-40s ok\n", "picks");
+
+    bad_doc("picks not a list", COLL_HEAD "\"picks\":{}}", FF_EINVAL, "\"picks\" must be a list");
+    bad_doc("pick not an object", COLL_HEAD "\"picks\":[3]}", FF_ECORRUPT, "pick 1: expected '{'");
+    bad_doc("pick lacks min_B", COLL_HEAD "\"picks\":[" PICK("\"max_B\":8,\"algo\":\"ring\"") "]}",
+            FF_EINVAL, "pick 1: lacks \"min_B\"");
+    bad_doc("pick lacks algo", COLL_HEAD "\"picks\":[" PICK("\"min_B\":0,\"max_B\":8") "]}",
+            FF_EINVAL, "pick 1: lacks \"algo\"");
+    bad_doc("second pick bad",
+            COLL_HEAD "\"picks\":[" GOOD_PICK
+                      "," PICK("\"min_B\":0,\"max_B\":8,\"algo\":\"x\"") "]}",
+            FF_EINVAL, "pick 2: \"algo\" is \"x\"");
+    bad_doc("pick of mpi",
+            COLL_HEAD "\"picks\":[" PICK("\"min_B\":0,\"max_B\":8,\"algo\":\"mpi\"") "]}",
+            FF_EINVAL, "pick 1: \"algo\" is \"mpi\", expected one of fourfold's");
+    bad_doc("pick of auto",
+            COLL_HEAD "\"picks\":[" PICK("\"min_B\":0,\"max_B\":8,\"algo\":\"auto\"") "]}",
+            FF_EINVAL, "\"algo\" is \"auto\"");
+    bad_doc("rec-whole all-gather",
+            COLL_HEAD "\"picks\":[{\"coll\":\"allgather\",\"nodes\":2,\"per_node\":2,\"min_B\":0,"
+                      "\"max_B\":8,\"algo\":\"rec-whole\"}]}",
+            FF_EINVAL, "pick 1: \"algo\" rec-whole does not implement allgather");
+    bad_doc("direct all-to-all",
+            COLL_HEAD "\"picks\":[{\"coll\":\"alltoall\",\"nodes\":2,\"per_node\":2,\"min_B\":0,"
+                      "\"max_B\":8,\"algo\":\"direct\"}]}",
+            FF_EINVAL, "does not implement alltoall");
+    bad_doc("unknown collective",
+            COLL_HEAD "\"picks\":[{\"coll\":\"gather\",\"nodes\":2,\"per_node\":2,\"min_B\":0,"
+                      "\"max_B\":8,\"algo\":\"ring\"}]}",
+            FF_EINVAL, "pick 1: \"coll\" is \"gather\"");
+    bad_doc("coll a number",
+            COLL_HEAD "\"picks\":[{\"coll\":3,\"nodes\":2,\"per_node\":2,\"min_B\":0,"
+                      "\"max_B\":8,\"algo\":\"ring\"}]}",
+            FF_EINVAL, "\"coll\" must be a string");
+    bad_doc("one rank",
+            COLL_HEAD "\"picks\":[{\"coll\":\"allreduce\",\"nodes\":1,\"per_node\":1,\"min_B\":0,"
+                      "\"max_B\":8,\"algo\":\"ring\"}]}",
+            FF_EINVAL, "\"nodes\" x \"per_node\" = 1, expected 2 to");
+    bad_doc("too many ranks",
+            COLL_HEAD "\"picks\":[{\"coll\":\"allreduce\",\"nodes\":65536,\"per_node\":512,"
+                      "\"min_B\":0,\"max_B\":8,\"algo\":\"ring\"}]}",
+            FF_EINVAL, "expected 2 to 16777216 ranks");
+    bad_doc("fractional nodes",
+            COLL_HEAD "\"picks\":[{\"coll\":\"allreduce\",\"nodes\":1.5,\"per_node\":2,\"min_B\":0,"
+                      "\"max_B\":8,\"algo\":\"ring\"}]}",
+            FF_EINVAL, "pick 1: \"nodes\" is 1.5, expected an integer");
+    bad_doc("huge nodes",
+            COLL_HEAD
+            "\"picks\":[{\"coll\":\"allreduce\",\"nodes\":1e30,\"per_node\":2,\"min_B\":0,"
+            "\"max_B\":8,\"algo\":\"ring\"}]}",
+            FF_EINVAL, "\"nodes\" is 1e+30");
+    bad_doc("empty size range",
+            COLL_HEAD "\"picks\":[" PICK("\"min_B\":8,\"max_B\":8,\"algo\":\"ring\"") "]}",
+            FF_EINVAL, "\"max_B\" 8 is not above \"min_B\" 8");
+    bad_doc("negative min_B",
+            COLL_HEAD "\"picks\":[" PICK("\"min_B\":-1,\"max_B\":8,\"algo\":\"ring\"") "]}",
+            FF_EINVAL, "\"min_B\" is -1");
+    bad_doc("repeated key in a pick",
+            COLL_HEAD "\"picks\":[" PICK("\"min_B\":0,\"max_B\":8,\"algo\":\"ring\",\"algo\":"
+                                         "\"rec\"") "]}",
+            FF_EINVAL, "pick 1: \"algo\" appears twice");
+    bad_doc("unknown model_algo",
+            COLL_HEAD "\"picks\":[" PICK("\"min_B\":0,\"max_B\":8,\"algo\":\"ring\","
+                                         "\"model_algo\":\"fastest\"") "]}",
+            FF_EINVAL, "\"model_algo\" is \"fastest\"");
+    bad_doc("negative sizes",
+            COLL_HEAD
+            "\"picks\":[" PICK("\"min_B\":0,\"max_B\":8,\"algo\":\"ring\",\"sizes\":-2") "]}",
+            FF_EINVAL, "\"sizes\" is -2");
+    bad_doc("no comma between picks", COLL_HEAD "\"picks\":[" GOOD_PICK " {}]}", FF_ECORRUPT,
+            "\"picks\" after pick 1: expected ']'");
+    bad_doc("trailing comma", COLL_HEAD "\"picks\":[" GOOD_PICK ",]}", FF_ECORRUPT,
+            "pick 2: expected '{', found ']'");
+    bad_doc("two picks lists", COLL_HEAD "\"picks\":[],\"picks\":[]}", FF_EINVAL,
+            "key \"picks\" appears twice");
+    bad_doc("line of the pick",
+            COLL_HEAD "\n \"picks\":[\n  " GOOD_PICK
+                      ",\n  " PICK("\"min_B\":9,\"max_B\":8,\"algo\":\"ring\"") "]}",
+            FF_EINVAL, "line 4: pick 2:");
+    /* picks of any length are read (the old reader's 511-character buffer is gone) */
+    for (int len = 511; len <= 1500; len += 989) {
+        char text[2048];
+        const char *pk = PICK("\"min_B\":0,\"max_B\":8,\"algo\":\"ring\"");
+        int k = snprintf(text, sizeof text, COLL_HEAD "\"picks\":[");
+        memcpy(text + k, pk, strlen(pk) - 1);
+        k += (int)strlen(pk) - 1;
+        for (int i = 0; i < len - (int)strlen(pk); i++)
+            text[k++] = ' ';
+        snprintf(text + k, sizeof text - (size_t)k, "}]}");
+        rc = parse_doc(text, &d, err, sizeof err);
+        CHECK(rc == FF_OK && d.n_picks == 1, "a pick of %d characters: rc %d, %s", len, rc, err);
+        ff_profile_doc_free(&d);
+    }
+
+    /* a second regime needs its alpha and a beta > 0 */
+    bad_doc("regime without beta",
+            COLL_HEAD "\"small_max_inter_B\":16384,\"alpha_inter_small_s\":3e-5}", FF_EINVAL,
+            "\"small_max_inter_B\" is 16384 but \"beta_inter_small_Bps\" is missing");
+    bad_doc("regime with beta 0",
+            COLL_HEAD "\"small_max_intra_B\":2048,\"alpha_intra_small_s\":1e-6,"
+                      "\"beta_intra_small_Bps\":0}",
+            FF_EINVAL, "\"beta_intra_small_Bps\" is 0 where \"small_max_intra_B\" is 2048");
+    bad_doc("no format", "{\"picks\":[]}", FF_EINVAL, "required key \"format\" is missing");
+    rc = parse_doc(COLL_HEAD "\"alpha_intra_small_s\":1e-6,\"beta_intra_small_Bps\":0}", &d, err,
+                   sizeof err);
+    CHECK(rc == FF_OK, "a small pair without small_max (one regime): %s", err);
+    ff_profile_doc_free(&d);
+    /* the planner needs its keys; the collective layer does not */
+    rc = ff_profile_doc_parse(GOOD_PICK, 0, "c.json", FF_PROFILE_FOR_COLL, &d, err, sizeof err);
+    CHECK(rc == FF_ECORRUPT, "empty text: rc %d", rc);
+    const char *coll_only = COLL_HEAD "\"alpha_inter_s\":1e-4,\"picks\":[" GOOD_PICK "]}";
+    rc = ff_profile_doc_parse(coll_only, strlen(coll_only), "c.json", FF_PROFILE_FOR_PLANNER, &d,
+                              err, sizeof err);
+    CHECK(rc == FF_EINVAL && strstr(err, "required key \"version\" is missing"),
+          "a collective-only profile for the planner: rc %d, %s", rc, err);
+}
+
+static int same_rule(const ff_coll_pick_rule *a, const ff_coll_pick_rule *b)
+{
+    return a->coll == b->coll && a->nodes == b->nodes && a->per_node == b->per_node &&
+           a->min_B == b->min_B && a->max_B == b->max_B && a->algo == b->algo;
+}
+
+/* Every field of two documents. */
+static int same_doc(const ff_profile_doc *a, const ff_profile_doc *b, const char *label)
+{
+    int same = 1;
+    for (int k = 0; k < FF_PK_COUNT; k++) {
+        if (a->has[k] != b->has[k] || a->num[k] != b->num[k]) {
+            printf("  %s: key %s differs: %d %.17g, %d %.17g\n", label, ff_profile_key_name(k),
+                   a->has[k], a->num[k], b->has[k], b->num[k]);
+            same = 0;
+        }
+    }
+    same &= !strcmp(a->name, b->name) && a->n_intra_bw == b->n_intra_bw &&
+            a->n_picks == b->n_picks && !a->fit == !b->fit && !a->extra == !b->extra &&
+            (!a->fit || !strcmp(a->fit, b->fit)) && (!a->extra || !strcmp(a->extra, b->extra));
+    for (int i = 0; same && i < a->n_intra_bw; i++)
+        same = a->intra_bw[i].inner == b->intra_bw[i].inner &&
+               a->intra_bw[i].size == b->intra_bw[i].size &&
+               a->intra_bw[i].Bps == b->intra_bw[i].Bps;
+    for (int i = 0; same && i < a->n_picks; i++) {
+        const ff_profile_pick *p = &a->picks[i], *q = &b->picks[i];
+        same =
+            same_rule(&p->rule, &q->rule) && p->model_algo == q->model_algo && p->sizes == q->sizes;
+        if (!same)
+            printf("  %s: pick %d differs\n", label, i + 1);
+    }
+    return same;
+}
+
+static int same_model(const ff_coll_model *a, const ff_coll_model *b)
+{
+    int same = a->alpha_intra_s == b->alpha_intra_s && a->beta_intra_Bps == b->beta_intra_Bps &&
+               a->alpha_inter_s == b->alpha_inter_s && a->beta_inter_Bps == b->beta_inter_Bps &&
+               a->small_max_intra_B == b->small_max_intra_B &&
+               a->alpha_intra_small_s == b->alpha_intra_small_s &&
+               a->beta_intra_small_Bps == b->beta_intra_small_Bps &&
+               a->small_max_inter_B == b->small_max_inter_B &&
+               a->alpha_inter_small_s == b->alpha_inter_small_s &&
+               a->beta_inter_small_Bps == b->beta_inter_small_Bps &&
+               a->reduce_Bps == b->reduce_Bps && a->strict_volume == b->strict_volume &&
+               a->n_picks == b->n_picks;
+    for (int i = 0; same && i < a->n_picks; i++)
+        same = same_rule(&a->picks[i], &b->picks[i]);
+    return same;
+}
+
+/* Writes the document, reads it back, writes again: the same document and
+ * the same text. Returns the text's length. */
+static size_t round_trip(const ff_profile_doc *a, ff_profile_need need, const char *label)
+{
+    size_t n = 0, n2 = 0;
+    char *text = ff_profile_doc_to_json(a, &n), *again = NULL, err[512] = "";
+    CHECK(text != NULL, "%s: no text", label);
+    if (!text)
+        return 0;
+    ff_profile_doc *b = malloc(sizeof *b);
+    CHECK(b != NULL, "out of memory");
+    if (!b) {
+        free(text);
+        return 0;
+    }
+    int rc = ff_profile_doc_parse(text, n, "rt.json", need, b, err, sizeof err);
+    CHECK(rc == FF_OK, "%s: its own text is refused: %s\n%s", label, err, text);
+    if (rc == FF_OK) {
+        CHECK(same_doc(a, b, label), "%s: load -> write -> load changed the document:\n%s", label,
+              text);
+        again = ff_profile_doc_to_json(b, &n2);
+        CHECK(again && n2 == n && !strcmp(again, text), "%s: the second write differs:\n%s\n%s",
+              label, text, again ? again : "(none)");
+    }
+    ff_profile_doc_free(b);
+    free(b), free(text), free(again);
+    return n;
+}
+
+static void test_round_trip(void)
+{
+    const char *full =
+        "{\"format\":\"fourfold-profile\",\"version\":1,\"name\":\"full \\\"one\\\"\\n\",\n"
+        " \"ranks_per_node\":2,\"cores_per_node\":2,\"memory_bytes\":1.2638e10,\n"
+        " \"gemm_flops\":1.02082e11,\"peak_flops\":1.1e11,\"alpha_intra_s\":5.65277e-06,\n"
+        " \"beta_intra_Bps\":7.59714e9,\"alpha_inter_s\":0.00015291,\"beta_inter_Bps\":6.01568e7,\n"
+        " \"intra_bw\":[{\"inner\":1,\"size\":2,\"Bps\":5.22255e9},{\"inner\":2,\"size\":2,"
+        "\"Bps\":0.1}],\n"
+        " \"mem_Bps\":1e10,\"gemm_half_dim\":32,\"intra_overlap\":0.25,\"reduce_Bps\":2.20238e10,\n"
+        " \"small_max_intra_B\":2048,\"alpha_intra_small_s\":1.02748e-06,"
+        "\"beta_intra_small_Bps\":2.11122e9,\n"
+        " \"small_max_inter_B\":16384,\"alpha_inter_small_s\":3e-05,\"beta_inter_small_Bps\":6e8,\n"
+        " \"fit\": {\"method\": \"m\", \"intra\": {\"measured\": true, \"rms_rel\": 0.2013},\n"
+        "   \"list\": [1, null, \"x\\u00e9\"]},\n"
+        " \"future_key\": {\"a\": [1, 2]}, \"notes\":\"kept\",\n"
+        " \"picks\":[\n"
+        "  {\"coll\":\"allreduce\",\"nodes\":2,\"per_node\":2,\"min_B\":8192,\"max_B\":32768,"
+        "\"algo\":\"rec-whole\",\"model_algo\":\"hier-ring\",\"sizes\":1},\n"
+        "  {\"coll\":\"allgather\",\"nodes\":4,\"per_node\":1,\"min_B\":11585.237502960395,"
+        "\"max_B\":1e15,\"algo\":\"rec\"},\n"
+        "  {\"coll\":\"reduce_scatter\",\"nodes\":1,\"per_node\":3,\"min_B\":0,\"max_B\":2048,"
+        "\"algo\":\"direct\",\"sizes\":0,\"note\":\"dropped\"}]}\n";
+    ff_profile_doc d;
+    char err[512] = "";
+    int rc = ff_profile_doc_parse(full, strlen(full), "full.json", FF_PROFILE_FOR_PLANNER, &d, err,
+                                  sizeof err);
+    CHECK(rc == FF_OK, "the full profile is refused: %s", err);
+    if (rc != FF_OK)
+        return;
+    CHECK(d.n_picks == 3 && d.has[FF_PK_SMALL_MAX_INTRA] && d.has[FF_PK_SMALL_MAX_INTER] && d.fit &&
+              strstr(d.fit, "\"rms_rel\": 0.2013") && d.extra &&
+              !strcmp(d.extra, "\"future_key\": {\"a\": [1, 2]},\n \"notes\":\"kept\"") &&
+              !strcmp(d.name, "full \"one\"\n"),
+          "the full profile read wrongly: fit '%s', extra '%s', name '%s'", d.fit ? d.fit : "",
+          d.extra ? d.extra : "", d.name);
+    size_t n = round_trip(&d, FF_PROFILE_FOR_PLANNER, "full profile");
+    printf("round trip %-12s %zu bytes of JSON\n", "full", n);
+    /* the two views of it survive too */
+    ff_profile a;
+    ff_coll_model ma, mb;
+    ff_coll_model_default(&ma);
+    CHECK(ff_profile_doc_machine(&d, &a, err, sizeof err) == FF_OK, "machine: %s", err);
+    CHECK(a.peak_flops == 1.1e11 && a.intra_overlap == 0.25 && a.n_intra_bw == 2 &&
+              a.cores_per_node == 2,
+          "the planner's view");
+    CHECK(ff_profile_doc_coll_model(&d, &ma, err, sizeof err) == FF_OK, "model: %s", err);
+    CHECK(ma.small_max_intra_B == 2048 && ma.beta_inter_small_Bps == 6e8 &&
+              ma.reduce_Bps == 2.20238e10 && ma.n_picks == 3 &&
+              ma.picks[1].min_B == 11585.237502960395,
+          "the collective model's view");
+    /* through a file: saved, then read by both public readers */
+    char dir[] = "/tmp/ff_profile_rtXXXXXX", path[256];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(path, sizeof path, "%s/full.json", dir);
+    CHECK(ff_profile_doc_save(path, &d, err, sizeof err) == FF_OK, "save: %s", err);
+    ff_profile b;
+    CHECK(ff_profile_load(path, &b, err, sizeof err) == FF_OK && b.peak_flops == a.peak_flops &&
+              b.intra_bw[1].Bps == 0.1,
+          "ff_profile_load of the saved file: %s", err);
+    ff_coll_model_default(&mb);
+    CHECK(ff_coll_model_read(path, &mb, err, sizeof err) == FF_OK && same_model(&ma, &mb),
+          "ff_coll_model_read of the saved file differs: %s", err);
+    /* a value out of range is not written */
+    ff_profile_doc_set(&d, FF_PK_BETA_INTRA, -1);
+    snprintf(path, sizeof path, "%s/bad.json", dir);
+    rc = ff_profile_doc_save(path, &d, err, sizeof err);
+    CHECK(rc == FF_EINVAL && strstr(err, "not written") &&
+              strstr(err, "\"beta_intra_Bps\" is -1") && access(path, F_OK) != 0,
+          "an out-of-range value was saved: rc %d, %s", rc, err);
+    printf("save   %-40s %s\n", "beta_intra_Bps -1", err);
+    snprintf(path, sizeof path, "%s/full.json", dir);
+    remove(path);
+    rmdir(dir);
+    ff_profile_doc_free(&d);
+
+    /* ff_profile_to_json is snprintf-like */
+    ff_profile p;
+    CHECK(ff_profile_preset("frontier", &p, err, sizeof err) == FF_OK, "%s", err);
+    char small[16];
+    size_t need = ff_profile_to_json(&p, small, sizeof small),
+           whole = ff_profile_to_json(&p, NULL, 0);
+    CHECK(need == whole && need > sizeof small && strlen(small) == sizeof small - 1 &&
+              !strncmp(small, "{\"format\"", 9),
+          "ff_profile_to_json into 16 bytes: %zu, %zu, '%s'", need, whole, small);
+}
+
+/* 96 picks (FF_COLL_MAX_PICKS) fit in a file, and are read back; 97 do not. */
+static void test_capacity(void)
+{
+    ff_profile_doc *d = malloc(sizeof *d);
+    ff_profile_pick *picks = malloc((FF_COLL_MAX_PICKS + 1) * sizeof *picks);
+    CHECK(d && picks, "out of memory");
+    if (!d || !picks) {
+        free(d), free(picks);
+        return;
+    }
+    ff_profile_doc_init(d);
+    ff_profile_doc_set_name(d, "96 picks");
+    ff_profile_doc_set(d, FF_PK_ALPHA_INTER, 1e-4);
+    for (int i = 0; i <= FF_COLL_MAX_PICKS; i++) {
+        ff_coll c = (ff_coll)(i % 3);
+        ff_algo a = i % 2                    ? FF_ALGO_REC
+                    : c == FF_COLL_ALLREDUCE ? FF_ALGO_REC_WHOLE
+                                             : FF_ALGO_DIRECT;
+        double lo = 4096.0 * (i / 3) * 1.4142135623730951;
+        picks[i] = (ff_profile_pick){
+            {c, 1 + i % 5, 2 + i % 3, lo, lo * 2 + 1, a}, i % 4 ? FF_ALGO_RING : -1, i % 7};
+    }
+    CHECK(ff_profile_doc_set_picks(d, picks, FF_COLL_MAX_PICKS + 1) == FF_EINVAL,
+          "97 picks were set");
+    CHECK(ff_profile_doc_set_picks(d, picks, FF_COLL_MAX_PICKS) == FF_OK, "96 picks not set");
+    size_t n = round_trip(d, FF_PROFILE_FOR_COLL, "96 picks");
+    CHECK(n > 8192, "96 picks in %zu bytes: the test does not pass 8 KiB", n);
+    printf("round trip %-12s %zu bytes of JSON\n", "96 picks", n);
+    /* through a file into the collective model */
+    char path[] = "/tmp/ff_profile_96XXXXXX";
+    int fd = mkstemp(path);
+    char err[512] = "";
+    if (fd >= 0)
+        close(fd);
+    CHECK(fd >= 0 && ff_profile_doc_save(path, d, err, sizeof err) == FF_OK, "save: %s", err);
+    ff_coll_model m;
+    ff_coll_model_default(&m);
+    int rc = ff_coll_model_read(path, &m, err, sizeof err);
+    CHECK(rc == FF_OK && m.n_picks == FF_COLL_MAX_PICKS && m.alpha_inter_s == 1e-4,
+          "ff_coll_model_read of 96 picks: rc %d, %d picks, %s", rc, m.n_picks, err);
+    for (int i = 0; rc == FF_OK && i < FF_COLL_MAX_PICKS; i++)
+        CHECK(same_rule(&m.picks[i], &picks[i].rule), "pick %d differs", i + 1);
+    remove(path);
+    /* 97 in a file: refused */
+    size_t len = 0;
+    char *text = ff_profile_doc_to_json(d, &len);
+    char *more = text ? malloc(len + 256) : NULL;
+    if (more) {
+        char *end = strrchr(text, ']');
+        size_t head = (size_t)(end - text);
+        memcpy(more, text, head);
+        snprintf(more + head, len + 256 - head, ",\n  " GOOD_PICK "]}\n");
+        bad_doc("97 picks", more, FF_EINVAL, "pick 97: more than 96 picks in \"picks\"");
+    }
+    free(more), free(text), free(picks);
+    ff_profile_doc_free(d);
+    free(d);
+}
+
+/* The collective model from a profile: keys it lacks keep the model's
+ * values, a level without small_max has one regime, reduce_Bps 0 keeps the
+ * model's, the picks are the file's. */
+static void test_merge(void)
+{
+    ff_profile_doc d;
+    char err[512] = "";
+    ff_coll_model m, base;
+    ff_coll_model_default(&base);
+    base.small_max_intra_B = 4096, base.alpha_intra_small_s = 1e-6, base.beta_intra_small_Bps = 1e9;
+    base.n_picks = 1;
+    base.picks[0] = (ff_coll_pick_rule){FF_COLL_ALLREDUCE, 2, 2, 0, 8, FF_ALGO_RING};
+    const char *text = COLL_HEAD "\"alpha_inter_s\":2e-4,\"reduce_Bps\":0,"
+                                 "\"small_max_inter_B\":1024,\"alpha_inter_small_s\":1e-5,"
+                                 "\"beta_inter_small_Bps\":5e8}";
+    int rc = parse_doc(text, &d, err, sizeof err);
+    CHECK(rc == FF_OK, "merge profile: %s", err);
+    m = base;
+    CHECK(ff_profile_doc_coll_model(&d, &m, err, sizeof err) == FF_OK, "merge: %s", err);
+    CHECK(m.alpha_inter_s == 2e-4 && m.beta_inter_Bps == base.beta_inter_Bps &&
+              m.alpha_intra_s == base.alpha_intra_s && m.reduce_Bps == base.reduce_Bps &&
+              m.small_max_intra_B == 0 && m.small_max_inter_B == 1024 &&
+              m.beta_inter_small_Bps == 5e8 && m.n_picks == 0 &&
+              m.strict_volume == base.strict_volume,
+          "merge: alpha_inter %g, reduce %g, small_max intra %g inter %g, %d picks",
+          m.alpha_inter_s, m.reduce_Bps, m.small_max_intra_B, m.small_max_inter_B, m.n_picks);
+    ff_profile_doc_free(&d);
+    printf("merge  %-40s ok\n", "absent keys, reduce_Bps 0, regimes, picks");
+}
+
 int main(void)
 {
     test_good();
     test_bad();
     test_files();
+    test_picks();
+    test_round_trip();
+    test_capacity();
+    test_merge();
     return test_finish("test_plan_profile");
 }

@@ -220,8 +220,11 @@ void ff_coll_model_default(ff_coll_model *m);
  * it does not find keep their value in *m, except that a level without
  * small_max gets one regime. A reduce_Bps of 0 (the fit could not resolve
  * the additions) also keeps *m's. The measured picks are the profile's
- * "picks" list (`fourfold bench tune`), none if it has none. Returns FF_OK,
- * FF_EIO, FF_ENOMEM or FF_ECORRUPT with a message in err. */
+ * "picks" list (`fourfold bench tune`), none if it has none. The file is
+ * read by the planner's parser (one schema, docs/planner.md): it needs
+ * "format", not the planner's keys, and every key it has must be valid.
+ * Returns FF_OK, FF_EIO, FF_ENOMEM or FF_ECORRUPT (any bad key or pick)
+ * with a message in err naming the file, the line and the key. */
 int ff_coll_model_read(const char *path, ff_coll_model *m, char *err, size_t err_len);
 /* Sets the context's model; must be called with the same values on every
  * rank (the choice of algorithm must agree within a group). */

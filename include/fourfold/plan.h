@@ -92,16 +92,19 @@ typedef struct {
  * says where each number comes from). FF_EINVAL if unknown. */
 int ff_profile_preset(const char *name, ff_profile *out, char *err, size_t err_len);
 const char *ff_profile_preset_name(size_t i);
-/* Parses a profile (JSON, format "fourfold-profile", version 1). `source`
- * names the text in messages (a file name). FF_ECORRUPT on malformed JSON,
- * FF_EINVAL on a missing, duplicated or out-of-range key. Unknown keys are
- * ignored. */
+/* Parses a profile (JSON, format "fourfold-profile", version 1; schema in
+ * docs/planner.md) for the planner. `source` names the text in messages (a
+ * file name). FF_ECORRUPT on malformed JSON, FF_EINVAL on a missing,
+ * duplicated or out-of-range key. One parser reads every profile: the keys
+ * the planner does not use (the collective model's, "picks", "fit") are
+ * checked as strictly and ignored here; unknown keys are ignored. */
 int ff_profile_parse(const char *text, size_t len, const char *source, ff_profile *out, char *err,
                      size_t err_len);
 /* Reads and parses a file (FF_EIO if unreadable). */
 int ff_profile_load(const char *path, ff_profile *out, char *err, size_t err_len);
-/* Writes the profile as JSON (the same schema) into buf; returns the length
- * it needs (excluding the NUL), like snprintf. */
+/* Writes the planner's keys of p as a profile (the one writer of the
+ * schema) into buf; returns the length it needs (excluding the NUL), like
+ * snprintf, or 0 if out of memory. */
 size_t ff_profile_to_json(const ff_profile *p, char *buf, size_t len);
 
 /* ---- the plan -------------------------------------------------------------- */

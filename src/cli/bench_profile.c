@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "plan/profile.h"
 #include "util/file.h"
 
 typedef struct {
@@ -79,6 +80,15 @@ static double time_additions(MPI_Comm world, int quick)
     free(acc), free(in);
     double med = ff_median(t, REPS);
     return med > 0 ? (double)(n * sizeof(float)) / med : 0;
+}
+
+/* Measured values are written to 6 significant digits: their noise is
+ * larger, and the file stays readable. */
+static double sig6(double v)
+{
+    char t[32];
+    snprintf(t, sizeof t, "%.6g", v);
+    return strtod(t, NULL);
 }
 
 /* The fit of one level (ff_coll_fit on its samples). */
@@ -344,8 +354,9 @@ int cmd_bench_profile(int argc, char **argv)
               reduce, reduce * 1e-9);
 
     /* intra_bw: (P, G) with P*G <= g, all groups of every node at once */
-    char bw_json[2048] = "";
-    size_t bw_len = 0;
+    ff_profile_doc doc; /* the profile (plan/profile.h), written by rank 0 below */
+    ff_profile_doc_init(&doc);
+    doc.has[FF_PK_INTRA_BW] = 1; /* an empty list where nothing is measured */
     cli_print("\n# intra-node bandwidth: ring all-gather of %zu B per rank, all groups at once\n"
               "#%5s %5s %14s\n",
               ib_block * 4, "inner", "size", "B/s per rank");
@@ -360,10 +371,9 @@ int cmd_bench_profile(int argc, char **argv)
             ff_group_destroy(grp);
             double Bps = (double)(G - 1) * (double)ib_block * 4 / t;
             cli_print(" %5d %5d %14.4g\n", P, G, Bps);
-            if (bw_len + 80 < sizeof bw_json)
-                bw_len += (size_t)snprintf(bw_json + bw_len, sizeof bw_json - bw_len,
-                                           "%s{\"inner\":%d,\"size\":%d,\"Bps\":%.6g}",
-                                           bw_len ? "," : "", P, G, Bps);
+            if (ff_profile_doc_add_intra_bw(&doc, P, G, sig6(Bps)) != FF_OK)
+                cli_print("# (not written: a profile holds %d intra_bw entries)\n",
+                          FF_PROFILE_MAX_BW);
         }
 
     /* sgemm, every rank at once */
@@ -391,55 +401,50 @@ int cmd_bench_profile(int argc, char **argv)
         struct tm tmv;
         if (gmtime_r(&now, &tmv))
             strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
-        char label[256];
-        snprintf(label, sizeof label, "%s", name ? name : host);
-        for (char *q = label; *q; q++) /* keep the JSON string valid */
-            if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20)
-                *q = '_';
-        for (char *q = host; *q; q++)
-            if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20)
-                *q = '_';
-        char regime[2][256] = {"", ""};
-        for (int l = 0; l < 2; l++)
-            if (fit[l].small_max_B > 0) {
-                const char *lname = l ? "inter" : "intra";
-                snprintf(regime[l], sizeof regime[l],
-                         "\n \"small_max_%s_B\":%.6g,\"alpha_%s_small_s\":%.6g,"
-                         "\"beta_%s_small_Bps\":%.6g,",
-                         lname, fit[l].small_max_B, lname, fit[l].alpha_small_s, lname,
-                         fit[l].beta_small_Bps);
+        ff_profile_doc_set_name(&doc, name ? name : host);
+        ff_profile_doc_set(&doc, FF_PK_RANKS_PER_NODE, g);
+        ff_profile_doc_set(&doc, FF_PK_CORES_PER_NODE, (double)cores);
+        ff_profile_doc_set(&doc, FF_PK_MEMORY_BYTES, sig6(mem));
+        ff_profile_doc_set(&doc, FF_PK_GEMM_FLOPS, sig6(med));
+        ff_profile_doc_set(&doc, FF_PK_PEAK_FLOPS, sig6(med));
+        static const ff_profile_key level[2][5] = {
+            {FF_PK_ALPHA_INTRA, FF_PK_BETA_INTRA, FF_PK_SMALL_MAX_INTRA, FF_PK_ALPHA_INTRA_SMALL,
+             FF_PK_BETA_INTRA_SMALL},
+            {FF_PK_ALPHA_INTER, FF_PK_BETA_INTER, FF_PK_SMALL_MAX_INTER, FF_PK_ALPHA_INTER_SMALL,
+             FF_PK_BETA_INTER_SMALL}};
+        for (int l = 0; l < 2; l++) {
+            ff_profile_doc_set(&doc, level[l][0], sig6(fit[l].alpha_s));
+            ff_profile_doc_set(&doc, level[l][1], sig6(fit[l].beta_Bps));
+            if (fit[l].small_max_B > 0) { /* a second regime */
+                ff_profile_doc_set(&doc, level[l][2], sig6(fit[l].small_max_B));
+                ff_profile_doc_set(&doc, level[l][3], sig6(fit[l].alpha_small_s));
+                ff_profile_doc_set(&doc, level[l][4], sig6(fit[l].beta_small_Bps));
             }
-        size_t cap = 8192 + bw_len;
-        char *text = malloc(cap);
-        if (!text)
-            MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
-        snprintf(text, cap,
-                 "{\"format\":\"fourfold-profile\",\"version\":1,\"name\":\"%s\","
-                 "\"ranks_per_node\":%d,\"cores_per_node\":%ld,\"memory_bytes\":%.6g,"
-                 "\"gemm_flops\":%.6g,"
-                 "\"peak_flops\":%.6g,\"alpha_intra_s\":%.6g,\"beta_intra_Bps\":%.6g,"
-                 "\"alpha_inter_s\":%.6g,\"beta_inter_Bps\":%.6g,\"intra_bw\":[%s],\n"
-                 " \"reduce_Bps\":%.6g,%s%s\n"
-                 " \"fit\":{\"method\":\"least squares on relative error, one or two regimes per "
-                 "level (BIC), ring all-gather, "
-                 "reduce-scatter, all-reduce\",\"date\":\"%s\",\"host\":\"%s\",\"ranks\":%d,"
-                 "\"nodes\":%d,\"iters\":%d,\"gemm_shape\":\"%dx%dx%d\","
-                 "\"intra\":{\"measured\":%s,\"samples\":%d,\"rms_rel\":%.4f,\"max_rel\":%.4f},"
-                 "\"inter\":{\"measured\":%s,\"samples\":%d,\"rms_rel\":%.4f,\"max_rel\":%.4f}}}\n",
-                 label, g, cores, mem, med, med, fit[0].alpha_s, fit[0].beta_Bps, fit[1].alpha_s,
-                 fit[1].beta_Bps, bw_json, reduce, regime[0], regime[1], date, host, size, N, iters,
-                 dim, dim, dim, fit[0].ok ? "true" : "false", fit[0].n, fit[0].rms_rel,
-                 fit[0].max_rel, fit[1].ok ? "true" : "false", fit[1].n, fit[1].rms_rel,
-                 fit[1].max_rel);
-        if (ff_write_file_atomic(out, text, strlen(text)) != 0) {
-            fprintf(stderr, "fourfold: error: cannot write %s: %s\n", out, strerror(errno));
+        }
+        ff_profile_doc_set(&doc, FF_PK_REDUCE_BPS, sig6(reduce));
+        char shape[64], err[512] = "out of memory";
+        snprintf(shape, sizeof shape, "%dx%dx%d", dim, dim, dim);
+        ff_profile_fit about = {
+            .method = "least squares on relative error, one or two regimes per level (BIC), "
+                      "ring all-gather, reduce-scatter, all-reduce",
+            .date = date,
+            .host = host,
+            .gemm_shape = shape,
+            .ranks = size,
+            .nodes = N,
+            .iters = iters,
+            .level = {{fit[0].ok, fit[0].n, fit[0].rms_rel, fit[0].max_rel},
+                      {fit[1].ok, fit[1].n, fit[1].rms_rel, fit[1].max_rel}}};
+        if (ff_profile_doc_set_fit(&doc, &about) != FF_OK ||
+            ff_profile_doc_save(out, &doc, err, sizeof err) != FF_OK) {
+            fprintf(stderr, "fourfold: error: %s\n", err);
             code = CLI_FAIL;
         } else {
             printf("\nprofile written to %s\n", out);
             fflush(stdout);
         }
-        free(text);
     }
+    ff_profile_doc_free(&doc);
     MPI_Bcast(&code, 1, MPI_INT, 0, world);
     free(send), free(recv), free(smp);
     MPI_Comm_free(&node_comm);

@@ -29,10 +29,10 @@
  * percentile over the jobs); elsewhere the algorithm with the smallest
  * worst case is picked. This job's times are added to it. The profile named by
  * --profile gives the model; it is written back (to --out, atomically)
- * with its picks replaced by these. The selector and the planner both read
+ * with its picks replaced by these, by the profile module (plan/profile.h),
+ * which keeps every other key. The selector and the planner both read
  * them (ff_coll_model.picks), so the planner's byte counts keep matching
  * what runs. Rank 0's node stands for every node. */
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -41,6 +41,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "plan/profile.h"
 #include "util/file.h"
 
 static const char help_tune[] =
@@ -70,18 +71,21 @@ static const char help_tune[] =
     "                    else pick the algorithm with the smallest 90th percentile; then\n"
     "                    add this job's times to FILE (atomically; a missing FILE is\n"
     "                    started). Run tune several times with one FILE to tune across\n"
-    "                    jobs.\n";
+    "                    jobs.\n"
+    "  --rewrite         measure nothing: check the profile and write it to --out as\n"
+    "                    read, its picks kept, in the form `bench tune` writes\n";
 
 typedef struct {
     const char *profile, *out, *history;
     size_t min_bytes, max_bytes;
     long factor, iters, repeats;
     double margin;
+    int rewrite; /* --rewrite: write the profile as read, measure nothing */
 } tune_opts;
 
 static int parse_tune_opts(int argc, char **argv, tune_opts *o)
 {
-    *o = (tune_opts){NULL, NULL, NULL, 4096, 4u << 20, 4, 9, 3, 0.1};
+    *o = (tune_opts){NULL, NULL, NULL, 4096, 4u << 20, 4, 9, 3, 0.1, 0};
     cli_args a;
     cli_args_init(&a, argc, argv);
     while (cli_next(&a)) {
@@ -90,6 +94,10 @@ static int parse_tune_opts(int argc, char **argv, tune_opts *o)
         if (cli_is(&a, "help")) {
             cli_print("%s", help_tune);
             return -1;
+        }
+        if (cli_is(&a, "rewrite")) {
+            o->rewrite = 1;
+            continue;
         }
         if (!a.name)
             return cli_unknown(&a, "bench tune");
@@ -148,11 +156,9 @@ static int twins(ff_algo a, ff_algo b, int p, int nodes)
            (b == FF_ALGO_RING || b == FF_ALGO_REC);
 }
 
-typedef struct {
-    ff_coll_pick_rule r;
-    ff_algo model;
-    int sizes; /* measured sizes it covers */
-} pick;
+/* A pick as the profile keeps it (plan/profile.h): the rule, the model's
+ * choice at its smallest measured size, and the measured sizes it covers. */
+typedef ff_profile_pick pick;
 
 enum { NCAND = 6, NSIZES = 64 };
 static const ff_algo cands[NCAND] = {FF_ALGO_RING,   FF_ALGO_REC,       FF_ALGO_REC_WHOLE,
@@ -509,97 +515,24 @@ static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *wha
             double lo = i == 0 ? s->sz[i] - 1 : sqrt(s->sz[i - 1] * s->sz[i]);
             double hi = i == s->n - 1 ? s->sz[i] : sqrt(s->sz[i] * s->sz[i + 1]);
             pick *last = *np > 0 ? &picks[*np - 1] : NULL;
-            if (last && last->r.coll == coll && last->r.nodes == nodes &&
-                last->r.per_node == per_node && last->r.algo == fastest && last->r.max_B == lo) {
-                last->r.max_B = hi, last->sizes++;
+            if (last && last->rule.coll == coll && last->rule.nodes == nodes &&
+                last->rule.per_node == per_node && last->rule.algo == fastest &&
+                last->rule.max_B == lo) {
+                last->rule.max_B = hi, last->sizes++;
                 continue;
             }
             if (*np == FF_COLL_MAX_PICKS) {
                 (*dropped)++;
                 continue;
             }
-            picks[(*np)++] = (pick){{coll, nodes, per_node, lo, hi, fastest}, s->model[i], 1};
+            picks[(*np)++] = (pick){{coll, nodes, per_node, lo, hi, fastest}, (int)s->model[i], 1};
         }
     }
 #undef T
 }
 
-/* The first "picks" that is a key (followed by ':'), or NULL. */
-static char *picks_key(char *text)
-{
-    for (char *at = strstr(text, "\"picks\""); at; at = strstr(at + 1, "\"picks\"")) {
-        const char *after = at + strlen("\"picks\"");
-        while (isspace((unsigned char)*after))
-            after++;
-        if (*after == ':')
-            return at;
-    }
-    return NULL;
-}
-
-/* The ']' that closes the list opening at `open` (brackets inside strings
- * and nested lists skipped), or NULL. */
-static char *list_end(char *open)
-{
-    int depth = 0;
-    for (char *c = open; *c; c++) {
-        if (*c == '"') {
-            while (*++c && *c != '"')
-                if (*c == '\\' && !*++c)
-                    return NULL;
-            if (!*c)
-                return NULL;
-        } else if (*c == '[') {
-            depth++;
-        } else if (*c == ']' && --depth == 0) {
-            return c;
-        }
-    }
-    return NULL;
-}
-
-/* The profile's text with every "picks" member removed and `add`
- * (",\n \"picks\":[...]") inserted before the closing brace; NULL if the text
- * is not an object, a picks list does not end, or out of memory. */
-static char *with_picks(const char *text, const char *add)
-{
-    size_t n = strlen(text);
-    char *out = malloc(n + strlen(add) + 1), *at;
-    if (!out)
-        return NULL;
-    memcpy(out, text, n + 1);
-    while ((at = picks_key(out))) {
-        char *open = strchr(at, '['), *end = open ? list_end(open) : NULL, *from = at;
-        if (!end)
-            return free(out), NULL;
-        char *to = end + 1;
-        while (from > out && isspace((unsigned char)from[-1]))
-            from--;
-        if (from > out && from[-1] == ',') { /* the comma before it, or the one after */
-            from--;
-        } else {
-            while (isspace((unsigned char)*to))
-                to++;
-            if (*to == ',')
-                to++;
-        }
-        memmove(from, to, strlen(to) + 1);
-    }
-    char *close = strrchr(out, '}'), *prev = close;
-    if (!close)
-        return free(out), NULL;
-    while (prev > out && isspace((unsigned char)prev[-1]))
-        prev--;
-    if (prev > out && prev[-1] == '{')
-        add++; /* an empty object: no comma */
-    size_t head = (size_t)(close - out), tail = strlen(close), len = strlen(add);
-    memmove(out + head + len, close, tail + 1);
-    memcpy(out + head, add, len);
-    return out;
-}
-
-/* The whole file, NUL-terminated, its length in *len (if len); NULL with
- * errno on failure (EFBIG beyond 16 MiB). */
+/* The whole file (the --history), NUL-terminated, its length in *len (if
+ * len); NULL with errno on failure (EFBIG beyond 16 MiB). */
 static char *read_text(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -641,22 +574,40 @@ int cmd_bench_tune(int argc, char **argv)
     if (prc != CLI_OK)
         return prc < 0 ? CLI_OK : prc;
     const char *forced = getenv("FF_ALGO");
-    if (forced && *forced && strcmp(forced, "auto") != 0) {
+    if (!o.rewrite && forced && *forced && strcmp(forced, "auto") != 0) {
         cli_error("bench tune: FF_ALGO=%s forces the algorithm; unset it to tune AUTO", forced);
         return CLI_FAIL;
     }
-    /* the model to tune, read on every rank; the picks start empty */
+    /* the profile, read on every rank (plan/profile.h): the model to tune,
+     * whose picks start empty; rank 0 writes it back with the new picks */
+    ff_profile_doc doc;
     ff_coll_model model;
     ff_coll_model_default(&model);
     char err[512];
-    int rc = ff_coll_model_read(o.profile, &model, err, sizeof err), worst = rc != FF_OK;
+    int rc = ff_profile_doc_load(o.profile, FF_PROFILE_FOR_COLL, &doc, err, sizeof err);
+    if (rc == FF_OK)
+        rc = ff_profile_doc_coll_model(&doc, &model, err, sizeof err);
+    int worst = rc != FF_OK;
     MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (worst) {
         if (rc != FF_OK)
             cli_error("%s", err);
         else
             cli_error("--profile %s: not readable on every rank", o.profile);
+        ff_profile_doc_free(&doc);
         return CLI_FAIL;
+    }
+    if (o.rewrite) { /* no measurement: the profile as read, in the writer's form */
+        int code = CLI_OK;
+        if (cli_world_rank() == 0 && ff_profile_doc_save(o.out, &doc, err, sizeof err) != FF_OK) {
+            cli_error("%s", err);
+            code = CLI_FAIL;
+        }
+        if (code == CLI_OK)
+            cli_print("profile with %d pick(s) written to %s\n", doc.n_picks, o.out);
+        MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        ff_profile_doc_free(&doc);
+        return code;
     }
     model.n_picks = 0;
 
@@ -673,6 +624,7 @@ int cmd_bench_tune(int argc, char **argv)
     if (!ctx_ok || ff_ctx_set_coll_model(ctx, &model) != FF_OK) {
         cli_error("%s", ff_ctx_error(ctx));
         ff_ctx_destroy(ctx);
+        ff_profile_doc_free(&doc);
         return CLI_FAIL;
     }
     MPI_Comm world = ff_ctx_comm(ctx);
@@ -698,6 +650,7 @@ int cmd_bench_tune(int argc, char **argv)
         cli_error("%s", err);
         history_free(&hist);
         ff_ctx_destroy(ctx);
+        ff_profile_doc_free(&doc);
         return CLI_FAIL;
     }
     history *hp = me == 0 && o.history ? &hist : NULL;
@@ -715,6 +668,7 @@ int cmd_bench_tune(int argc, char **argv)
         cli_error("out of memory for buffers of %zu bytes", 2 * elems * sizeof(float));
         free(send), free(recv), free(picks), free(sweeps), free(times);
         ff_ctx_destroy(ctx);
+        ff_profile_doc_free(&doc);
         return CLI_FAIL;
     }
     MPI_Comm node_comm;
@@ -773,29 +727,10 @@ int cmd_bench_tune(int argc, char **argv)
         if (dropped)
             fprintf(stderr, "fourfold: warning: more than %d picks; %d left to the model\n",
                     FF_COLL_MAX_PICKS, dropped);
-        size_t cap = 256 + (size_t)np * 256, len = 0;
-        char *add = malloc(cap), *text = read_text(o.profile, NULL), *tuned = NULL;
-        if (add) {
-            len += (size_t)snprintf(add, cap, ",\n \"picks\":[");
-            for (int i = 0; i < np; i++) {
-                const pick *q = &picks[i];
-                len += (size_t)snprintf(
-                    add + len, cap - len,
-                    "%s\n  {\"coll\":\"%s\",\"nodes\":%d,\"per_node\":%d,\"min_B\":%.17g,"
-                    "\"max_B\":%.17g,\"algo\":\"%s\",\"model_algo\":\"%s\",\"sizes\":%d}",
-                    i ? "," : "", ff_coll_name(q->r.coll), q->r.nodes, q->r.per_node, q->r.min_B,
-                    q->r.max_B, ff_algo_name(q->r.algo), ff_algo_name(q->model), q->sizes);
-            }
-            snprintf(add + len, cap - len, "]");
-        }
-        if (add && text)
-            tuned = with_picks(text, add);
-        if (!tuned) {
-            cli_error("cannot %s %s: %s", text ? "add picks to" : "read", o.profile,
-                      text ? "not a JSON object, or out of memory" : strerror(errno));
-            code = CLI_FAIL;
-        } else if (ff_write_file_atomic(o.out, tuned, strlen(tuned)) != 0) {
-            cli_error("cannot write %s: %s", o.out, strerror(errno));
+        /* the profile as read, its picks replaced by these */
+        (void)ff_profile_doc_set_picks(&doc, picks, np); /* np <= FF_COLL_MAX_PICKS */
+        if (ff_profile_doc_save(o.out, &doc, err, sizeof err) != FF_OK) {
+            cli_error("%s", err);
             code = CLI_FAIL;
         } else {
             printf("\n%d measured pick(s) written to %s\n", np, o.out);
@@ -808,11 +743,11 @@ int cmd_bench_tune(int argc, char **argv)
                 code = CLI_FAIL;
             }
         }
-        free(add), free(text), free(tuned);
     }
     MPI_Bcast(&code, 1, MPI_INT, 0, world);
     history_free(&hist);
     free(picks);
     ff_ctx_destroy(ctx);
+    ff_profile_doc_free(&doc);
     return code;
 }

@@ -1,10 +1,16 @@
-/* Machine profiles: the presets, and the JSON file that `fourfold bench
- * profile` writes (schema in docs/planner.md).
+/* Machine profiles: the presets, and the profile module (plan/profile.h):
+ * the one reader, checker, merger and writer of the JSON file that `fourfold
+ * bench profile` writes, `bench tune` rewrites with its picks, the planner
+ * reads (ff_profile_load) and the collective layer reads (FF_PROFILE,
+ * ff_coll_model_read). Schema in docs/planner.md, "Machine profiles".
  *
- * The parser is strict: one JSON object, known keys type-checked and range-
- * checked, each at most once; unknown keys (such as a "fit" object with the
- * residuals of the bench's least-squares fit) are parsed and skipped; nothing
- * may follow the object. Every message names the file and the line. */
+ * The parser is strict: one JSON object, every known key type-checked and
+ * range-checked, each at most once; unknown keys are parsed and kept
+ * verbatim (so a rewrite keeps them), the "fit" object is kept as its text;
+ * nothing may follow the object. Every message names the file and the line,
+ * and inside the picks list the pick. */
+#include "plan/profile.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -12,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h" /* ff_coll_model_ok */
 #include "plan/plan_internal.h"
 
 /* ---- presets ---- */
@@ -153,6 +160,7 @@ typedef struct {
     char *err;
     size_t err_len;
     int rc;
+    char where[48]; /* what is being read, for messages ("pick 3: "), or "" */
 } reader;
 
 enum { MAX_DEPTH = 32, MAX_TEXT = 1 << 20 };
@@ -176,8 +184,8 @@ static int fail(reader *r, int code, const char *fmt, ...)
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     r->rc = code;
-    return ff_format_error(r->err, r->err_len, code, "profile %s: line %d: %s", r->source,
-                           line_of(r), what);
+    return ff_format_error(r->err, r->err_len, code, "profile %s: line %d: %s%s", r->source,
+                           line_of(r), r->where, what);
 }
 
 static void skip_ws(reader *r)
@@ -195,6 +203,18 @@ static int expect(reader *r, char c)
         return fail(r, FF_ECORRUPT, "expected '%c', found '%c'", c, *r->p);
     r->p++;
     return FF_OK;
+}
+
+/* After a member: 1 if a ',' follows (consumed), 0 if `close` does
+ * (consumed), else an error. */
+static int next_member(reader *r, char close)
+{
+    skip_ws(r);
+    if (r->p < r->end && *r->p == ',') {
+        r->p++;
+        return 1;
+    }
+    return expect(r, close) ? -1 : 0;
 }
 
 static int hexval(char c)
@@ -319,7 +339,8 @@ static int skip_literal(reader *r, const char *word)
     return FF_OK;
 }
 
-/* Parses and discards any JSON value (an unknown key's). */
+/* Parses and discards any JSON value (an unknown key's, or the "fit"
+ * object, which is then kept as text). */
 static int skip_value(reader *r, int depth)
 {
     if (depth > MAX_DEPTH)
@@ -349,68 +370,75 @@ static int skip_value(reader *r, int depth)
                 return r->rc;
             if (skip_value(r, depth + 1))
                 return r->rc;
-            skip_ws(r);
-            if (r->p < r->end && *r->p == ',') {
-                r->p++;
-                continue;
-            }
-            return expect(r, close);
+            int more = next_member(r, close);
+            if (more <= 0)
+                return r->rc;
         }
     }
     double ignored;
     return read_number(r, &ignored);
 }
 
-/* ---- the profile schema ---- */
+/* 1 if a number starts here (the type check before read_number). */
+static int at_number(reader *r)
+{
+    skip_ws(r);
+    return r->p < r->end && (*r->p == '-' || (*r->p >= '0' && *r->p <= '9'));
+}
 
-typedef enum { K_STRING, K_NUMBER, K_INT, K_BW } key_type;
+static int at_string(reader *r)
+{
+    skip_ws(r);
+    return r->p < r->end && *r->p == '"';
+}
+
+/* ---- the schema ---- */
+
+typedef enum { K_STRING, K_NUMBER, K_INT, K_BW, K_OBJECT, K_PICKS } key_type;
 
 typedef struct {
     const char *name;
     key_type type;
-    int required;
-    double lo, hi; /* numbers: inclusive range; lo_open: lo excluded */
-    int lo_open;
+    unsigned char planner; /* required by the planner */
+    unsigned char line;    /* the writer's line */
+    double lo, hi;         /* numbers: inclusive range; lo_open: lo excluded */
+    unsigned char lo_open;
 } key_spec;
 
-enum {
-    KEY_FORMAT,
-    KEY_VERSION,
-    KEY_NAME,
-    KEY_RPN,
-    KEY_MEMORY,
-    KEY_GEMM,
-    KEY_PEAK,
-    KEY_ALPHA_INTRA,
-    KEY_BETA_INTRA,
-    KEY_ALPHA_INTER,
-    KEY_BETA_INTER,
-    KEY_INTRA_BW,
-    KEY_MEM_BPS,
-    KEY_HALF_DIM,
-    KEY_CORES,
-    KEY_INTRA_OVERLAP,
-    NKEYS
+/* One table for reading, checking and writing every top-level key. */
+static const key_spec keys[FF_PK_COUNT] = {
+    [FF_PK_FORMAT] = {"format", K_STRING, 1, 0, 0, 0, 0},
+    [FF_PK_VERSION] = {"version", K_INT, 1, 0, 1, 1e9, 0},
+    [FF_PK_NAME] = {"name", K_STRING, 0, 0, 0, 0, 0},
+    [FF_PK_RANKS_PER_NODE] = {"ranks_per_node", K_INT, 1, 0, 1, 1e6, 0},
+    [FF_PK_CORES_PER_NODE] = {"cores_per_node", K_INT, 0, 0, 0, 1e6, 0},
+    [FF_PK_MEMORY_BYTES] = {"memory_bytes", K_NUMBER, 1, 0, 0, 1e18, 1},
+    [FF_PK_GEMM_FLOPS] = {"gemm_flops", K_NUMBER, 1, 0, 0, 1e18, 1},
+    [FF_PK_PEAK_FLOPS] = {"peak_flops", K_NUMBER, 0, 0, 0, 1e18, 1},
+    [FF_PK_ALPHA_INTRA] = {"alpha_intra_s", K_NUMBER, 1, 1, 0, 10, 0},
+    [FF_PK_BETA_INTRA] = {"beta_intra_Bps", K_NUMBER, 1, 1, 0, 1e15, 1},
+    [FF_PK_ALPHA_INTER] = {"alpha_inter_s", K_NUMBER, 1, 1, 0, 10, 0},
+    [FF_PK_BETA_INTER] = {"beta_inter_Bps", K_NUMBER, 1, 1, 0, 1e15, 1},
+    [FF_PK_INTRA_BW] = {"intra_bw", K_BW, 0, 1, 0, 0, 0},
+    [FF_PK_MEM_BPS] = {"mem_Bps", K_NUMBER, 0, 2, 0, 1e16, 1},
+    [FF_PK_GEMM_HALF_DIM] = {"gemm_half_dim", K_NUMBER, 0, 2, 0, 1e6, 0},
+    [FF_PK_INTRA_OVERLAP] = {"intra_overlap", K_NUMBER, 0, 2, 0, 1, 0},
+    [FF_PK_REDUCE_BPS] = {"reduce_Bps", K_NUMBER, 0, 3, 0, 1e16, 0},
+    [FF_PK_SMALL_MAX_INTRA] = {"small_max_intra_B", K_NUMBER, 0, 4, 0, 1e15, 0},
+    [FF_PK_ALPHA_INTRA_SMALL] = {"alpha_intra_small_s", K_NUMBER, 0, 4, 0, 10, 0},
+    [FF_PK_BETA_INTRA_SMALL] = {"beta_intra_small_Bps", K_NUMBER, 0, 4, 0, 1e15, 0},
+    [FF_PK_SMALL_MAX_INTER] = {"small_max_inter_B", K_NUMBER, 0, 5, 0, 1e15, 0},
+    [FF_PK_ALPHA_INTER_SMALL] = {"alpha_inter_small_s", K_NUMBER, 0, 5, 0, 10, 0},
+    [FF_PK_BETA_INTER_SMALL] = {"beta_inter_small_Bps", K_NUMBER, 0, 5, 0, 1e15, 0},
+    [FF_PK_FIT] = {"fit", K_OBJECT, 0, 6, 0, 0, 0},
+    [FF_PK_PICKS] = {"picks", K_PICKS, 0, 8, 0, 0, 0},
 };
+enum { LINE_EXTRA = 7 }; /* unknown keys: after "fit", before "picks" */
 
-static const key_spec keys[NKEYS] = {
-    [KEY_FORMAT] = {"format", K_STRING, 1, 0, 0, 0},
-    [KEY_VERSION] = {"version", K_INT, 1, 1, 1e9, 0},
-    [KEY_NAME] = {"name", K_STRING, 0, 0, 0, 0},
-    [KEY_RPN] = {"ranks_per_node", K_INT, 1, 1, 1e6, 0},
-    [KEY_MEMORY] = {"memory_bytes", K_NUMBER, 1, 0, 1e18, 1},
-    [KEY_GEMM] = {"gemm_flops", K_NUMBER, 1, 0, 1e18, 1},
-    [KEY_PEAK] = {"peak_flops", K_NUMBER, 0, 0, 1e18, 1},
-    [KEY_ALPHA_INTRA] = {"alpha_intra_s", K_NUMBER, 1, 0, 10, 0},
-    [KEY_BETA_INTRA] = {"beta_intra_Bps", K_NUMBER, 1, 0, 1e15, 1},
-    [KEY_ALPHA_INTER] = {"alpha_inter_s", K_NUMBER, 1, 0, 10, 0},
-    [KEY_BETA_INTER] = {"beta_inter_Bps", K_NUMBER, 1, 0, 1e15, 1},
-    [KEY_INTRA_BW] = {"intra_bw", K_BW, 0, 0, 0, 0},
-    [KEY_MEM_BPS] = {"mem_Bps", K_NUMBER, 0, 0, 1e16, 1},
-    [KEY_HALF_DIM] = {"gemm_half_dim", K_NUMBER, 0, 0, 1e6, 0},
-    [KEY_CORES] = {"cores_per_node", K_INT, 0, 0, 1e6, 0},
-    [KEY_INTRA_OVERLAP] = {"intra_overlap", K_NUMBER, 0, 0, 1, 0},
-};
+const char *ff_profile_key_name(ff_profile_key k)
+{
+    return k >= 0 && k < FF_PK_COUNT ? keys[k].name : NULL;
+}
 
 static int check_range(reader *r, const char *key, double v, double lo, double hi, int lo_open,
                        int integer)
@@ -424,7 +452,7 @@ static int check_range(reader *r, const char *key, double v, double lo, double h
 }
 
 /* "intra_bw": [{"inner": 1, "size": 2, "Bps": 7.6e10}, ...] */
-static int read_intra_bw(reader *r, ff_profile *out)
+static int read_intra_bw(reader *r, ff_profile_doc *d)
 {
     if (expect(r, '['))
         return r->rc;
@@ -434,7 +462,7 @@ static int read_intra_bw(reader *r, ff_profile *out)
         return FF_OK;
     }
     for (;;) {
-        if (out->n_intra_bw >= FF_PROFILE_MAX_BW)
+        if (d->n_intra_bw >= FF_PROFILE_MAX_BW)
             return fail(r, FF_EINVAL, "\"intra_bw\" has more than %d entries", FF_PROFILE_MAX_BW);
         if (expect(r, '{'))
             return r->rc;
@@ -463,14 +491,11 @@ static int read_intra_bw(reader *r, ff_profile *out)
                     if (read_number(r, &v[which]))
                         return r->rc;
                 }
-                skip_ws(r);
-                if (r->p < r->end && *r->p == ',') {
-                    r->p++;
-                    continue;
-                }
-                if (expect(r, '}'))
+                int more = next_member(r, '}');
+                if (more < 0)
                     return r->rc;
-                break;
+                if (!more)
+                    break;
             }
         }
         for (int i = 0; i < 3; i++)
@@ -480,14 +505,168 @@ static int read_intra_bw(reader *r, ff_profile *out)
             check_range(r, "size", v[1], 2, 1e6, 0, 1) ||
             check_range(r, "Bps", v[2], 0, 1e15, 1, 0))
             return r->rc;
-        out->intra_bw[out->n_intra_bw++] = (ff_intra_bw){(int)v[0], (int)v[1], v[2]};
-        skip_ws(r);
-        if (r->p < r->end && *r->p == ',') {
-            r->p++;
-            continue;
-        }
-        return expect(r, ']');
+        d->intra_bw[d->n_intra_bw++] = (ff_intra_bw){(int)v[0], (int)v[1], v[2]};
+        int more = next_member(r, ']');
+        if (more <= 0)
+            return r->rc;
     }
+}
+
+/* ---- picks ---- */
+
+enum { P_COLL, P_NODES, P_PER_NODE, P_MIN, P_MAX, P_ALGO, P_MODEL, P_SIZES, NPICKKEYS };
+static const char *const pick_keys[NPICKKEYS] = {"coll",  "nodes", "per_node",   "min_B",
+                                                 "max_B", "algo",  "model_algo", "sizes"};
+enum { MAX_RANKS = 1 << 24 };
+
+static int coll_parse(const char *name)
+{
+    for (int c = 0; c < FF_NCOLL; c++)
+        if (!strcmp(name, ff_coll_name((ff_coll)c)))
+            return c;
+    return -1;
+}
+
+/* One pick: {"coll":"allreduce","nodes":2,"per_node":2,"min_B":8192,
+ * "max_B":32768,"algo":"rec-whole","model_algo":"hier-ring","sizes":1};
+ * the first six required, other keys ignored; checked as ff_coll_model_ok
+ * checks a pick (comm/select.c). */
+static int read_pick(reader *r, ff_profile_pick *q)
+{
+    skip_ws(r);
+    if (expect(r, '{'))
+        return r->rc;
+    int seen[NPICKKEYS] = {0};
+    double v[NPICKKEYS] = {0};
+    char str[NPICKKEYS][32] = {{0}};
+    skip_ws(r);
+    if (r->p < r->end && *r->p == '}') {
+        r->p++;
+    } else {
+        for (;;) {
+            char key[64];
+            if (read_string(r, key, sizeof key) || expect(r, ':'))
+                return r->rc;
+            int which = -1;
+            for (int i = 0; i < NPICKKEYS; i++)
+                if (!strcmp(key, pick_keys[i]))
+                    which = i;
+            if (which < 0) {
+                if (skip_value(r, 3))
+                    return r->rc;
+            } else {
+                if (seen[which])
+                    return fail(r, FF_EINVAL, "\"%s\" appears twice", key);
+                seen[which] = 1;
+                if (which == P_COLL || which == P_ALGO || which == P_MODEL) {
+                    if (!at_string(r))
+                        return fail(r, FF_EINVAL, "\"%s\" must be a string", key);
+                    if (read_string(r, str[which], sizeof str[which]))
+                        return r->rc;
+                } else {
+                    if (!at_number(r))
+                        return fail(r, FF_EINVAL, "\"%s\" must be a number", key);
+                    if (read_number(r, &v[which]))
+                        return r->rc;
+                }
+            }
+            int more = next_member(r, '}');
+            if (more < 0)
+                return r->rc;
+            if (!more)
+                break;
+        }
+    }
+    for (int i = 0; i <= P_ALGO; i++)
+        if (!seen[i])
+            return fail(r, FF_EINVAL, "lacks \"%s\"", pick_keys[i]);
+    if (check_range(r, "nodes", v[P_NODES], 1, MAX_RANKS, 0, 1) ||
+        check_range(r, "per_node", v[P_PER_NODE], 1, MAX_RANKS, 0, 1) ||
+        check_range(r, "min_B", v[P_MIN], 0, 1e300, 0, 0) ||
+        check_range(r, "max_B", v[P_MAX], 0, 1e300, 0, 0) ||
+        (seen[P_SIZES] && check_range(r, "sizes", v[P_SIZES], 0, 1e9, 0, 1)))
+        return r->rc;
+    int coll = coll_parse(str[P_COLL]), algo = ff_algo_parse(str[P_ALGO]);
+    int model = seen[P_MODEL] ? ff_algo_parse(str[P_MODEL]) : -1;
+    int nodes = (int)v[P_NODES], per_node = (int)v[P_PER_NODE];
+    if (coll < 0)
+        return fail(r, FF_EINVAL,
+                    "\"coll\" is \"%s\", expected allgather, reduce_scatter, allreduce or "
+                    "alltoall",
+                    str[P_COLL]);
+    if (algo < 0 || algo == FF_ALGO_AUTO || algo == FF_ALGO_MPI)
+        return fail(r, FF_EINVAL,
+                    "\"algo\" is \"%s\", expected one of fourfold's algorithms (ring, rec, "
+                    "rec-whole, direct, hier-ring, hier-rec)",
+                    str[P_ALGO]);
+    if (!ff_algo_supports((ff_algo)algo, (ff_coll)coll))
+        return fail(r, FF_EINVAL, "\"algo\" %s does not implement %s", str[P_ALGO], str[P_COLL]);
+    if (seen[P_MODEL] && model < 0)
+        return fail(r, FF_EINVAL, "\"model_algo\" is \"%s\", not an algorithm", str[P_MODEL]);
+    if (nodes > MAX_RANKS / per_node || nodes * per_node < 2)
+        return fail(r, FF_EINVAL, "\"nodes\" x \"per_node\" = %g, expected 2 to %d ranks",
+                    v[P_NODES] * v[P_PER_NODE], MAX_RANKS);
+    if (!(v[P_MAX] > v[P_MIN]))
+        return fail(r, FF_EINVAL, "\"max_B\" %g is not above \"min_B\" %g", v[P_MAX], v[P_MIN]);
+    q->rule =
+        (ff_coll_pick_rule){(ff_coll)coll, nodes, per_node, v[P_MIN], v[P_MAX], (ff_algo)algo};
+    q->model_algo = model;
+    q->sizes = seen[P_SIZES] ? (int)v[P_SIZES] : -1;
+    return FF_OK;
+}
+
+/* "picks": [pick, ...], at most FF_COLL_MAX_PICKS */
+static int read_picks(reader *r, ff_profile_doc *d)
+{
+    if (!(skip_ws(r), r->p < r->end && *r->p == '['))
+        return fail(r, FF_EINVAL, "\"picks\" must be a list [...]");
+    r->p++;
+    skip_ws(r);
+    if (r->p < r->end && *r->p == ']') {
+        r->p++;
+        return FF_OK;
+    }
+    for (;;) {
+        snprintf(r->where, sizeof r->where, "pick %d: ", d->n_picks + 1);
+        if (d->n_picks == FF_COLL_MAX_PICKS)
+            return fail(r, FF_EINVAL, "more than %d picks in \"picks\"", FF_COLL_MAX_PICKS);
+        if (read_pick(r, &d->picks[d->n_picks]))
+            return r->rc;
+        d->n_picks++;
+        snprintf(r->where, sizeof r->where, "\"picks\" after pick %d: ", d->n_picks);
+        int more = next_member(r, ']');
+        if (more < 0)
+            return r->rc;
+        if (!more)
+            break;
+    }
+    r->where[0] = '\0';
+    return FF_OK;
+}
+
+/* ---- the document ---- */
+
+static void doc_clear(ff_profile_doc *d)
+{
+    memset(d, 0, sizeof *d);
+    for (int i = 0; i < FF_COLL_MAX_PICKS; i++)
+        d->picks[i].model_algo = d->picks[i].sizes = -1;
+}
+
+void ff_profile_doc_init(ff_profile_doc *d)
+{
+    doc_clear(d);
+    d->has[FF_PK_FORMAT] = d->has[FF_PK_VERSION] = 1;
+    d->num[FF_PK_VERSION] = 1;
+}
+
+void ff_profile_doc_free(ff_profile_doc *d)
+{
+    if (!d)
+        return;
+    free(d->fit);
+    free(d->extra);
+    d->fit = d->extra = NULL;
 }
 
 static const char *base_name(const char *path)
@@ -496,20 +675,97 @@ static const char *base_name(const char *path)
     return slash ? slash + 1 : path;
 }
 
-int ff_profile_parse(const char *text, size_t len, const char *source, ff_profile *out, char *err,
-                     size_t err_len)
+/* text[from, to) as a new string; NULL if out of memory */
+static char *copy_span(const char *from, const char *to)
 {
-    reader rd = {text, text, text + len, source ? source : "(text)", err, err_len, FF_OK};
-    reader *r = &rd;
-    ff_profile p;
-    memset(&p, 0, sizeof p);
-    int seen[NKEYS] = {0};
-    double num[NKEYS] = {0};
-    char format[64] = "";
+    size_t n = (size_t)(to - from);
+    char *s = malloc(n + 1);
+    if (s) {
+        memcpy(s, from, n);
+        s[n] = '\0';
+    }
+    return s;
+}
 
-    if (!text)
-        return fail(r, FF_EINVAL, "no text");
-    if (memchr(text, '\0', len))
+/* Keeps an unknown key's member, "key": value, verbatim. */
+static int keep_extra(reader *r, ff_profile_doc *d, const char *from, const char *to)
+{
+    size_t old = d->extra ? strlen(d->extra) : 0, n = (size_t)(to - from);
+    char *s = realloc(d->extra, old + 3 + n + 1);
+    if (!s)
+        return fail(r, FF_ENOMEM, "out of memory");
+    if (old) {
+        memcpy(s + old, ",\n ", 3);
+        old += 3;
+    }
+    memcpy(s + old, from, n);
+    s[old + n] = '\0';
+    d->extra = s;
+    return FF_OK;
+}
+
+/* One known key's value into d; format into `format`. */
+static int read_member(reader *r, int k, ff_profile_doc *d, char *format, size_t format_len)
+{
+    const key_spec *s = &keys[k];
+    switch (s->type) {
+    case K_STRING:
+        if (!at_string(r))
+            return fail(r, FF_EINVAL, "\"%s\" must be a string", s->name);
+        return k == FF_PK_FORMAT ? read_string(r, format, format_len)
+                                 : read_string(r, d->name, sizeof d->name);
+    case K_BW: return read_intra_bw(r, d);
+    case K_PICKS: return read_picks(r, d);
+    case K_OBJECT: {
+        if (!(skip_ws(r), r->p < r->end && *r->p == '{'))
+            return fail(r, FF_EINVAL, "\"%s\" must be an object {...}", s->name);
+        const char *from = r->p;
+        if (skip_value(r, 1))
+            return r->rc;
+        if (!(d->fit = copy_span(from, r->p)))
+            return fail(r, FF_ENOMEM, "out of memory");
+        return FF_OK;
+    }
+    case K_NUMBER:
+    case K_INT: break;
+    }
+    if (!at_number(r))
+        return fail(r, FF_EINVAL, "\"%s\" must be a number", s->name);
+    double v;
+    if (read_number(r, &v))
+        return r->rc;
+    if (k == FF_PK_VERSION && v != 1)
+        return fail(r, FF_EINVAL, "version %g is not supported (this fourfold reads version 1)", v);
+    if (check_range(r, s->name, v, s->lo, s->hi, s->lo_open, s->type == K_INT))
+        return r->rc;
+    d->num[k] = v;
+    return FF_OK;
+}
+
+/* A level's second regime: all three keys, a small beta > 0. */
+static int check_regime(reader *r, const ff_profile_doc *d, int small_max)
+{
+    if (!d->has[small_max] || d->num[small_max] <= 0)
+        return FF_OK;
+    for (int k = small_max + 1; k <= small_max + 2; k++) {
+        if (!d->has[k])
+            return fail(r, FF_EINVAL,
+                        "\"%s\" is %g but \"%s\" is missing (a second regime needs "
+                        "both its alpha and beta)",
+                        keys[small_max].name, d->num[small_max], keys[k].name);
+    }
+    if (!(d->num[small_max + 2] > 0))
+        return fail(r, FF_EINVAL,
+                    "\"%s\" is %g where \"%s\" is %g: a second regime needs a beta > 0",
+                    keys[small_max + 2].name, d->num[small_max + 2], keys[small_max].name,
+                    d->num[small_max]);
+    return FF_OK;
+}
+
+static int parse_doc(reader *r, ff_profile_need need, ff_profile_doc *d)
+{
+    char format[64] = "";
+    if (memchr(r->begin, '\0', (size_t)(r->end - r->begin)))
         return fail(r, FF_ECORRUPT, "contains a NUL byte (not a text file)");
     if (expect(r, '{'))
         return r->rc;
@@ -518,90 +774,71 @@ int ff_profile_parse(const char *text, size_t len, const char *source, ff_profil
         r->p++;
     } else {
         for (;;) {
+            skip_ws(r);
+            const char *member = r->p;
             char key[128];
             if (read_string(r, key, sizeof key) || expect(r, ':'))
                 return r->rc;
-            int which = -1;
-            for (int i = 0; i < NKEYS; i++)
+            int k = -1;
+            for (int i = 0; i < FF_PK_COUNT; i++)
                 if (!strcmp(key, keys[i].name))
-                    which = i;
-            if (which < 0) {
-                if (skip_value(r, 1)) /* an unknown key: ignored */
+                    k = i;
+            if (k < 0) { /* a key this version does not know: kept as it is */
+                if (skip_value(r, 1) || keep_extra(r, d, member, r->p))
                     return r->rc;
             } else {
-                if (seen[which])
+                if (d->has[k])
                     return fail(r, FF_EINVAL, "key \"%s\" appears twice", key);
-                seen[which] = 1;
-                const key_spec *k = &keys[which];
-                skip_ws(r);
-                if (k->type == K_STRING) {
-                    if (r->p >= r->end || *r->p != '"')
-                        return fail(r, FF_EINVAL, "\"%s\" must be a string", key);
-                    if (which == KEY_FORMAT ? read_string(r, format, sizeof format)
-                                            : read_string(r, p.name, sizeof p.name))
-                        return r->rc;
-                } else if (k->type == K_BW) {
-                    if (read_intra_bw(r, &p))
-                        return r->rc;
-                } else {
-                    if (r->p >= r->end || !(*r->p == '-' || (*r->p >= '0' && *r->p <= '9')))
-                        return fail(r, FF_EINVAL, "\"%s\" must be a number", key);
-                    if (read_number(r, &num[which]))
-                        return r->rc;
-                    if (which == KEY_VERSION && num[which] != 1)
-                        return fail(r, FF_EINVAL,
-                                    "version %g is not supported (this fourfold reads version 1)",
-                                    num[which]);
-                    if (check_range(r, key, num[which], k->lo, k->hi, k->lo_open, k->type == K_INT))
-                        return r->rc;
-                }
+                d->has[k] = 1;
+                if (read_member(r, k, d, format, sizeof format))
+                    return r->rc;
             }
-            skip_ws(r);
-            if (r->p < r->end && *r->p == ',') {
-                r->p++;
-                continue;
-            }
-            if (expect(r, '}'))
+            int more = next_member(r, '}');
+            if (more < 0)
                 return r->rc;
-            break;
+            if (!more)
+                break;
         }
     }
     skip_ws(r);
     if (r->p != r->end)
         return fail(r, FF_ECORRUPT, "unexpected text after the profile object");
-    if (seen[KEY_FORMAT] && strcmp(format, "fourfold-profile") != 0)
+    if (d->has[FF_PK_FORMAT] && strcmp(format, "fourfold-profile") != 0)
         return fail(r, FF_EINVAL, "\"format\" is \"%s\", expected \"fourfold-profile\"", format);
-    for (int i = 0; i < NKEYS; i++)
-        if (keys[i].required && !seen[i])
-            return fail(r, FF_EINVAL, "required key \"%s\" is missing", keys[i].name);
-
-    if (!seen[KEY_NAME])
-        snprintf(p.name, sizeof p.name, "%s", base_name(r->source));
-    p.ranks_per_node = (int)num[KEY_RPN];
-    p.memory_bytes = num[KEY_MEMORY];
-    p.gemm_flops = num[KEY_GEMM];
-    p.peak_flops = seen[KEY_PEAK] ? num[KEY_PEAK] : p.gemm_flops;
-    p.alpha_intra_s = num[KEY_ALPHA_INTRA];
-    p.beta_intra_Bps = num[KEY_BETA_INTRA];
-    p.alpha_inter_s = num[KEY_ALPHA_INTER];
-    p.beta_inter_Bps = num[KEY_BETA_INTER];
-    /* defaults for a measured profile, which `fourfold bench` takes on a CPU
-     * machine: elementwise work at a sixteenth of the GEMM rate in bytes,
-     * OpenBLAS-like efficiency, intra-node transfers are CPU copies */
-    p.mem_Bps = seen[KEY_MEM_BPS] ? num[KEY_MEM_BPS] : p.gemm_flops / 16;
-    p.gemm_half_dim = seen[KEY_HALF_DIM] ? num[KEY_HALF_DIM] : 32;
-    p.cores_per_node = (int)num[KEY_CORES];
-    p.intra_overlap = seen[KEY_INTRA_OVERLAP] ? num[KEY_INTRA_OVERLAP] : 0;
-    p.axonn_table = FF_AXONN_TABLE_NONE;
-    *out = p;
+    for (int k = 0; k < FF_PK_COUNT; k++)
+        if ((k == FF_PK_FORMAT || (need == FF_PROFILE_FOR_PLANNER && keys[k].planner)) &&
+            !d->has[k])
+            return fail(r, FF_EINVAL, "required key \"%s\" is missing", keys[k].name);
+    if (check_regime(r, d, FF_PK_SMALL_MAX_INTRA) || check_regime(r, d, FF_PK_SMALL_MAX_INTER))
+        return r->rc;
     return FF_OK;
 }
 
-int ff_profile_load(const char *path, ff_profile *out, char *err, size_t err_len)
+int ff_profile_doc_parse(const char *text, size_t len, const char *source, ff_profile_need need,
+                         ff_profile_doc *d, char *err, size_t err_len)
 {
+    doc_clear(d);
+    reader rd = {text,  text, text ? text + len : text, source ? source : "(text)", err, err_len,
+                 FF_OK, ""};
+    int rc = text ? parse_doc(&rd, need, d) : fail(&rd, FF_EINVAL, "no text");
+    if (rc != FF_OK) {
+        ff_profile_doc_free(d);
+        ff_profile_doc_init(d);
+        return rc;
+    }
+    snprintf(d->source, sizeof d->source, "%s", rd.source);
+    if (!d->has[FF_PK_NAME])
+        snprintf(d->name, sizeof d->name, "%s", base_name(rd.source));
+    return FF_OK;
+}
+
+int ff_profile_doc_load(const char *path, ff_profile_need need, ff_profile_doc *d, char *err,
+                        size_t err_len)
+{
+    ff_profile_doc_init(d);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return ff_format_error(err, err_len, FF_EIO, "profile %s: cannot open: %s", path,
+        return ff_format_error(err, err_len, FF_EIO, "cannot open profile %s: %s", path,
                                strerror(errno));
     char *text = malloc(MAX_TEXT + 1);
     if (!text) {
@@ -620,49 +857,416 @@ int ff_profile_load(const char *path, ff_profile *out, char *err, size_t err_len
     else if (n == 0)
         rc = ff_format_error(err, err_len, FF_ECORRUPT, "profile %s: the file is empty", path);
     else
-        rc = ff_profile_parse(text, n, path, out, err, err_len);
+        rc = ff_profile_doc_parse(text, n, path, need, d, err, err_len);
     free(text);
+    return rc;
+}
+
+/* ---- views: the planner's profile, the collective model ---- */
+
+int ff_profile_doc_machine(const ff_profile_doc *d, ff_profile *out, char *err, size_t err_len)
+{
+    for (int k = 0; k < FF_PK_COUNT; k++)
+        if (keys[k].planner && !d->has[k])
+            return ff_format_error(err, err_len, FF_EINVAL,
+                                   "profile %s: required key \"%s\" is missing", d->source,
+                                   keys[k].name);
+    const double *v = d->num;
+    const unsigned char *has = d->has;
+    ff_profile p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.name, sizeof p.name, "%s", d->name);
+    p.ranks_per_node = (int)v[FF_PK_RANKS_PER_NODE];
+    p.memory_bytes = v[FF_PK_MEMORY_BYTES];
+    p.gemm_flops = v[FF_PK_GEMM_FLOPS];
+    p.peak_flops = has[FF_PK_PEAK_FLOPS] ? v[FF_PK_PEAK_FLOPS] : p.gemm_flops;
+    p.alpha_intra_s = v[FF_PK_ALPHA_INTRA];
+    p.beta_intra_Bps = v[FF_PK_BETA_INTRA];
+    p.alpha_inter_s = v[FF_PK_ALPHA_INTER];
+    p.beta_inter_Bps = v[FF_PK_BETA_INTER];
+    p.n_intra_bw = d->n_intra_bw;
+    memcpy(p.intra_bw, d->intra_bw, sizeof p.intra_bw);
+    /* defaults for a measured profile, which `fourfold bench` takes on a CPU
+     * machine: elementwise work at a sixteenth of the GEMM rate in bytes,
+     * OpenBLAS-like efficiency, intra-node transfers are CPU copies */
+    p.mem_Bps = has[FF_PK_MEM_BPS] ? v[FF_PK_MEM_BPS] : p.gemm_flops / 16;
+    p.gemm_half_dim = has[FF_PK_GEMM_HALF_DIM] ? v[FF_PK_GEMM_HALF_DIM] : 32;
+    p.cores_per_node = (int)v[FF_PK_CORES_PER_NODE];
+    p.intra_overlap = has[FF_PK_INTRA_OVERLAP] ? v[FF_PK_INTRA_OVERLAP] : 0;
+    p.axonn_table = FF_AXONN_TABLE_NONE;
+    *out = p;
+    return FF_OK;
+}
+
+void ff_profile_doc_from_machine(ff_profile_doc *d, const ff_profile *p)
+{
+    ff_profile_doc_init(d);
+    ff_profile_doc_set_name(d, p->name);
+    ff_profile_doc_set(d, FF_PK_RANKS_PER_NODE, p->ranks_per_node);
+    ff_profile_doc_set(d, FF_PK_CORES_PER_NODE, p->cores_per_node);
+    ff_profile_doc_set(d, FF_PK_MEMORY_BYTES, p->memory_bytes);
+    ff_profile_doc_set(d, FF_PK_GEMM_FLOPS, p->gemm_flops);
+    ff_profile_doc_set(d, FF_PK_PEAK_FLOPS, p->peak_flops);
+    ff_profile_doc_set(d, FF_PK_ALPHA_INTRA, p->alpha_intra_s);
+    ff_profile_doc_set(d, FF_PK_BETA_INTRA, p->beta_intra_Bps);
+    ff_profile_doc_set(d, FF_PK_ALPHA_INTER, p->alpha_inter_s);
+    ff_profile_doc_set(d, FF_PK_BETA_INTER, p->beta_inter_Bps);
+    d->has[FF_PK_INTRA_BW] = 1;
+    for (int i = 0; i < p->n_intra_bw && i < FF_PROFILE_MAX_BW; i++)
+        d->intra_bw[d->n_intra_bw++] = p->intra_bw[i];
+    ff_profile_doc_set(d, FF_PK_MEM_BPS, p->mem_Bps);
+    ff_profile_doc_set(d, FF_PK_GEMM_HALF_DIM, p->gemm_half_dim);
+    ff_profile_doc_set(d, FF_PK_INTRA_OVERLAP, p->intra_overlap);
+}
+
+int ff_profile_doc_coll_model(const ff_profile_doc *d, ff_coll_model *m, char *err, size_t err_len)
+{
+    static const struct {
+        ff_profile_key key;
+        size_t offset;
+    } fields[] = {
+        {FF_PK_ALPHA_INTRA, offsetof(ff_coll_model, alpha_intra_s)},
+        {FF_PK_BETA_INTRA, offsetof(ff_coll_model, beta_intra_Bps)},
+        {FF_PK_ALPHA_INTER, offsetof(ff_coll_model, alpha_inter_s)},
+        {FF_PK_BETA_INTER, offsetof(ff_coll_model, beta_inter_Bps)},
+        {FF_PK_REDUCE_BPS, offsetof(ff_coll_model, reduce_Bps)},
+        {FF_PK_SMALL_MAX_INTRA, offsetof(ff_coll_model, small_max_intra_B)},
+        {FF_PK_ALPHA_INTRA_SMALL, offsetof(ff_coll_model, alpha_intra_small_s)},
+        {FF_PK_BETA_INTRA_SMALL, offsetof(ff_coll_model, beta_intra_small_Bps)},
+        {FF_PK_SMALL_MAX_INTER, offsetof(ff_coll_model, small_max_inter_B)},
+        {FF_PK_ALPHA_INTER_SMALL, offsetof(ff_coll_model, alpha_inter_small_s)},
+        {FF_PK_BETA_INTER_SMALL, offsetof(ff_coll_model, beta_inter_small_Bps)},
+    };
+    ff_coll_model t = *m;
+    /* a level without small_max has one regime */
+    t.small_max_intra_B = t.small_max_inter_B = 0;
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (d->has[fields[i].key])
+            *(double *)((char *)&t + fields[i].offset) = d->num[fields[i].key];
+    /* `bench profile` wrote the fit's additions rate, 0 where the samples
+     * could not resolve it, before it timed them: keep the model's */
+    if (t.reduce_Bps == 0)
+        t.reduce_Bps = m->reduce_Bps;
+    t.n_picks = d->n_picks;
+    for (int i = 0; i < d->n_picks; i++)
+        t.picks[i] = d->picks[i].rule;
+    if (!ff_coll_model_ok(&t))
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "profile %s: not a valid collective model (ff_coll_model_ok)",
+                               d->source);
+    *m = t;
+    return FF_OK;
+}
+
+/* ---- setters ---- */
+
+void ff_profile_doc_set(ff_profile_doc *d, ff_profile_key k, double v)
+{
+    if (k < 0 || k >= FF_PK_COUNT || (keys[k].type != K_NUMBER && keys[k].type != K_INT))
+        return;
+    d->num[k] = v;
+    d->has[k] = 1;
+}
+
+void ff_profile_doc_set_name(ff_profile_doc *d, const char *name)
+{
+    snprintf(d->name, sizeof d->name, "%s", name ? name : "");
+    d->has[FF_PK_NAME] = 1;
+}
+
+int ff_profile_doc_add_intra_bw(ff_profile_doc *d, int inner, int size, double Bps)
+{
+    d->has[FF_PK_INTRA_BW] = 1;
+    if (d->n_intra_bw >= FF_PROFILE_MAX_BW)
+        return FF_EINVAL;
+    d->intra_bw[d->n_intra_bw++] = (ff_intra_bw){inner, size, Bps};
+    return FF_OK;
+}
+
+int ff_profile_doc_set_picks(ff_profile_doc *d, const ff_profile_pick *picks, int n)
+{
+    if (n < 0 || n > FF_COLL_MAX_PICKS || (n > 0 && !picks))
+        return FF_EINVAL;
+    if (n > 0)
+        memcpy(d->picks, picks, (size_t)n * sizeof *picks);
+    d->n_picks = n;
+    d->has[FF_PK_PICKS] = 1;
+    return FF_OK;
+}
+
+/* ---- the writer ---- */
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int oom;
+} text_buf;
+
+static void put(text_buf *b, const char *t, size_t len)
+{
+    if (b->oom)
+        return;
+    if (b->n + len + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + len + 1)
+            cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->oom = 1;
+            return;
+        }
+        b->s = s, b->cap = cap;
+    }
+    memcpy(b->s + b->n, t, len);
+    b->n += len;
+    b->s[b->n] = '\0';
+}
+
+static void puts_(text_buf *b, const char *t) { put(b, t, strlen(t)); }
+
+static void putf(text_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(text_buf *b, const char *fmt, ...)
+{
+    char t[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t, sizeof t, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof t)
+        b->oom = 1; /* the formats here are short: not reached */
+    else
+        put(b, t, (size_t)n);
+}
+
+/* The shortest of %.1g .. %.17g that reads back as v (2e-06, 6.18516e+09,
+ * 1e+15), but integers below a million as integers (100, not 1e+02). */
+static void put_number(text_buf *b, double v)
+{
+    char t[40];
+    if (v == floor(v) && fabs(v) < 1e6) {
+        snprintf(t, sizeof t, "%.0f", v);
+    } else {
+        for (int prec = 1; prec <= 17; prec++) {
+            snprintf(t, sizeof t, "%.*g", prec, v);
+            if (strtod(t, NULL) == v)
+                break;
+        }
+    }
+    puts_(b, t);
+}
+
+/* A JSON string: quotes and backslashes escaped, control characters as
+ * \u00XX, bytes beyond ASCII as '?' (as the reader takes \u escapes). */
+static void put_string(text_buf *b, const char *s)
+{
+    puts_(b, "\"");
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            putf(b, "\\%c", c);
+        else if (c < 0x20)
+            putf(b, "\\u%04x", c);
+        else
+            put(b, c < 0x7f ? (const char *)&c : "?", 1);
+    }
+    puts_(b, "\"");
+}
+
+static void put_pick(text_buf *b, const ff_profile_pick *q)
+{
+    putf(b, "{\"coll\":\"%s\",\"nodes\":%d,\"per_node\":%d,\"min_B\":", ff_coll_name(q->rule.coll),
+         q->rule.nodes, q->rule.per_node);
+    put_number(b, q->rule.min_B);
+    puts_(b, ",\"max_B\":");
+    put_number(b, q->rule.max_B);
+    putf(b, ",\"algo\":\"%s\"", ff_algo_name(q->rule.algo));
+    if (q->model_algo >= 0)
+        putf(b, ",\"model_algo\":\"%s\"", ff_algo_name((ff_algo)q->model_algo));
+    if (q->sizes >= 0)
+        putf(b, ",\"sizes\":%d", q->sizes);
+    puts_(b, "}");
+}
+
+/* Before a member: a comma, and a new line where the writer's line changes. */
+static void separate(text_buf *b, int *first, int *line, int this_line)
+{
+    if (!*first)
+        puts_(b, this_line != *line ? ",\n " : ",");
+    *first = 0;
+    *line = this_line;
+}
+
+char *ff_profile_doc_to_json(const ff_profile_doc *d, size_t *len)
+{
+    text_buf b = {NULL, 0, 0, 0};
+    int first = 1, line = 0;
+    puts_(&b, "{");
+    for (int k = 0; k < FF_PK_COUNT; k++) {
+        const key_spec *s = &keys[k];
+        if (k == FF_PK_PICKS && d->extra) { /* unknown keys before the picks */
+            separate(&b, &first, &line, LINE_EXTRA);
+            puts_(&b, d->extra);
+        }
+        if (k != FF_PK_FORMAT && k != FF_PK_VERSION && !d->has[k])
+            continue;
+        separate(&b, &first, &line, s->line);
+        putf(&b, "\"%s\":", s->name);
+        switch (k) {
+        case FF_PK_FORMAT: puts_(&b, "\"fourfold-profile\""); break;
+        case FF_PK_VERSION: puts_(&b, "1"); break;
+        case FF_PK_NAME: put_string(&b, d->name); break;
+        case FF_PK_FIT: puts_(&b, d->fit ? d->fit : "{}"); break;
+        case FF_PK_INTRA_BW:
+            puts_(&b, "[");
+            for (int i = 0; i < d->n_intra_bw; i++) {
+                putf(&b, "%s{\"inner\":%d,\"size\":%d,\"Bps\":", i ? "," : "", d->intra_bw[i].inner,
+                     d->intra_bw[i].size);
+                put_number(&b, d->intra_bw[i].Bps);
+                puts_(&b, "}");
+            }
+            puts_(&b, "]");
+            break;
+        case FF_PK_PICKS:
+            puts_(&b, "[");
+            for (int i = 0; i < d->n_picks; i++) {
+                puts_(&b, i ? ",\n  " : "\n  ");
+                put_pick(&b, &d->picks[i]);
+            }
+            puts_(&b, "]");
+            break;
+        default:
+            if (s->type == K_INT)
+                putf(&b, "%.0f", d->num[k]);
+            else
+                put_number(&b, d->num[k]);
+        }
+    }
+    puts_(&b, "}\n");
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    if (len)
+        *len = b.n;
+    return b.s;
+}
+
+int ff_profile_doc_save(const char *path, const ff_profile_doc *d, char *err, size_t err_len)
+{
+    size_t n = 0;
+    char *text = ff_profile_doc_to_json(d, &n);
+    if (!text)
+        return ff_format_error(err, err_len, FF_ENOMEM, "profile %s: out of memory", path);
+    /* what is written must read back: a value out of range stops here */
+    ff_profile_doc *back = malloc(sizeof *back);
+    char why[512] = "";
+    int rc = back ? ff_profile_doc_parse(text, n, path, FF_PROFILE_FOR_COLL, back, why, sizeof why)
+                  : FF_ENOMEM;
+    if (back)
+        ff_profile_doc_free(back);
+    free(back);
+    if (rc == FF_ENOMEM)
+        rc = ff_format_error(err, err_len, FF_ENOMEM, "profile %s: out of memory", path);
+    else if (rc != FF_OK)
+        rc = ff_format_error(err, err_len, FF_EINVAL, "not written: %s", why);
+    else if (ff_write_file_atomic(path, text, n) != 0)
+        rc = ff_format_error(err, err_len, FF_EIO, "cannot write %s: %s", path, strerror(errno));
+    free(text);
+    return rc;
+}
+
+int ff_profile_doc_set_fit(ff_profile_doc *d, const ff_profile_fit *f)
+{
+    text_buf b = {NULL, 0, 0, 0};
+    puts_(&b, "{\"method\":");
+    put_string(&b, f->method);
+    puts_(&b, ",\"date\":");
+    put_string(&b, f->date);
+    puts_(&b, ",\"host\":");
+    put_string(&b, f->host);
+    putf(&b, ",\"ranks\":%d,\"nodes\":%d,\"iters\":%d,\"gemm_shape\":", f->ranks, f->nodes,
+         f->iters);
+    put_string(&b, f->gemm_shape);
+    for (int l = 0; l < 2; l++) {
+        const ff_profile_fit_level *v = &f->level[l];
+        putf(&b, ",\"%s\":{\"measured\":%s,\"samples\":%d,\"rms_rel\":%.4f,\"max_rel\":%.4f}",
+             l ? "inter" : "intra", v->measured ? "true" : "false", v->samples, v->rms_rel,
+             v->max_rel);
+    }
+    puts_(&b, "}");
+    if (b.oom) {
+        free(b.s);
+        return FF_ENOMEM;
+    }
+    free(d->fit);
+    d->fit = b.s;
+    d->has[FF_PK_FIT] = 1;
+    return FF_OK;
+}
+
+/* ---- the public readers and writer (plan.h, comm.h): views of the document ---- */
+
+int ff_profile_parse(const char *text, size_t len, const char *source, ff_profile *out, char *err,
+                     size_t err_len)
+{
+    ff_profile_doc *d = malloc(sizeof *d);
+    if (!d)
+        return ff_format_error(err, err_len, FF_ENOMEM, "profile %s: out of memory",
+                               source ? source : "(text)");
+    int rc = ff_profile_doc_parse(text, len, source, FF_PROFILE_FOR_PLANNER, d, err, err_len);
+    if (rc == FF_OK)
+        rc = ff_profile_doc_machine(d, out, err, err_len);
+    ff_profile_doc_free(d);
+    free(d);
+    return rc;
+}
+
+int ff_profile_load(const char *path, ff_profile *out, char *err, size_t err_len)
+{
+    ff_profile_doc *d = malloc(sizeof *d);
+    if (!d)
+        return ff_format_error(err, err_len, FF_ENOMEM, "profile %s: out of memory", path);
+    int rc = ff_profile_doc_load(path, FF_PROFILE_FOR_PLANNER, d, err, err_len);
+    if (rc == FF_OK)
+        rc = ff_profile_doc_machine(d, out, err, err_len);
+    ff_profile_doc_free(d);
+    free(d);
     return rc;
 }
 
 size_t ff_profile_to_json(const ff_profile *p, char *buf, size_t len)
 {
-    char tmp[8192];
+    ff_profile_doc *d = malloc(sizeof *d);
+    char *text = NULL;
     size_t n = 0;
-#define PUT(...)                                                                                   \
-    do {                                                                                           \
-        int w_ = snprintf(tmp + n, sizeof tmp - n, __VA_ARGS__);                                   \
-        if (w_ > 0)                                                                                \
-            n = n + (size_t)w_ < sizeof tmp ? n + (size_t)w_ : sizeof tmp - 1;                     \
-    } while (0)
-    char name[2 * sizeof p->name];
-    size_t j = 0;
-    for (size_t i = 0; p->name[i] && j + 2 < sizeof name; i++) {
-        char c = p->name[i];
-        if (c == '"' || c == '\\')
-            name[j++] = '\\';
-        name[j++] = (c >= 0x20 && c < 0x7f) ? c : '?';
+    if (d) {
+        ff_profile_doc_from_machine(d, p);
+        text = ff_profile_doc_to_json(d, &n);
+        ff_profile_doc_free(d);
+        free(d);
     }
-    name[j] = '\0';
-    PUT("{\"format\": \"fourfold-profile\", \"version\": 1, \"name\": \"%s\",\n", name);
-    PUT(" \"ranks_per_node\": %d, \"memory_bytes\": %.17g,\n", p->ranks_per_node, p->memory_bytes);
-    PUT(" \"gemm_flops\": %.17g, \"peak_flops\": %.17g,\n", p->gemm_flops, p->peak_flops);
-    PUT(" \"alpha_intra_s\": %.17g, \"beta_intra_Bps\": %.17g,\n", p->alpha_intra_s,
-        p->beta_intra_Bps);
-    PUT(" \"alpha_inter_s\": %.17g, \"beta_inter_Bps\": %.17g,\n", p->alpha_inter_s,
-        p->beta_inter_Bps);
-    PUT(" \"intra_bw\": [");
-    for (int i = 0; i < p->n_intra_bw; i++)
-        PUT("%s{\"inner\": %d, \"size\": %d, \"Bps\": %.17g}", i ? ", " : "", p->intra_bw[i].inner,
-            p->intra_bw[i].size, p->intra_bw[i].Bps);
-    PUT("],\n \"mem_Bps\": %.17g, \"gemm_half_dim\": %.17g, \"cores_per_node\": %d, "
-        "\"intra_overlap\": %.17g}\n",
-        p->mem_Bps, p->gemm_half_dim, p->cores_per_node, p->intra_overlap);
-#undef PUT
+    if (!text)
+        n = 0;
     if (buf && len) {
         size_t c = n < len - 1 ? n : len - 1;
-        memcpy(buf, tmp, c);
+        if (c)
+            memcpy(buf, text, c);
         buf[c] = '\0';
     }
+    free(text);
     return n;
+}
+
+int ff_coll_model_read(const char *path, ff_coll_model *m, char *err, size_t err_len)
+{
+    ff_profile_doc *d = malloc(sizeof *d);
+    if (!d)
+        return ff_format_error(err, err_len, FF_ENOMEM, "profile %s: out of memory", path);
+    int rc = ff_profile_doc_load(path, FF_PROFILE_FOR_COLL, d, err, err_len);
+    if (rc == FF_OK)
+        rc = ff_profile_doc_coll_model(d, m, err, err_len);
+    ff_profile_doc_free(d);
+    free(d);
+    /* this reader's contract (comm.h): a bad value is a corrupt file */
+    return rc == FF_EINVAL ? FF_ECORRUPT : rc;
 }
