@@ -1,4 +1,5 @@
-/* The GPT model in 4D against its serial self (issue 4).
+/* The GPT model in 4D against its serial self (issue 4), and the files for
+ * the PyTorch oracle.
  *
  *   test_gpt CONFIG GRID... | all   serial equality on the grids
  *   test_gpt --dump DIR              files for the PyTorch oracle (1 rank)
@@ -13,14 +14,17 @@
  *    three steps: max|a - ref| / max|ref| <= the bound derived below;
  *  - the four variants of one grid: bitwise identical (overlaps and
  *    recomputation change when things happen, never what is computed);
- *  - padded vocabulary rows: exactly zero.
+ *  - padded vocabulary rows: exactly zero;
+ *  - then (first variant) EXTRA = 2 more steps with AdamW's default eps 1e-8,
+ *    below: their losses, gradients and norms as above, their parameters
+ *    and moments within the bounds derived below.
  *
  * The bound. A grid changes only the order of floating-point sums: dot
  * products split over X or Y and finished by all-reduces, sums over token
  * rows split over Z and D, LayerNorm and softmax statistics. Two orders of a
  * K-term sum differ by at most 2 gamma_K sum|terms| (Higham §3.1, gamma_K =
  * K u / (1 - K u), u = 2^-24); with K at most K_max (the longest sum: the
- * rows of the whole step, 2 micro-batches x B x T, or 4C) and at most
+ * rows of the whole step, 2 micro-batches x B x T, 4C, or V) and at most
  * depth = 4L + 4 such reductions in sequence between the input and any
  * gradient (4 products per block, the embedding, LayerNorms, the head and the
  * loss), and without amplification by the intervening functions, a tensor's
@@ -34,12 +38,55 @@
  * gradient element by its own size, so a rounding difference of 1e-6 of the
  * largest gradient becomes a difference of order one in the update of an
  * element whose gradient is near zero: that is Adam's sensitivity, not the
- * grid's. These steps therefore use eps = 1, where the update is a Lipschitz
- * function of the gradient (d update / d m <= 1) and the same bound holds,
- * plus the rounding of each update into the stored parameter (at most
+ * grid's. These three steps therefore use eps = 1, where the update is a
+ * Lipschitz function of the gradient (d update / d m <= 1) and the same bound
+ * holds, plus the rounding of each update into the stored parameter (at most
  * u |theta| per step and run: 2 STEPS u max|theta| / max|theta - theta_init|
- * for a tensor); the code path is the one every run takes. (The PyTorch oracle test runs
- * AdamW with eps = 1e-8 for ten steps.) */
+ * for a tensor); the code path is the one every run takes.
+ *
+ * The steps with eps = 1e-8. The serial run goes on for EXTRA steps with
+ * eps 1e-8 (steps 3 and 4 of a 5-step schedule, weight decay 0.1). A grid
+ * runs each of them from the serial run's state before it (parameters, m
+ * and v scattered from rank 0), so that two runs that differ by rounding do
+ * not drift apart (after a flipped update the next gradients differ by the
+ * loss surface's curvature times 2 lr, which no rounding bound covers), and
+ * its parameters, m and v after the step are compared with the serial
+ * run's, norm-wise per tensor: ||a - ref||_2 <= ||E||_2, E the elementwise
+ * bound below, computed on rank 0 in double from the serial run's values.
+ * With x = c g the clipped gradient (c the clipping factor) and dx the
+ * difference of the two runs' x:
+ *    m' = b1 m + (1-b1) x:    E_m = (1-b1) dx + each run's rounding
+ *    v' = b2 v + (1-b2) x^2:  E_v = (1-b2)(2|x| dx + dx^2) + rounding
+ * (rounding: u per operation, at the larger of the two runs' values), and
+ * the update r = m_hat / (sqrt(v_hat) + eps) differs by at most its largest
+ * change over the box m_hat +- E_m/bc1, v_hat +- E_v/bc2: where m_hat may
+ * change sign (a gradient near zero), an update of either sign, but never
+ * more than R + |r|, where R = (1-b1)/bc1 sqrt(bc2/(1-b2) sum_{j<t}
+ * (b1^2/b2)^j) bounds |m_hat|/sqrt(v_hat) for any gradients (Cauchy-Schwarz;
+ * 1 at t = 1, 1.003 at t = 5): a flipped weight moves by at most 2R lr, not
+ * more. Then E_theta = lr E_r + rounding. Two bounds, both asserted:
+ *  - a priori, from the derivation alone: any gradient element within
+ *    tol max|g| of the serial one (the bound above, per tensor), the norm
+ *    within tol, so dx <= c ((tol + 4u)(|g| + tol max|g|) + tol max|g|). Where
+ *    a tensor's gradients span orders of magnitude (the key bias, whose exact
+ *    gradient is zero; the q and k weights beside v's; rows of tokens not in
+ *    the batch) every small element may flip, and the bound reaches 1.65
+ *    times the step's update (qkvb), 0.34 (wte), 0.32 (qkvw), 0.0062
+ *    elsewhere;
+ *  - a posteriori, from the grid's own gradients and norm of the step (each
+ *    within the bound above): dx the actual difference. Where the update is
+ *    linear in m (the key bias: both runs' gradients are rounding noise below
+ *    eps, r = m_hat/eps) this bound is the difference itself plus the
+ *    rounding, and the error reaches 0.999 of it. It catches an optimizer
+ *    that differs on some ranks (docs/testing.md).
+ *
+ * The oracle's files (--dump, model "oracle", 1 rank): the model, the batch,
+ * step 0's logits and loss, then 10 AdamW steps (eps 1e-8, weight decay 0.1)
+ * with, for each, the parameters before it (ff_params_S.bin, S >= 1), its
+ * gradients before clipping (ff_grads_S.bin), its loss, norm and rate
+ * (ff.json, with the hyperparameters), and after the steps the parameters
+ * and both moments (ff_params.bin, ff_adam_m.bin, ff_adam_v.bin; not
+ * bias-corrected, as torch's exp_avg and exp_avg_sq); tests/gpt_oracle.sh. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -52,7 +99,7 @@
 #include "fourfold/rng.h"
 #include "test_util.h"
 
-enum { STEPS = 3, MICRO = 2, VARIANTS = 4, MAX_GRIDS = 64 };
+enum { STEPS = 3, EXTRA = 2, MICRO = 2, VARIANTS = 4, MAX_GRIDS = 64 };
 
 typedef struct {
     const char *name;
@@ -72,7 +119,25 @@ static const test_config configs[] = {
 typedef struct {
     float loss[STEPS], norm;
     float *grads, *params, *init; /* canonical, rank 0 only */
+    /* the steps with eps = 1e-8 (variant 0 only): state[e] = parameters and
+     * AdamW's m and v before extra step e (e = EXTRA: after the last); the
+     * serial run's gradients, norm and rate of each (the bound's inputs) */
+    float *state[EXTRA + 1][3], *xgrads[EXTRA], xloss[EXTRA], xnorm[EXTRA], xlr[EXTRA];
 } result;
+
+static const ff_gpt_buffer state_buf[3] = {FF_GPT_PARAMS, FF_GPT_ADAM_M, FF_GPT_ADAM_V};
+static const char *const state_name[3] = {"parameters", "AdamW m", "AdamW v"};
+
+static void result_free(result *r)
+{
+    free(r->grads), free(r->params), free(r->init);
+    for (int e = 0; e <= EXTRA; e++)
+        for (int k = 0; k < 3; k++)
+            free(r->state[e][k]);
+    for (int e = 0; e < EXTRA; e++)
+        free(r->xgrads[e]);
+    memset(r, 0, sizeof *r);
+}
 
 static const char *variant_name(int v)
 {
@@ -129,9 +194,49 @@ static void hparams(ff_adamw *h, int steps)
     h->steps = steps;
 }
 
+static float *gather_new(ff_gpt *g, ff_gpt_buffer which, int root, int *rc)
+{
+    float *c = root ? calloc(ff_gpt_canonical_size(g), sizeof(float)) : NULL;
+    if (*rc == FF_OK)
+        *rc = ff_gpt_gather(g, which, c, 0);
+    return c;
+}
+
+/* The EXTRA steps with AdamW's default eps = 1e-8 after the STEPS ones (a
+ * schedule of STEPS + EXTRA steps). Serial (ref NULL): its own steps, keeping
+ * the state before each, after the last, and each step's gradients, norm and
+ * rate. A grid: each step starts from the serial run's state before it
+ * (parameters, m and v scattered from rank 0), so that the only differences
+ * are this step's (see the header); the state after it is kept. */
+static int extra_steps(ff_gpt *g, const int32_t *tok, const int32_t *tgt, size_t per_step,
+                       result *r, const result *ref, int root)
+{
+    ff_adamw h;
+    hparams(&h, STEPS + EXTRA); /* eps 1e-8, weight decay 0.1 */
+    int rc = FF_OK;
+    for (int k = 0; k < 3 && !ref; k++)
+        r->state[0][k] = gather_new(g, state_buf[k], root, &rc);
+    for (int e = 0; e < EXTRA && rc == FF_OK; e++) {
+        for (int k = 0; k < 3 && ref && rc == FF_OK; k++)
+            rc = ff_gpt_scatter(g, state_buf[k], root ? ref->state[e][k] : NULL, 0);
+        ff_gpt_step_info info = {0};
+        if (rc == FF_OK)
+            rc = ff_gpt_step(g, tok + (STEPS + e) * per_step, tgt + (STEPS + e) * per_step, MICRO,
+                             &h, STEPS + e, &info);
+        r->xloss[e] = info.loss, r->xnorm[e] = info.grad_norm, r->xlr[e] = info.lr;
+        /* ff_gpt_step leaves the gradients unclipped */
+        r->xgrads[e] = gather_new(g, FF_GPT_GRADS, root, &rc);
+        for (int k = 0; k < 3; k++)
+            r->state[e + 1][k] = gather_new(g, state_buf[k], root, &rc);
+    }
+    return rc;
+}
+
 /* Runs the steps on `grid`, gathering step 0's gradients and the final
- * parameters to rank 0 of the grid's world. */
-static int run(ff_grid *grid, const test_config *tc, const ff_gpt_opts *o, result *r)
+ * parameters to rank 0 of the grid's world; with `extra`, then the steps with
+ * eps = 1e-8 (extra_steps: the serial run's own when ref is NULL). */
+static int run(ff_grid *grid, const test_config *tc, const ff_gpt_opts *o, result *r, int extra,
+               const result *ref)
 {
     ff_ctx *ctx = ff_grid_ctx(grid);
     ff_gpt *g;
@@ -144,7 +249,7 @@ static int run(ff_grid *grid, const test_config *tc, const ff_gpt_opts *o, resul
     r->params = root ? calloc(n, sizeof(float)) : NULL;
     r->init = root ? calloc(n, sizeof(float)) : NULL;
     int32_t *tok, *tgt;
-    local_batch(tc, g, STEPS, MICRO, &tok, &tgt);
+    local_batch(tc, g, STEPS + EXTRA, MICRO, &tok, &tgt);
     int first, count;
     ff_gpt_local_sequences(g, &first, &count);
     const size_t per_step = (size_t)MICRO * count * tc->T;
@@ -179,6 +284,8 @@ static int run(ff_grid *grid, const test_config *tc, const ff_gpt_opts *o, resul
     }
     if (rc == FF_OK)
         rc = ff_gpt_gather(g, FF_GPT_PARAMS, r->params, 0);
+    if (rc == FF_OK && extra)
+        rc = extra_steps(g, tok, tgt, per_step, r, ref, root);
     free(tok);
     free(tgt);
     ff_gpt_destroy(g);
@@ -191,6 +298,8 @@ static double tol_bound(const test_config *tc)
     double kmax = (double)MICRO * tc->B * tc->T;
     if (4.0 * tc->cfg.C > kmax)
         kmax = 4.0 * tc->cfg.C;
+    if ((double)tc->cfg.V > kmax) /* the softmax over the vocabulary */
+        kmax = tc->cfg.V;
     double gamma = kmax * u / (1 - kmax * u), depth = 4.0 * tc->cfg.L + 4;
     return 2 * depth * gamma;
 }
@@ -241,6 +350,137 @@ static void check_padding(ff_gpt *shape, const float *canon, const char *what)
     CHECK(bad == 0, "%s: %zu padded wte elements are not zero", what, bad);
 }
 
+/* max |m_hat| / sqrt(v_hat) after t steps, whatever the gradients
+ * (Cauchy-Schwarz on m_t = (1-b1) sum b1^(t-k) x_k, v_t = (1-b2) sum
+ * b2^(t-k) x_k^2): no update direction is longer. 1 for t = 1. */
+static double adam_r_max(double b1, double b2, int t)
+{
+    double s = 0;
+    for (int j = 0; j < t; j++)
+        s += pow(b1 * b1 / b2, j);
+    return (1 - b1) / (1 - pow(b1, t)) * sqrt((1 - pow(b2, t)) / (1 - b2) * s);
+}
+
+static int is_decayed(const char *name)
+{
+    static const char *const decayed[] = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"};
+    for (size_t i = 0; i < sizeof decayed / sizeof *decayed; i++)
+        if (strcmp(name, decayed[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* The bound of extra step e on a grid against the serial run's step from the
+ * same state (derived in the header), element by element from the serial
+ * run's values, as 2-norms per tensor: bnd[k][i] for the parameters (k = 0),
+ * m (1) and v (2) of tensor i. With grid NULL, a priori: any gradient element
+ * within tol max|g| of the serial one; with the grid's result, a posteriori:
+ * from its own gradients and norm of the step. Returns the number of
+ * elements whose m_hat may change sign (where the update may flip). */
+static long extra_bound(ff_gpt *shape, const result *ref, const result *grid, int e, double tol,
+                        double bnd[3][FF_GPT_NTENSORS])
+{
+    const double u = ldexp(1.0, -24);
+    ff_adamw h;
+    hparams(&h, STEPS + EXTRA);
+    const int t = STEPS + e + 1;
+    const double b1 = h.beta1, b2 = h.beta2, eps = h.eps, lr = ref->xlr[e];
+    /* the float constants both runs use, so no representation error */
+    const double bc1 = 1.0f - powf(h.beta1, (float)t), bc2 = 1.0f - powf(h.beta2, (float)t);
+    const double R = adam_r_max(b1, b2, t), tc = tol + 4 * u;
+    const float coef = h.clip / (ref->xnorm[e] + 1e-6f);
+    const float coef2 = grid ? h.clip / (grid->xnorm[e] + 1e-6f) : 1.0f;
+    const double c = coef < 1.0f ? coef : 1.0f, c2 = coef2 < 1.0f ? coef2 : 1.0f;
+    const float *P = ref->state[e][0], *M = ref->state[e][1], *V = ref->state[e][2];
+    const float *G = ref->xgrads[e];
+    long flips = 0;
+    size_t off = 0;
+    for (int i = 0; i < FF_GPT_NTENSORS; i++) {
+        size_t n = ff_gpt_tensor_size(shape, i);
+        const double dec = is_decayed(ff_gpt_tensor_name(i)) ? h.weight_decay : 0.0;
+        double gmax = 0, sum[3] = {0, 0, 0};
+        for (size_t j = off; j < off + n; j++)
+            gmax = fabs(G[j]) > gmax ? fabs(G[j]) : gmax;
+        const double eg = tol * gmax; /* any gradient element's difference */
+        for (size_t j = off; j < off + n; j++) {
+            const double g = G[j], x = c * g, ax = fabs(x), p = P[j], m = M[j], v = V[j];
+            /* the difference of the two runs' clipped gradients; axs bounds
+             * either run's (its rounding is u of that) */
+            const double dx =
+                grid ? fabs(c2 * grid->xgrads[e][j] - x) : c * (tc * (fabs(g) + eg) + eg);
+            const double axs = ax + dx;
+            /* m and v from the same m, v: the difference of the exact values,
+             * plus each run's rounding (b1*m, (1-b1)*grad, the sum; b2*v,
+             * (1-b2)*grad*grad, the sum; grad = g*c rounded: once in m, twice
+             * in v), taken at the larger of the two runs' values */
+            const double m1 = b1 * m + (1 - b1) * x, v1 = b2 * v + (1 - b2) * x * x;
+            const double dm = (1 - b1) * dx, dv = (1 - b2) * (2 * ax * dx + dx * dx);
+            const double em = dm + 2 * u * (b1 * fabs(m) + 2 * (1 - b1) * axs + fabs(m1) + dm);
+            const double ev = dv + 2 * u * (b2 * v + 4 * (1 - b2) * axs * axs + v1 + dv);
+            const double mh = m1 / bc1, vh = v1 / bc2; /* bc1, bc2: the same floats */
+            const double emh = em / bc1 + 2 * u * (fabs(mh) + em / bc1);
+            const double evh = ev / bc2 + 2 * u * (vh + ev / bc2);
+            /* the update's extremes over the box m_hat +- emh, v_hat +- evh,
+             * no farther than R + |r| (no update is longer than R), plus each
+             * run's rounding of sqrt, + eps and / (3u of its |r|) */
+            const double r = mh / (sqrt(vh) + eps);
+            const double dlo = sqrt(fmax(vh - evh, 0)) + eps, dhi = sqrt(vh + evh) + eps;
+            const double hi = mh + emh >= 0 ? (mh + emh) / dlo : (mh + emh) / dhi;
+            const double lo = mh - emh <= 0 ? (mh - emh) / dlo : (mh - emh) / dhi;
+            double er = fmax(hi - r, r - lo);
+            if (er > R * (1 + 1e-5) + fabs(r)) /* 1e-5: the rounding of m and v so far */
+                er = R * (1 + 1e-5) + fabs(r);
+            er += 3 * u * (2 * fabs(r) + er);
+            /* p - lr*(r + decay*p) from the same p: lr*er, plus each run's
+             * rounding of decay*p, the sum, lr*, the difference */
+            const double tt = r + dec * p, p1 = p - lr * tt;
+            const double ep = lr * er +
+                              2 * u * (lr * dec * fabs(p) + 2 * lr * fabs(tt) + fabs(p1)) +
+                              3 * u * lr * er;
+            flips += emh > 0 && emh >= fabs(mh);
+            sum[0] += ep * ep, sum[1] += em * em, sum[2] += ev * ev;
+        }
+        for (int k = 0; k < 3; k++)
+            bnd[k][i] = sqrt(sum[k]);
+        off += n;
+    }
+    return flips;
+}
+
+/* Extra step e of a grid (its state after the step) against the serial run's:
+ * the parameters, m and v per tensor within extra_bound's norms (a priori,
+ * or with post a posteriori). Returns the worst error/bound; *rel_bound: the
+ * largest parameter bound relative to the step's update ||theta_ref' - theta||. */
+static double compare_extra(ff_gpt *shape, const result *r, const result *ref, int e, double tol,
+                            int post, const char *desc, long *flips, double *rel_bound)
+{
+    double bnd[3][FF_GPT_NTENSORS], worst = 0;
+    *flips = extra_bound(shape, ref, post ? r : NULL, e, tol, bnd);
+    for (int k = 0; k < 3; k++) {
+        const float *a = r->state[e + 1][k], *b = ref->state[e + 1][k];
+        size_t off = 0;
+        for (int i = 0; i < FF_GPT_NTENSORS; i++) {
+            size_t n = ff_gpt_tensor_size(shape, i);
+            double err = 0, upd = 0;
+            for (size_t j = off; j < off + n; j++) {
+                double d = (double)a[j] - b[j], s = (double)b[j] - ref->state[e][0][j];
+                err += d * d, upd += s * s;
+            }
+            err = sqrt(err), upd = sqrt(upd);
+            double ratio = bnd[k][i] > 0 ? err / bnd[k][i] : (err > 0 ? INFINITY : 0);
+            CHECK(err <= bnd[k][i], "%s: eps 1e-8 step %d, %s %s: ||err|| %.3e > %s bound %.3e",
+                  desc, STEPS + e, state_name[k], ff_gpt_tensor_name(i), err,
+                  post ? "a posteriori" : "a priori", bnd[k][i]);
+            if (!(ratio <= worst))
+                worst = ratio;
+            if (k == 0 && upd > 0 && bnd[k][i] / upd > *rel_bound)
+                *rel_bound = bnd[k][i] / upd;
+            off += n;
+        }
+    }
+    return worst;
+}
+
 static ff_ctx *serial_ctx;
 static ff_grid *serial_grid;
 
@@ -256,7 +496,7 @@ static int run_serial(const test_config *tc, result *ref, ff_gpt **shape_out)
         grid = serial_grid;
         ff_gpt_opts o;
         variant_opts(0, &o);
-        rc = run(grid, tc, &o, ref);
+        rc = run(grid, tc, &o, ref, 1, NULL);
         if (rc)
             fprintf(stderr, "serial run: %s\n", ff_ctx_error(ctx));
         /* a model kept for its shape (tensor sizes) */
@@ -277,12 +517,12 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
         return;
     }
     ff_grid_describe(grid, desc, sizeof desc);
-    result first = {{0}, 0, NULL, NULL, NULL};
+    result first = {0};
     for (int v = 0; v < VARIANTS; v++) {
         ff_gpt_opts o;
         variant_opts(v, &o);
-        result r = {{0}, 0, NULL, NULL, NULL};
-        int rc = run(grid, tc, &o, &r);
+        result r = {0};
+        int rc = run(grid, tc, &o, &r, v == 0, ref);
         CHECK(rc == FF_OK, "%s, %s: %s", desc, variant_name(v), ff_ctx_error(ctx));
         if (rc == FF_OK && rank == 0) {
             double lw = 0;
@@ -294,6 +534,21 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
             }
             if (v == 0) {
                 double gw = compare_tensors(tshape, r.grads, ref->grads, NULL, "gradient", tol, 0);
+                /* the steps with eps 1e-8: loss, gradients and norm as step 0's */
+                for (int e = 0; e < EXTRA; e++) {
+                    double le = fabs((double)r.xloss[e] - ref->xloss[e]) / fabs(ref->xloss[e]);
+                    lw = le > lw ? le : lw;
+                    CHECK(le <= 1e-5, "%s: step %d loss %.8f, serial %.8f (rel %.2e > 1e-5)", desc,
+                          STEPS + e, r.xloss[e], ref->xloss[e], le);
+                    double w = compare_tensors(tshape, r.xgrads[e], ref->xgrads[e], NULL,
+                                               "gradient", tol, 0);
+                    double ne = fabs((double)r.xnorm[e] - ref->xnorm[e]) / ref->xnorm[e];
+                    CHECK(ne <= tol,
+                          "%s: step %d gradient norm %.8f, serial %.8f (rel %.2e > %.2e)", desc,
+                          STEPS + e, r.xnorm[e], ref->xnorm[e], ne, tol);
+                    w = ne / tol > w ? ne / tol : w;
+                    gw = w > gw ? w : gw;
+                }
                 double pw =
                     compare_tensors(tshape, r.params, ref->params, ref->init, "update", tol, 0);
                 double ne = fabs((double)r.norm - ref->norm) / ref->norm;
@@ -305,9 +560,28 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
                 printf("  %-40s loss rel err %.1e (tol 1e-5); error/bound: gradients and norm "
                        "%.3f, updates over %d steps %.3f\n",
                        desc, lw, gw, STEPS, pw);
+                double xw[2] = {0, 0}, rel[2] = {0, 0};
+                long flips[2] = {0, 0};
+                for (int e = 0; e < EXTRA; e++)
+                    for (int post = 0; post < 2; post++) {
+                        long f;
+                        double w =
+                            compare_extra(tshape, &r, ref, e, tol, post, desc, &f, &rel[post]);
+                        xw[post] = w > xw[post] ? w : xw[post];
+                        flips[post] += f;
+                    }
+                printf("  %-40s eps 1e-8 steps %d-%d from the serial state: error/bound a priori "
+                       "%.1e (bound <= %.2f of the update, %ld elements may flip), a posteriori "
+                       "%.3f (<= %.1e, %ld)\n",
+                       "", STEPS, STEPS + EXTRA - 1, xw[0], rel[0], flips[0], xw[1], rel[1],
+                       flips[1]);
                 worst[0] = lw > worst[0] ? lw : worst[0];
                 worst[1] = gw > worst[1] ? gw : worst[1];
                 worst[2] = pw > worst[2] ? pw : worst[2];
+                for (int k = 0; k < 2; k++) {
+                    worst[3 + k] = xw[k] > worst[3 + k] ? xw[k] : worst[3 + k];
+                    worst[5 + k] = rel[k] > worst[5 + k] ? rel[k] : worst[5 + k];
+                }
                 first = r;
                 continue;
             }
@@ -318,15 +592,11 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
             CHECK(same, "%s: %s differs from '%s' (must be bitwise identical)", desc,
                   variant_name(v), variant_name(0));
         }
-        free(r.grads);
-        free(r.params);
-        free(r.init);
+        result_free(&r);
     }
     if (rank == 0)
         printf("  %-40s %d variants bitwise identical\n", "", VARIANTS);
-    free(first.grads);
-    free(first.params);
-    free(first.init);
+    result_free(&first);
     ff_grid_destroy(grid);
 }
 
@@ -413,7 +683,7 @@ static int dump(const char *dir)
         rc = FF_EIO;
     free(batch);
     /* logits and loss of step 0's batch, before any update */
-    float loss0 = 0, losses[ORACLE_STEPS];
+    float loss0 = 0, losses[ORACLE_STEPS] = {0};
     if (rc == FF_OK)
         rc = ff_gpt_eval(g, tok, tgt, &loss0);
     if (rc == FF_OK) {
@@ -422,32 +692,34 @@ static int dump(const char *dir)
         if (write_raw(dir, "ff_logits.bin", lg, (size_t)(rows * cols) * sizeof(float)))
             rc = FF_EIO;
     }
+    /* the steps: before step s its parameters (s >= 1; s = 0 is model.bin),
+     * after it its gradients (ff_gpt_step leaves them unclipped) */
     ff_adamw h;
     hparams(&h, ORACLE_STEPS);
+    float norms[ORACLE_STEPS], lrs[ORACLE_STEPS];
     for (int s = 0; s < ORACLE_STEPS && rc == FF_OK; s++) {
         size_t off = (size_t)s * tc->B * tc->T;
-        if (s == 0) { /* the gradients of step 0, before clipping */
-            float loss, norm;
-            rc = ff_gpt_zero_grad(g);
-            if (rc == FF_OK)
-                rc = ff_gpt_forward_backward(g, tok, tgt, 0, 1);
-            if (rc == FF_OK)
-                rc = ff_gpt_finish_grads(g, &loss);
-            snprintf(path, sizeof path, "%s/ff_grads.bin", dir);
-            if (rc == FF_OK)
-                rc = ff_gpt_save(g, FF_GPT_GRADS, path);
-            if (rc == FF_OK)
-                rc = ff_gpt_grad_norm(g, &norm);
-            losses[0] = loss;
-            if (rc == FF_OK) {
-                float coef = h.clip / (norm + 1e-6f);
-                rc = ff_gpt_adamw_update(g, &h, 0, coef < 1.0f ? coef : 1.0f);
-            }
-            continue;
-        }
-        ff_gpt_step_info info;
-        rc = ff_gpt_step(g, tok + off, tgt + off, 1, &h, s, &info);
-        losses[s] = info.loss;
+        snprintf(path, sizeof path, "%s/ff_params_%d.bin", dir, s);
+        if (s > 0)
+            rc = ff_gpt_save(g, FF_GPT_PARAMS, path);
+        ff_gpt_step_info info = {0};
+        if (rc == FF_OK)
+            rc = ff_gpt_step(g, tok + off, tgt + off, 1, &h, s, &info);
+        losses[s] = info.loss, norms[s] = info.grad_norm, lrs[s] = info.lr;
+        snprintf(path, sizeof path, "%s/ff_grads_%d.bin", dir, s);
+        if (rc == FF_OK)
+            rc = ff_gpt_save(g, FF_GPT_GRADS, path);
+    }
+    /* the state after the steps: parameters and AdamW's two moments */
+    static const struct {
+        ff_gpt_buffer which;
+        const char *name;
+    } state[] = {{FF_GPT_PARAMS, "ff_params.bin"},
+                 {FF_GPT_ADAM_M, "ff_adam_m.bin"},
+                 {FF_GPT_ADAM_V, "ff_adam_v.bin"}};
+    for (size_t i = 0; i < sizeof state / sizeof *state && rc == FF_OK; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, state[i].name);
+        rc = ff_gpt_save(g, state[i].which, path);
     }
     if (rc == FF_OK) {
         snprintf(path, sizeof path, "%s/ff.json", dir);
@@ -455,11 +727,24 @@ static int dump(const char *dir)
         if (!f) {
             rc = FF_EIO;
         } else {
-            fprintf(f, "{\"loss\": %.9g, \"B\": %d, \"T\": %d, \"losses\": [", loss0, tc->B, tc->T);
-            for (int s = 0; s < ORACLE_STEPS; s++)
-                fprintf(f, "%s%.9g", s ? ", " : "", losses[s]);
-            fprintf(f, "]}\n");
-            fclose(f);
+            const float *series[3] = {losses, norms, lrs};
+            const char *keys[3] = {"losses", "grad_norms", "lrs"};
+            fprintf(f, "{\"loss\": %.9g, \"B\": %d, \"T\": %d, \"steps\": %d", loss0, tc->B, tc->T,
+                    ORACLE_STEPS);
+            for (int k = 0; k < 3; k++) {
+                fprintf(f, ", \"%s\": [", keys[k]);
+                for (int s = 0; s < ORACLE_STEPS; s++)
+                    fprintf(f, "%s%.9g", s ? ", " : "", series[k][s]);
+                fprintf(f, "]");
+            }
+            /* the hyperparameters as fourfold holds them (floats) */
+            fprintf(f,
+                    ", \"hparams\": {\"lr\": %.9g, \"warmup\": %d, \"min_lr_frac\": %.9g, "
+                    "\"wd\": %.9g, \"beta1\": %.9g, \"beta2\": %.9g, \"eps\": %.9g, \"clip\": "
+                    "%.9g}}\n",
+                    h.lr, h.warmup, h.min_lr_frac, h.weight_decay, h.beta1, h.beta2, h.eps, h.clip);
+            if (fclose(f))
+                rc = FF_EIO;
         }
     }
     if (rc)
@@ -498,16 +783,23 @@ int main(int argc, char **argv)
         return 2;
     }
     double tol = tol_bound(tc);
-    result ref = {{0}, 0, NULL, NULL, NULL};
+    result ref = {0};
     ff_gpt *tshape = NULL;
     int rc = FF_OK;
     if (rank == 0) {
         printf("model %s: L=%d C=%d NH=%d V=%d, micro-batch B=%d T=%d, %d micro-batches, %d "
-               "AdamW steps; tolerances: loss 1e-5 relative, tensors %.2e (max|err|/max|ref|)\n",
+               "AdamW steps with eps 1, then %d with eps 1e-8; tolerances: loss 1e-5 relative, "
+               "tensors %.2e (max|err|/max|ref|)\n",
                tc->name, tc->cfg.L, tc->cfg.C, tc->cfg.NH, tc->cfg.V, tc->B, tc->T, MICRO, STEPS,
-               tol);
+               EXTRA, tol);
         rc = run_serial(tc, &ref, &tshape);
-        printf("serial 1x1x1x1: losses %.6f %.6f %.6f\n", ref.loss[0], ref.loss[1], ref.loss[2]);
+        printf("serial 1x1x1x1: losses");
+        for (int s = 0; s < STEPS; s++)
+            printf(" %.6f", ref.loss[s]);
+        printf(", eps 1e-8 steps");
+        for (int e = 0; e < EXTRA; e++)
+            printf(" %.6f", ref.xloss[e]);
+        printf("\n");
     }
     MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (rc) {
@@ -518,7 +810,7 @@ int main(int argc, char **argv)
     }
     ff_ctx *ctx;
     ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL);
-    double worst[3] = {0, 0, 0};
+    double worst[7] = {0, 0, 0, 0, 0, 0, 0};
     int n_run = 0;
     if (strcmp(argv[2], "all") == 0) {
         ff_dims grids[MAX_GRIDS];
@@ -539,11 +831,11 @@ int main(int argc, char **argv)
     check_refusals(ctx, tc, world_size);
     if (rank == 0)
         printf("%d grids; worst: loss %.2e (tol 1e-5); error/bound: gradients %.3f, updates "
-               "%.3f (bound %.2e per tensor, plus the parameters' rounding for updates)\n",
-               n_run, worst[0], worst[1], worst[2], tol);
-    free(ref.grads);
-    free(ref.params);
-    free(ref.init);
+               "%.3f (bound %.2e per tensor, plus the parameters' rounding for updates); eps 1e-8 "
+               "steps a priori %.1e (bound at most %.2f of a step's update), a posteriori %.3f "
+               "(%.1e)\n",
+               n_run, worst[0], worst[1], worst[2], tol, worst[3], worst[5], worst[4], worst[6]);
+    result_free(&ref);
     ff_gpt_destroy(tshape);
     ff_grid_destroy(serial_grid);
     ff_ctx_destroy(serial_ctx);

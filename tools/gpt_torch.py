@@ -1,18 +1,24 @@
 #!/usr/bin/python3
-"""Independent PyTorch reference for fourfold's GPT-2 (DESIGN.md section 4).
+"""Independent PyTorch reference for fourfold's GPT-2 (docs/design.md §4).
 
 Run with Debian's /usr/bin/python3 (torch 1.13 + numpy).  Contents:
 
-  read_checkpoint / write_checkpoint  llm.c gpt2 v3 fp32 files (parameters or
-                                      gradients, same layout)
+  read_checkpoint / write_checkpoint  llm.c gpt2 v3 fp32 files (parameters,
+                                      gradients or AdamW moments, same layout;
+                                      dtype "<f8": the same layout in float64)
   read_batch                          fourfold batch files (tokens + targets)
   GPT2                                the model built from the 16 tensors
   make_optimizer / lr_at / train_step AdamW exactly as the oracle uses it
+  adamw_state / set_params / optimizer_step
+                                      torch's moments; loading an iterate;
+                                      an AdamW step on given gradients
 
 Checkpoint format (all little-endian): 256 int32 header
   [0]=20240326 [1]=3 [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp, rest 0,
 then float32 arrays in the order of PARAM_NAMES with the shapes of
 param_shapes().  Linear weights are stored (out, in) like torch.nn.Linear.
+The oracle's float64 results use the same header with float64 arrays (the
+file size tells them apart; read them with dtype="<f8").
 
 Batch format: 256 int32 header [0]=20241122 [1]=1 [2]=N [3]=T, rest 0,
 then int32 tokens (N, T), then int32 targets (N, T).
@@ -81,13 +87,15 @@ def _read_header(f, path, magic, version, what):
     return hdr
 
 
-def read_checkpoint(path):
-    """Read a v3 fp32 checkpoint (or gradient file).
+def read_checkpoint(path, dtype="<f4"):
+    """Read a v3 fp32 checkpoint (or gradient or moment file); dtype "<f8"
+    reads the oracle's float64 files of the same layout.
 
     Returns (cfg, tensors): cfg a dict maxT,V,L,NH,C,Vp; tensors a dict
-    name -> float32 numpy array in PARAM_NAMES order.  Raises ValueError on
-    wrong magic, version or file size.
+    name -> numpy array (float32, or float64 for "<f8") in PARAM_NAMES order.
+    Raises ValueError on wrong magic, version or file size.
     """
+    item = np.dtype(dtype).itemsize
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         hdr = _read_header(f, path, CKPT_MAGIC, CKPT_VERSION, "")
@@ -95,20 +103,23 @@ def read_checkpoint(path):
         _check_cfg(cfg, path)
         shapes = param_shapes(cfg)
         n = sum(int(np.prod(s)) for s in shapes.values())
-        want = 4 * (HEADER_INTS + n)
+        want = 4 * HEADER_INTS + item * n
         if size != want:
-            raise ValueError(f"{path}: size {size} bytes, header implies {want}")
-        data = np.fromfile(f, dtype="<f4", count=n)
+            raise ValueError(f"{path}: size {size} bytes, header implies {want} "
+                             f"({np.dtype(dtype).name} data)")
+        data = np.fromfile(f, dtype=dtype, count=n)
     tensors, off = {}, 0
+    native = np.float64 if item == 8 else np.float32
     for name, shape in shapes.items():
         k = int(np.prod(shape))
-        tensors[name] = data[off:off + k].reshape(shape).astype(np.float32)
+        tensors[name] = data[off:off + k].reshape(shape).astype(native)
         off += k
     return cfg, tensors
 
 
-def write_checkpoint(path, cfg, tensors):
-    """Write cfg (maxT,V,L,NH,C,Vp) and 16 tensors (numpy or torch) as v3 fp32."""
+def write_checkpoint(path, cfg, tensors, dtype="<f4"):
+    """Write cfg (maxT,V,L,NH,C,Vp) and 16 tensors (numpy or torch) as v3 fp32,
+    or with dtype "<f8" the same layout in float64."""
     _check_cfg(cfg, "write_checkpoint")
     hdr = np.zeros(HEADER_INTS, dtype="<i4")
     hdr[0], hdr[1] = CKPT_MAGIC, CKPT_VERSION
@@ -122,7 +133,7 @@ def write_checkpoint(path, cfg, tensors):
             t = np.asarray(t)
             if t.shape != tuple(shape):
                 raise ValueError(f"write_checkpoint: {name} has shape {t.shape}, want {shape}")
-            f.write(np.ascontiguousarray(t, dtype="<f4").tobytes())
+            f.write(np.ascontiguousarray(t, dtype=dtype).tobytes())
 
 
 def read_batch(path):
@@ -249,6 +260,29 @@ def make_optimizer(model, lr, wd, beta1, beta2, eps):
     return torch.optim.AdamW(groups, lr=lr, betas=(beta1, beta2), eps=eps)
 
 
+def adamw_state(opt, model, key):
+    """torch's AdamW state `key` ("exp_avg": m, "exp_avg_sq": v, neither
+    bias-corrected) per tensor name; zeros before the first step."""
+    out = {}
+    for n in PARAM_NAMES:
+        p = model.params[n]
+        st = opt.state.get(p, {})
+        out[n] = st[key].detach() if key in st else torch.zeros_like(p.detach())
+    return out
+
+
+def set_params(model, tensors):
+    """Overwrite the model's parameters (in place, keeping the optimizer's
+    references) with the 16 tensors, converted to the model's dtype."""
+    with torch.no_grad():
+        for n in PARAM_NAMES:
+            t = torch.as_tensor(np.asarray(tensors[n])).to(model.dtype)
+            if tuple(t.shape) != tuple(model.params[n].shape):
+                raise ValueError(f"set_params: {n} has shape {tuple(t.shape)}, "
+                                 f"want {tuple(model.params[n].shape)}")
+            model.params[n].copy_(t)
+
+
 def lr_at(s, steps, lr, warmup, min_lr_frac):
     """Learning rate of 0-based step s: linear warmup, then cosine to min_lr."""
     if s < warmup:
@@ -257,6 +291,19 @@ def lr_at(s, steps, lr, warmup, min_lr_frac):
     decay_ratio = (s - warmup) / max(1, steps - warmup)
     coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))
     return min_lr + coeff * (lr - min_lr)
+
+
+def optimizer_step(model, opt, grads, lr, clip):
+    """One AdamW step on given gradients (dict name -> array, converted to the
+    model's dtype): clip as train_step does, then step at rate lr.
+    Returns the gradient norm before clipping."""
+    for n in PARAM_NAMES:
+        model.params[n].grad = torch.as_tensor(np.asarray(grads[n])).to(model.dtype).clone()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    opt.step()
+    return float(norm)
 
 
 def train_step(model, opt, tokens, targets, lr, clip, on_grads=None):
