@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_util.h"
 #include "fourfold/fourfold.h"
 
 
@@ -52,7 +51,7 @@ static double sgemm_rate(int n)
             t[r - 1] = MPI_Wtime() - t0;
     }
     free(a), free(b), free(c);
-    return 2.0 * n * (double)n * n / median(t, 5);
+    return 2.0 * n * (double)n * n / ff_median(t, 5);
 }
 
 static int parse(int argc, char **argv, options *o)
@@ -146,7 +145,7 @@ int main(int argc, char **argv)
     }
     double runs[100];
     memcpy(runs, t, sizeof(double) * (size_t)o.reps);
-    double step_s = median(t, o.reps);
+    double step_s = ff_median(t, o.reps);
     double rate = sgemm_rate(1536); /* per rank, all ranks at once */
     double flops = ff_gpt_flops_per_token(g, o.T) * o.B * o.T;
     double frac = flops / step_s / (rate * size);

@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_util.h"
 #include "fourfold/fourfold.h"
 
 
@@ -65,7 +64,7 @@ static double sgemm_rate(long m, long n, long k)
             t[r - 1] = now() - t0;
     }
     free(a), free(b), free(c);
-    return 2.0 * m * n * k / median(t, 7);
+    return 2.0 * m * n * k / ff_median(t, 7);
 }
 
 typedef struct {
@@ -156,10 +155,10 @@ static void run(ff_grid *grid, const options *o, int overlaps, result *res, int 
     }
     MPI_Allreduce(MPI_IN_PLACE, step, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, wait, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    res->step_ms = 1e3 * median(step, reps);
-    res->wait_ms = 1e3 * median(wait, reps);
+    res->step_ms = 1e3 * ff_median(step, reps);
+    res->wait_ms = 1e3 * ff_median(wait, reps);
     /* the slowest rank's GEMM time and rate */
-    double my_s = median(gs, reps), my_rate = res->gemm_flops / my_s, min_rate;
+    double my_s = ff_median(gs, reps), my_rate = res->gemm_flops / my_s, min_rate;
     MPI_Allreduce(&my_s, &res->gemm_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(&my_rate, &min_rate, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
     res->gemm_flops = min_rate; /* from here on: the rate */

@@ -32,7 +32,6 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "bench_util.h"
 #include "fourfold/fourfold.h"
 
 
@@ -115,7 +114,7 @@ static void calibrate(compute *w, double ms)
             compute_run(w, NULL);
             t[k] = max_over_ranks(ff_now() - t0);
         }
-        long want = (long)((double)w->iters * ms * 1e-3 / median(t, 3));
+        long want = (long)((double)w->iters * ms * 1e-3 / ff_median(t, 3));
         if (want < 1)
             want = 1;
         MPI_Bcast(&want, 1, MPI_LONG, 0, MPI_COMM_WORLD);
@@ -311,9 +310,9 @@ int main(int argc, char **argv)
             t_wait[r] = max_over_ranks(t1 - tw);
             t_cpu[r] = sum_over_ranks(cpu_total - cpu_compute);
         }
-        double comm = median(t_comm, reps), comp = median(t_comp, reps);
-        double total = median(t_total, reps), wait = median(t_wait, reps);
-        double cpu = median(t_cpu, reps);
+        double comm = ff_median(t_comm, reps), comp = ff_median(t_comp, reps);
+        double total = ff_median(t_total, reps), wait = ff_median(t_wait, reps);
+        double cpu = ff_median(t_cpu, reps);
         double hidden = 1.0 - (total - comp) / comm;
         if (rank == 0) {
             printf("%-16s %10.1f %10.1f %10.1f %10.1f %8.2f %12.1f\n", mech->name, comm * 1e3,
