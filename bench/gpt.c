@@ -97,13 +97,14 @@ int main(int argc, char **argv)
     options o;
     if (parse(argc, argv, &o))
         die(rank, "bad arguments (see the header of bench/gpt.c)");
-    ff_blas_set_threads(o.threads);
-
     ff_ctx *ctx;
     ff_grid *grid;
     ff_dims shape;
     char err[256];
-    if (ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL) != FF_OK)
+    ff_ctx_options co;
+    ff_ctx_options_default(&co);
+    co.threads = o.threads; /* the BLAS's and the element-wise work's */
+    if (ff_ctx_create(&ctx, MPI_COMM_WORLD, &co) != FF_OK)
         die(rank, "context");
     if (ff_grid_parse(o.grid, size, size, &shape, err, sizeof err) != FF_OK)
         die(rank, err);

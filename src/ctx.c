@@ -6,7 +6,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "fourfold/gemm.h"
 #include "internal.h"
+#include "util/team.h"
 
 double ff_now(void)
 {
@@ -69,6 +71,13 @@ static int create_local(ff_ctx *ctx)
         return ff_set_error(ctx, FF_EINVAL, "unknown progress mode %d", (int)ctx->opt.progress);
     if (!(ctx->opt.poll_interval_s >= 0) || !(ctx->opt.thread_interval_s >= 0))
         return ff_set_error(ctx, FF_EINVAL, "progress intervals must be >= 0");
+    if (ctx->opt.threads < 0 || ctx->opt.threads > 1024)
+        return ff_set_error(ctx, FF_EINVAL, "threads %d: expected 1 to 1024 (0: unset)",
+                            ctx->opt.threads);
+    if (ctx->opt.threads > 0)
+        ff_blas_set_threads(ctx->opt.threads);
+    if (!(ctx->team = ff_team_create(ctx->opt.threads > 0 ? ctx->opt.threads : 1)))
+        return ff_set_error(ctx, FF_ENOMEM, "cannot start %d compute threads", ctx->opt.threads);
     if (ctx->opt.progress == FF_PROGRESS_THREAD) {
         int provided = MPI_THREAD_SINGLE;
         MPI_Query_thread(&provided);
@@ -125,6 +134,7 @@ void ff_ctx_destroy(ff_ctx *ctx)
         pthread_join(ctx->thread, NULL);
     }
     ff_engine_abandon_all(ctx);
+    ff_team_destroy(ctx->team);
     ff_coll_layer_free(ctx);
     ff_trace_free(&ctx->trace);
     ff_pool_free(ctx);
@@ -141,6 +151,7 @@ int ff_ctx_rank(const ff_ctx *ctx) { return ctx->rank; }
 int ff_ctx_size(const ff_ctx *ctx) { return ctx->size; }
 MPI_Comm ff_ctx_comm(const ff_ctx *ctx) { return ctx->comm; }
 ff_progress_mode ff_ctx_progress_mode(const ff_ctx *ctx) { return ctx->opt.progress; }
+int ff_ctx_threads(const ff_ctx *ctx) { return ff_team_size(ctx->team); }
 
 int ff_ctx_agree(ff_ctx *ctx, int rc)
 {

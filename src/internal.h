@@ -46,6 +46,7 @@ void ff_trace_free(ff_trace *trace);
 
 /* ---- context (ctx.c) ---- */
 
+struct ff_team;
 struct ff_ctx {
     MPI_Comm comm;
     int rank, size;
@@ -62,7 +63,8 @@ struct ff_ctx {
     int thread_running;
     volatile int thread_stop;
 
-    MPI_Op bf16_sum; /* for FF_ALGO_MPI reductions on the bf16 wire */
+    MPI_Op bf16_sum;      /* for FF_ALGO_MPI reductions on the bf16 wire */
+    struct ff_team *team; /* the element-wise work's threads (util/team.h) */
 
     /* scratch buffers of finished requests, reused by later ones: a fresh
      * large malloc is an mmap whose pages fault and are zeroed on every

@@ -74,6 +74,11 @@ typedef struct {
     int a2a_window;
     ff_volume_rule volume; /* FF_STRICT_VOLUME=1 or 0 */
     int ignore_env;        /* 1: unset fields take the built-in defaults */
+    /* This rank's compute threads, for the BLAS (process-wide: the last
+     * context created sets it) and for the element-wise work alike
+     * (docs/design.md §8); results do not depend on it. 0: unset (one
+     * thread for the element-wise work, the BLAS left as it is). */
+    int threads;
 } ff_ctx_options;
 
 typedef struct ff_ctx ff_ctx;
@@ -103,6 +108,8 @@ int ff_ctx_rank(const ff_ctx *ctx);
 int ff_ctx_size(const ff_ctx *ctx);
 MPI_Comm ff_ctx_comm(const ff_ctx *ctx);
 ff_progress_mode ff_ctx_progress_mode(const ff_ctx *ctx);
+/* The rank's compute threads (ff_ctx_options.threads; 1 if unset). */
+int ff_ctx_threads(const ff_ctx *ctx);
 
 /* Makes every rank agree on an outcome (collective over the context's
  * communicator). Each rank passes its own result; if any rank failed, every

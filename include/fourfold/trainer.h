@@ -86,7 +86,6 @@ typedef struct {
     const char *resume_from; /* continue from the newest checkpoint in this folder */
     const char *init_from;   /* start from an llm.c gpt2_*.bin v3 file */
     double sgemm_rate;       /* this rank's sgemm FLOP/s; 0 on any rank: all measure at create */
-    int blas_threads;        /* BLAS threads per rank (default 1) */
     ff_train_hook hook;
     void *user;
 } ff_trainer_config;

@@ -176,7 +176,8 @@ const char cli_run_help[] =
     "  --progress M      how collectives advance during compute: wait, poll, thread\n"
     "                    (default: poll; see docs/overlap.md)\n"
     "  --poll-us N       minimum microseconds between polls (default 200)\n"
-    "  --blas-threads N  OpenBLAS threads per rank (default 1)\n"
+    "  --threads N       compute threads per rank: the BLAS's and the element-wise\n"
+    "                    work's (default 1; results do not depend on it)\n"
     "  --trace FILE      write a Chrome-trace timeline (open in Perfetto)\n";
 
 void cli_run_opts_default(cli_run_opts *o)
@@ -184,7 +185,7 @@ void cli_run_opts_default(cli_run_opts *o)
     memset(o, 0, sizeof *o);
     o->grid = "data";
     ff_ctx_options_default(&o->ctx);
-    o->blas_threads = 1;
+    o->ctx.threads = 1;
 }
 
 int cli_run_option(cli_args *a, cli_run_opts *o, int *bad)
@@ -217,10 +218,10 @@ int cli_run_option(cli_args *a, cli_run_opts *o, int *bad)
         if (!(v = cli_value(a)) || cli_parse_double("poll-us", v, 0, 1e7, &d))
             return *bad = 1;
         o->ctx.poll_interval_s = d * 1e-6;
-    } else if (cli_is(a, "blas-threads")) {
-        if (!(v = cli_value(a)) || cli_parse_int("blas-threads", v, 1, 1024, &n))
+    } else if (cli_is(a, "threads")) {
+        if (!(v = cli_value(a)) || cli_parse_int("threads", v, 1, 1024, &n))
             return *bad = 1;
-        o->blas_threads = (int)n;
+        o->ctx.threads = (int)n;
     } else {
         return 0;
     }
@@ -256,7 +257,6 @@ int cli_setup(const cli_run_opts *o, ff_ctx **pctx, ff_grid **pgrid)
 {
     *pctx = NULL;
     *pgrid = NULL;
-    ff_blas_set_threads(o->blas_threads);
     ff_ctx *ctx;
     int rc = ff_ctx_create(&ctx, MPI_COMM_WORLD, &o->ctx);
     if (rc != FF_OK) {

@@ -387,7 +387,7 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
     ROW("memory per rank", "params %.1f grads %.1f adam %.1f act %.1f MiB", mem.params * mib,
         mem.grads * mib, mem.adam * mib, mem.activations * mib);
     ROW("sgemm per rank", "%.1f GFLOP/s (%s, %d thread(s), all ranks at once)",
-        ti.sgemm_rate * 1e-9, ff_blas_core(), o->run.blas_threads);
+        ti.sgemm_rate * 1e-9, ff_blas_core(), o->run.ctx.threads);
     ROW("model FLOPs", "6N + 12LCT = %.3g per token", ff_gpt_flops_per_token(g, (int)o->seq));
 #undef ROW
     cli_print("+-----------------------+-----------------------------------------------------------"
@@ -493,7 +493,6 @@ int cmd_train(int argc, char **argv)
     tc.overwrite = o.overwrite;
     tc.resume_from = o.resume ? o.out : o.resume_from;
     tc.init_from = o.init_from;
-    tc.blas_threads = o.run.blas_threads;
     tc.hook = print_event;
     tc.user = &o;
     ff_trainer *t = NULL;

@@ -9,6 +9,7 @@
 #include "fourfold/comm.h"
 #include "fourfold/trace.h"
 #include "internal.h"
+#include "util/team.h"
 
 /* A panel is about this many flops (~5 ms of one core here), and at least
  * FF_GEMM_PANEL_MIN_ROWS rows: every panel packs the whole other operand
@@ -106,17 +107,34 @@ static int grow(ff_gemm *g, float **buf, size_t *cap, size_t elems)
 
 /* dst (cols x rows, leading dim rows) = src (rows x cols, leading dim lds)^T,
  * in tiles so both sides stay in cache */
-static void transpose(float *dst, const float *src, int64_t rows, int64_t cols, int64_t lds)
+typedef struct {
+    float *dst;
+    const float *src;
+    int64_t rows, cols, lds;
+} transpose_job;
+
+enum { TILE = 32 };
+
+/* tile rows [t0, t1) of the source: a copy, so any split gives the same bits */
+static void transpose_tiles(void *arg, int64_t t0, int64_t t1, int th)
 {
-    enum { TILE = 32 };
-    for (int64_t i0 = 0; i0 < rows; i0 += TILE)
-        for (int64_t j0 = 0; j0 < cols; j0 += TILE) {
-            int64_t i1 = i0 + TILE < rows ? i0 + TILE : rows;
-            int64_t j1 = j0 + TILE < cols ? j0 + TILE : cols;
+    (void)th;
+    const transpose_job *t = arg;
+    for (int64_t i0 = t0 * TILE; i0 < t1 * TILE && i0 < t->rows; i0 += TILE)
+        for (int64_t j0 = 0; j0 < t->cols; j0 += TILE) {
+            int64_t i1 = i0 + TILE < t->rows ? i0 + TILE : t->rows;
+            int64_t j1 = j0 + TILE < t->cols ? j0 + TILE : t->cols;
             for (int64_t i = i0; i < i1; i++)
                 for (int64_t j = j0; j < j1; j++)
-                    dst[j * rows + i] = src[i * lds + j];
+                    t->dst[j * t->rows + i] = t->src[i * t->lds + j];
         }
+}
+
+static void transpose(ff_ctx *ctx, float *dst, const float *src, int64_t rows, int64_t cols,
+                      int64_t lds)
+{
+    transpose_job t = {dst, src, rows, cols, lds};
+    ff_team_run(ctx->team, (rows + TILE - 1) / TILE, 1, transpose_tiles, &t);
 }
 
 static enum CBLAS_TRANSPOSE tr(int t) { return t ? CblasTrans : CblasNoTrans; }
@@ -131,7 +149,7 @@ static int run_mode(ff_gemm *g, int mode, int ta, int tb, int64_t m, int64_t n, 
         int64_t rows = ta ? k : m, cols = ta ? m : k;
         if ((rc = grow(g, &g->tr_a, &g->cap_a, (size_t)(rows * cols))))
             return rc;
-        transpose(g->tr_a, a, rows, cols, lda);
+        transpose(g->ctx, g->tr_a, a, rows, cols, lda);
         a = g->tr_a;
         lda = rows;
         ta = !ta;
@@ -140,7 +158,7 @@ static int run_mode(ff_gemm *g, int mode, int ta, int tb, int64_t m, int64_t n, 
         int64_t rows = tb ? n : k, cols = tb ? k : n;
         if ((rc = grow(g, &g->tr_b, &g->cap_b, (size_t)(rows * cols))))
             return rc;
-        transpose(g->tr_b, b, rows, cols, ldb);
+        transpose(g->ctx, g->tr_b, b, rows, cols, ldb);
         b = g->tr_b;
         ldb = rows;
         tb = !tb;

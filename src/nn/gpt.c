@@ -132,9 +132,10 @@ static int alloc_buffers(ff_gpt *g)
     A(g->dqkv, m * g->c3x, scr);
     A(g->datty, m * g->cx, scr);
     A(g->dfch, m * g->fx, scr);
-    A(g->att_scratch, T * T, scr);
-    A(g->ce_scratch, 3 * m + (int64_t)g->gx * 3 * m + g->vx, scr);
-    A(g->ln_scratch, 2 * m, scr);
+    const int64_t threads = ff_ctx_threads(g->ctx);
+    A(g->att_scratch, T * T * threads, scr);
+    A(g->ce_scratch, 3 * m + (int64_t)g->gx * 3 * m + g->vx * threads, scr);
+    A(g->ln_scratch, FF_LN_SCRATCH(m, g->cy), scr);
 #undef A
     return ok ? FF_OK : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model's buffers");
 }
@@ -464,22 +465,19 @@ static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
     // mid (m, C/Gy) = h + atty Wproj + b
     if ((rc = ff_linear_forward(g->attproj[l], g->tmp, a->atty, m)))
         return rc;
-    for (int64_t i = 0; i < m * cy; i++)
-        a->mid[i] = h[i] + g->tmp[i];
+    ff_add(g->ctx, a->mid, h, g->tmp, m * cy);
     // fch (m, 4C/Gx) = LayerNorm(mid) Wfc + b; fch_gelu = GELU(fch)
     if ((rc = ff_ln_forward(g->grp_y, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, g->pv.ln2w[l],
                             g->pv.ln2b[l], m, cy, C)) ||
         (rc = ff_linear_forward(g->fc[l], a->fch, a->ln2, m)))
         return rc;
-    ff_gelu_forward(a->fch_gelu, a->fch, m * g->fx);
+    ff_gelu_forward(g->ctx, a->fch_gelu, a->fch, m * g->fx);
     if (recompute)
         return FF_OK;
     // resid[l+1] (m, C/Gy) = mid + fch_gelu Wfcproj + b
     if ((rc = ff_linear_forward(g->fcproj[l], g->tmp, a->fch_gelu, m)))
         return rc;
-    float *out = resid_at(g, l + 1);
-    for (int64_t i = 0; i < m * cy; i++)
-        out[i] = a->mid[i] + g->tmp[i];
+    ff_add(g->ctx, resid_at(g, l + 1), a->mid, g->tmp, m * cy);
     return FF_OK;
 }
 
@@ -491,7 +489,7 @@ static int block_backward(ff_gpt *g, int l, ff_gpt_acts *a)
     // MLP: dfch (m, 4C/Gx) = dres Wfcproj^T, then through GELU; dln (m, C/Gy)
     if ((rc = ff_linear_backward(g->fcproj[l], g->dfch, g->dres, a->fch_gelu, m)))
         return rc;
-    ff_gelu_backward(g->dfch, a->fch, g->dfch, m * g->fx);
+    ff_gelu_backward(g->ctx, g->dfch, a->fch, g->dfch, m * g->fx);
     if ((rc = ff_linear_backward(g->fc[l], g->dln, g->dfch, a->ln2, m)) ||
         (rc = ff_ln_backward(g->grp_y, g->dres, g->gv.ln2w[l], g->gv.ln2b[l], g->dln, a->mid,
                              g->pv.ln2w[l], a->ln2_mean, a->ln2_rstd, m, cy, C, g->ln_scratch)))
@@ -592,7 +590,7 @@ int ff_gpt_zero_grad(ff_gpt *g)
     int rc = ff_linear_seq_wait_grads(g->seq);
     for (int l = 0; l <= g->cfg.L; l++)
         ff_wait(&g->bucket_req[l]);
-    memset(g->grads, 0, g->n_params * sizeof(float));
+    ff_zero(g->ctx, g->grads, (int64_t)g->n_params);
     g->loss_sum = 0;
     return rc;
 }
@@ -644,8 +642,8 @@ int ff_gpt_forward_backward_agreed(ff_gpt *g, const int32_t *tokens, const int32
     float *dwte_block;
     if ((rc = ff_linear_use_begin(g->wte, &unused, &dwte_block)))
         return rc;
-    ff_embed_backward(dwte_block, g->gv.wpe, g->dres, tokens, g->Bl, g->T, (int64_t)g->me.x * g->vx,
-                      g->vx, g->cy);
+    ff_embed_backward(g->ctx, dwte_block, g->gv.wpe, g->dres, tokens, g->Bl, g->T,
+                      (int64_t)g->me.x * g->vx, g->vx, g->cy);
     if ((rc = ff_linear_use_end(g->wte)))
         return rc;
     if ((rc = ff_linear_seq_end(g->seq)))

@@ -7,7 +7,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "fourfold/gemm.h"
 #include "internal.h"
+#include "util/team.h"
 
 /* exp(x) for the wide elementwise loops (GELU, cross-entropy): Cody-Waite
  * reduction x = k ln2 + r and Cephes' degree-6 polynomial; inputs clamped to
@@ -44,285 +46,551 @@ static inline float exp_fast(float x_in)
 /* tanh(u) = 1 - 2 / (exp(2u) + 1) */
 static inline float tanh_fast(float u) { return 1.0f - 2.0f / (exp_fast(2.0f * u) + 1.0f); }
 
-/* ---- LayerNorm ------------------------------------------------------------- */
+/* ---- LayerNorm -------------------------------------------------------------
+ * Rows run on the context's team (util/team.h), each row on one thread; the
+ * gradients of w and b, sums over rows, run by column blocks, each column
+ * summing its rows in order: the same bits for any number of threads. */
+
+enum { ROW_GRAIN = 8, COL_GRAIN = 64 };
+
+typedef struct {
+    float *out, *mean, *rstd, *dinp, *dw, *db, *stats, *part;
+    const float *inp, *w, *b, *dout;
+    int64_t m, cl, C;
+} ln_job;
+
+static void ln_sums(void *p, int64_t i0, int64_t i1, int th) /* pass 1: row sums */
+{
+    (void)th;
+    const ln_job *j = p;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *x = j->inp + i * j->cl;
+        double s = 0;
+        for (int64_t c = 0; c < j->cl; c++)
+            s += x[c];
+        j->mean[i] = (float)s;
+    }
+}
+
+static void ln_squares(void *p, int64_t i0, int64_t i1, int th) /* pass 2: about the mean */
+{
+    (void)th;
+    const ln_job *j = p;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *x = j->inp + i * j->cl;
+        j->mean[i] /= (float)j->C;
+        double s = 0;
+        for (int64_t c = 0; c < j->cl; c++) {
+            double dx = (double)x[c] - j->mean[i];
+            s += dx * dx;
+        }
+        j->rstd[i] = (float)s;
+    }
+}
+
+static void ln_normalize(void *p, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const ln_job *j = p;
+    for (int64_t i = i0; i < i1; i++) {
+        j->rstd[i] = 1.0f / sqrtf(j->rstd[i] / (float)j->C + 1e-5f);
+        const float *x = j->inp + i * j->cl;
+        float *o = j->out + i * j->cl, mu = j->mean[i], r = j->rstd[i];
+        for (int64_t c = 0; c < j->cl; c++)
+            o[c] = (x[c] - mu) * r * j->w[c] + j->b[c];
+    }
+}
 
 int ff_ln_forward(ff_group *gy, float *out, float *mean, float *rstd, const float *inp,
                   const float *w, const float *b, int64_t m, int64_t cl, int64_t C)
 {
-    /* pass 1: mean. Sums in double, one float per row crosses Y. */
-    for (int64_t i = 0; i < m; i++) {
-        const float *x = inp + i * cl;
-        double s = 0;
-        for (int64_t j = 0; j < cl; j++)
-            s += x[j];
-        mean[i] = (float)s;
-    }
+    ff_team *team = gy->ctx->team;
+    ln_job j = {
+        .out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .cl = cl, .C = C};
+    /* the mean (sums in double, one float per row crosses Y), then the
+     * variance about it (stable where E[x^2] - mean^2 is not) */
+    ff_team_run(team, m, ROW_GRAIN, ln_sums, &j);
     int rc = ff_allreduce(gy, mean, mean, (size_t)m, NULL);
     if (rc)
         return rc;
-    for (int64_t i = 0; i < m; i++)
-        mean[i] /= (float)C;
-    /* pass 2: variance about the mean (stable where E[x^2] - mean^2 is not) */
-    for (int64_t i = 0; i < m; i++) {
-        const float *x = inp + i * cl;
-        double s = 0;
-        for (int64_t j = 0; j < cl; j++) {
-            double dx = (double)x[j] - mean[i];
-            s += dx * dx;
-        }
-        rstd[i] = (float)s;
-    }
+    ff_team_run(team, m, ROW_GRAIN, ln_squares, &j);
     if ((rc = ff_allreduce(gy, rstd, rstd, (size_t)m, NULL)))
         return rc;
-    for (int64_t i = 0; i < m; i++) {
-        rstd[i] = 1.0f / sqrtf(rstd[i] / (float)C + 1e-5f);
-        const float *x = inp + i * cl;
-        float *o = out + i * cl, mu = mean[i], r = rstd[i];
-        for (int64_t j = 0; j < cl; j++)
-            o[j] = (x[j] - mu) * r * w[j] + b[j];
-    }
+    ff_team_run(team, m, ROW_GRAIN, ln_normalize, &j);
     return FF_OK;
+}
+
+/* per row: sum(dnorm) and sum(dnorm * norm), dnorm = dout * w */
+static void ln_back_sums(void *p, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const ln_job *j = p;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *x = j->inp + i * j->cl, *g = j->dout + i * j->cl;
+        float mu = j->mean[i], r = j->rstd[i];
+        double s1 = 0, s2 = 0;
+        for (int64_t c = 0; c < j->cl; c++) {
+            float norm = (x[c] - mu) * r, dnorm = j->w[c] * g[c];
+            s1 += dnorm;
+            s2 += (double)dnorm * norm;
+        }
+        j->stats[2 * i] = (float)s1;
+        j->stats[2 * i + 1] = (float)s2;
+    }
+}
+
+/* Blocks of FF_LN_BLOCK rows: dinp for its rows, and the block's own sums of
+ * the w and b gradients (from zero, rows in order) into `part`; the blocks'
+ * sums are then added in block order. The blocks do not depend on the
+ * threads, so neither do the bits. */
+static void ln_back_blocks(void *p, int64_t b0, int64_t b1, int th)
+{
+    (void)th;
+    const ln_job *j = p;
+    const int64_t cl = j->cl;
+    for (int64_t blk = b0; blk < b1; blk++) {
+        float *pdw = j->part + 2 * blk * cl, *pdb = pdw + cl;
+        memset(pdw, 0, 2 * (size_t)cl * sizeof(float));
+        int64_t end = (blk + 1) * FF_LN_BLOCK < j->m ? (blk + 1) * FF_LN_BLOCK : j->m;
+        for (int64_t i = blk * FF_LN_BLOCK; i < end; i++) {
+            const float *x = j->inp + i * cl, *g = j->dout + i * cl;
+            float *d = j->dinp + i * cl;
+            float mu = j->mean[i], r = j->rstd[i];
+            float dnorm_mean = j->stats[2 * i] / (float)j->C,
+                  dnorm_norm_mean = j->stats[2 * i + 1] / (float)j->C;
+            for (int64_t c = 0; c < cl; c++) {
+                float norm = (x[c] - mu) * r, dnorm = j->w[c] * g[c];
+                pdb[c] += g[c];
+                pdw[c] += norm * g[c];
+                d[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
+            }
+        }
+    }
+}
+
+static void ln_back_sum_blocks(void *p, int64_t c0, int64_t c1, int th)
+{
+    (void)th;
+    const ln_job *j = p;
+    const int64_t cl = j->cl, nb = (j->m + FF_LN_BLOCK - 1) / FF_LN_BLOCK;
+    for (int64_t blk = 0; blk < nb; blk++) {
+        const float *pdw = j->part + 2 * blk * cl, *pdb = pdw + cl;
+        for (int64_t c = c0; c < c1; c++) {
+            j->dw[c] += pdw[c];
+            j->db[c] += pdb[c];
+        }
+    }
 }
 
 int ff_ln_backward(ff_group *gy, float *dinp, float *dw, float *db, const float *dout,
                    const float *inp, const float *w, const float *mean, const float *rstd,
                    int64_t m, int64_t cl, int64_t C, float *scratch)
 {
-    /* per row: sum(dnorm) and sum(dnorm * norm), dnorm = dout * w */
-    for (int64_t i = 0; i < m; i++) {
-        const float *x = inp + i * cl, *g = dout + i * cl;
-        float mu = mean[i], r = rstd[i];
-        double s1 = 0, s2 = 0;
-        for (int64_t j = 0; j < cl; j++) {
-            float norm = (x[j] - mu) * r, dnorm = w[j] * g[j];
-            s1 += dnorm;
-            s2 += (double)dnorm * norm;
-        }
-        scratch[2 * i] = (float)s1;
-        scratch[2 * i + 1] = (float)s2;
-    }
+    ff_team *team = gy->ctx->team;
+    ln_job j = {.dinp = dinp,
+                .dw = dw,
+                .db = db,
+                .stats = scratch,
+                .part = scratch + 2 * m,
+                .dout = dout,
+                .inp = inp,
+                .w = w,
+                .mean = (float *)mean,
+                .rstd = (float *)rstd,
+                .m = m,
+                .cl = cl,
+                .C = C};
+    ff_team_run(team, m, ROW_GRAIN, ln_back_sums, &j);
     int rc = ff_allreduce(gy, scratch, scratch, (size_t)(2 * m), NULL);
     if (rc)
         return rc;
-    for (int64_t i = 0; i < m; i++) {
-        const float *x = inp + i * cl, *g = dout + i * cl;
-        float *d = dinp + i * cl;
-        float mu = mean[i], r = rstd[i];
-        float dnorm_mean = scratch[2 * i] / (float)C,
-              dnorm_norm_mean = scratch[2 * i + 1] / (float)C;
-        for (int64_t j = 0; j < cl; j++) {
-            float norm = (x[j] - mu) * r, dnorm = w[j] * g[j];
-            db[j] += g[j];
-            dw[j] += norm * g[j];
-            d[j] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
-        }
-    }
+    ff_team_run(team, (m + FF_LN_BLOCK - 1) / FF_LN_BLOCK, 1, ln_back_blocks, &j);
+    ff_team_run(team, cl, COL_GRAIN, ln_back_sum_blocks, &j);
     return FF_OK;
 }
 
 /* ---- attention ---------------------------------------------------------------
  * Per sequence and head, with BLAS: S = Q K^T / sqrt(hs) over the full T x T
  * (the masked half is computed and discarded, as a batched-matmul
- * implementation does), causal softmax by rows, O = P V. */
+ * implementation does), causal softmax by rows, O = P V. The (sequence,
+ * head) pairs run on the team, each calling the BLAS on one thread (the
+ * BLAS's own threads are set to 1 around the region, so the products are the
+ * same calls whatever the team's size); thread 0 polls between its pairs. */
+
+typedef struct {
+    ff_ctx *ctx;
+    float *out, *att, *dqkv, *scratch;
+    const float *qkv, *dout, *patt;
+    int B, T, nh, hs;
+} attn_job;
+
+static void attn_fwd(void *arg, int64_t k0, int64_t k1, int th)
+{
+    const attn_job *j = arg;
+    const int T = j->T, hs = j->hs;
+    const int64_t c = (int64_t)j->nh * hs, c3 = 3 * c;
+    const float scale = 1.0f / sqrtf((float)hs);
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t b = k / j->nh, h = k % j->nh;
+        const float *q = j->qkv + b * T * c3 + h * hs;
+        const float *kk = q + c, *v = q + 2 * c;
+        float *p = j->att + k * T * T;
+        // p (T, T) = q (T, hs) k^T (hs, T) * scale
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, (int)c3, kk,
+                    (int)c3, 0.0f, p, T);
+        for (int t = 0; t < T; t++) {
+            float *row = p + (int64_t)t * T, mx = row[0], sum = 0;
+            for (int u = 1; u <= t; u++)
+                mx = row[u] > mx ? row[u] : mx;
+            for (int u = 0; u <= t; u++) {
+                row[u] = expf(row[u] - mx);
+                sum += row[u];
+            }
+            float inv = 1.0f / sum;
+            for (int u = 0; u <= t; u++)
+                row[u] *= inv;
+            for (int u = t + 1; u < T; u++)
+                row[u] = 0.0f;
+        }
+        // o (T, hs) = p (T, T) v (T, hs)
+        float *o = j->out + b * T * c + h * hs;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, (int)c3,
+                    0.0f, o, (int)c);
+        if (th == 0)
+            ff_poll(j->ctx); /* collectives in flight advance between heads */
+    }
+}
+
+static void attn_bwd(void *arg, int64_t k0, int64_t k1, int th)
+{
+    const attn_job *j = arg;
+    const int T = j->T, hs = j->hs;
+    const int64_t c = (int64_t)j->nh * hs, c3 = 3 * c;
+    const float scale = 1.0f / sqrtf((float)hs);
+    float *dp = j->scratch + (int64_t)th * T * T;
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t b = k / j->nh, h = k % j->nh, off = b * T * c3 + h * hs;
+        const float *q = j->qkv + off, *kk = q + c, *v = q + 2 * c;
+        float *dq = j->dqkv + off, *dk = dq + c, *dv = dq + 2 * c;
+        const float *pa = j->patt + k * T * T;
+        const float *g = j->dout + b * T * c + h * hs;
+        // dp (T, T) = g (T, hs) v^T; dv (T, hs) = p^T g
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, g, (int)c, v, (int)c3,
+                    0.0f, dp, T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, pa, T, g, (int)c, 0.0f,
+                    dv, (int)c3);
+        // softmax backward: ds = p * (dp - sum_u p dp), zero above the diagonal
+        for (int t = 0; t < T; t++) {
+            const float *pr = pa + (int64_t)t * T;
+            float *dr = dp + (int64_t)t * T, dot = 0;
+            for (int u = 0; u <= t; u++)
+                dot += pr[u] * dr[u];
+            for (int u = 0; u <= t; u++)
+                dr[u] = pr[u] * (dr[u] - dot);
+            for (int u = t + 1; u < T; u++)
+                dr[u] = 0.0f;
+        }
+        // dq (T, hs) = ds k * scale; dk (T, hs) = ds^T q * scale
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dp, T, kk, (int)c3,
+                    0.0f, dq, (int)c3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dp, T, q, (int)c3,
+                    0.0f, dk, (int)c3);
+        if (th == 0)
+            ff_poll(j->ctx);
+    }
+}
+
+/* Runs the pairs on the team with the BLAS on one thread meanwhile. */
+static void attn_run(attn_job *j, ff_team_fn fn)
+{
+    ff_team *team = j->ctx->team;
+    int wide = ff_team_size(team) > 1;
+    if (wide)
+        ff_blas_set_threads(1);
+    ff_team_run(team, (int64_t)j->B * j->nh, 1, fn, j);
+    if (wide)
+        ff_blas_set_threads(ff_team_size(team));
+}
 
 void ff_attention_forward(ff_ctx *ctx, float *out, float *att, const float *qkv, int B, int T,
                           int nh, int hs)
 {
-    const int64_t c = (int64_t)nh * hs, c3 = 3 * c;
-    const float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < nh; h++) {
-            const float *q = qkv + (int64_t)b * T * c3 + (int64_t)h * hs;
-            const float *k = q + c, *v = q + 2 * c;
-            float *p = att + ((int64_t)b * nh + h) * T * T;
-            // p (T, T) = q (T, hs) k^T (hs, T) * scale
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, (int)c3, k,
-                        (int)c3, 0.0f, p, T);
-            for (int t = 0; t < T; t++) {
-                float *row = p + (int64_t)t * T, mx = row[0], sum = 0;
-                for (int u = 1; u <= t; u++)
-                    mx = row[u] > mx ? row[u] : mx;
-                for (int u = 0; u <= t; u++) {
-                    row[u] = expf(row[u] - mx);
-                    sum += row[u];
-                }
-                float inv = 1.0f / sum;
-                for (int u = 0; u <= t; u++)
-                    row[u] *= inv;
-                for (int u = t + 1; u < T; u++)
-                    row[u] = 0.0f;
-            }
-            // o (T, hs) = p (T, T) v (T, hs)
-            float *o = out + (int64_t)b * T * c + (int64_t)h * hs;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, (int)c3,
-                        0.0f, o, (int)c);
-            ff_poll(ctx); /* collectives in flight advance between heads */
-        }
+    attn_job j = {
+        .ctx = ctx, .out = out, .att = att, .qkv = qkv, .B = B, .T = T, .nh = nh, .hs = hs};
+    attn_run(&j, attn_fwd);
 }
 
 void ff_attention_backward(ff_ctx *ctx, float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *att, int B, int T, int nh, int hs)
 {
-    const int64_t c = (int64_t)nh * hs, c3 = 3 * c;
-    const float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < nh; h++) {
-            const int64_t off = (int64_t)b * T * c3 + (int64_t)h * hs;
-            const float *q = qkv + off, *k = q + c, *v = q + 2 * c;
-            float *dq = dqkv + off, *dk = dq + c, *dv = dq + 2 * c;
-            const float *p = att + ((int64_t)b * nh + h) * T * T;
-            const float *g = dout + (int64_t)b * T * c + (int64_t)h * hs;
-            float *dp = scratch;
-            // dp (T, T) = g (T, hs) v^T; dv (T, hs) = p^T g
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, g, (int)c, v,
-                        (int)c3, 0.0f, dp, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, g, (int)c,
-                        0.0f, dv, (int)c3);
-            // softmax backward: ds = p * (dp - sum_u p dp), zero above the diagonal
-            for (int t = 0; t < T; t++) {
-                const float *pr = p + (int64_t)t * T;
-                float *dr = dp + (int64_t)t * T, dot = 0;
-                for (int u = 0; u <= t; u++)
-                    dot += pr[u] * dr[u];
-                for (int u = 0; u <= t; u++)
-                    dr[u] = pr[u] * (dr[u] - dot);
-                for (int u = t + 1; u < T; u++)
-                    dr[u] = 0.0f;
-            }
-            // dq (T, hs) = ds k * scale; dk (T, hs) = ds^T q * scale
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dp, T, k,
-                        (int)c3, 0.0f, dq, (int)c3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dp, T, q, (int)c3,
-                        0.0f, dk, (int)c3);
-            ff_poll(ctx);
-        }
+    attn_job j = {.ctx = ctx,
+                  .dqkv = dqkv,
+                  .scratch = scratch,
+                  .dout = dout,
+                  .qkv = qkv,
+                  .patt = att,
+                  .B = B,
+                  .T = T,
+                  .nh = nh,
+                  .hs = hs};
+    attn_run(&j, attn_bwd);
 }
 
 /* ---- GELU ------------------------------------------------------------------------ */
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
-void ff_gelu_forward(float *out, const float *inp, int64_t n)
+enum { ELEM_GRAIN = 4096 };
+
+typedef struct {
+    float *out;
+    const float *inp, *dout;
+} elem_job;
+
+static void gelu_fwd(void *p, int64_t i0, int64_t i1, int th)
 {
-    for (int64_t i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanh_fast(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    (void)th;
+    const elem_job *j = p;
+    for (int64_t i = i0; i < i1; i++) {
+        float x = j->inp[i];
+        j->out[i] = 0.5f * x * (1.0f + tanh_fast(GELU_SCALE * (x + 0.044715f * x * x * x)));
     }
 }
 
-void ff_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n)
+static void gelu_bwd(void *p, int64_t i0, int64_t i1, int th)
 {
-    for (int64_t i = 0; i < n; i++) {
-        float x = inp[i], cube = 0.044715f * x * x * x;
-        float th = tanh_fast(GELU_SCALE * (x + cube));
-        float sech2 = 1.0f - th * th;
+    (void)th;
+    const elem_job *j = p;
+    for (int64_t i = i0; i < i1; i++) {
+        float x = j->inp[i], cube = 0.044715f * x * x * x;
+        float th_ = tanh_fast(GELU_SCALE * (x + cube));
+        float sech2 = 1.0f - th_ * th_;
         float local =
-            0.5f * (1.0f + th) + x * 0.5f * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = local * dout[i];
+            0.5f * (1.0f + th_) + x * 0.5f * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        j->out[i] = local * j->dout[i];
     }
+}
+
+void ff_gelu_forward(ff_ctx *ctx, float *out, const float *inp, int64_t n)
+{
+    elem_job j = {out, inp, NULL};
+    ff_team_run(ctx->team, n, ELEM_GRAIN, gelu_fwd, &j);
+}
+
+void ff_gelu_backward(ff_ctx *ctx, float *dinp, const float *inp, const float *dout, int64_t n)
+{
+    elem_job j = {dinp, inp, dout};
+    ff_team_run(ctx->team, n, ELEM_GRAIN, gelu_bwd, &j);
+}
+
+static void add_fn(void *p, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const elem_job *j = p;
+    for (int64_t i = i0; i < i1; i++)
+        j->out[i] = j->inp[i] + j->dout[i];
+}
+
+void ff_add(ff_ctx *ctx, float *out, const float *a, const float *b, int64_t n)
+{
+    elem_job j = {out, a, b};
+    ff_team_run(ctx->team, n, ELEM_GRAIN, add_fn, &j);
+}
+
+static void zero_fn(void *p, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const elem_job *j = p;
+    memset(j->out + i0, 0, (size_t)(i1 - i0) * sizeof(float));
+}
+
+void ff_zero(ff_ctx *ctx, float *out, int64_t n)
+{
+    elem_job j = {out, NULL, NULL};
+    ff_team_run(ctx->team, n, 1 << 16, zero_fn, &j);
 }
 
 /* ---- embedding -------------------------------------------------------------------- */
+
+typedef struct {
+    float *out, *dwte, *dwpe;
+    const float *wte, *wpe, *dout;
+    const int32_t *tokens;
+    int64_t T, v0, vl, cl, m;
+} embed_job;
+
+static void embed_lookup(void *p, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const embed_job *j = p;
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t v = (int64_t)j->tokens[i] - j->v0;
+        float *o = j->out + i * j->cl;
+        if (v >= 0 && v < j->vl)
+            memcpy(o, j->wte + v * j->cl, (size_t)j->cl * sizeof(float));
+        else
+            memset(o, 0, (size_t)j->cl * sizeof(float));
+    }
+}
+
+static void embed_add_pos(void *p, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const embed_job *j = p;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *pos = j->wpe + (i % j->T) * j->cl;
+        float *o = j->out + i * j->cl;
+        for (int64_t c = 0; c < j->cl; c++)
+            o[c] += pos[c];
+    }
+}
 
 int ff_embed_forward(ff_group *gx, float *out, const int32_t *tokens, const float *wte_block,
                      const float *wpe, int64_t B, int64_t T, int64_t v0, int64_t vl, int64_t cl)
 {
     const int64_t m = B * T;
-    for (int64_t i = 0; i < m; i++) {
-        int64_t v = (int64_t)tokens[i] - v0;
-        float *o = out + i * cl;
-        if (v >= 0 && v < vl)
-            memcpy(o, wte_block + v * cl, (size_t)cl * sizeof(float));
-        else
-            memset(o, 0, (size_t)cl * sizeof(float));
-    }
+    embed_job j = {.out = out,
+                   .wte = wte_block,
+                   .wpe = wpe,
+                   .tokens = tokens,
+                   .T = T,
+                   .v0 = v0,
+                   .vl = vl,
+                   .cl = cl,
+                   .m = m};
+    ff_team_run(gx->ctx->team, m, ROW_GRAIN, embed_lookup, &j);
     /* exactly one X rank holds each token's row: the sum is exact */
     int rc = ff_allreduce(gx, out, out, (size_t)(m * cl), NULL);
     if (rc)
         return rc;
-    for (int64_t i = 0; i < m; i++) {
-        const float *pos = wpe + (i % T) * cl;
-        float *o = out + i * cl;
-        for (int64_t j = 0; j < cl; j++)
-            o[j] += pos[j];
-    }
+    ff_team_run(gx->ctx->team, m, ROW_GRAIN, embed_add_pos, &j);
     return FF_OK;
 }
 
-void ff_embed_backward(float *dwte_block, float *dwpe, const float *dout, const int32_t *tokens,
-                       int64_t B, int64_t T, int64_t v0, int64_t vl, int64_t cl)
+/* columns [c0, c1) of every row, rows in order: the same sums for any split */
+static void embed_back(void *p, int64_t c0, int64_t c1, int th)
 {
-    for (int64_t i = 0; i < B * T; i++) {
-        const float *g = dout + i * cl;
-        float *dp = dwpe + (i % T) * cl;
-        for (int64_t j = 0; j < cl; j++)
-            dp[j] += g[j];
-        int64_t v = (int64_t)tokens[i] - v0;
-        if (v >= 0 && v < vl) {
-            float *dw = dwte_block + v * cl;
-            for (int64_t j = 0; j < cl; j++)
-                dw[j] += g[j];
+    (void)th;
+    const embed_job *j = p;
+    for (int64_t i = 0; i < j->m; i++) {
+        const float *g = j->dout + i * j->cl;
+        float *dp = j->dwpe + (i % j->T) * j->cl;
+        for (int64_t c = c0; c < c1; c++)
+            dp[c] += g[c];
+        int64_t v = (int64_t)j->tokens[i] - j->v0;
+        if (v >= 0 && v < j->vl) {
+            float *dw = j->dwte + v * j->cl;
+            for (int64_t c = c0; c < c1; c++)
+                dw[c] += g[c];
         }
     }
+}
+
+void ff_embed_backward(ff_ctx *ctx, float *dwte_block, float *dwpe, const float *dout,
+                       const int32_t *tokens, int64_t B, int64_t T, int64_t v0, int64_t vl,
+                       int64_t cl)
+{
+    embed_job j = {.dwte = dwte_block,
+                   .dwpe = dwpe,
+                   .dout = dout,
+                   .tokens = tokens,
+                   .T = T,
+                   .v0 = v0,
+                   .vl = vl,
+                   .cl = cl,
+                   .m = B * T};
+    ff_team_run(ctx->team, cl, COL_GRAIN, embed_back, &j);
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------ */
 
-int ff_crossentropy(ff_group *gx, float *losses, float *logits, const int32_t *targets, int64_t m,
-                    int64_t v0, int64_t vl, int64_t V, float dscale, float *scratch)
+typedef struct {
+    float *losses, *logits, *mine, *all, *rows;
+    const int32_t *targets;
+    int64_t m, v0, vl, valid;
+    float dscale;
+    int gxn;
+} ce_job;
+
+/* per row: the local max, the sum of exp(l - max) over the rank's columns,
+ * the target's logit if it is the rank's */
+static void ce_local(void *p, int64_t i0, int64_t i1, int th)
 {
-    const int gxn = ff_group_size(gx);
-    const int64_t valid = v0 >= V ? 0 : (v0 + vl <= V ? vl : V - v0); /* real columns */
-    float *mine = scratch, *all = scratch + 3 * m;
-    for (int64_t i = 0; i < m; i++) {
-        float *row = logits + i * vl, mx = -INFINITY;
-        for (int64_t j = 0; j < valid; j++)
-            mx = row[j] > mx ? row[j] : mx;
-        int64_t t = (int64_t)targets[i] - v0;
-        mine[3 * i] = mx;
-        mine[3 * i + 2] = t >= 0 && t < valid ? row[t] : 0.0f;
+    const ce_job *j = p;
+    for (int64_t i = i0; i < i1; i++) {
+        float *row = j->logits + i * j->vl, mx = -INFINITY;
+        for (int64_t c = 0; c < j->valid; c++)
+            mx = row[c] > mx ? row[c] : mx;
+        int64_t t = (int64_t)j->targets[i] - j->v0;
+        j->mine[3 * i] = mx;
+        j->mine[3 * i + 2] = t >= 0 && t < j->valid ? row[t] : 0.0f;
         /* training keeps exp(l - local max) in place of the logits: the
          * gradient is a rescaling of it. Two loops: the first vectorizes. */
-        float *e = row;
-        if (dscale == 0.0f) {
-            e = scratch + 3 * m + (int64_t)gxn * 3 * m; /* a row of scratch */
-        }
-        for (int64_t j = 0; j < valid; j++)
-            e[j] = exp_fast(row[j] - mx);
+        float *e = j->dscale == 0.0f ? j->rows + (int64_t)th * j->vl : row;
+        for (int64_t c = 0; c < j->valid; c++)
+            e[c] = exp_fast(row[c] - mx);
         double sum = 0;
-        for (int64_t j = 0; j < valid; j++)
-            sum += e[j];
-        mine[3 * i + 1] = (float)sum;
+        for (int64_t c = 0; c < j->valid; c++)
+            sum += e[c];
+        j->mine[3 * i + 1] = (float)sum;
     }
-    int rc = ff_allgather(gx, mine, all, (size_t)(3 * m), NULL);
-    if (rc)
-        return rc;
-    /* combine in rank order: M = max M_x, S = sum S_x exp(M_x - M) */
-    for (int64_t i = 0; i < m; i++) {
+}
+
+/* combine in rank order: M = max M_x, S = sum S_x exp(M_x - M); then the
+ * gradient in place */
+static void ce_combine(void *p, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const ce_job *j = p;
+    const int64_t m = j->m;
+    for (int64_t i = i0; i < i1; i++) {
         float mx = -INFINITY, target = 0;
-        for (int r = 0; r < gxn; r++)
-            mx = all[(int64_t)r * 3 * m + 3 * i] > mx ? all[(int64_t)r * 3 * m + 3 * i] : mx;
+        for (int r = 0; r < j->gxn; r++)
+            mx = j->all[(int64_t)r * 3 * m + 3 * i] > mx ? j->all[(int64_t)r * 3 * m + 3 * i] : mx;
         double sum = 0;
-        for (int r = 0; r < gxn; r++) {
-            const float *tr = all + (int64_t)r * 3 * m + 3 * i;
+        for (int r = 0; r < j->gxn; r++) {
+            const float *tr = j->all + (int64_t)r * 3 * m + 3 * i;
             if (tr[1] > 0)
                 sum += (double)tr[1] * exp((double)tr[0] - mx);
             target += tr[2];
         }
         float lse = mx + (float)log(sum);
-        losses[i] = lse - target;
-        if (dscale == 0.0f)
+        j->losses[i] = lse - target;
+        if (j->dscale == 0.0f)
             continue;
-        float *row = logits + i * vl;
-        int64_t t = (int64_t)targets[i] - v0;
+        float *row = j->logits + i * j->vl;
+        int64_t t = (int64_t)j->targets[i] - j->v0;
         /* softmax = exp(l - local max) * exp(local max - lse) */
-        const float f = dscale * expf(mine[3 * i] - lse);
-        for (int64_t j = 0; j < valid; j++)
-            row[j] *= f;
-        if (t >= 0 && t < valid)
-            row[t] -= dscale;
-        for (int64_t j = valid; j < vl; j++)
-            row[j] = 0.0f;
+        const float f = j->dscale * expf(j->mine[3 * i] - lse);
+        for (int64_t c = 0; c < j->valid; c++)
+            row[c] *= f;
+        if (t >= 0 && t < j->valid)
+            row[t] -= j->dscale;
+        for (int64_t c = j->valid; c < j->vl; c++)
+            row[c] = 0.0f;
     }
+}
+
+int ff_crossentropy(ff_group *gx, float *losses, float *logits, const int32_t *targets, int64_t m,
+                    int64_t v0, int64_t vl, int64_t V, float dscale, float *scratch)
+{
+    const int gxn = ff_group_size(gx);
+    ce_job j = {.losses = losses,
+                .logits = logits,
+                .mine = scratch,
+                .all = scratch + 3 * m,
+                .rows = scratch + 3 * m + (int64_t)gxn * 3 * m,
+                .targets = targets,
+                .m = m,
+                .v0 = v0,
+                .vl = vl,
+                .valid = v0 >= V ? 0 : (v0 + vl <= V ? vl : V - v0),
+                .dscale = dscale,
+                .gxn = gxn};
+    ff_team_run(gx->ctx->team, m, 1, ce_local, &j);
+    int rc = ff_allgather(gx, j.mine, j.all, (size_t)(3 * m), NULL);
+    if (rc)
+        return rc;
+    ff_team_run(gx->ctx->team, m, 1, ce_combine, &j);
     return FF_OK;
 }

@@ -17,7 +17,10 @@
 int ff_ln_forward(ff_group *gy, float *out, float *mean, float *rstd, const float *inp,
                   const float *w, const float *b, int64_t m, int64_t cl, int64_t C);
 /* dinp += d LayerNorm; dw, db += their gradients. The two row sums of the
- * gradient formula in one AllReduce_Y of 2m floats (scratch: 2m). */
+ * gradient formula in one AllReduce_Y of 2m floats (scratch:
+ * FF_LN_SCRATCH(m, cl): those, and per block of rows its sums of dw, db). */
+enum { FF_LN_BLOCK = 32 };
+#define FF_LN_SCRATCH(m, cl) (2 * (m) + 2 * (cl) * (((m) + FF_LN_BLOCK - 1) / FF_LN_BLOCK))
 int ff_ln_backward(ff_group *gy, float *dinp, float *dw, float *db, const float *dout,
                    const float *inp, const float *w, const float *mean, const float *rstd,
                    int64_t m, int64_t cl, int64_t C, float *scratch);
@@ -27,14 +30,19 @@ int ff_ln_backward(ff_group *gy, float *dinp, float *dw, float *db, const float 
  * att (B, nh, T, T) the softmax probabilities, kept for the backward. */
 void ff_attention_forward(ff_ctx *ctx, float *out, float *att, const float *qkv, int B, int T,
                           int nh, int hs);
-/* dqkv (B*T, 3*nh*hs) overwritten; dout (B*T, nh*hs); scratch (T, T). */
+/* dqkv (B*T, 3*nh*hs) overwritten; dout (B*T, nh*hs); scratch (T, T) per
+ * thread of the context. */
 void ff_attention_backward(ff_ctx *ctx, float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *att, int B, int T, int nh, int hs);
 
 /* GELU, tanh approximation (GPT-2). out, inp (n). */
-void ff_gelu_forward(float *out, const float *inp, int64_t n);
+void ff_gelu_forward(ff_ctx *ctx, float *out, const float *inp, int64_t n);
 /* dinp = dout * GELU'(inp), overwritten (may alias dout). */
-void ff_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n);
+void ff_gelu_backward(ff_ctx *ctx, float *dinp, const float *inp, const float *dout, int64_t n);
+/* out = a + b, elementwise (n; out may alias either). */
+void ff_add(ff_ctx *ctx, float *out, const float *a, const float *b, int64_t n);
+/* out[0..n) = 0. */
+void ff_zero(ff_ctx *ctx, float *out, int64_t n);
 
 /* Vocab-parallel embedding, rows (m, cl): out = AllReduce_X(lookup) + wpe.
  * The rank's vocabulary block is [v0, v0 + vl); wte_block (vl, cl) holds its
@@ -43,14 +51,16 @@ int ff_embed_forward(ff_group *gx, float *out, const int32_t *tokens, const floa
                      const float *wpe, int64_t B, int64_t T, int64_t v0, int64_t vl, int64_t cl);
 /* dwte_block (vl, cl) += rows of dout for the rank's tokens; dwpe += dout
  * summed over the rank's sequences. */
-void ff_embed_backward(float *dwte_block, float *dwpe, const float *dout, const int32_t *tokens,
-                       int64_t B, int64_t T, int64_t v0, int64_t vl, int64_t cl);
+void ff_embed_backward(ff_ctx *ctx, float *dwte_block, float *dwpe, const float *dout,
+                       const int32_t *tokens, int64_t B, int64_t T, int64_t v0, int64_t vl,
+                       int64_t cl);
 
 /* Vocab-parallel cross-entropy over X. logits (m, vl): the rank's block
  * [v0, v0 + vl) of the padded vocabulary; columns >= V are padding and take
  * no part. One AllGather_X of 3 floats per row (local max, local sum of
  * exponentials, target logit), combined in rank order, so every X rank gets
- * the same losses (m, each row's -log p(target)). scratch: 3m + gx*3m + vl.
+ * the same losses (m, each row's -log p(target)). scratch: 3m + gx*3m + vl
+ * per thread of the context.
  * With dscale != 0 the logits are overwritten by d(loss)/d(logits) of
  * dscale * sum(losses): dscale * (softmax - onehot), zeros on padding. */
 int ff_crossentropy(ff_group *gx, float *losses, float *logits, const int32_t *targets, int64_t m,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gpt_internal.h"
+#include "util/team.h"
 
 void ff_adamw_default(ff_adamw *h)
 {
@@ -32,12 +33,47 @@ float ff_adamw_lr(const ff_adamw *h, int step)
     return (float)(min_lr + coeff * ((double)h->lr - min_lr));
 }
 
-static double sumsq(const float *p, size_t n)
+/* Sums of squares in blocks of SUM_BLOCK elements (double, in order), the
+ * blocks' sums added in order: the same bits for any number of threads. */
+enum { SUM_BLOCK = 1 << 14 };
+
+typedef struct {
+    const float *p;
+    size_t n;
+    double *part;
+} sumsq_job;
+
+static void sumsq_blocks(void *arg, int64_t b0, int64_t b1, int th)
 {
-    double s = 0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)p[i] * p[i];
-    return s;
+    (void)th;
+    const sumsq_job *j = arg;
+    for (int64_t b = b0; b < b1; b++) {
+        size_t i0 = (size_t)b * SUM_BLOCK, i1 = i0 + SUM_BLOCK < j->n ? i0 + SUM_BLOCK : j->n;
+        /* eight running sums (element i to sum i mod 8), added in order at
+         * the end: independent chains the compiler can vectorize, where one
+         * running sum waits for each addition */
+        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        size_t i = i0;
+        for (; i + 8 <= i1; i += 8)
+            for (int k = 0; k < 8; k++)
+                s[k] += (double)j->p[i + k] * j->p[i + k];
+        for (int k = 0; i < i1; i++, k++)
+            s[k] += (double)j->p[i] * j->p[i];
+        j->part[b] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    }
+}
+
+static int sumsq(ff_gpt *g, const float *p, size_t n, double *out)
+{
+    int64_t nb = (int64_t)((n + SUM_BLOCK - 1) / SUM_BLOCK);
+    sumsq_job j = {p, n, malloc((size_t)(nb ? nb : 1) * sizeof(double))};
+    if (!j.part)
+        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the gradient norm");
+    ff_team_run(g->ctx->team, nb, 1, sumsq_blocks, &j);
+    for (int64_t b = 0; b < nb; b++)
+        *out += j.part[b];
+    free(j.part);
+    return FF_OK;
 }
 
 int ff_gpt_grad_norm(ff_gpt *g, float *norm)
@@ -46,15 +82,19 @@ int ff_gpt_grad_norm(ff_gpt *g, float *norm)
      * D replica; layout-Y parameters are replicated over X and Z, layout-X
      * ones over Y and Z. Only d = 0 (and x = 0 or y = 0, z = 0) count. */
     double s = 0;
+    int rc = FF_OK;
     if (g->me.d == 0) {
-        s += sumsq(g->grads, g->n_zsharded);
-        if (g->me.z == 0 && g->me.x == 0)
-            s += sumsq(g->grads + g->n_zsharded, g->n_ytype - g->n_zsharded);
-        if (g->me.z == 0 && g->me.y == 0)
-            s += sumsq(g->grads + g->n_ytype, g->n_params - g->n_ytype);
+        rc = sumsq(g, g->grads, g->n_zsharded, &s);
+        if (rc == FF_OK && g->me.z == 0 && g->me.x == 0)
+            rc = sumsq(g, g->grads + g->n_zsharded, g->n_ytype - g->n_zsharded, &s);
+        if (rc == FF_OK && g->me.z == 0 && g->me.y == 0)
+            rc = sumsq(g, g->grads + g->n_ytype, g->n_params - g->n_ytype, &s);
     }
+    /* (a local failure here is out of memory; the step's collectives
+     * cannot be skipped on one rank, so the norm goes on and reports it) */
     float f = (float)s;
-    int rc = ff_allreduce(g->grp_world, &f, &f, 1, NULL);
+    int rc2 = ff_allreduce(g->grp_world, &f, &f, 1, NULL);
+    rc = rc ? rc : rc2;
     *norm = sqrtf(f);
     return rc;
 }
@@ -73,25 +113,58 @@ int ff_gpt_adam_ensure(ff_gpt *g)
     return FF_OK;
 }
 
+typedef struct {
+    float *p, *m, *v;
+    const float *gr;
+    float lr, b1, b2, bc1, bc2, eps, wd, grad_scale;
+    size_t n_decay;
+} adamw_job;
+
+static void adamw_range(void *arg, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const adamw_job *j = arg;
+    /* locals and restrict: the loop vectorizes (with the fields read
+     * through j, every store could alias them and it stays scalar) */
+    float *restrict p = j->p, *restrict m = j->m, *restrict v = j->v;
+    const float *restrict gr = j->gr;
+    const float b1 = j->b1, b2 = j->b2, bc1 = j->bc1, bc2 = j->bc2, lr = j->lr, eps = j->eps;
+    const float scale = j->grad_scale;
+    /* decoupled weight decay on the 2-D weights only: [0, n_decay) */
+    const int64_t split = (int64_t)j->n_decay;
+    for (int part = 0; part < 2; part++) {
+        const int64_t a = part ? (i0 > split ? i0 : split) : i0;
+        const int64_t b = part ? i1 : (i1 < split ? i1 : split);
+        const float decay = part ? 0.0f : j->wd;
+        for (int64_t i = a; i < b; i++) {
+            float grad = gr[i] * scale;
+            m[i] = b1 * m[i] + (1.0f - b1) * grad;
+            v[i] = b2 * v[i] + (1.0f - b2) * grad * grad;
+            float mhat = m[i] / bc1, vhat = v[i] / bc2;
+            p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + decay * p[i]);
+        }
+    }
+}
+
 int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale)
 {
     int rc = ff_gpt_adam_ensure(g);
     if (rc)
         return rc;
-    const float lr = ff_adamw_lr(h, step);
-    const float b1 = h->beta1, b2 = h->beta2;
-    const float bc1 = 1.0f - powf(b1, (float)(step + 1)), bc2 = 1.0f - powf(b2, (float)(step + 1));
-    float *p = g->params, *m = g->adam_m, *v = g->adam_v;
-    const float *gr = g->grads;
-    /* decoupled weight decay on the 2-D weights only: [0, n_decay) */
-    for (size_t i = 0; i < g->n_params; i++) {
-        float grad = gr[i] * grad_scale;
-        m[i] = b1 * m[i] + (1.0f - b1) * grad;
-        v[i] = b2 * v[i] + (1.0f - b2) * grad * grad;
-        float mhat = m[i] / bc1, vhat = v[i] / bc2;
-        float decay = i < g->n_decay ? h->weight_decay : 0.0f;
-        p[i] -= lr * (mhat / (sqrtf(vhat) + h->eps) + decay * p[i]);
-    }
+    adamw_job j = {.p = g->params,
+                   .m = g->adam_m,
+                   .v = g->adam_v,
+                   .gr = g->grads,
+                   .lr = ff_adamw_lr(h, step),
+                   .b1 = h->beta1,
+                   .b2 = h->beta2,
+                   .bc1 = 1.0f - powf(h->beta1, (float)(step + 1)),
+                   .bc2 = 1.0f - powf(h->beta2, (float)(step + 1)),
+                   .eps = h->eps,
+                   .wd = h->weight_decay,
+                   .grad_scale = grad_scale,
+                   .n_decay = g->n_decay};
+    ff_team_run(g->ctx->team, (int64_t)g->n_params, 1 << 14, adamw_range, &j);
     return FF_OK;
 }
 

@@ -62,7 +62,6 @@ void ff_trainer_config_default(ff_trainer_config *c)
     c->val_every = 50;
     c->val_batches = 8;
     c->keep = 2;
-    c->blas_threads = 1;
 }
 
 static void emit(ff_trainer *t, ff_train_event ev)
@@ -267,7 +266,7 @@ static int start_run(ff_trainer *t)
 static void measure_sgemm(ff_trainer *t)
 {
     const ff_trainer_config *c = &t->cfg;
-    int threads = c->blas_threads > 0 ? c->blas_threads : 1;
+    int threads = ff_ctx_threads(t->ctx);
     double r = c->sgemm_rate;
     int need = !(r > 0 && isfinite(r)), any = 0; /* then every rank measures, at once */
     MPI_Allreduce(&need, &any, 1, MPI_INT, MPI_MAX, ff_ctx_comm(t->ctx));
