@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gpt_internal.h"
+#include "gpt_ops.h"
 #include "util/team.h"
 
 void ff_adamw_default(ff_adamw *h)
@@ -103,13 +104,17 @@ int ff_gpt_adam_ensure(ff_gpt *g)
 {
     if (g->adam_m)
         return FF_OK;
-    g->adam_m = calloc(g->n_params ? g->n_params : 1, sizeof(float));
-    g->adam_v = calloc(g->n_params ? g->n_params : 1, sizeof(float));
+    g->adam_m = malloc((g->n_params ? g->n_params : 1) * sizeof(float));
+    g->adam_v = malloc((g->n_params ? g->n_params : 1) * sizeof(float));
     if (!g->adam_m || !g->adam_v) {
         free(g->adam_m), free(g->adam_v);
         g->adam_m = g->adam_v = NULL;
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for AdamW's moments");
     }
+    /* zeroed by the team: each thread first touches the pages it updates
+     * (calloc's pages would fault, copy-on-write, inside the first update) */
+    ff_zero(g->ctx, g->adam_m, (int64_t)g->n_params);
+    ff_zero(g->ctx, g->adam_v, (int64_t)g->n_params);
     return FF_OK;
 }
 
