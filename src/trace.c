@@ -9,6 +9,7 @@
 
 #include "internal.h"
 #include "util/file.h"
+#include "util/text.h"
 
 enum { FF_TRACE_MAX_EVENTS = 1 << 18 };
 
@@ -105,65 +106,10 @@ void ff_trace_end(ff_ctx *ctx)
 
 /* ---- writing ---- */
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    int failed;
-} strbuf;
-
-static void sb_putn(strbuf *b, const char *s, size_t n)
-{
-    if (b->failed)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (b->len + n + 1 > cap)
-            cap *= 2;
-        char *p = realloc(b->buf, cap);
-        if (!p) {
-            b->failed = 1;
-            return;
-        }
-        b->buf = p;
-        b->cap = cap;
-    }
-    memcpy(b->buf + b->len, s, n);
-    b->len += n;
-    b->buf[b->len] = '\0';
-}
-
-__attribute__((format(printf, 2, 3))) static void sb_printf(strbuf *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        sb_putn(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-static void sb_json_string(strbuf *b, const char *s)
-{
-    sb_putn(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') {
-            char esc[2] = {'\\', (char)ch};
-            sb_putn(b, esc, 2);
-        } else if (ch < 0x20) {
-            sb_printf(b, "\\u%04x", ch);
-        } else {
-            sb_putn(b, s, 1);
-        }
-    }
-    sb_putn(b, "\"", 1);
-}
-
 static const char *track_name(int track) { return track == 0 ? "compute / wait" : "collective"; }
 
 /* This rank's events as JSON objects, each preceded by ",\n". */
-static void serialize(ff_ctx *ctx, strbuf *b)
+static void serialize(ff_ctx *ctx, ff_text *b)
 {
     ff_trace *t = &ctx->trace;
     int pid = ctx->rank;
@@ -171,33 +117,36 @@ static void serialize(ff_ctx *ctx, strbuf *b)
     used[0] = 1;
     for (size_t i = 0; i < t->count; i++)
         used[t->events[i].track] = 1;
-    sb_printf(b, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":", pid);
+    ff_text_printf(
+        b, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":", pid);
     char label[64];
     snprintf(label, sizeof label, "rank %d", pid);
-    sb_json_string(b, t->label[0] ? t->label : label);
-    sb_printf(b,
-              "}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,"
-              "\"args\":{\"sort_index\":%d}}",
-              pid, pid);
+    ff_text_json_string(b, t->label[0] ? t->label : label, 0);
+    ff_text_printf(b,
+                   "}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,"
+                   "\"args\":{\"sort_index\":%d}}",
+                   pid, pid);
     for (int k = 0; k < FF_TRACE_TRACKS; k++)
         if (used[k])
-            sb_printf(b,
-                      ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-                      "\"args\":{\"name\":\"%s %d\"}}",
-                      pid, k, track_name(k), k);
+            ff_text_printf(b,
+                           ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                           "\"args\":{\"name\":\"%s %d\"}}",
+                           pid, k, track_name(k), k);
     for (size_t i = 0; i < t->count; i++) {
         const ff_trace_event *e = &t->events[i];
         const char *cat = e->cat == 'c' ? "compute" : e->cat == 'w' ? "wait" : "comm";
-        sb_putn(b, ",\n{\"name\":", 10);
-        sb_json_string(b, e->name);
-        sb_printf(b, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}",
-                  cat, pid, e->track, e->t0 * 1e6, (e->t1 - e->t0) * 1e6);
+        ff_text_put(b, ",\n{\"name\":", 10);
+        ff_text_json_string(b, e->name, 0);
+        ff_text_printf(
+            b, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", cat,
+            pid, e->track, e->t0 * 1e6, (e->t1 - e->t0) * 1e6);
     }
     if (t->dropped)
-        sb_printf(b,
-                  ",\n{\"name\":\"dropped events\",\"ph\":\"i\",\"s\":\"p\",\"pid\":%d,\"tid\":0,"
-                  "\"ts\":0,\"args\":{\"count\":%zu}}",
-                  pid, t->dropped);
+        ff_text_printf(
+            b,
+            ",\n{\"name\":\"dropped events\",\"ph\":\"i\",\"s\":\"p\",\"pid\":%d,\"tid\":0,"
+            "\"ts\":0,\"args\":{\"count\":%zu}}",
+            pid, t->dropped);
 }
 
 void ff_trace_set_label(ff_ctx *ctx, const char *label)
@@ -207,7 +156,7 @@ void ff_trace_set_label(ff_ctx *ctx, const char *label)
 
 int ff_trace_write(ff_ctx *ctx, const char *path)
 {
-    strbuf b = {0};
+    ff_text b = {0};
     pthread_mutex_lock(&ctx->lock);
     serialize(ctx, &b);
     pthread_mutex_unlock(&ctx->lock);
@@ -221,14 +170,14 @@ int ff_trace_write(ff_ctx *ctx, const char *path)
     const int tag = 7301;
     const long long piece = 1 << 30;
     if (ctx->rank != 0) {
-        long long len = b.failed ? -1 : (long long)b.len;
+        long long len = b.failed ? -1 : (long long)b.n;
         int go = 0;
         int mrc = MPI_Send(&len, 1, MPI_LONG_LONG, 0, tag, ctx->comm);
         if (mrc == MPI_SUCCESS)
             mrc = MPI_Recv(&go, 1, MPI_INT, 0, tag, ctx->comm, MPI_STATUS_IGNORE);
         for (long long off = 0; go && mrc == MPI_SUCCESS && off < len; off += piece) {
             long long n = len - off < piece ? len - off : piece;
-            mrc = MPI_Send(b.buf + off, (int)n, MPI_CHAR, 0, tag, ctx->comm);
+            mrc = MPI_Send(b.s + off, (int)n, MPI_CHAR, 0, tag, ctx->comm);
         }
         if (mrc != MPI_SUCCESS && rc == FF_OK)
             rc = ff_mpi_error(ctx, mrc, "MPI_Send (trace)");
@@ -241,8 +190,8 @@ int ff_trace_write(ff_ctx *ctx, const char *path)
             fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"
                   "{\"name\":\"fourfold\",\"ph\":\"M\",\"pid\":0,\"args\":{}}",
                   f);
-        if (f && b.len)
-            fwrite(b.buf, 1, b.len, f);
+        if (f && b.n)
+            fwrite(b.s, 1, b.n, f);
         char *part = NULL;
         for (int src = 1; src < ctx->size; src++) {
             long long len = 0;
@@ -276,6 +225,6 @@ int ff_trace_write(ff_ctx *ctx, const char *path)
                 rc = ff_set_error(ctx, FF_EIO, "cannot write trace %s: %s", path, strerror(errno));
         }
     }
-    free(b.buf);
+    free(b.s);
     return ff_ctx_agree(ctx, rc);
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "util/text.h"
 
 static const char help[] =
     "usage: fourfold plan --model NAME [options]\n"
@@ -103,17 +104,10 @@ static const char *fmt_grid(char *buf, size_t len, ff_dims g)
 
 static void json_string(FILE *f, const char *s)
 {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
+    ff_text t = {0};
+    ff_text_json_string(&t, s, 0);
+    fputs(t.failed ? "\"\"" : t.s, f);
+    ff_text_free(&t);
 }
 
 /* ---- options ---- */

@@ -20,6 +20,7 @@
 
 #include "internal.h" /* ff_coll_model_ok */
 #include "plan/plan_internal.h"
+#include "util/text.h"
 
 /* ---- presets ---- */
 
@@ -996,51 +997,9 @@ int ff_profile_doc_set_picks(ff_profile_doc *d, const ff_profile_pick *picks, in
 
 /* ---- the writer ---- */
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-    int oom;
-} text_buf;
-
-static void put(text_buf *b, const char *t, size_t len)
-{
-    if (b->oom)
-        return;
-    if (b->n + len + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + len + 1)
-            cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->oom = 1;
-            return;
-        }
-        b->s = s, b->cap = cap;
-    }
-    memcpy(b->s + b->n, t, len);
-    b->n += len;
-    b->s[b->n] = '\0';
-}
-
-static void puts_(text_buf *b, const char *t) { put(b, t, strlen(t)); }
-
-static void putf(text_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void putf(text_buf *b, const char *fmt, ...)
-{
-    char t[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(t, sizeof t, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof t)
-        b->oom = 1; /* the formats here are short: not reached */
-    else
-        put(b, t, (size_t)n);
-}
-
 /* The shortest of %.1g .. %.17g that reads back as v (2e-06, 6.18516e+09,
  * 1e+15), but integers below a million as integers (100, not 1e+02). */
-static void put_number(text_buf *b, double v)
+static void put_number(ff_text *b, double v)
 {
     char t[40];
     if (v == floor(v) && fabs(v) < 1e6) {
@@ -1052,97 +1011,80 @@ static void put_number(text_buf *b, double v)
                 break;
         }
     }
-    puts_(b, t);
+    ff_text_puts(b, t);
 }
 
-/* A JSON string: quotes and backslashes escaped, control characters as
- * \u00XX, bytes beyond ASCII as '?' (as the reader takes \u escapes). */
-static void put_string(text_buf *b, const char *s)
+static void put_pick(ff_text *b, const ff_profile_pick *q)
 {
-    puts_(b, "\"");
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            putf(b, "\\%c", c);
-        else if (c < 0x20)
-            putf(b, "\\u%04x", c);
-        else
-            put(b, c < 0x7f ? (const char *)&c : "?", 1);
-    }
-    puts_(b, "\"");
-}
-
-static void put_pick(text_buf *b, const ff_profile_pick *q)
-{
-    putf(b, "{\"coll\":\"%s\",\"nodes\":%d,\"per_node\":%d,\"min_B\":", ff_coll_name(q->rule.coll),
-         q->rule.nodes, q->rule.per_node);
+    ff_text_printf(b, "{\"coll\":\"%s\",\"nodes\":%d,\"per_node\":%d,\"min_B\":",
+                   ff_coll_name(q->rule.coll), q->rule.nodes, q->rule.per_node);
     put_number(b, q->rule.min_B);
-    puts_(b, ",\"max_B\":");
+    ff_text_puts(b, ",\"max_B\":");
     put_number(b, q->rule.max_B);
-    putf(b, ",\"algo\":\"%s\"", ff_algo_name(q->rule.algo));
+    ff_text_printf(b, ",\"algo\":\"%s\"", ff_algo_name(q->rule.algo));
     if (q->model_algo >= 0)
-        putf(b, ",\"model_algo\":\"%s\"", ff_algo_name((ff_algo)q->model_algo));
+        ff_text_printf(b, ",\"model_algo\":\"%s\"", ff_algo_name((ff_algo)q->model_algo));
     if (q->sizes >= 0)
-        putf(b, ",\"sizes\":%d", q->sizes);
-    puts_(b, "}");
+        ff_text_printf(b, ",\"sizes\":%d", q->sizes);
+    ff_text_puts(b, "}");
 }
 
 /* Before a member: a comma, and a new line where the writer's line changes. */
-static void separate(text_buf *b, int *first, int *line, int this_line)
+static void separate(ff_text *b, int *first, int *line, int this_line)
 {
     if (!*first)
-        puts_(b, this_line != *line ? ",\n " : ",");
+        ff_text_puts(b, this_line != *line ? ",\n " : ",");
     *first = 0;
     *line = this_line;
 }
 
 char *ff_profile_doc_to_json(const ff_profile_doc *d, size_t *len)
 {
-    text_buf b = {NULL, 0, 0, 0};
+    ff_text b = {0};
     int first = 1, line = 0;
-    puts_(&b, "{");
+    ff_text_puts(&b, "{");
     for (int k = 0; k < FF_PK_COUNT; k++) {
         const key_spec *s = &keys[k];
         if (k == FF_PK_PICKS && d->extra) { /* unknown keys before the picks */
             separate(&b, &first, &line, LINE_EXTRA);
-            puts_(&b, d->extra);
+            ff_text_puts(&b, d->extra);
         }
         if (k != FF_PK_FORMAT && k != FF_PK_VERSION && !d->has[k])
             continue;
         separate(&b, &first, &line, s->line);
-        putf(&b, "\"%s\":", s->name);
+        ff_text_printf(&b, "\"%s\":", s->name);
         switch (k) {
-        case FF_PK_FORMAT: puts_(&b, "\"fourfold-profile\""); break;
-        case FF_PK_VERSION: puts_(&b, "1"); break;
-        case FF_PK_NAME: put_string(&b, d->name); break;
-        case FF_PK_FIT: puts_(&b, d->fit ? d->fit : "{}"); break;
+        case FF_PK_FORMAT: ff_text_puts(&b, "\"fourfold-profile\""); break;
+        case FF_PK_VERSION: ff_text_puts(&b, "1"); break;
+        case FF_PK_NAME: ff_text_json_string(&b, d->name, 1); break;
+        case FF_PK_FIT: ff_text_puts(&b, d->fit ? d->fit : "{}"); break;
         case FF_PK_INTRA_BW:
-            puts_(&b, "[");
+            ff_text_puts(&b, "[");
             for (int i = 0; i < d->n_intra_bw; i++) {
-                putf(&b, "%s{\"inner\":%d,\"size\":%d,\"Bps\":", i ? "," : "", d->intra_bw[i].inner,
-                     d->intra_bw[i].size);
+                ff_text_printf(&b, "%s{\"inner\":%d,\"size\":%d,\"Bps\":", i ? "," : "",
+                               d->intra_bw[i].inner, d->intra_bw[i].size);
                 put_number(&b, d->intra_bw[i].Bps);
-                puts_(&b, "}");
+                ff_text_puts(&b, "}");
             }
-            puts_(&b, "]");
+            ff_text_puts(&b, "]");
             break;
         case FF_PK_PICKS:
-            puts_(&b, "[");
+            ff_text_puts(&b, "[");
             for (int i = 0; i < d->n_picks; i++) {
-                puts_(&b, i ? ",\n  " : "\n  ");
+                ff_text_puts(&b, i ? ",\n  " : "\n  ");
                 put_pick(&b, &d->picks[i]);
             }
-            puts_(&b, "]");
+            ff_text_puts(&b, "]");
             break;
         default:
             if (s->type == K_INT)
-                putf(&b, "%.0f", d->num[k]);
+                ff_text_printf(&b, "%.0f", d->num[k]);
             else
                 put_number(&b, d->num[k]);
         }
     }
-    puts_(&b, "}\n");
-    if (b.oom) {
+    ff_text_puts(&b, "}\n");
+    if (b.failed) {
         free(b.s);
         return NULL;
     }
@@ -1177,24 +1119,25 @@ int ff_profile_doc_save(const char *path, const ff_profile_doc *d, char *err, si
 
 int ff_profile_doc_set_fit(ff_profile_doc *d, const ff_profile_fit *f)
 {
-    text_buf b = {NULL, 0, 0, 0};
-    puts_(&b, "{\"method\":");
-    put_string(&b, f->method);
-    puts_(&b, ",\"date\":");
-    put_string(&b, f->date);
-    puts_(&b, ",\"host\":");
-    put_string(&b, f->host);
-    putf(&b, ",\"ranks\":%d,\"nodes\":%d,\"iters\":%d,\"gemm_shape\":", f->ranks, f->nodes,
-         f->iters);
-    put_string(&b, f->gemm_shape);
+    ff_text b = {0};
+    ff_text_puts(&b, "{\"method\":");
+    ff_text_json_string(&b, f->method, 1);
+    ff_text_puts(&b, ",\"date\":");
+    ff_text_json_string(&b, f->date, 1);
+    ff_text_puts(&b, ",\"host\":");
+    ff_text_json_string(&b, f->host, 1);
+    ff_text_printf(&b, ",\"ranks\":%d,\"nodes\":%d,\"iters\":%d,\"gemm_shape\":", f->ranks,
+                   f->nodes, f->iters);
+    ff_text_json_string(&b, f->gemm_shape, 1);
     for (int l = 0; l < 2; l++) {
         const ff_profile_fit_level *v = &f->level[l];
-        putf(&b, ",\"%s\":{\"measured\":%s,\"samples\":%d,\"rms_rel\":%.4f,\"max_rel\":%.4f}",
-             l ? "inter" : "intra", v->measured ? "true" : "false", v->samples, v->rms_rel,
-             v->max_rel);
+        ff_text_printf(&b,
+                       ",\"%s\":{\"measured\":%s,\"samples\":%d,\"rms_rel\":%.4f,\"max_rel\":%.4f}",
+                       l ? "inter" : "intra", v->measured ? "true" : "false", v->samples,
+                       v->rms_rel, v->max_rel);
     }
-    puts_(&b, "}");
-    if (b.oom) {
+    ff_text_puts(&b, "}");
+    if (b.failed) {
         free(b.s);
         return FF_ENOMEM;
     }
