@@ -33,6 +33,12 @@ int main(int argc, char **argv)
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size % 2) {
+        if (rank == 0)
+            fprintf(stderr, "usage: mpirun -np 4 test_agree (an even number of ranks)\n");
+        MPI_Finalize();
+        return 2;
+    }
     ff_ctx *ctx;
     ff_grid *grid = NULL;
     ff_gpt *g = NULL;
@@ -77,7 +83,9 @@ int main(int argc, char **argv)
     ff_grid_destroy(grid);
     ff_ctx_destroy(ctx);
     if (rank == 0)
-        printf("agreements: %d in all\n", agreements);
+        printf("grid 1x2x1x%d, %d micro-batches of B=%d T=%d per step: want exactly 1 "
+               "agreement per step (exact count, no tolerance); %d in the whole test\n",
+               size / 2, MICRO, B, T, agreements);
     int code = test_finish("agree");
     MPI_Finalize();
     return code;

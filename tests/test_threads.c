@@ -111,8 +111,8 @@ int main(int argc, char **argv)
         }
     }
     if (rank == 0 && canon > 0)
-        printf("1, 2, 4 threads per rank: losses %.7f %.7f %.7f, eval %.7f; %d canonical "
-               "elements of 4 buffers compared bit for bit\n",
+        printf("grid 2x1x1x1, 1, 2, 4 threads per rank, tolerance 0 (bit for bit): losses %.7f "
+               "%.7f %.7f, eval %.7f; %d canonical elements of 4 buffers compared\n",
                r[0].loss[0], r[0].loss[1], r[0].loss[2], r[0].eval, canon);
     for (int i = 0; i < NRUNS; i++)
         for (int k = 0; k < 4; k++)
