@@ -8,7 +8,10 @@
  *
  *   mpirun -np R ff_bench_gpt --grid 1x1x1x1 --L 12 --C 768 --NH 12 --V 50257
  *          --maxT 1024 --B 4 --T 64 [--threads 1] [--reps 5] [--warmup 2]
- *          [--checkpoint] [--label TEXT]
+ *          [--checkpoint] [--label TEXT] [--decompose K] [--plan FILE]
+ *          [--panel ROWS]
+ * (--decompose: every linear layer's all-reduced products in K chunks;
+ * --plan: a per-layer plan file; --panel: GEMM panel height, 0 = by shape.)
  * Prints a line per step, a summary and one JSON line. */
 #include "fourfold/gpt.h"
 
@@ -20,10 +23,9 @@
 
 #include "fourfold/fourfold.h"
 
-
 typedef struct {
-    const char *grid, *label;
-    int L, C, NH, V, maxT, B, T, threads, reps, warmup, checkpoint;
+    const char *grid, *label, *plan;
+    int L, C, NH, V, maxT, B, T, threads, reps, warmup, checkpoint, decompose, panel;
 } options;
 
 static void die(int rank, const char *msg)
@@ -56,17 +58,35 @@ static double sgemm_rate(int n)
 
 static int parse(int argc, char **argv, options *o)
 {
-    *o = (options){"1x1x1x1", "", 12, 768, 12, 50257, 1024, 4, 64, 1, 5, 2, 0};
+    *o = (options){.grid = "1x1x1x1",
+                   .label = "",
+                   .L = 12,
+                   .C = 768,
+                   .NH = 12,
+                   .V = 50257,
+                   .maxT = 1024,
+                   .B = 4,
+                   .T = 64,
+                   .threads = 1,
+                   .reps = 5,
+                   .warmup = 2};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         struct {
             const char *name;
             int *dst;
-        } ints[] = {{"--L", &o->L},       {"--C", &o->C},
-                    {"--NH", &o->NH},     {"--V", &o->V},
-                    {"--maxT", &o->maxT}, {"--B", &o->B},
-                    {"--T", &o->T},       {"--threads", &o->threads},
-                    {"--reps", &o->reps}, {"--warmup", &o->warmup}};
+        } ints[] = {{"--L", &o->L},
+                    {"--C", &o->C},
+                    {"--NH", &o->NH},
+                    {"--V", &o->V},
+                    {"--maxT", &o->maxT},
+                    {"--B", &o->B},
+                    {"--T", &o->T},
+                    {"--threads", &o->threads},
+                    {"--reps", &o->reps},
+                    {"--warmup", &o->warmup},
+                    {"--decompose", &o->decompose},
+                    {"--panel", &o->panel}};
         int done = 0;
         for (size_t k = 0; k < sizeof ints / sizeof *ints && !done; k++)
             if (strcmp(a, ints[k].name) == 0 && v) {
@@ -80,6 +100,8 @@ static int parse(int argc, char **argv, options *o)
             o->grid = argv[++i];
         else if (strcmp(a, "--label") == 0 && v)
             o->label = argv[++i];
+        else if (strcmp(a, "--plan") == 0 && v)
+            o->plan = argv[++i];
         else if (strcmp(a, "--checkpoint") == 0)
             o->checkpoint = 1;
         else
@@ -114,9 +136,17 @@ int main(int argc, char **argv)
     ff_gpt_opts opts;
     ff_gpt_opts_default(&opts);
     opts.checkpoint = o.checkpoint;
+    opts.linear.decompose = o.decompose;
+    ff_layer_plan plan = {0};
+    if (o.plan && ff_layer_plan_read(o.plan, &plan, err, sizeof err) != FF_OK)
+        die(rank, err);
+    opts.plan = o.plan ? &plan : NULL;
     ff_gpt *g;
     if (ff_gpt_create(grid, &cfg, &opts, o.B, o.T, &g) != FF_OK || ff_gpt_init(g, 1))
         die(rank, ff_ctx_error(ctx));
+    ff_layer_plan_free(&plan);
+    if (o.panel > 0)
+        ff_gemm_set_panel_rows(ff_linear_seq_gemm(ff_gpt_linear_seq(g)), o.panel);
     int first, count;
     ff_gpt_local_sequences(g, &first, &count);
     size_t n_tok = (size_t)count * o.T;
@@ -155,17 +185,18 @@ int main(int argc, char **argv)
     if (rank == 0) {
         printf("%s grid %s, %d rank(s) x %d BLAS thread(s), kernel %s: L=%d C=%d NH=%d V=%d B=%d "
                "T=%d%s\n",
-               o.label, o.grid, size, o.threads, ff_blas_core(), o.L, o.C, o.NH, o.V, o.B,
-               o.T, o.checkpoint ? ", checkpointing" : "");
+               o.label, o.grid, size, o.threads, ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T,
+               o.checkpoint ? ", checkpointing" : "");
         printf("  step %.1f ms (median of %d), %.0f tokens/s, model %.1f GFLOP/s = %.3f of sgemm "
                "%.1f GFLOP/s x %d ranks; rank 0 memory: params %.1f MiB, activations %.1f MiB\n",
                step_s * 1e3, o.reps, o.B * o.T / step_s, flops / step_s / 1e9, frac, rate / 1e9,
                size, mem.params / 1048576.0, mem.activations / 1048576.0);
         printf("{\"bench\":\"gpt\",\"label\":\"%s\",\"grid\":\"%s\",\"ranks\":%d,\"threads\":%d,"
                "\"kernel\":\"%s\",\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"B\":%d,\"T\":%d,"
-               "\"checkpoint\":%d,\"median_ms\":%.2f,\"runs_ms\":[",
-               o.label, o.grid, size, o.threads, ff_blas_core(), o.L, o.C, o.NH, o.V, o.B,
-               o.T, o.checkpoint, step_s * 1e3);
+               "\"checkpoint\":%d,\"decompose\":%d,\"plan\":\"%s\",\"median_ms\":%.2f,"
+               "\"runs_ms\":[",
+               o.label, o.grid, size, o.threads, ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T,
+               o.checkpoint, o.decompose, o.plan ? o.plan : "", step_s * 1e3);
         for (int r = 0; r < o.reps; r++)
             printf("%s%.2f", r ? "," : "", runs[r] * 1e3);
         printf("],\"tokens_per_s\":%.1f,\"model_gflops\":%.3f,\"sgemm_gflops_per_rank\":%.3f,"

@@ -2,7 +2,9 @@
 # fourfold plan from a plain shell (no mpirun): bad input gives one message
 # and a non-zero exit; good input prints the table, the detail of one grid,
 # the rejected grids and JSON; a profile written by --print-machine reads
-# back to the same plan; under mpirun only one process prints.
+# back to the same plan; --per-layer writes a plan for the best grid that
+# --plan evaluates to the same prediction and refuses for another model or
+# grid; under mpirun only one process prints.
 #   usage: plan_cli.sh FOURFOLD MPIEXEC
 set -u
 FF=$1 MPIEXEC=$2
@@ -97,6 +99,65 @@ if ! diff "$WORK/table" "$WORK/table2" > "$WORK/diff"; then
     # only the header's machine line may differ (none expected)
     fail "plan from the profile file differs: $(head -5 "$WORK/diff")"
 fi
+
+# per-layer plans: refusals
+GPT2="--model gpt2 --ranks 8 --batch 8 --seq 256"
+bad 2 "--search foo: expected descent or mh"      $GPT2 --per-layer --search foo
+bad 2 "--search needs --per-layer"                $GPT2 --search mh
+bad 2 "--out needs --per-layer"                   $GPT2 --out "$WORK/lp.json"
+bad 2 "per-layer plans need the full cost model"  $GPT2 --per-layer --cost paper
+bad 2 "give one of them"                          $GPT2 --per-layer --plan "$WORK/lp.json"
+bad 2 "grid 8x1x1x1: the 12 heads do not divide" $GPT2 --grid 8x1x1x1 --per-layer
+bad 1 "--out: cannot write $WORK/none/lp.json"    $GPT2 --per-layer --out "$WORK/none/lp.json"
+bad 1 "cannot open plan $WORK/none.json"          $GPT2 --plan "$WORK/none.json"
+printf '{"format": "fourfold-layer-plan", "version": 2}\n' > "$WORK/v2.json"
+bad 1 "v2.json: version 2 is not supported"       $GPT2 --plan "$WORK/v2.json"
+
+# --per-layer without --grid: the ranking's best grid; the plan is written
+"$FF" plan $GPT2 --per-layer --out "$WORK/lp.json" > "$WORK/lp.txt" 2> "$WORK/err" ||
+    fail "--per-layer: exit $? ($(cat "$WORK/err"))"
+"$FF" plan $GPT2 > "$WORK/table8" || fail "plan gpt2: exit $?"
+best=$(grep -E '^ +1 [0-9]+x' "$WORK/table8" | awk '{print $2}')
+grep -q "^per-layer plan (coordinate descent) for grid $best:" "$WORK/lp.txt" ||
+    fail "--per-layer did not plan the best grid $best: $(grep '^per-layer' "$WORK/lp.txt")"
+rows=$(grep -cE '^ +(qkv|attproj|fc|fcproj) ' "$WORK/lp.txt")
+rows=$((rows + $(grep -cE '^ +[0-9]+ +(on|off) +qkv ' "$WORK/lp.txt")))
+[ "$rows" = 48 ] || fail "--per-layer: $rows layer rows, want 48 (12 blocks x 4)"
+grep -q "^wrote $WORK/lp.json" "$WORK/lp.txt" || fail "--per-layer: no 'wrote' line"
+[ -z "$(ls "$WORK" | grep '\.tmp\.')" ] || fail "--per-layer left a temporary file"
+searched=$(sed -n 's/^predicted step: uniform configuration \(.*\), per-layer plan \(.*\) (.*/\1 \2/p' "$WORK/lp.txt")
+[ -n "$searched" ] || fail "--per-layer: no 'predicted step' line"
+echo "ok  --per-layer on $best: uniform, plan: $searched"
+if command -v python3 > /dev/null; then
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["format"] == "fourfold-layer-plan" and d["version"] == 1 and len(d["blocks"]) == 12 and d["model"]["layers"] == 12, d' \
+        "$WORK/lp.json" || fail "--out: not a plan of 12 blocks"
+fi
+
+# --plan evaluates it: the same prediction, on its grid (given or not)
+"$FF" plan $GPT2 --plan "$WORK/lp.json" > "$WORK/eval.txt" 2> "$WORK/err" ||
+    fail "--plan: exit $? ($(cat "$WORK/err"))"
+evaluated=$(sed -n 's/^predicted step: uniform configuration \(.*\), per-layer plan \(.*\) (.*/\1 \2/p' "$WORK/eval.txt")
+[ "$evaluated" = "$searched" ] || fail "--plan predicts '$evaluated', the search '$searched'"
+"$FF" plan $GPT2 --grid "$best" --plan "$WORK/lp.json" > "$WORK/eval2.txt" ||
+    fail "--plan --grid $best: exit $?"
+cmp -s "$WORK/eval.txt" "$WORK/eval2.txt" || fail "--plan with and without its --grid differ"
+grep -q "per-layer plan: activation checkpointing in" "$WORK/eval.txt" || fail "--plan: no detail"
+other=2x2x2x1
+[ "$best" = 2x2x2x1 ] && other=1x2x2x2
+bad 2 "the plan is for grid $best; this run has grid $other" $GPT2 --grid $other --plan "$WORK/lp.json"
+bad 2 "the plan is for layers=12 hidden=768; this run has layers=2 hidden=64" \
+    --model gpt2 --layers 2 --hidden 64 --ranks 8 --batch 8 --seq 256 --plan "$WORK/lp.json"
+"$FF" plan $GPT2 --plan "$WORK/lp.json" --json > "$WORK/eval.json" || fail "--plan --json: exit $?"
+if command -v python3 > /dev/null; then
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["layer_plan"]["format"] == "fourfold-layer-plan" and d["grids"][0]["step_s"] <= d["uniform"]["step_s"], d["grids"][0]["step_s"]' \
+        "$WORK/eval.json" || fail "--plan --json: not the plan and its evaluation"
+fi
+
+# Metropolis-Hastings: the same file from the same seed
+"$FF" plan $GPT2 --grid "$best" --per-layer --search mh --seed 3 --out "$WORK/mh1.json" > /dev/null &&
+    "$FF" plan $GPT2 --grid "$best" --per-layer --search mh --seed 3 --out "$WORK/mh2.json" > /dev/null ||
+    fail "--search mh: exit $?"
+cmp -s "$WORK/mh1.json" "$WORK/mh2.json" || fail "--search mh: two runs with one seed differ"
 
 # under a launcher, without MPI_Init, only rank 0 prints
 if "$MPIEXEC" -np 2 --oversubscribe "$FF" plan --model tiny --ranks 4 --batch 4 --seq 32 \

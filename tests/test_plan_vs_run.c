@@ -11,7 +11,10 @@
  * configuration describing the same model, batch, sequence length,
  * micro-batches, checkpointing, AG cache, overlaps and wire (fp32; one
  * variant sends the linear layers' collectives and the data-parallel
- * buckets as bf16, the rest stays fp32). Equality is exact: tolerance 0.
+ * buckets as bf16, the rest stays fp32; the last runs a per-layer plan,
+ * mixed_plan() below, with GEMM panels of PANEL rows in the run and in the
+ * planner, so that decomposition cuts the few rows here into up to 4
+ * chunks). Equality is exact: tolerance 0.
  * Rank 0 prints one line per grid and variant and, for a mismatch, every
  * differing (group, collective) of the first rank that differs.
  *
@@ -75,17 +78,48 @@ typedef struct {
     int ag_cache;   /* blocks; FF_PLAN_AUTO: every layer (the model's default) */
     int overlaps;   /* 1: every overlap on (the default); 0: every one off */
     int wire;       /* bytes per element of the linear layers' collectives: 4 fp32, 2 bf16 */
+    int plan;       /* 1: the per-layer plan of mixed_plan() (the fields above ignored) */
 } variant;
 
+enum { PANEL = 4 };
+
 static const variant variants[] = {
-    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4},
-    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4},
-    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4},
-    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4},
-    {"checkpointing, no AG cache", 1, 1, 0, 1, 4},
-    {"no AG cache, overlaps off", 1, 0, 0, 0, 4},
-    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2},
+    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0},
+    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0},
+    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0},
+    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0},
+    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0},
+    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0},
+    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0},
+    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1},
 };
+
+/* A per-layer plan that mixes every option: checkpointing in block 0,
+ * decomposition 0, 2, 3 and 4 (cut at panels of PANEL rows), each overlap
+ * switch and the AG cache off somewhere, one layer on bf16; for the grid
+ * being run (set before each grid). */
+static ff_block_opts mixed_blocks[8];
+static ff_layer_plan mixed = {.blocks = mixed_blocks};
+
+static void mixed_plan(ff_dims grid)
+{
+    mixed.layers = model_cfg.L, mixed.heads = model_cfg.NH;
+    mixed.hidden = model_cfg.C, mixed.vocab = model_cfg.V;
+    mixed.grid = grid;
+    ff_layer_opts o = {
+        .decompose = 3, .oar = 1, .ors = 1, .oag = 1, .ag_cache = 1, .wire_bytes = 4};
+    mixed.head = o;
+    for (int l = 0; l < model_cfg.L; l++) {
+        mixed.blocks[l].checkpoint = l == 0;
+        for (int i = 0; i < FF_BLOCK_LAYERS; i++) {
+            ff_layer_opts *x = &mixed.blocks[l].layer[i];
+            *x = o;
+            x->decompose = (int[]){0, 2, 3, 4}[(l + i) % 4];
+            x->oar = i != 0, x->ors = i != 1, x->oag = i != 2, x->ag_cache = l != 1 || i == 3;
+            x->wire_bytes = l == 1 && i == 2 ? 2 : 4;
+        }
+    }
+}
 enum { NVARIANTS = sizeof variants / sizeof variants[0] };
 
 static const char *const coll_names[FF_NCOLL] = {"all-gather", "reduce-scatter", "all-reduce",
@@ -113,6 +147,7 @@ static void model_opts(const variant *v, ff_gpt_opts *o)
         o->dp_overlap = 0;
     }
     o->linear.coll.wire = v->wire == 2 ? FF_WIRE_BF16 : FF_WIRE_FP32;
+    o->plan = v->plan ? &mixed : NULL;
 }
 
 /* The run's collective model and ranks per node (set in main). */
@@ -138,6 +173,8 @@ static void plan_config(const variant *v, ff_plan_config *pc)
     pc->ag_cache = v->ag_cache == FF_PLAN_AUTO ? model_cfg.L : v->ag_cache;
     pc->wire_bytes = v->wire;
     pc->overlap = v->overlaps ? FF_OVERLAP_ALL : 0;
+    pc->layers = v->plan ? &mixed : NULL;
+    pc->panel_rows = v->plan ? PANEL : 0;
 }
 
 /* This rank's tokens for one step: n_micro micro-batches of its sequences. */
@@ -350,13 +387,14 @@ int main(int argc, char **argv)
         if ((rc = ff_grid_create(ctx, grids[i], &grid)))
             die(ctx, "ff_grid_create", rc);
         ff_gpt *g = NULL;
+        mixed_plan(grids[i]);
         for (int v = 0; v < NVARIANTS; v++) {
             const variant *va = &variants[v];
             /* a new model where the options change; its first step warms up */
             int fresh = !g || va->checkpoint != variants[v - 1].checkpoint ||
                         va->ag_cache != variants[v - 1].ag_cache ||
                         va->overlaps != variants[v - 1].overlaps ||
-                        va->wire != variants[v - 1].wire;
+                        va->wire != variants[v - 1].wire || va->plan != variants[v - 1].plan;
             if (fresh) {
                 ff_gpt_destroy(g);
                 ff_gpt_opts o;
@@ -364,6 +402,8 @@ int main(int argc, char **argv)
                 if ((rc = ff_gpt_create(grid, &model_cfg, &o, batch, T, &g)) ||
                     (rc = ff_gpt_init(g, 1234)))
                     die(ctx, "creating the model", rc);
+                if (va->plan)
+                    ff_gemm_set_panel_rows(ff_linear_seq_gemm(ff_gpt_linear_seq(g)), PANEL);
                 step(ctx, g, va->micro, 0);
             }
             for (int k = 0; k < FF_NGROUPS; k++)

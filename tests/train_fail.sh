@@ -61,5 +61,23 @@ case_ "fails its checksum"                 1 eval --grid 1x2x2x1 --checkpoint "$
 case_ "cannot open the checkpoint"         1 sample --grid 1x2x2x1 --checkpoint "$WORK/none.bin"
 case_ "is truncated"                       1 eval --grid 1x2x2x1 --checkpoint "$WORK/good/model_00000002.bin" --data "$WORK/short_train.bin"
 
+# per-layer plans (--plan): for this model and grid it runs; for another
+# grid or model, missing or corrupt, one message before anything runs
+P="--layers 2 --hidden 64 --heads 4 --vocab 257 --seq 16 --batch 4"
+"$FF" plan $P --grid 1x2x2x1 --per-layer --out "$WORK/plan.json" > /dev/null
+"$FF" plan $P --grid 2x1x2x1 --per-layer --out "$WORK/plan_grid.json" > /dev/null
+"$FF" plan --layers 2 --hidden 128 --heads 4 --vocab 257 --seq 16 --batch 4 --grid 1x2x2x1 \
+    --per-layer --out "$WORK/plan_model.json" > /dev/null
+"$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" train $S --data "$D" \
+    --plan "$WORK/plan.json" --out "$WORK/planned" > "$WORK/planned.out" 2>&1 &&
+    grep -q "per-layer plan" "$WORK/planned.out" && echo "      a plan for this model and grid runs" ||
+    { cat "$WORK/planned.out"; echo "FAILED: a plan for this model and grid"; failures=$((failures + 1)); }
+case_ "grid 2x1x2x1"                       1 train $S --data "$D" --plan "$WORK/plan_grid.json" --out "$WORK/o"
+case_ "hidden=128"                         1 train $S --data "$D" --plan "$WORK/plan_model.json" --out "$WORK/o"
+case_ "missing.json"                       1 train $S --data "$D" --plan "$WORK/missing.json" --out "$WORK/o"
+head -c 100 "$WORK/plan.json" > "$WORK/plan_cut.json"
+case_ "plan_cut.json"                      1 train $S --data "$D" --plan "$WORK/plan_cut.json" --out "$WORK/o"
+case_ "--decompose 65"                     2 train $S --data "$D" --decompose 65 --out "$WORK/o"
+
 echo "train_fail: $failures failures"
 [ "$failures" = 0 ]

@@ -14,6 +14,7 @@
 #include "fourfold/gemm.h"
 #include "fourfold/gpt.h"
 #include "fourfold/grid.h"
+#include "fourfold/layerplan.h"
 #include "fourfold/linear.h"
 #include "fourfold/plan.h"
 #include "fourfold/rng.h"

@@ -55,6 +55,11 @@ void ff_gemm_force_mode(ff_gemm *g, int mode);
 void ff_gemm_set_panel_rows(ff_gemm *g, int64_t rows);
 /* Rows per panel for a product of this shape (m rows, inner k, n columns). */
 int64_t ff_gemm_panel_rows(int64_t m, int64_t n, int64_t k);
+/* The panel height this tuner uses for products of n columns and inner k,
+ * however many rows they have: panels start at its multiples, so a product
+ * cut into row ranges at its multiples makes the same BLAS calls as the
+ * whole product (decomposition, docs/linear.md). */
+int64_t ff_gemm_panel_height(const ff_gemm *g, int64_t n, int64_t k);
 /* The mode names: "direct", "A^T", "B^T", "A^T B^T", "C^T". */
 const char *ff_gemm_mode_name(int mode);
 /* Prints one line per tuned shape: name, shape, mode chosen, time of each. */

@@ -47,7 +47,13 @@ typedef struct {
                               recompute the block before its backward */
     int dp_overlap;        /* post the D all-reduce of a block's gradients during the
                               backward, as soon as they are complete (one bucket per block) */
-    ff_linear_opts linear; /* overlaps of the linear layers, AG cache, wire */
+    ff_linear_opts linear; /* overlaps of the linear layers, AG cache, wire, decomposition */
+    /* A per-layer plan (include/fourfold/layerplan.h; NULL: none): each
+     * block's checkpointing and each linear layer's options replace
+     * `checkpoint` and the layers' `linear` settings (the algorithm, tuning
+     * and dp_overlap stay). Read at ff_gpt_create, which refuses, on every
+     * rank with one message, a plan for another model or grid. */
+    const ff_layer_plan *plan;
 } ff_gpt_opts;
 
 void ff_gpt_opts_default(ff_gpt_opts *o);

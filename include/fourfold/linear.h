@@ -34,6 +34,7 @@
 #include "fourfold/comm.h"
 #include "fourfold/gemm.h"
 #include "fourfold/grid.h"
+#include "fourfold/layerplan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,9 +71,23 @@ typedef struct {
                             (IV-D); -1: all */
     ff_gemm_tune tune;   /* GEMM mode tuning */
     ff_coll_opts coll;   /* wire and algorithm of the layer's collectives */
+    int decompose;       /* row chunks of the dependent all-reduces (docs/linear.md,
+                            "Decomposition"); 0 or 1: off, at most FF_DECOMPOSE_MAX */
 } ff_linear_opts;
 
-/* All overlaps on, AG cache for every layer, tuning of layouts, fp32 wire. */
+enum { FF_DECOMPOSE_MAX = 64 };
+
+/* The chunks decomposition cuts a product of `rows` rows into, computed in
+ * panels of `panel` rows: whole panels, t = ceil(rows / panel) of them, at
+ * most t chunks (1 for decompose < 2), chunk i the panels
+ * [t i / chunks, t (i + 1) / chunks). Fills bounds[0..chunks] with row
+ * offsets and returns the number of chunks (docs/linear.md,
+ * "Decomposition"; the planner uses it too). */
+int ff_decompose_bounds(int decompose, int64_t panel, int64_t rows,
+                        int64_t bounds[FF_DECOMPOSE_MAX + 1]);
+
+/* All overlaps on, AG cache for every layer, tuning of layouts, fp32 wire,
+ * no decomposition. */
 void ff_linear_opts_default(ff_linear_opts *o);
 
 typedef struct ff_linear ff_linear;
@@ -107,6 +122,16 @@ typedef struct {
 ff_linear_sizes ff_linear_local_sizes(const ff_linear *l);
 const char *ff_linear_name(const ff_linear *l);
 
+/* One layer's own options (a per-layer plan, include/fourfold/layerplan.h),
+ * replacing the sequence's for this layer: decomposition, OAR, ORS, OAG (its
+ * all-gather posted during the previous use), AG cache (ag_cache 1 keeps the
+ * first forward's gathered weight to the backward whatever ag_cache_layers
+ * says) and wire (the algorithm stays the sequence's). Before the program is
+ * set; FF_EINVAL for an option out of range. */
+int ff_linear_set_options(ff_linear *l, const ff_layer_opts *o);
+/* The options the layer runs with (the sequence's unless set). */
+void ff_linear_options(const ff_linear *l, ff_layer_opts *o);
+
 /* Binds the parameter views: w_shard and dw_shard (sizes.w_shard floats), b
  * and db (sizes.bias floats; NULL without bias). dw/db may be NULL for
  * inference. */
@@ -131,6 +156,14 @@ int ff_linear_seq_begin(ff_linear_seq *s);
 /* inp (rows, k/|R|) in the input layout -> out (rows, n/|C|), overwritten.
  * Must be the program's next use (a forward or recompute of this layer). */
 int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows);
+/* The same, calling done(arg, row0, n) for each range of finished output
+ * rows in order as soon as it is complete (all-reduced and biased): with
+ * decomposition into k chunks, k calls, each while the next chunks'
+ * all-reduces are in flight; without, one call for all rows. Row-wise work
+ * that consumes the output (an activation, a residual) runs there. */
+typedef void (*ff_linear_rows_fn)(void *arg, int64_t row0, int64_t n);
+int ff_linear_forward_rows(ff_linear *l, float *out, const float *inp, int64_t rows,
+                           ff_linear_rows_fn done, void *arg);
 /* dout (rows, n/|C|), inp (rows, k/|R|) as given to the forward -> dinp
  * (rows, k/|R|) overwritten (NULL: not needed); dw_shard and db accumulate
  * (+=), so micro-batches add up. Must be the program's next use. */

@@ -15,8 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fourfold/comm.h" /* ff_coll, FF_NCOLL */
-#include "fourfold/grid.h" /* ff_dims, ff_group_kind, FF_NGROUPS */
+#include "fourfold/comm.h"      /* ff_coll, FF_NCOLL */
+#include "fourfold/grid.h"      /* ff_dims, ff_group_kind, FF_NGROUPS */
+#include "fourfold/layerplan.h" /* ff_layer_plan */
 
 #ifdef __cplusplus
 extern "C" {
@@ -154,11 +155,25 @@ typedef struct {
      * planner applies the default rule strict_volume = 1 whatever this
      * says: a run with FF_STRICT_VOLUME=0 or FF_ALGO may move other bytes. */
     ff_coll_model coll;
+    /* A per-layer plan (layerplan.h; docs/planner.md, "Per-layer plans"),
+     * or NULL. With one, each block's checkpointing and each linear layer's
+     * decomposition, OAR, ORS, OAG, AG cache and wire are the plan's, and
+     * `checkpoint`, `ag_cache`, the oar/ors/oag bits of `overlap` and
+     * `wire_bytes` apply only where the plan has no say: the data-parallel
+     * all-reduces keep `wire_bytes` and FF_OVERLAP_DP. Only the full cost
+     * model takes one, and only for the grid it is for (ff_plan_evaluate,
+     * ff_plan_traffic; ff_plan_create refuses it). Not owned. */
+    const ff_layer_plan *layers;
+    /* GEMM panel height the run forces (ff_gemm_set_panel_rows), or 0: the
+     * panels of ff_gemm_panel_rows, as a run has them. Decomposition cuts
+     * a product at panel boundaries (docs/linear.md), so the panels decide
+     * how many chunks a product of few rows can have. */
+    int64_t panel_rows;
 } ff_plan_config;
 
 /* batch 8, seq 1024, 1 rank, machine "this", cost full, checkpoint and
  * AG cache automatic, 1 micro-batch, fp32 wire, every overlap, model unset,
- * collectives ff_coll_model_default. */
+ * collectives ff_coll_model_default, no per-layer plan. */
 void ff_plan_config_default(ff_plan_config *cfg);
 
 /* One collective kind on one group, per step, for one rank. */
@@ -209,7 +224,9 @@ size_t ff_plan_grids(int ranks, ff_dims *out, size_t cap);
 
 /* Evaluates one grid under cfg (cfg->ranks is ignored; the grid's product
  * is the rank count). A grid that does not divide or fit is a result with
- * rejected = 1, not an error; errors are bad configurations. */
+ * rejected = 1, not an error; errors are bad configurations, and a
+ * per-layer plan (cfg->layers) for another model or grid: FF_EINVAL with
+ * ff_layer_plan_match's sentence. */
 int ff_plan_evaluate(const ff_plan_config *cfg, ff_dims grid, ff_plan_result *out, char *err,
                      size_t err_len);
 
@@ -218,9 +235,34 @@ int ff_plan_evaluate(const ff_plan_config *cfg, ff_dims grid, ff_plan_result *ou
  * ring's volumes (uneven chunks included), or rec-whole's for the
  * all-reduces that AUTO runs as FF_ALGO_REC_WHOLE under cfg->coll on nodes
  * of machine.ranks_per_node consecutive ranks. Checkpointing and AG cache
- * as cfg says (FF_PLAN_AUTO resolved as ff_plan_evaluate does). */
+ * as cfg says (FF_PLAN_AUTO resolved as ff_plan_evaluate does), or its
+ * per-layer plan: an all-reduce decomposed into k chunks is k calls, each
+ * of its chunk's rows. */
 int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
                     ff_plan_coll out[FF_NGROUPS][FF_NCOLL], char *err, size_t err_len);
+
+/* The search for a per-layer plan on one grid (docs/planner.md, "Per-layer
+ * plans"): from cfg->layers if set, else the uniform plan of cfg (its
+ * checkpointing and AG cache resolved as ff_plan_evaluate does, its
+ * overlaps and wire), change one option of one layer, or one block's
+ * checkpointing, at a time and keep what the full model predicts faster
+ * within the machine's memory. method 0: coordinate descent (sweeps over
+ * every option, each set to its fastest candidate, until a sweep changes
+ * nothing; at most 20 sweeps; a local optimum); 1: Metropolis-Hastings
+ * (random single-option proposals, a slower one accepted with probability
+ * exp(-relative slowdown / 1e-4), the best plan seen kept; 20 proposals
+ * per option, 400 to 20000, drawn from `seed`). Candidates: decompose 0, 2, 3, 4, 8; oar,
+ * ors, oag, ag_cache and checkpoint 0 and 1; wire fp32, and bf16 only if
+ * cfg->wire_bytes is 2. Options that cannot change the step on this grid
+ * are not visited (no all-gather without Gz > 1, ...).
+ *
+ * Fills *out (its identification from cfg and grid, predicted_step_s;
+ * free it with ff_layer_plan_free) and *res (the plan's evaluation).
+ * Deterministic. FF_EINVAL for a bad configuration or method, FF_EDIVIDE
+ * if the grid does not divide the model or batch, FF_EINVAL if even the
+ * start does not fit in memory (res says why), FF_ENOMEM. */
+int ff_plan_per_layer(const ff_plan_config *cfg, ff_dims grid, int method, uint64_t seed,
+                      ff_layer_plan *out, ff_plan_result *res, char *err, size_t err_len);
 
 /* The bandwidth, GB/s, AxoNN's tool gives a group of `size` ranks at stride
  * `inner` (its tables for perlmutter and frontier; otherwise the profile's

@@ -6,11 +6,13 @@
  * whose launcher rank is 0 prints. */
 #include "fourfold/plan.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "util/file.h" /* ff_file_writable */
 #include "util/text.h"
 
 static const char help[] =
@@ -26,6 +28,8 @@ static const char help[] =
     "  --batch N            global batch in sequences (default 8)\n"
     "  --seq N              tokens per sequence (default 1024)\n"
     "  --micro-batches N    per step (default 1)\n"
+    "  --panel-rows N       GEMM panel height the run forces (0: by shape, the default);\n"
+    "                       decomposition cuts products at panel boundaries\n"
     "  --checkpoint M       activation checkpointing: on, off, auto (default auto: only\n"
     "                       where the step does not fit without it)\n"
     "  --ag-cache N         blocks whose gathered weights are kept for the recompute,\n"
@@ -47,7 +51,15 @@ static const char help[] =
     "  --grid GxxGyxGzxGd   explain one grid in detail (axonn: Gr x Gc x Gd x Gdata)\n"
     "  --rejected           list the rejected grids and why (also --why-rejected)\n"
     "  --min-tp N           axonn: minimum Gr*Gc*Gd (default: the tool's value per model)\n"
-    "  --grad-acc N         axonn: gradient accumulation steps (default 1)\n\n"
+    "  --grad-acc N         axonn: gradient accumulation steps (default 1)\n"
+    "per-layer plans (full cost model; docs/planner.md, \"Per-layer plans\"):\n"
+    "  --per-layer          search each block's checkpointing and each linear layer's\n"
+    "                       decomposition, overlaps, AG cache and wire on --grid (default:\n"
+    "                       the best grid of the ranking); print it and the gain\n"
+    "  --search S           descent (coordinate descent, default) or mh (Metropolis-Hastings)\n"
+    "  --seed N             mh's random draws (default 1)\n"
+    "  --out FILE.json      write the plan there (atomically), for fourfold train --plan\n"
+    "  --plan FILE.json     evaluate a plan on its grid (or --grid, which must be its own)\n\n"
     "Environment: FF_PROFILE=file, the collective model a run reads, decides which\n"
     "all-reduces the collective layer runs as rec-whole, and so their bytes and time\n"
     "(full); without it, the built-in model (docs/planner.md).\n";
@@ -119,6 +131,11 @@ typedef struct {
     long ranks, rpn;
     size_t memory;
     int have_memory, top, json, rejected, print_machine;
+    /* per-layer plans */
+    int per_layer, method, have_search; /* method: 0 descent, 1 mh */
+    long seed;
+    const char *out, *plan_file;
+    char plan_grid[64]; /* --plan without --grid: the plan's */
 } plan_opts;
 
 static int parse_on_off(const char *opt, const char *v, int *out)
@@ -206,6 +223,10 @@ static int parse_args(int argc, char **argv, plan_opts *o)
             if (!(v = cli_value(&a)) || cli_parse_int("seq", v, 1, 1L << 24, &n))
                 return CLI_USAGE;
             o->cfg.seq = n;
+        } else if (cli_is(&a, "panel-rows")) {
+            if (!(v = cli_value(&a)) || cli_parse_int("panel-rows", v, 0, 1L << 30, &n))
+                return CLI_USAGE;
+            o->cfg.panel_rows = n;
         } else if (cli_is(&a, "micro-batches")) {
             if (!(v = cli_value(&a)) || cli_parse_int("micro-batches", v, 1, 1L << 20, &n))
                 return CLI_USAGE;
@@ -277,6 +298,29 @@ static int parse_args(int argc, char **argv, plan_opts *o)
             o->rejected = 1;
         } else if (cli_is(&a, "print-machine")) {
             o->print_machine = 1;
+        } else if (cli_is(&a, "per-layer")) {
+            o->per_layer = 1;
+        } else if (cli_is(&a, "search")) {
+            if (!(v = cli_value(&a)))
+                return CLI_USAGE;
+            if (!strcmp(v, "descent"))
+                o->method = 0;
+            else if (!strcmp(v, "mh"))
+                o->method = 1;
+            else {
+                cli_error("--search %s: expected descent or mh", v);
+                return CLI_USAGE;
+            }
+            o->have_search = 1;
+        } else if (cli_is(&a, "seed")) {
+            if (!(v = cli_value(&a)) || cli_parse_int("seed", v, 0, 2147483647L, &o->seed))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "out")) {
+            if (!(o->out = cli_value(&a)))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "plan")) {
+            if (!(o->plan_file = cli_value(&a)))
+                return CLI_USAGE;
         } else {
             return cli_unknown(&a, "plan");
         }
@@ -534,11 +578,22 @@ static void print_detail(const ff_plan_config *cfg, const ff_plan_result *r)
     cli_print("per rank: %lld sequences x %lld tokens = %lld rows; ",
               (long long)(cfg->batch / ((int64_t)r->grid.z * r->grid.d)), (long long)cfg->seq,
               (long long)rows);
-    if (r->checkpoint)
+    if (cfg->layers) {
+        int ckpt = 0, cached = cfg->layers->head.ag_cache;
+        for (int l = 0; l < cfg->layers->layers; l++) {
+            ckpt += cfg->layers->blocks[l].checkpoint;
+            for (int i = 0; i < FF_BLOCK_LAYERS; i++)
+                cached += cfg->layers->blocks[l].layer[i].ag_cache;
+        }
+        cli_print("per-layer plan: activation checkpointing in %d of %d blocks, AG cache %d of "
+                  "%d layers\n",
+                  ckpt, cfg->model.layers, cached, 4 * cfg->model.layers + 1);
+    } else if (r->checkpoint) {
         cli_print("activation checkpointing, AG cache %d of %d blocks\n", r->ag_cache,
                   cfg->model.layers);
-    else
+    } else {
         cli_print("no activation checkpointing\n");
+    }
     cli_print("\n  group  size  inner  placement      alpha      bandwidth\n");
     for (int k = 0; k < FF_NGROUPS; k++) {
         const ff_plan_link *l = &r->link[k];
@@ -665,59 +720,199 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
             cfg->wire_bytes, cfg->overlap, ff_cost_name(cfg->cost), machine);
 }
 
-int cmd_plan(int argc, char **argv)
+/* ---- per-layer plans ---- */
+
+/* The combinations that make no sense, before anything is computed. */
+static int check_per_layer_options(const plan_opts *o)
 {
-    if (cli_quiet_process()) {
-        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
-            return CLI_FAIL;
+    const char *bad = NULL;
+    if (o->have_search && !o->per_layer)
+        bad = "--search needs --per-layer";
+    else if (o->out && !o->per_layer)
+        bad = "--out needs --per-layer (it writes the plan found)";
+    else if (o->per_layer && o->plan_file)
+        bad = "--per-layer searches a plan and --plan evaluates one: give one of them";
+    else if ((o->per_layer || o->plan_file) && o->cfg.cost != FF_COST_FULL)
+        bad = "per-layer plans need the full cost model (--cost full)";
+    else if ((o->per_layer || o->plan_file) && o->print_machine)
+        bad = "--print-machine prints the machine only: without --per-layer or --plan";
+    if (!bad)
+        return CLI_OK;
+    cli_error("%s", bad);
+    return CLI_USAGE;
+}
+
+static const char *const layer_names[FF_BLOCK_LAYERS] = {"qkv", "attproj", "fc", "fcproj"};
+
+static void print_layer_row(const char *block, const char *ckpt, const char *name,
+                            const ff_layer_opts *o)
+{
+    cli_print("  %5s %4s  %-8s %9d %4d %4d %4d %6d  %s\n", block, ckpt, name, o->decompose, o->oar,
+              o->ors, o->oag, o->ag_cache, o->wire_bytes == 2 ? "bf16" : "fp32");
+}
+
+/* The plan, one row per linear layer, and its prediction against the
+ * uniform configuration's (u, rejected or not). */
+static void print_layer_plan(const ff_layer_plan *p, const char *how, const ff_plan_result *u,
+                             const ff_plan_result *r)
+{
+    char g[48], t[2][24];
+    cli_print("\nper-layer plan (%s) for grid %s:\n", how, fmt_grid(g, sizeof g, p->grid));
+    cli_print("  %5s %4s  %-8s %9s %4s %4s %4s %6s  %s\n", "block", "ckpt", "layer", "decompose",
+              "oar", "ors", "oag", "cache", "wire");
+    print_layer_row("-", "-", "wte", &p->head);
+    for (int l = 0; l < p->layers; l++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", l);
+        for (int i = 0; i < FF_BLOCK_LAYERS; i++)
+            print_layer_row(i ? "" : num,
+                            i                         ? ""
+                            : p->blocks[l].checkpoint ? "on"
+                                                      : "off",
+                            layer_names[i], &p->blocks[l].layer[i]);
     }
-    plan_opts o;
-    memset(&o, 0, sizeof o);
-    ff_plan_config_default(&o.cfg);
-    o.layers = o.hidden = o.heads = o.vocab = o.positions = o.ranks = o.rpn = -1;
-    o.top = 10;
-    int code = parse_args(argc, argv, &o);
-    if (code == -1)
-        return CLI_OK; /* --help */
-    if (code != CLI_OK)
-        return code;
-    if ((code = resolve(&o)) != CLI_OK)
-        return code;
-    ff_plan_config *cfg = &o.cfg;
+    if (r->rejected) {
+        cli_print("\npredicted step: the per-layer plan is rejected: %s\n", r->reason);
+        return;
+    }
+    if (u->rejected)
+        cli_print("\npredicted step: per-layer plan %s; the uniform configuration is rejected "
+                  "(%s)\n",
+                  fmt_time(t[0], 24, r->step_s), u->reason);
+    else
+        cli_print("\npredicted step: uniform configuration %s, per-layer plan %s (%+.1f%%)\n",
+                  fmt_time(t[0], 24, u->step_s), fmt_time(t[1], 24, r->step_s),
+                  100 * (r->step_s / u->step_s - 1));
+}
+
+static void print_plan_json(const ff_plan_config *cfg, const ff_layer_plan *p,
+                            const ff_plan_result *u, const ff_plan_result *r)
+{
+    char *text = ff_layer_plan_to_json(p);
+    print_json_head(stdout, cfg);
+    fprintf(stdout, " \"grids\": [");
+    print_json_result(stdout, cfg, r);
+    fprintf(stdout, "],\n \"uniform\": ");
+    print_json_result(stdout, cfg, u);
+    fprintf(stdout, ",\n \"layer_plan\": %s}\n", text ? text : "null");
+    free(text);
+}
+
+/* --plan FILE: the plan evaluated on its grid, beside the uniform
+ * configuration of the options. */
+static int run_given_plan(plan_opts *o, ff_dims grid, const ff_layer_plan *p)
+{
+    ff_plan_config *cfg = &o->cfg;
+    const ff_model *md = &cfg->model;
     char err[512];
-    if (o.print_machine) {
-        char json[8192];
-        ff_profile_to_json(&cfg->machine, json, sizeof json);
-        cli_print("%s", json);
+    if (ff_layer_plan_match(p, md->layers, md->heads, md->hidden, md->vocab, grid, err,
+                            sizeof err) != FF_OK) {
+        cli_error("--plan %s: %s", o->plan_file, err);
+        return CLI_USAGE;
+    }
+    ff_plan_result u, r;
+    int rc = ff_plan_evaluate(cfg, grid, &u, err, sizeof err);
+    if (rc == FF_OK) {
+        cfg->layers = p;
+        rc = ff_plan_evaluate(cfg, grid, &r, err, sizeof err);
+    }
+    if (rc != FF_OK) {
+        cli_error("%s", err);
+        return rc == FF_ENOMEM ? CLI_FAIL : CLI_USAGE;
+    }
+    if (o->json) {
+        print_plan_json(cfg, p, &u, &r);
         return CLI_OK;
     }
+    print_header(cfg, 0, 0);
+    print_detail(cfg, &r);
+    print_layer_plan(p, o->plan_file, &u, &r);
+    return CLI_OK;
+}
 
-    ff_dims grid = {0, 0, 0, 0};
-    if (o.grid) {
-        if (o.ranks < 0) {
-            if (explicit_grid(o.grid, &grid)) {
-                cli_error("--grid %s: give four sizes such as 2x2x4x8, or --ranks for a preset",
-                          o.grid);
-                return CLI_USAGE;
-            }
-            o.ranks = (long)grid.x * grid.y * grid.z * grid.d;
-        }
-        if (ff_grid_parse(o.grid, (int)o.ranks, cfg->machine.ranks_per_node, &grid, err,
-                          sizeof err) != FF_OK) {
-            cli_error("--grid: %s", err);
-            return CLI_USAGE;
+/* --per-layer: the search on the grid (given, or the ranking's best), the
+ * plan printed and written. */
+/* Ranks every grid of cfg; on failure prints the reason and returns the
+ * exit code. */
+static int create_plan(const ff_plan_config *cfg, ff_plan **plan)
+{
+    int rc = ff_plan_create(plan, cfg);
+    if (rc == FF_OK)
+        return CLI_OK;
+    cli_error("%s", ff_plan_error(*plan));
+    ff_plan_destroy(*plan);
+    *plan = NULL;
+    return rc == FF_ENOMEM ? CLI_FAIL : CLI_USAGE;
+}
+
+static int run_per_layer(plan_opts *o, ff_dims grid, int have_grid)
+{
+    ff_plan_config *cfg = &o->cfg;
+    char err[512], g[48];
+    if (!have_grid) {
+        ff_plan *plan;
+        int code = create_plan(cfg, &plan);
+        if (code != CLI_OK)
+            return code;
+        int none = ff_plan_accepted(plan) == 0;
+        if (!none)
+            grid = ff_plan_get(plan, 0)->grid;
+        ff_plan_destroy(plan);
+        if (none) {
+            cli_error("--per-layer: no grid of %d ranks fits (fourfold plan --rejected says why)",
+                      cfg->ranks);
+            return CLI_FAIL;
         }
     }
-    cfg->ranks = o.ranks > 0 ? (int)o.ranks : 1;
+    /* a file that cannot be written stops before the search */
+    const int writer = !cli_quiet_process();
+    if (o->out && writer && ff_file_writable(o->out) != 0) {
+        cli_error("--out: cannot write %s: %s", o->out, strerror(errno));
+        return CLI_FAIL;
+    }
+    ff_plan_result u, r;
+    ff_layer_plan p;
+    int rc = ff_plan_evaluate(cfg, grid, &u, err, sizeof err);
+    if (rc == FF_OK)
+        rc = ff_plan_per_layer(cfg, grid, o->method, (uint64_t)o->seed, &p, &r, err, sizeof err);
+    if (rc != FF_OK) {
+        cli_error("--per-layer: %s", err);
+        return rc == FF_ENOMEM ? CLI_FAIL : CLI_USAGE;
+    }
+    if (o->out && writer && ff_layer_plan_write(&p, o->out, err, sizeof err) != FF_OK) {
+        cli_error("%s", err);
+        ff_layer_plan_free(&p);
+        return CLI_FAIL;
+    }
+    if (o->json) {
+        print_plan_json(cfg, &p, &u, &r);
+    } else {
+        print_header(cfg, 0, 0);
+        cfg->layers = &p;
+        print_detail(cfg, &r);
+        cfg->layers = NULL;
+        print_layer_plan(&p, o->method ? "Metropolis-Hastings" : "coordinate descent", &u, &r);
+        if (o->out)
+            cli_print("wrote %s (fourfold train --grid %s --plan %s)\n", o->out,
+                      fmt_grid(g, sizeof g, grid), o->out);
+    }
+    ff_layer_plan_free(&p);
+    return CLI_OK;
+}
 
-    if (o.grid) {
+/* One grid in detail, or every grid ranked. */
+static int run_ranking(plan_opts *o, ff_dims grid, int have_grid)
+{
+    ff_plan_config *cfg = &o->cfg;
+    char err[512];
+    if (have_grid) {
         ff_plan_result r;
         int rc = ff_plan_evaluate(cfg, grid, &r, err, sizeof err);
         if (rc != FF_OK) {
             cli_error("%s", err);
             return rc == FF_ENOMEM ? CLI_FAIL : CLI_USAGE;
         }
-        if (o.json) {
+        if (o->json) {
             if (cli_world_rank() == 0) {
                 print_json_head(stdout, cfg);
                 fprintf(stdout, " \"grids\": [");
@@ -732,13 +927,10 @@ int cmd_plan(int argc, char **argv)
     }
 
     ff_plan *plan;
-    int rc = ff_plan_create(&plan, cfg);
-    if (rc != FF_OK) {
-        cli_error("%s", ff_plan_error(plan));
-        ff_plan_destroy(plan);
-        return rc == FF_ENOMEM ? CLI_FAIL : CLI_USAGE;
-    }
-    if (o.json) {
+    int code = create_plan(cfg, &plan);
+    if (code != CLI_OK)
+        return code;
+    if (o->json) {
         print_json_head(stdout, cfg);
         fprintf(stdout, " \"accepted\": %zu,\n \"grids\": [\n", ff_plan_accepted(plan));
         for (size_t i = 0; i < ff_plan_count(plan); i++) {
@@ -749,10 +941,85 @@ int cmd_plan(int argc, char **argv)
         fprintf(stdout, " ]}\n");
     } else {
         print_header(cfg, ff_plan_count(plan), ff_plan_accepted(plan));
-        print_table(plan, o.top);
-        if (o.rejected)
+        print_table(plan, o->top);
+        if (o->rejected)
             print_rejected(plan);
     }
     ff_plan_destroy(plan);
     return CLI_OK;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    if (cli_quiet_process()) {
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+            return CLI_FAIL;
+    }
+    plan_opts o;
+    memset(&o, 0, sizeof o);
+    ff_plan_config_default(&o.cfg);
+    o.layers = o.hidden = o.heads = o.vocab = o.positions = o.ranks = o.rpn = -1;
+    o.top = 10;
+    o.seed = 1;
+    int code = parse_args(argc, argv, &o);
+    if (code == -1)
+        return CLI_OK; /* --help */
+    if (code != CLI_OK)
+        return code;
+    if ((code = check_per_layer_options(&o)) != CLI_OK)
+        return code;
+    if ((code = resolve(&o)) != CLI_OK)
+        return code;
+    ff_plan_config *cfg = &o.cfg;
+    char err[512];
+    if (o.print_machine) {
+        char json[8192];
+        ff_profile_to_json(&cfg->machine, json, sizeof json);
+        cli_print("%s", json);
+        return CLI_OK;
+    }
+
+    ff_layer_plan given;
+    memset(&given, 0, sizeof given);
+    if (o.plan_file) {
+        /* read first: without --grid, the plan's grid is the one */
+        if (ff_layer_plan_read(o.plan_file, &given, err, sizeof err) != FF_OK) {
+            cli_error("--plan: %s", err);
+            return CLI_FAIL;
+        }
+        if (!o.grid) {
+            snprintf(o.plan_grid, sizeof o.plan_grid, "%dx%dx%dx%d", given.grid.x, given.grid.y,
+                     given.grid.z, given.grid.d);
+            o.grid = o.plan_grid;
+        }
+    }
+
+    ff_dims grid = {0, 0, 0, 0};
+    if (o.grid) {
+        if (o.ranks < 0) {
+            if (explicit_grid(o.grid, &grid)) {
+                cli_error("--grid %s: give four sizes such as 2x2x4x8, or --ranks for a preset",
+                          o.grid);
+                ff_layer_plan_free(&given);
+                return CLI_USAGE;
+            }
+            o.ranks = (long)grid.x * grid.y * grid.z * grid.d;
+        }
+        if (ff_grid_parse(o.grid, (int)o.ranks, cfg->machine.ranks_per_node, &grid, err,
+                          sizeof err) != FF_OK) {
+            cli_error("--grid: %s", err);
+            ff_layer_plan_free(&given);
+            return CLI_USAGE;
+        }
+    }
+    cfg->ranks = o.ranks > 0 ? (int)o.ranks : 1;
+
+    if (o.plan_file)
+        code = run_given_plan(&o, grid, &given);
+    else if (o.per_layer)
+        code = run_per_layer(&o, grid, o.grid != NULL);
+    else
+        code = run_ranking(&o, grid, o.grid != NULL);
+    ff_layer_plan_free(&given);
+    return code;
 }

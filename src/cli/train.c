@@ -19,7 +19,7 @@ typedef struct {
     long layers, hidden, heads, vocab, max_seq; /* overrides; 0: the preset's */
     long batch, micro, seq, steps;
     ff_adamw hyper;
-    const char *data, *val_data, *out, *resume_from, *init_from;
+    const char *data, *val_data, *out, *resume_from, *init_from, *plan;
     int resume, overwrite, grid_auto;
     long ag_cache_blocks; /* the planner's unit; -1: every layer, wte included */
     long seed, val_every, val_batches, save_every, keep, log_every, sample_tokens, top_k;
@@ -69,6 +69,10 @@ static const char help[] =
     "  --ag-cache N          the last N blocks keep their gathered weights from the forward\n"
     "                        to the backward (-1: every layer and wte; default -1)\n"
     "  --wire fp32|bf16      element format of the linear layers' collectives (default fp32)\n"
+    "  --decompose K         compute each layer's all-reduced product in K chunks of rows,\n"
+    "                        each chunk's all-reduce beside the next chunk (default 0 = off)\n"
+    "  --plan FILE           a per-layer plan (`fourfold plan --per-layer --out FILE`): its\n"
+    "                        checkpointing and layer options replace the four above\n"
     "  --grid auto           the planner's first choice for this model, batch and job\n";
 
 static void defaults(train_opts *o)
@@ -177,6 +181,8 @@ static int parse(int argc, char **argv, train_opts *o)
         {"temperature", 'f', &o->temperature, 0, 100},
         {"top-k", 'l', &o->top_k, 0, 1 << 24},
         {"ag-cache", 'l', &o->ag_cache_blocks, -1, 1 << 20},
+        {"decompose", 'i', &o->gpt.linear.decompose, 0, FF_DECOMPOSE_MAX},
+        {"plan", 's', &o->plan, 0, 0},
     };
     cli_args a;
     cli_args_init(&a, argc, argv);
@@ -384,6 +390,15 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
         o->gpt.linear.ors ? "on" : "off", o->gpt.linear.oag ? "on" : "off",
         o->gpt.dp_overlap ? "on" : "off", agc);
     ROW("wire", "%s", o->gpt.linear.coll.wire == FF_WIRE_BF16 ? "bf16" : "fp32");
+    if (o->gpt.linear.decompose > 1)
+        ROW("decomposition", "%d chunks of rows per all-reduced product", o->gpt.linear.decompose);
+    else
+        ROW("decomposition", "off");
+    if (o->plan)
+        ROW("per-layer plan",
+            "%s (its checkpointing, overlaps, AG cache, wire and "
+            "decomposition replace the rows above)",
+            o->plan);
     ROW("memory per rank", "params %.1f grads %.1f adam %.1f act %.1f MiB", mem.params * mib,
         mem.grads * mib, mem.adam * mib, mem.activations * mib);
     ROW("sgemm per rank", "%.1f GFLOP/s (%s, %d thread(s), all ranks at once)",
@@ -444,6 +459,21 @@ static void print_event(const ff_train_event *ev, void *user)
     }
 }
 
+/* Every rank reads the plan and checks it is for this model and grid; one
+ * rank's failure is everyone's. */
+static int read_plan(ff_ctx *ctx, const char *path, const ff_gpt_config *cfg, ff_dims shape,
+                     ff_layer_plan *plan)
+{
+    char err[512];
+    int rc = ff_layer_plan_read(path, plan, err, sizeof err);
+    if (rc == FF_OK &&
+        (rc = ff_layer_plan_match(plan, cfg->L, cfg->NH, cfg->C, cfg->V, shape, err, sizeof err)))
+        ff_ctx_set_error(ctx, rc, "--plan %s: %s", path, err);
+    else if (rc)
+        ff_ctx_set_error(ctx, rc, "%s", err);
+    return ff_ctx_agree(ctx, rc);
+}
+
 int cmd_train(int argc, char **argv)
 {
     train_opts o;
@@ -495,8 +525,12 @@ int cmd_train(int argc, char **argv)
     tc.init_from = o.init_from;
     tc.hook = print_event;
     tc.user = &o;
+    ff_layer_plan plan = {0};
     ff_trainer *t = NULL;
-    int rc = ff_trainer_create(grid, &tc, &t);
+    int rc = o.plan ? read_plan(ctx, o.plan, &cfg, ff_grid_shape(grid), &plan) : FF_OK;
+    tc.gpt.plan = o.plan ? &plan : NULL;
+    if (rc == FF_OK)
+        rc = ff_trainer_create(grid, &tc, &t);
     if (rc == FF_OK) {
         print_settings(&o, t, grid, ff_ctx_size(ctx));
         rc = ff_trainer_run(t);
@@ -510,5 +544,6 @@ int cmd_train(int argc, char **argv)
     if (rc)
         cli_error("%s", ff_ctx_error(ctx));
     ff_trainer_destroy(t);
+    ff_layer_plan_free(&plan);
     return cli_teardown(&o.run, ctx, grid, rc ? CLI_FAIL : CLI_OK);
 }

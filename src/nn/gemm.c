@@ -83,6 +83,11 @@ void ff_gemm_force_mode(ff_gemm *g, int mode)
 
 void ff_gemm_set_panel_rows(ff_gemm *g, int64_t rows) { g->panel_rows = rows > 0 ? rows : 0; }
 
+int64_t ff_gemm_panel_height(const ff_gemm *g, int64_t n, int64_t k)
+{
+    return g->panel_rows > 0 ? g->panel_rows : ff_gemm_panel_rows(INT64_MAX, n, k);
+}
+
 int64_t ff_gemm_panel_rows(int64_t m, int64_t n, int64_t k)
 {
     double per_row = 2.0 * (double)(n > 0 ? n : 1) * (double)(k > 0 ? k : 1);

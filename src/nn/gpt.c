@@ -261,7 +261,7 @@ static int build_programs(ff_gpt *g)
     e = n;
     u[n++] = (ff_linear_use){0, FF_USE_BACKWARD};
     for (int l = L - 1; l >= 0; l--) {
-        if (g->opt.checkpoint)
+        if (g->ckpt[l])
             for (int i = 0; i < 3; i++)
                 u[n++] = (ff_linear_use){1 + 4 * l + i, FF_USE_RECOMPUTE};
         for (int i = 3; i >= 0; i--)
@@ -285,6 +285,49 @@ static int use_program(ff_gpt *g, int train)
     return rc;
 }
 
+/* Each block's checkpointing (the plan's, else the option) and the
+ * activation sets: one per block without it, one shared by those with it. */
+static int plan_blocks(ff_gpt *g)
+{
+    const ff_gpt_config *c = &g->cfg;
+    const ff_layer_plan *p = g->opt.plan;
+    char why[512];
+    if (p && (ff_layer_plan_check(p, why, sizeof why) ||
+              ff_layer_plan_match(p, c->L, c->NH, c->C, c->V, g->shape, why, sizeof why)))
+        return ff_set_error(g->ctx, FF_EINVAL, "%s", why);
+    g->ckpt = calloc((size_t)c->L, sizeof(int));
+    g->set_of = calloc((size_t)c->L, sizeof(int));
+    if (!g->ckpt || !g->set_of)
+        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
+    int shared = 0;
+    g->n_sets = 0;
+    for (int l = 0; l < c->L; l++) {
+        g->ckpt[l] = p ? p->blocks[l].checkpoint : g->opt.checkpoint != 0;
+        shared |= g->ckpt[l];
+        if (!g->ckpt[l])
+            g->set_of[l] = g->n_sets++;
+    }
+    for (int l = 0; l < c->L; l++)
+        if (g->ckpt[l])
+            g->set_of[l] = g->n_sets;
+    g->n_sets += shared;
+    return FF_OK;
+}
+
+/* The plan's options of each linear layer. */
+static int plan_layers(ff_gpt *g)
+{
+    const ff_layer_plan *p = g->opt.plan;
+    int rc = p ? ff_linear_set_options(g->wte, &p->head) : FF_OK;
+    for (int l = 0; p && l < g->cfg.L && rc == FF_OK; l++) {
+        ff_linear *ls[FF_BLOCK_LAYERS] = {g->qkv[l], g->attproj[l], g->fc[l], g->fcproj[l]};
+        for (int i = 0; i < FF_BLOCK_LAYERS && rc == FF_OK; i++)
+            rc = ff_linear_set_options(ls[i], &p->blocks[l].layer[i]);
+    }
+    g->opt.plan = NULL; /* the caller's; not kept */
+    return rc;
+}
+
 static int gpt_create_local(ff_gpt *g)
 {
     const ff_gpt_config *c = &g->cfg;
@@ -300,8 +343,9 @@ static int gpt_create_local(ff_gpt *g)
     g->vx = c->Vp / g->gx;
     g->nhx = c->NH / g->gx;
     g->hs = c->C / c->NH;
-    g->n_sets = g->opt.checkpoint ? 1 : c->L;
     const size_t L = (size_t)c->L;
+    if ((rc = plan_blocks(g)))
+        return rc;
     ff_linear ***lists[4] = {&g->qkv, &g->attproj, &g->fc, &g->fcproj};
     for (int i = 0; i < 4; i++)
         if (!(*lists[i] = calloc(L, sizeof(ff_linear *))))
@@ -321,7 +365,7 @@ static int gpt_create_local(ff_gpt *g)
     g->bucket_req = calloc(L + 1, sizeof(ff_request *));
     if (!g->acts || !g->bucket_off || !g->bucket_len || !g->bucket_req)
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
-    if ((rc = create_layers(g)) || (rc = build_programs(g)))
+    if ((rc = create_layers(g)) || (rc = plan_layers(g)) || (rc = build_programs(g)))
         return rc;
     g->n_params = flat_size(g);
     if ((rc = alloc_buffers(g)))
@@ -388,6 +432,8 @@ void ff_gpt_destroy(ff_gpt *g)
             free(p[i]);
     }
     free(g->acts);
+    free(g->ckpt);
+    free(g->set_of);
     float *bufs[] = {g->lnf,  g->lnf_mean,    g->lnf_rstd,   g->logits,    g->losses,
                      g->dres, g->dln,         g->tmp,        g->dqkv,      g->datty,
                      g->dfch, g->att_scratch, g->ce_scratch, g->ln_scratch};
@@ -448,6 +494,30 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
 
 static float *resid_at(ff_gpt *g, int l) { return g->resid + (int64_t)l * g->m * g->cy; }
 
+/* Row-wise work on a linear layer's output, run on each chunk of rows as
+ * soon as the layer has finished it (ff_linear_forward_rows): a residual
+ * sum = a + b, or an activation out = GELU(a); `width` columns. */
+typedef struct {
+    ff_gpt *g;
+    float *out;
+    const float *a, *b;
+    int64_t width;
+} rows_work;
+
+static void rows_add(void *arg, int64_t row0, int64_t n)
+{
+    rows_work *w = arg;
+    int64_t off = row0 * w->width;
+    ff_add(w->g->ctx, w->out + off, w->a + off, w->b + off, n * w->width);
+}
+
+static void rows_gelu(void *arg, int64_t row0, int64_t n)
+{
+    rows_work *w = arg;
+    int64_t off = row0 * w->width;
+    ff_gelu_forward(w->g->ctx, w->out + off, w->a + off, n * w->width);
+}
+
 /* Block l from resid[l]: to resid[l + 1], or under recompute only as far as
  * the backward needs (the MLP down's input). */
 static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
@@ -463,22 +533,20 @@ static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
     // atty (m, C/Gx): the rank's heads
     ff_attention_forward(g->ctx, a->atty, a->att, a->qkv, g->Bl, g->T, (int)g->nhx, (int)g->hs);
     // mid (m, C/Gy) = h + atty Wproj + b
-    if ((rc = ff_linear_forward(g->attproj[l], g->tmp, a->atty, m)))
+    rows_work mid = {g, a->mid, h, g->tmp, cy};
+    if ((rc = ff_linear_forward_rows(g->attproj[l], g->tmp, a->atty, m, rows_add, &mid)))
         return rc;
-    ff_add(g->ctx, a->mid, h, g->tmp, m * cy);
     // fch (m, 4C/Gx) = LayerNorm(mid) Wfc + b; fch_gelu = GELU(fch)
+    rows_work act = {g, a->fch_gelu, a->fch, NULL, g->fx};
     if ((rc = ff_ln_forward(g->grp_y, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, g->pv.ln2w[l],
                             g->pv.ln2b[l], m, cy, C)) ||
-        (rc = ff_linear_forward(g->fc[l], a->fch, a->ln2, m)))
+        (rc = ff_linear_forward_rows(g->fc[l], a->fch, a->ln2, m, rows_gelu, &act)))
         return rc;
-    ff_gelu_forward(g->ctx, a->fch_gelu, a->fch, m * g->fx);
     if (recompute)
         return FF_OK;
     // resid[l+1] (m, C/Gy) = mid + fch_gelu Wfcproj + b
-    if ((rc = ff_linear_forward(g->fcproj[l], g->tmp, a->fch_gelu, m)))
-        return rc;
-    ff_add(g->ctx, resid_at(g, l + 1), a->mid, g->tmp, m * cy);
-    return FF_OK;
+    rows_work out = {g, resid_at(g, l + 1), a->mid, g->tmp, cy};
+    return ff_linear_forward_rows(g->fcproj[l], g->tmp, a->fch_gelu, m, rows_add, &out);
 }
 
 /* dres (m, C/Gy) holds d loss / d resid[l + 1]; leaves d loss / d resid[l]. */
@@ -520,7 +588,7 @@ static int forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets, flo
         (rc = ff_linear_use_end(g->wte)))
         return rc;
     for (int l = 0; l < g->cfg.L; l++)
-        if ((rc = block_forward(g, l, &g->acts[g->n_sets == 1 ? 0 : l], 0)))
+        if ((rc = block_forward(g, l, &g->acts[g->set_of[l]], 0)))
             return rc;
     if ((rc = ff_ln_forward(g->grp_y, g->lnf, g->lnf_mean, g->lnf_rstd, resid_at(g, g->cfg.L),
                             g->pv.lnfw, g->pv.lnfb, m, g->cy, g->cfg.C)) ||
@@ -627,8 +695,8 @@ int ff_gpt_forward_backward_agreed(ff_gpt *g, const int32_t *tokens, const int32
                              g->ln_scratch)))
         return rc;
     for (int l = L - 1; l >= 0; l--) {
-        ff_gpt_acts *a = &g->acts[g->n_sets == 1 ? 0 : l];
-        if (g->opt.checkpoint && (rc = block_forward(g, l, a, 1)))
+        ff_gpt_acts *a = &g->acts[g->set_of[l]];
+        if (g->ckpt[l] && (rc = block_forward(g, l, a, 1)))
             return rc;
         if ((rc = block_backward(g, l, a)))
             return rc;

@@ -54,7 +54,9 @@ struct ff_gpt {
 
     float *resid; /* (L + 1) x (m, C/Gy): block inputs and the last output */
     ff_gpt_acts *acts;
-    int n_sets; /* L, or 1 under checkpointing */
+    int n_sets;  /* the blocks without checkpointing, and one if any block has it */
+    int *ckpt;   /* block l recomputes its forward before its backward */
+    int *set_of; /* the activation set of block l (the shared one under checkpointing) */
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *dres, *dln, *tmp, *dqkv, *datty, *dfch, *att_scratch, *ce_scratch, *ln_scratch;
     size_t act_bytes, scratch_bytes;

@@ -2,7 +2,10 @@
  *
  * Weight uses follow a program fixed before the run, so every overlap is a
  * decision about *when* a collective is posted or waited on, never about what
- * is computed: results are bitwise identical with any switch combination. */
+ * is computed: results are bitwise identical with any switch combination.
+ * Decomposition also cuts the dependent all-reduces into chunks, which is
+ * bitwise identical where the all-reduce's order of additions does not
+ * depend on the vector's length (docs/linear.md, "Decomposition"). */
 #include "fourfold/linear.h"
 
 #include <limits.h>
@@ -39,10 +42,14 @@ struct ff_linear {
     int held;          /* w_gathered is allocated (gathered or in flight) */
     float *dw_block;   /* dW_rc of this run, accumulating over its backward uses */
     int dw_contributions;
-    ff_request *rs;    /* the reduce-scatter in flight (ORS), possibly from an earlier run */
-    float *rs_send;    /* the dW_rc it reads */
-    float *rs_out;     /* its result, added into dw when it completes */
-    int cached;        /* AG cache member */
+    ff_request *rs; /* the reduce-scatter in flight (ORS), possibly from an earlier run */
+    float *rs_send; /* the dW_rc it reads */
+    float *rs_out;  /* its result, added into dw when it completes */
+    int cached;     /* AG cache member */
+    /* the layer's options: the sequence's, or its own (ff_linear_set_options) */
+    int decompose, oar, ors, oag;
+    int cache_forced; /* 1: AG cache member whatever ag_cache_layers says; 0: never; -1: by it */
+    ff_coll_opts coll;
     int last_backward; /* program index of the last backward use, -1 none */
 };
 
@@ -137,6 +144,11 @@ int ff_linear_seq_create(ff_grid *grid, const ff_linear_opts *opts, ff_linear_se
         s->opt = *opts;
     else
         ff_linear_opts_default(&s->opt);
+    if (s->opt.decompose < 0 || s->opt.decompose > FF_DECOMPOSE_MAX) {
+        free(s);
+        return ff_set_error(ctx, FF_EINVAL, "decompose %d: expected 0 to %d chunks",
+                            opts->decompose, FF_DECOMPOSE_MAX);
+    }
     int rc = ff_gemm_create(ctx, s->opt.tune, &s->gemm);
     if (rc) {
         free(s);
@@ -268,6 +280,12 @@ int ff_linear_add(ff_linear_seq *s, const ff_linear_desc *d, ff_linear **out)
     l->block = (size_t)(kl * nl);
     l->shard = l->block / (size_t)shape.z;
     l->last_backward = -1;
+    l->decompose = s->opt.decompose;
+    l->oar = s->opt.oar;
+    l->ors = s->opt.ors;
+    l->oag = s->opt.oag;
+    l->cache_forced = -1;
+    l->coll = s->opt.coll;
     (void)me;
     s->layers[s->n_layers++] = l;
     *out = l;
@@ -281,6 +299,38 @@ ff_linear *ff_linear_seq_layer(const ff_linear_seq *s, int i)
 int ff_linear_seq_count(const ff_linear_seq *s) { return s->n_layers; }
 const char *ff_linear_name(const ff_linear *l) { return l->name; }
 ff_gemm *ff_linear_seq_gemm(ff_linear_seq *s) { return s->gemm; }
+
+int ff_linear_set_options(ff_linear *l, const ff_layer_opts *o)
+{
+    ff_linear_seq *s = l->seq;
+    if (s->n_prog)
+        return ff_set_error(s->ctx, FF_EINVAL, "layer '%s': options set after the program",
+                            l->name);
+    int sw = o->oar | o->ors | o->oag | o->ag_cache;
+    if (o->decompose < 0 || o->decompose > FF_DECOMPOSE_MAX || (sw & ~1) ||
+        (o->wire_bytes != 4 && o->wire_bytes != 2))
+        return ff_set_error(s->ctx, FF_EINVAL,
+                            "layer '%s': decompose %d (expected 0 to %d), switches 0 or 1, wire "
+                            "%d bytes (expected 4 or 2)",
+                            l->name, o->decompose, FF_DECOMPOSE_MAX, o->wire_bytes);
+    l->decompose = o->decompose;
+    l->oar = o->oar;
+    l->ors = o->ors;
+    l->oag = o->oag;
+    l->cache_forced = o->ag_cache;
+    l->coll.wire = o->wire_bytes == 2 ? FF_WIRE_BF16 : FF_WIRE_FP32;
+    return FF_OK;
+}
+
+void ff_linear_options(const ff_linear *l, ff_layer_opts *o)
+{
+    o->decompose = l->decompose;
+    o->oar = l->oar;
+    o->ors = l->ors;
+    o->oag = l->oag;
+    o->ag_cache = l->cached;
+    o->wire_bytes = l->coll.wire == FF_WIRE_BF16 ? 2 : 4;
+}
 
 ff_linear_sizes ff_linear_local_sizes(const ff_linear *l)
 {
@@ -349,9 +399,12 @@ int ff_linear_seq_set_program(ff_linear_seq *s, const ff_linear_use *uses, int n
         if (prog[u].kind == FF_USE_FORWARD && first_fwd[prog[u].layer] < 0)
             first_fwd[prog[u].layer] = n_fwd_layers++;
     int cache = s->opt.ag_cache_layers < 0 ? n_fwd_layers : s->opt.ag_cache_layers;
-    for (int i = 0; i < s->n_layers; i++)
-        if (first_fwd[i] >= 0 && first_fwd[i] >= n_fwd_layers - cache)
-            s->layers[i]->cached = 1;
+    for (int i = 0; i < s->n_layers; i++) {
+        ff_linear *l = s->layers[i];
+        if (first_fwd[i] >= 0)
+            l->cached =
+                l->cache_forced >= 0 ? l->cache_forced : first_fwd[i] >= n_fwd_layers - cache;
+    }
     free(first_fwd);
 
     /* keep the gathered weight from use u to the layer's next weight use q
@@ -448,7 +501,7 @@ static int post_gather(ff_linear *l)
         return FF_ENOMEM;
     l->held = 1;
     /* W_rc = AllGather_Z(W_shard): piece z lands at offset z * shard */
-    return ff_iallgather(l->grp_z, l->w, l->w_gathered, l->shard, &s->opt.coll, &l->ag);
+    return ff_iallgather(l->grp_z, l->w, l->w_gathered, l->shard, &l->coll, &l->ag);
 }
 
 static void drop_gathered(ff_linear *l)
@@ -459,16 +512,15 @@ static void drop_gathered(ff_linear *l)
 }
 
 /* OAG: post the all-gather of the next use after `after` that needs one,
- * unless that layer still holds its buffer (it is released first). */
+ * unless that layer still holds its buffer (it is released first) or has
+ * OAG off (its use posts it). */
 static int prefetch(ff_linear_seq *s, int after)
 {
-    if (!s->opt.oag)
-        return FF_OK;
     for (int v = after + 1; v < s->n_prog; v++) {
         ff_linear *l = s->layers[s->prog[v].layer];
         if (!s->need_gather[v] || l->gz == 1)
             continue;
-        if (l->held)
+        if (l->held || !l->oag)
             return FF_OK;
         return post_gather(l);
     }
@@ -663,30 +715,100 @@ static int grad_block(ff_linear *l, float **block, float *beta)
 
 static int backward_use_done(ff_linear *l);
 
-int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows)
+/* Decomposition (docs/linear.md, "Decomposition"): a product whose result
+ * is all-reduced is computed in k chunks of rows, and chunk i's all-reduce
+ * is posted as soon as its GEMM is done, so it is in flight during the next
+ * chunk's GEMM. The chunks are whole GEMM panels: with t panels of P rows
+ * (the last one shorter), chunk i is panels [t i / k, t (i + 1) / k), so the
+ * BLAS calls are those of the whole product and no element's arithmetic
+ * changes (a BLAS may round a shorter call differently: OpenBLAS does). At
+ * most t chunks. The all-reduce of a chunk may still add an element's terms
+ * in another order than the whole vector's (docs/linear.md). Fills
+ * bounds[0..k] (row offsets) and returns k. The forward (rows x nl, inner
+ * kl) and the input gradient (rows x kl, inner nl) have the same panels. */
+int ff_decompose_bounds(int decompose, int64_t panel, int64_t rows,
+                        int64_t bounds[FF_DECOMPOSE_MAX + 1])
 {
-    ff_linear_seq *s = l->seq;
+    int64_t p = panel > 0 ? panel : 1;
+    int64_t t = rows > 0 ? (rows + p - 1) / p : 1;
+    int k = decompose > 1 ? (decompose < FF_DECOMPOSE_MAX ? decompose : FF_DECOMPOSE_MAX) : 1;
+    if (k > t)
+        k = (int)t;
+    for (int i = 0; i < k; i++) {
+        int64_t r = p * (t * i / k);
+        bounds[i] = r < rows ? r : rows;
+    }
+    bounds[k] = rows;
+    return k;
+}
+
+static int chunk_bounds(const ff_linear *l, int64_t rows, int64_t bounds[FF_DECOMPOSE_MAX + 1])
+{
+    return ff_decompose_bounds(l->decompose, ff_gemm_panel_height(l->seq->gemm, l->nl, l->kl), rows,
+                               bounds);
+}
+
+/* Waits for every request of reqs[0..n) (NULL ones are done), returning the
+ * first error. */
+static int wait_chunks(ff_request **reqs, int n)
+{
+    int rc = FF_OK;
+    for (int i = 0; i < n; i++) {
+        int r = ff_wait(&reqs[i]);
+        if (r && rc == FF_OK)
+            rc = r;
+    }
+    return rc;
+}
+
+/* Chunk i of the forward is complete: bias, then the caller's row-wise work. */
+static void forward_chunk_done(ff_linear *l, float *out, int64_t r0, int64_t r1,
+                               ff_linear_rows_fn done, void *arg)
+{
+    if (l->has_bias)
+        for (int64_t i = r0; i < r1; i++) {
+            float *o = out + i * l->nl;
+            for (int64_t j = 0; j < l->nl; j++)
+                o[j] += l->b[j];
+        }
+    if (done)
+        done(arg, r0, r1 - r0);
+}
+
+int ff_linear_forward_rows(ff_linear *l, float *out, const float *inp, int64_t rows,
+                           ff_linear_rows_fn done, void *arg)
+{
     const float *w;
     int rc = acquire(l, FF_USE_FORWARD, &w);
     if (rc)
         return rc;
     char name[NAME_LEN + 8];
     snprintf(name, sizeof name, "fwd %s", l->name);
-    /* out (rows, nl) = inp (rows, kl) W_rc: the partial sum over this rank's rows of W */
-    if ((rc = times_weight(l, name, 0, w, inp, rows, out)))
-        return rc;
-    /* O = AllReduce_R(O); OAG's next gather advances during this wait */
-    ff_request *req = NULL;
-    if ((rc = ff_iallreduce(l->grp_r, out, out, (size_t)(rows * l->nl), &s->opt.coll, &req)) ||
-        (rc = ff_wait(&req)))
-        return rc;
-    if (l->has_bias)
-        for (int64_t i = 0; i < rows; i++) {
-            float *o = out + i * l->nl;
-            for (int64_t j = 0; j < l->nl; j++)
-                o[j] += l->b[j];
+    /* out (rows, nl) = inp (rows, kl) W_rc, the partial sum over this rank's
+     * rows of W, then O = AllReduce_R(O), chunk by chunk: chunk i's GEMM,
+     * post its all-reduce, then finish chunk i - 1 (OAG's next gather
+     * advances during the waits) */
+    int64_t at[FF_DECOMPOSE_MAX + 1];
+    const int k = chunk_bounds(l, rows, at);
+    ff_request *req[FF_DECOMPOSE_MAX] = {0};
+    for (int i = 0; i <= k && rc == FF_OK; i++) {
+        if (i < k) {
+            int64_t r0 = at[i], n = at[i + 1] - r0;
+            float *o = out + r0 * l->nl;
+            if ((rc = times_weight(l, name, 0, w, inp + r0 * l->kl, n, o)) ||
+                (rc = ff_iallreduce(l->grp_r, o, o, (size_t)(n * l->nl), &l->coll, &req[i])))
+                break;
         }
-    return release(l);
+        if (i > 0 && (rc = ff_wait(&req[i - 1])) == FF_OK)
+            forward_chunk_done(l, out, at[i - 1], at[i], done, arg);
+    }
+    int rc2 = wait_chunks(req, k);
+    return rc ? rc : rc2 ? rc2 : release(l);
+}
+
+int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows)
+{
+    return ff_linear_forward_rows(l, out, inp, rows, NULL, NULL);
 }
 
 int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float *inp, int64_t rows)
@@ -700,23 +822,26 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
     if (rc)
         return rc;
     char name[NAME_LEN + 8];
-    ff_request *ar = NULL;
-    if (dinp) {
-        /* dI (rows, kl) = dO (rows, nl) W_rc^T, then AllReduce_C */
-        snprintf(name, sizeof name, "dI %s", l->name);
-        if ((rc = times_weight(l, name, 1, w, dout, rows, dinp)))
-            return rc;
-        if ((rc = ff_iallreduce(l->grp_c, dinp, dinp, (size_t)(rows * l->kl), &s->opt.coll, &ar)))
-            return rc;
-        /* OAR: the all-reduce runs while dW is computed (paper IV-A) */
-        if (!s->opt.oar && (rc = ff_wait(&ar)))
-            return rc;
+    ff_request *ar[FF_DECOMPOSE_MAX] = {0};
+    int64_t at[FF_DECOMPOSE_MAX + 1];
+    const int k = dinp ? chunk_bounds(l, rows, at) : 0;
+    /* dI (rows, kl) = dO (rows, nl) W_rc^T, then AllReduce_C, in k chunks
+     * of rows: each chunk's all-reduce is in flight during the next GEMMs */
+    snprintf(name, sizeof name, "dI %s", l->name);
+    for (int i = 0; i < k && rc == FF_OK; i++) {
+        int64_t r0 = at[i], n = at[i + 1] - r0;
+        float *d = dinp + r0 * l->kl;
+        if ((rc = times_weight(l, name, 1, w, dout + r0 * l->nl, n, d)) == FF_OK)
+            rc = ff_iallreduce(l->grp_c, d, d, (size_t)(n * l->kl), &l->coll, &ar[i]);
     }
+    /* OAR: the all-reduces run while dW is computed (paper IV-A) */
+    if (rc == FF_OK && !l->oar)
+        rc = wait_chunks(ar, k);
 
     /* dW_rc (kl, nl) = I^T dO, accumulated over this run's backward uses */
     float *block, beta;
-    if ((rc = grad_block(l, &block, &beta))) {
-        ff_wait(&ar);
+    if (rc || (rc = grad_block(l, &block, &beta))) {
+        wait_chunks(ar, k);
         return rc;
     }
     snprintf(name, sizeof name, "dW %s", l->name);
@@ -728,7 +853,7 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
                          beta, block, l->kl);
     l->dw_contributions++;
     if (rc) {
-        ff_wait(&ar);
+        wait_chunks(ar, k);
         return rc;
     }
     /* db (nl) += column sums of dO: this rank's rows; summed over ZD later */
@@ -738,7 +863,7 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
             for (int64_t j = 0; j < l->nl; j++)
                 l->db[j] += g[j];
         }
-    if ((rc = ff_wait(&ar)))
+    if ((rc = wait_chunks(ar, k)))
         return rc;
     return backward_use_done(l);
 }
@@ -792,14 +917,13 @@ static int backward_use_done(ff_linear *l)
         return FF_ENOMEM;
     l->rs_send = l->dw_block;
     l->dw_block = NULL;
-    if ((rc =
-             ff_ireduce_scatter(l->grp_z, l->rs_send, l->rs_out, l->shard, &s->opt.coll, &l->rs))) {
+    if ((rc = ff_ireduce_scatter(l->grp_z, l->rs_send, l->rs_out, l->shard, &l->coll, &l->rs))) {
         buf_give(s, l->rs_out, l->shard);
         buf_give(s, l->rs_send, l->block);
         l->rs_out = l->rs_send = NULL;
         return rc;
     }
-    return s->opt.ors ? FF_OK : wait_rs(l);
+    return l->ors ? FF_OK : wait_rs(l);
 }
 
 int ff_linear_seq_allreduce_grads(ff_linear_seq *s)

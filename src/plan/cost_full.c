@@ -301,15 +301,30 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
     s->m = s->b_mb * s->T;
     s->wire = cfg->wire_bytes;
     s->overlap = cfg->overlap;
+    s->plan = cfg->layers;
+    s->panel_rows = cfg->panel_rows;
 }
 
-/* Memory of one rank, bytes, for the shape's checkpointing and AG cache.
- * fp32 everywhere: parameters, gradients, AdamW's two moments; gathered
- * weights (only when Gz > 1; with Gz = 1 a layer uses its shard); activations
- * as llm.c keeps them, in the 4D layouts. */
+/* Memory of one rank, bytes, for the shape's checkpointing and AG cache
+ * (or its plan's, per block and layer). fp32 everywhere: parameters,
+ * gradients, AdamW's two moments; gathered weights (only when Gz > 1; with
+ * Gz = 1 a layer uses its shard); activations as llm.c keeps them, in the
+ * 4D layouts. */
 static void memory(const plan_shape *s, ff_plan_result *r)
 {
     double gx = s->g.x, gy = s->g.y, C = (double)s->C, m = (double)s->m;
+    /* blocks with checkpointing; the AG-cached layers' gathered weights, in
+     * units of C^2/(Gx Gy) (QKV 3, projection 1, MLP 4 and 4: 12 a block) */
+    int64_t n_ckpt = s->checkpoint ? s->L : 0, cached_units = 12 * (int64_t)s->ag_cache;
+    if (s->plan) {
+        static const int units[FF_BLOCK_LAYERS] = {3, 1, 4, 4};
+        n_ckpt = cached_units = 0;
+        for (int64_t l = 0; l < s->L; l++) {
+            n_ckpt += s->plan->blocks[l].checkpoint;
+            for (int i = 0; i < FF_BLOCK_LAYERS; i++)
+                cached_units += s->plan->blocks[l].layer[i].ag_cache ? units[i] : 0;
+        }
+    }
     double params = (double)(plan_zsharded_params(s) + plan_other_params(s));
     r->mem_params = 4 * params;
     r->mem_grads = 4 * params;
@@ -320,7 +335,7 @@ static void memory(const plan_shape *s, ff_plan_result *r)
         /* gathered weights: the AG-cached blocks (kept from the forward to
          * the backward), the block being recomputed or run backward, and the
          * next one (OAG) */
-        double gathered = fmin((double)s->ag_cache + 2, (double)s->L) * block;
+        double gathered = fmin((double)cached_units / 12.0 + 2, (double)s->L) * block;
         /* gradients before the reduce-scatter: the LM head's, kept until the
          * embedding's backward adds to it, and two layers in flight (ORS) */
         double dw = wte + 2 * 4 * C * C / (gx * gy);
@@ -335,8 +350,10 @@ static void memory(const plan_shape *s, ff_plan_result *r)
     double block_acts = m * (6 * C / gy + 12 * C / gx + 4) + heads * (double)s->T * (double)s->T;
     double head = m * (2 * C / gy + 2 + (double)s->Vp / gx); /* encoded, lnf, logits */
     double work = block_acts + m * C / gy; /* one block's gradients, the residual's */
-    double stored =
-        s->checkpoint ? (double)s->L * m * C / gy + block_acts : (double)s->L * block_acts;
+    /* a block with checkpointing keeps its input, and they share one set
+     * of activations for the recompute; the others keep theirs */
+    double stored = (double)n_ckpt * m * C / gy + (double)(s->L - n_ckpt) * block_acts +
+                    (n_ckpt > 0 ? block_acts : 0);
     r->mem_activations = 4 * (stored + head + work);
     r->mem_total = r->mem_params + r->mem_grads + r->mem_optimizer + r->mem_weight_buffers +
                    r->mem_activations;
@@ -346,6 +363,19 @@ int plan_fit_memory(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pla
 {
     double avail = cfg->machine.memory_bytes;
     int L = cfg->model.layers;
+    if (s->plan) {
+        /* reported: checkpointing if a block has it, and the blocks whose
+         * four layers are all cached */
+        s->checkpoint = s->ag_cache = 0;
+        for (int l = 0; l < L; l++) {
+            const ff_block_opts *b = &s->plan->blocks[l];
+            s->checkpoint |= b->checkpoint;
+            s->ag_cache += b->layer[0].ag_cache && b->layer[1].ag_cache && b->layer[2].ag_cache &&
+                           b->layer[3].ag_cache;
+        }
+        memory(s, r);
+        goto done;
+    }
     if (cfg->checkpoint == 0 || cfg->checkpoint == FF_PLAN_AUTO) {
         /* the AG cache applies without checkpointing too (the model keeps a
          * gathered weight from the forward to the backward only for cached
@@ -383,7 +413,9 @@ done:
     if (r->mem_total > avail) {
         plan_reject(r, "needs %.1f GiB per rank%s, more than the %.1f GiB available",
                     r->mem_total / GiB,
-                    s->checkpoint ? " with activation checkpointing" : " without checkpointing",
+                    s->plan         ? " with the per-layer plan"
+                    : s->checkpoint ? " with activation checkpointing"
+                                    : " without checkpointing",
                     avail / GiB);
         return 0;
     }
@@ -399,10 +431,11 @@ typedef struct {
     const ff_profile *prof;
     const ff_plan_link *link;
     double rate;
-    double cursor;   /* the rank's own thread */
-    double bg_free;  /* when the background channel (weights, gradients) is free */
-    double pending;  /* an OAR collective waiting for its GEMM */
-    double *tag_end; /* completion of background collectives */
+    double cursor;     /* the rank's own thread */
+    double bg_free;    /* when the background channel (weights, gradients) is free */
+    double chunk_free; /* when the last chunk of a decomposed all-reduce is done */
+    double pending;    /* an OAR collective waiting for its GEMM */
+    double *tag_end;   /* completion of background collectives and chunks */
 } timeline;
 
 /* Plays the step; -1 if out of memory. */
@@ -449,6 +482,12 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
                 tl->cursor += free_part;
             } else if (op->mode == MODE_OAR) {
                 tl->pending = free_part;
+            } else if (op->mode == MODE_CHUNK) {
+                /* decomposition: a layer's chunks follow one another on
+                 * its X or Y links, beside the GEMMs until their waits */
+                double start = tl->cursor > tl->chunk_free ? tl->cursor : tl->chunk_free;
+                tl->chunk_free = start + free_part;
+                tl->tag_end[op->tag] = tl->chunk_free;
             } else {
                 double start = tl->cursor > tl->bg_free ? tl->cursor : tl->bg_free;
                 tl->bg_free = start + free_part;

@@ -134,7 +134,30 @@ static int check_config(const ff_plan_config *cfg, char *err, size_t len)
             err, len, FF_EINVAL,
             "collective model: alphas, small_max and reduce_Bps must be >= 0 and "
             "betas > 0, all finite");
+    if (cfg->layers) {
+        const ff_model *md = &cfg->model;
+        if (cfg->cost != FF_COST_FULL)
+            return ff_format_error(err, len, FF_EINVAL,
+                                   "a per-layer plan needs the full cost model, not %s",
+                                   ff_cost_name(cfg->cost));
+        /* the model only here; the grid where it is known */
+        ff_dims its = cfg->layers->grid;
+        if ((rc = ff_layer_plan_check(cfg->layers, err, len)) != FF_OK ||
+            (rc = ff_layer_plan_match(cfg->layers, md->layers, md->heads, md->hidden, md->vocab,
+                                      its, err, len)) != FF_OK)
+            return rc;
+    }
     return check_profile(&cfg->machine, err, len);
+}
+
+/* A per-layer plan is for one grid. */
+static int check_plan_grid(const ff_plan_config *cfg, ff_dims g, char *err, size_t len)
+{
+    const ff_model *md = &cfg->model;
+    if (!cfg->layers)
+        return FF_OK;
+    return ff_layer_plan_match(cfg->layers, md->layers, md->heads, md->hidden, md->vocab, g, err,
+                               len);
 }
 
 static int is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -214,6 +237,8 @@ int ff_plan_evaluate(const ff_plan_config *cfg, ff_dims grid, ff_plan_result *ou
     int rc = check_config(cfg, err, err_len);
     if (rc == FF_OK)
         rc = check_grid(grid, err, err_len);
+    if (rc == FF_OK)
+        rc = check_plan_grid(cfg, grid, err, err_len);
     if (rc != FF_OK)
         return rc;
     plan_ops ops = {0};
@@ -230,6 +255,8 @@ int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
     int rc = check_config(cfg, err, err_len);
     if (rc == FF_OK)
         rc = check_grid(grid, err, err_len);
+    if (rc == FF_OK)
+        rc = check_plan_grid(cfg, grid, err, err_len);
     if (rc != FF_OK)
         return rc;
     if (coords.x < 0 || coords.x >= grid.x || coords.y < 0 || coords.y >= grid.y || coords.z < 0 ||
@@ -294,6 +321,11 @@ int ff_plan_create(ff_plan **out, const ff_plan_config *cfg)
     if (rc == FF_OK && (cfg->ranks < 1 || cfg->ranks > MAX_RANKS))
         rc = ff_format_error(plan->err, sizeof plan->err, FF_EINVAL, "ranks %d: expected 1 to %d",
                              cfg->ranks, MAX_RANKS);
+    if (rc == FF_OK && cfg->layers)
+        rc = ff_format_error(plan->err, sizeof plan->err, FF_EINVAL,
+                             "a per-layer plan is for one grid: evaluate it there "
+                             "(ff_plan_evaluate), not on every grid");
+    plan->cfg.layers = NULL; /* the caller's, not kept */
     if (rc != FF_OK)
         return rc;
     int axonn = cfg->cost == FF_COST_AXONN || cfg->cost == FF_COST_AXONN_CORRECTED;

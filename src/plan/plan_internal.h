@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fourfold/linear.h" /* FF_DECOMPOSE_MAX, ff_gemm_panel_rows */
 #include "fourfold/plan.h"
 #include "util/file.h" /* ff_format_error */
 
@@ -17,9 +18,11 @@
 typedef enum { OP_GEMM, OP_ATTN, OP_ELEM, OP_COLL, OP_WAIT, OP_WAIT_ALL } op_kind;
 
 typedef enum {
-    MODE_BLOCKING,  /* post, then wait at once */
-    MODE_OAR,       /* beside the GEMM that follows (OAR) */
-    MODE_BACKGROUND /* posted; a later OP_WAIT / OP_WAIT_ALL completes it */
+    MODE_BLOCKING,   /* post, then wait at once */
+    MODE_OAR,        /* beside the GEMM that follows (OAR) */
+    MODE_BACKGROUND, /* posted; a later OP_WAIT / OP_WAIT_ALL completes it */
+    MODE_CHUNK       /* a chunk of a decomposed all-reduce: posted, a later OP_WAIT
+                        completes it; the chunks run one after another beside the GEMMs */
 } coll_mode;
 
 typedef struct {
@@ -29,7 +32,8 @@ typedef struct {
     uint8_t mode;      /* coll_mode (OP_COLL) */
     uint8_t wire;      /* bytes per element on the wire (OP_COLL) */
     uint8_t optimizer; /* OP_ELEM: the optimizer's update (reported apart) */
-    int tag;           /* OP_COLL in the background, and the OP_WAIT for it */
+    uint8_t prefetch;  /* Z all-gather: posted during the previous use (the layer's OAG) */
+    int tag;           /* OP_COLL in the background or a chunk, and the OP_WAIT for it */
     int64_t count;     /* OP_COLL: the count argument of ff_i<coll> */
     int64_t m, n, k;   /* OP_GEMM, OP_ATTN: product (m x k) (k x n), for the efficiency */
     double work;       /* OP_GEMM, OP_ATTN: flops; OP_ELEM: bytes of memory traffic */
@@ -58,7 +62,27 @@ typedef struct {
     int ag_cache;   /* blocks, 0..L */
     int wire;       /* bytes */
     unsigned overlap;
+    /* A per-layer plan (ff_plan_config.layers), or NULL: then every layer
+     * has the options above (plan_layer_opts) */
+    const ff_layer_plan *plan;
+    int64_t panel_rows; /* ff_plan_config.panel_rows */
 } plan_shape;
+
+/* The options of block l's linear layer i (FF_BLOCK_QKV ...), or with l < 0
+ * of the head (wte): the plan's, or those the uniform settings of the shape
+ * give (no decomposition; overlaps from `overlap`; the AG cache holds the
+ * last ag_cache blocks, and wte when it holds every block; `wire`). */
+void plan_layer_opts(const plan_shape *s, int64_t l, int i, ff_layer_opts *o);
+/* 1 if block l recomputes its forward before its backward. */
+int plan_block_checkpoint(const plan_shape *s, int64_t l);
+/* The chunks of a decomposed product of m rows, n columns and inner k, as
+ * src/nn/linear.c cuts it: whole GEMM panels of P rows (panel_rows, or
+ * ff_gemm_panel_rows of the shape), t = ceil(m / P) of them, at most t
+ * chunks, chunk i the panels [t i / chunks, t (i + 1) / chunks). Fills
+ * bounds[0..chunks] (row offsets) and returns the number of chunks (1 when
+ * decompose < 2). */
+int plan_chunk_bounds(int decompose, int64_t panel_rows, int64_t m, int64_t n, int64_t k,
+                      int64_t bounds[FF_DECOMPOSE_MAX + 1]);
 
 /* Builds the operation list (appends to ops, which the caller frees). */
 void plan_schedule(const plan_shape *s, plan_ops *ops);
@@ -103,6 +127,39 @@ int plan_check_divides(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r);
 int plan_fit_memory(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_shape *s);
 void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s);
 void plan_reject(ff_plan_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- the search for a per-layer plan (search.c) ---- */
+
+/* What the search visits (ff_plan_per_layer: plan_search_space_default);
+ * the tests restrict it to compare with exhaustive enumeration. */
+enum {
+    PLAN_VARY_CHECKPOINT = 1,
+    PLAN_VARY_DECOMPOSE = 2,
+    PLAN_VARY_OAR = 4,
+    PLAN_VARY_ORS = 8,
+    PLAN_VARY_OAG = 16,
+    PLAN_VARY_CACHE = 32,
+    PLAN_VARY_WIRE = 64, /* only if cfg->wire_bytes is 2 */
+    PLAN_VARY_ALL = 127
+};
+
+enum { PLAN_MAX_CANDIDATES = 8 };
+
+typedef struct {
+    unsigned vary;   /* PLAN_VARY_* */
+    int n_decompose; /* candidates of decompose */
+    int decompose[PLAN_MAX_CANDIDATES];
+    int max_sweeps; /* coordinate descent */
+    long mh_iters;  /* Metropolis-Hastings proposals; 0: 20 per option, 400 to 20000 */
+    double mh_temp; /* the relative slowdown accepted with probability 1/e */
+} plan_search_space;
+
+void plan_search_space_default(plan_search_space *sp);
+/* ff_plan_per_layer within sp; *evaluations (may be NULL) counts the
+ * plans evaluated. */
+int plan_search(const ff_plan_config *cfg, ff_dims grid, int method, uint64_t seed,
+                const plan_search_space *sp, ff_layer_plan *out, ff_plan_result *res,
+                long *evaluations, char *err, size_t err_len);
 
 /* ---- the reference cost models (cost_ref.c) ---- */
 

@@ -13,13 +13,13 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h" /* ff_coll_model_ok */
 #include "plan/plan_internal.h"
+#include "util/json.h"
 #include "util/text.h"
 
 /* ---- presets ---- */
@@ -153,245 +153,9 @@ int ff_profile_preset(const char *name, ff_profile *out, char *err, size_t err_l
                            name ? name : "");
 }
 
-/* ---- a small strict JSON reader ---- */
+/* ---- reading: the strict JSON reader of util/json.h ---- */
 
-typedef struct {
-    const char *begin, *p, *end;
-    const char *source;
-    char *err;
-    size_t err_len;
-    int rc;
-    char where[48]; /* what is being read, for messages ("pick 3: "), or "" */
-} reader;
-
-enum { MAX_DEPTH = 32, MAX_TEXT = 1 << 20 };
-
-static int line_of(const reader *r)
-{
-    int line = 1;
-    for (const char *q = r->begin; q < r->p && q < r->end; q++)
-        line += *q == '\n';
-    return line;
-}
-
-static int fail(reader *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(reader *r, int code, const char *fmt, ...)
-{
-    if (r->rc != FF_OK)
-        return r->rc;
-    char what[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    r->rc = code;
-    return ff_format_error(r->err, r->err_len, code, "profile %s: line %d: %s%s", r->source,
-                           line_of(r), r->where, what);
-}
-
-static void skip_ws(reader *r)
-{
-    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
-        r->p++;
-}
-
-static int expect(reader *r, char c)
-{
-    skip_ws(r);
-    if (r->p >= r->end)
-        return fail(r, FF_ECORRUPT, "expected '%c', found the end of the file", c);
-    if (*r->p != c)
-        return fail(r, FF_ECORRUPT, "expected '%c', found '%c'", c, *r->p);
-    r->p++;
-    return FF_OK;
-}
-
-/* After a member: 1 if a ',' follows (consumed), 0 if `close` does
- * (consumed), else an error. */
-static int next_member(reader *r, char close)
-{
-    skip_ws(r);
-    if (r->p < r->end && *r->p == ',') {
-        r->p++;
-        return 1;
-    }
-    return expect(r, close) ? -1 : 0;
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* A string into out (truncated to cap-1; non-ASCII escapes become '?'). */
-static int read_string(reader *r, char *out, size_t cap)
-{
-    skip_ws(r);
-    if (r->p >= r->end)
-        return fail(r, FF_ECORRUPT, "expected a string, found the end of the file");
-    if (*r->p != '"')
-        return fail(r, FF_ECORRUPT, "expected a string");
-    r->p++;
-    size_t n = 0;
-    while (r->p < r->end && *r->p != '"') {
-        unsigned char c = (unsigned char)*r->p++;
-        if (c < 0x20)
-            return fail(r, FF_ECORRUPT, "control character in a string");
-        if (c == '\\') {
-            if (r->p >= r->end)
-                break;
-            char e = *r->p++;
-            switch (e) {
-            case '"': c = '"'; break;
-            case '\\': c = '\\'; break;
-            case '/': c = '/'; break;
-            case 'b': c = '\b'; break;
-            case 'f': c = '\f'; break;
-            case 'n': c = '\n'; break;
-            case 'r': c = '\r'; break;
-            case 't': c = '\t'; break;
-            case 'u': {
-                int v = 0;
-                for (int i = 0; i < 4; i++) {
-                    int h = r->p < r->end ? hexval(*r->p) : -1;
-                    if (h < 0)
-                        return fail(r, FF_ECORRUPT, "bad \\u escape in a string");
-                    v = v * 16 + h;
-                    r->p++;
-                }
-                c = v < 0x80 ? (unsigned char)v : '?';
-                break;
-            }
-            default: return fail(r, FF_ECORRUPT, "bad escape '\\%c' in a string", e);
-            }
-        }
-        if (out && n + 1 < cap)
-            out[n++] = (char)c;
-    }
-    if (r->p >= r->end)
-        return fail(r, FF_ECORRUPT, "unterminated string");
-    r->p++;
-    if (out && cap)
-        out[n] = '\0';
-    return FF_OK;
-}
-
-/* A number by JSON's grammar (no leading '+', no leading zeros, no hex, no
- * NaN or Infinity), converted with strtod. */
-static int read_number(reader *r, double *out)
-{
-    skip_ws(r);
-    const char *s = r->p;
-    const char *q = s;
-    if (q < r->end && *q == '-')
-        q++;
-    if (q >= r->end || *q < '0' || *q > '9')
-        return fail(r, FF_ECORRUPT, "expected a number");
-    if (*q == '0')
-        q++;
-    else
-        while (q < r->end && *q >= '0' && *q <= '9')
-            q++;
-    if (q < r->end && *q == '.') {
-        q++;
-        if (q >= r->end || *q < '0' || *q > '9')
-            return fail(r, FF_ECORRUPT, "malformed number");
-        while (q < r->end && *q >= '0' && *q <= '9')
-            q++;
-    }
-    if (q < r->end && (*q == 'e' || *q == 'E')) {
-        q++;
-        if (q < r->end && (*q == '+' || *q == '-'))
-            q++;
-        if (q >= r->end || *q < '0' || *q > '9')
-            return fail(r, FF_ECORRUPT, "malformed number");
-        while (q < r->end && *q >= '0' && *q <= '9')
-            q++;
-    }
-    char buf[64];
-    size_t len = (size_t)(q - s);
-    if (len >= sizeof buf)
-        return fail(r, FF_ECORRUPT, "number too long");
-    memcpy(buf, s, len);
-    buf[len] = '\0';
-    errno = 0;
-    double v = strtod(buf, NULL);
-    if (errno == ERANGE && fabs(v) > 1.0)
-        return fail(r, FF_EINVAL, "number %s out of range", buf);
-    r->p = q;
-    *out = v;
-    return FF_OK;
-}
-
-static int skip_value(reader *r, int depth);
-
-static int skip_literal(reader *r, const char *word)
-{
-    size_t n = strlen(word);
-    if ((size_t)(r->end - r->p) < n || strncmp(r->p, word, n) != 0)
-        return fail(r, FF_ECORRUPT, "expected a value");
-    r->p += n;
-    return FF_OK;
-}
-
-/* Parses and discards any JSON value (an unknown key's, or the "fit"
- * object, which is then kept as text). */
-static int skip_value(reader *r, int depth)
-{
-    if (depth > MAX_DEPTH)
-        return fail(r, FF_ECORRUPT, "nested more than %d levels deep", MAX_DEPTH);
-    skip_ws(r);
-    if (r->p >= r->end)
-        return fail(r, FF_ECORRUPT, "expected a value, found the end of the file");
-    char c = *r->p;
-    if (c == '"')
-        return read_string(r, NULL, 0);
-    if (c == 't')
-        return skip_literal(r, "true");
-    if (c == 'f')
-        return skip_literal(r, "false");
-    if (c == 'n')
-        return skip_literal(r, "null");
-    if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        r->p++;
-        skip_ws(r);
-        if (r->p < r->end && *r->p == close) {
-            r->p++;
-            return FF_OK;
-        }
-        for (;;) {
-            if (c == '{' && (read_string(r, NULL, 0) || expect(r, ':')))
-                return r->rc;
-            if (skip_value(r, depth + 1))
-                return r->rc;
-            int more = next_member(r, close);
-            if (more <= 0)
-                return r->rc;
-        }
-    }
-    double ignored;
-    return read_number(r, &ignored);
-}
-
-/* 1 if a number starts here (the type check before read_number). */
-static int at_number(reader *r)
-{
-    skip_ws(r);
-    return r->p < r->end && (*r->p == '-' || (*r->p >= '0' && *r->p <= '9'));
-}
-
-static int at_string(reader *r)
-{
-    skip_ws(r);
-    return r->p < r->end && *r->p == '"';
-}
+enum { MAX_TEXT = 1 << 20 };
 
 /* ---- the schema ---- */
 
@@ -441,58 +205,44 @@ const char *ff_profile_key_name(ff_profile_key k)
     return k >= 0 && k < FF_PK_COUNT ? keys[k].name : NULL;
 }
 
-static int check_range(reader *r, const char *key, double v, double lo, double hi, int lo_open,
-                       int integer)
-{
-    if (integer && v != floor(v))
-        return fail(r, FF_EINVAL, "\"%s\" is %g, expected an integer", key, v);
-    if ((lo_open ? !(v > lo) : !(v >= lo)) || !(v <= hi))
-        return fail(r, FF_EINVAL, "\"%s\" is %g, expected a number %s %g and <= %g", key, v,
-                    lo_open ? ">" : ">=", lo, hi);
-    return FF_OK;
-}
-
 /* "intra_bw": [{"inner": 1, "size": 2, "Bps": 7.6e10}, ...] */
-static int read_intra_bw(reader *r, ff_profile_doc *d)
+static int read_intra_bw(ff_json *r, ff_profile_doc *d)
 {
-    if (expect(r, '['))
+    int open = ff_json_open(r, '[');
+    if (open <= 0)
         return r->rc;
-    skip_ws(r);
-    if (r->p < r->end && *r->p == ']') {
-        r->p++;
-        return FF_OK;
-    }
     for (;;) {
         if (d->n_intra_bw >= FF_PROFILE_MAX_BW)
-            return fail(r, FF_EINVAL, "\"intra_bw\" has more than %d entries", FF_PROFILE_MAX_BW);
-        if (expect(r, '{'))
+            return ff_json_fail(r, FF_EINVAL, "\"intra_bw\" has more than %d entries",
+                                FF_PROFILE_MAX_BW);
+        if (ff_json_expect(r, '{'))
             return r->rc;
         double v[3] = {0, 0, 0};
         int seen[3] = {0, 0, 0};
         static const char *const names[3] = {"inner", "size", "Bps"};
-        skip_ws(r);
+        ff_json_skip_ws(r);
         if (r->p < r->end && *r->p == '}') {
             r->p++;
         } else {
             for (;;) {
                 char key[64];
-                if (read_string(r, key, sizeof key) || expect(r, ':'))
+                if (ff_json_string(r, key, sizeof key) || ff_json_expect(r, ':'))
                     return r->rc;
                 int which = -1;
                 for (int i = 0; i < 3; i++)
                     if (!strcmp(key, names[i]))
                         which = i;
                 if (which < 0) {
-                    if (skip_value(r, 2))
+                    if (ff_json_skip_value(r, 2))
                         return r->rc;
                 } else {
                     if (seen[which])
-                        return fail(r, FF_EINVAL, "\"intra_bw\" entry repeats \"%s\"", key);
+                        return ff_json_fail(r, FF_EINVAL, "\"intra_bw\" entry repeats \"%s\"", key);
                     seen[which] = 1;
-                    if (read_number(r, &v[which]))
+                    if (ff_json_number(r, &v[which]))
                         return r->rc;
                 }
-                int more = next_member(r, '}');
+                int more = ff_json_next_member(r, '}');
                 if (more < 0)
                     return r->rc;
                 if (!more)
@@ -501,13 +251,13 @@ static int read_intra_bw(reader *r, ff_profile_doc *d)
         }
         for (int i = 0; i < 3; i++)
             if (!seen[i])
-                return fail(r, FF_EINVAL, "an \"intra_bw\" entry lacks \"%s\"", names[i]);
-        if (check_range(r, "inner", v[0], 1, 1e6, 0, 1) ||
-            check_range(r, "size", v[1], 2, 1e6, 0, 1) ||
-            check_range(r, "Bps", v[2], 0, 1e15, 1, 0))
+                return ff_json_fail(r, FF_EINVAL, "an \"intra_bw\" entry lacks \"%s\"", names[i]);
+        if (ff_json_check_range(r, "inner", v[0], 1, 1e6, 0, 1) ||
+            ff_json_check_range(r, "size", v[1], 2, 1e6, 0, 1) ||
+            ff_json_check_range(r, "Bps", v[2], 0, 1e15, 1, 0))
             return r->rc;
         d->intra_bw[d->n_intra_bw++] = (ff_intra_bw){(int)v[0], (int)v[1], v[2]};
-        int more = next_member(r, ']');
+        int more = ff_json_next_member(r, ']');
         if (more <= 0)
             return r->rc;
     }
@@ -532,46 +282,46 @@ static int coll_parse(const char *name)
  * "max_B":32768,"algo":"rec-whole","model_algo":"hier-ring","sizes":1};
  * the first six required, other keys ignored; checked as ff_coll_model_ok
  * checks a pick (comm/select.c). */
-static int read_pick(reader *r, ff_profile_pick *q)
+static int read_pick(ff_json *r, ff_profile_pick *q)
 {
-    skip_ws(r);
-    if (expect(r, '{'))
+    ff_json_skip_ws(r);
+    if (ff_json_expect(r, '{'))
         return r->rc;
     int seen[NPICKKEYS] = {0};
     double v[NPICKKEYS] = {0};
     char str[NPICKKEYS][32] = {{0}};
-    skip_ws(r);
+    ff_json_skip_ws(r);
     if (r->p < r->end && *r->p == '}') {
         r->p++;
     } else {
         for (;;) {
             char key[64];
-            if (read_string(r, key, sizeof key) || expect(r, ':'))
+            if (ff_json_string(r, key, sizeof key) || ff_json_expect(r, ':'))
                 return r->rc;
             int which = -1;
             for (int i = 0; i < NPICKKEYS; i++)
                 if (!strcmp(key, pick_keys[i]))
                     which = i;
             if (which < 0) {
-                if (skip_value(r, 3))
+                if (ff_json_skip_value(r, 3))
                     return r->rc;
             } else {
                 if (seen[which])
-                    return fail(r, FF_EINVAL, "\"%s\" appears twice", key);
+                    return ff_json_fail(r, FF_EINVAL, "\"%s\" appears twice", key);
                 seen[which] = 1;
                 if (which == P_COLL || which == P_ALGO || which == P_MODEL) {
-                    if (!at_string(r))
-                        return fail(r, FF_EINVAL, "\"%s\" must be a string", key);
-                    if (read_string(r, str[which], sizeof str[which]))
+                    if (!ff_json_at_string(r))
+                        return ff_json_fail(r, FF_EINVAL, "\"%s\" must be a string", key);
+                    if (ff_json_string(r, str[which], sizeof str[which]))
                         return r->rc;
                 } else {
-                    if (!at_number(r))
-                        return fail(r, FF_EINVAL, "\"%s\" must be a number", key);
-                    if (read_number(r, &v[which]))
+                    if (!ff_json_at_number(r))
+                        return ff_json_fail(r, FF_EINVAL, "\"%s\" must be a number", key);
+                    if (ff_json_number(r, &v[which]))
                         return r->rc;
                 }
             }
-            int more = next_member(r, '}');
+            int more = ff_json_next_member(r, '}');
             if (more < 0)
                 return r->rc;
             if (!more)
@@ -580,35 +330,38 @@ static int read_pick(reader *r, ff_profile_pick *q)
     }
     for (int i = 0; i <= P_ALGO; i++)
         if (!seen[i])
-            return fail(r, FF_EINVAL, "lacks \"%s\"", pick_keys[i]);
-    if (check_range(r, "nodes", v[P_NODES], 1, MAX_RANKS, 0, 1) ||
-        check_range(r, "per_node", v[P_PER_NODE], 1, MAX_RANKS, 0, 1) ||
-        check_range(r, "min_B", v[P_MIN], 0, 1e300, 0, 0) ||
-        check_range(r, "max_B", v[P_MAX], 0, 1e300, 0, 0) ||
-        (seen[P_SIZES] && check_range(r, "sizes", v[P_SIZES], 0, 1e9, 0, 1)))
+            return ff_json_fail(r, FF_EINVAL, "lacks \"%s\"", pick_keys[i]);
+    if (ff_json_check_range(r, "nodes", v[P_NODES], 1, MAX_RANKS, 0, 1) ||
+        ff_json_check_range(r, "per_node", v[P_PER_NODE], 1, MAX_RANKS, 0, 1) ||
+        ff_json_check_range(r, "min_B", v[P_MIN], 0, 1e300, 0, 0) ||
+        ff_json_check_range(r, "max_B", v[P_MAX], 0, 1e300, 0, 0) ||
+        (seen[P_SIZES] && ff_json_check_range(r, "sizes", v[P_SIZES], 0, 1e9, 0, 1)))
         return r->rc;
     int coll = coll_parse(str[P_COLL]), algo = ff_algo_parse(str[P_ALGO]);
     int model = seen[P_MODEL] ? ff_algo_parse(str[P_MODEL]) : -1;
     int nodes = (int)v[P_NODES], per_node = (int)v[P_PER_NODE];
     if (coll < 0)
-        return fail(r, FF_EINVAL,
-                    "\"coll\" is \"%s\", expected allgather, reduce_scatter, allreduce or "
-                    "alltoall",
-                    str[P_COLL]);
+        return ff_json_fail(r, FF_EINVAL,
+                            "\"coll\" is \"%s\", expected allgather, reduce_scatter, allreduce or "
+                            "alltoall",
+                            str[P_COLL]);
     if (algo < 0 || algo == FF_ALGO_AUTO || algo == FF_ALGO_MPI)
-        return fail(r, FF_EINVAL,
-                    "\"algo\" is \"%s\", expected one of fourfold's algorithms (ring, rec, "
-                    "rec-whole, direct, hier-ring, hier-rec)",
-                    str[P_ALGO]);
+        return ff_json_fail(r, FF_EINVAL,
+                            "\"algo\" is \"%s\", expected one of fourfold's algorithms (ring, rec, "
+                            "rec-whole, direct, hier-ring, hier-rec)",
+                            str[P_ALGO]);
     if (!ff_algo_supports((ff_algo)algo, (ff_coll)coll))
-        return fail(r, FF_EINVAL, "\"algo\" %s does not implement %s", str[P_ALGO], str[P_COLL]);
+        return ff_json_fail(r, FF_EINVAL, "\"algo\" %s does not implement %s", str[P_ALGO],
+                            str[P_COLL]);
     if (seen[P_MODEL] && model < 0)
-        return fail(r, FF_EINVAL, "\"model_algo\" is \"%s\", not an algorithm", str[P_MODEL]);
+        return ff_json_fail(r, FF_EINVAL, "\"model_algo\" is \"%s\", not an algorithm",
+                            str[P_MODEL]);
     if (nodes > MAX_RANKS / per_node || nodes * per_node < 2)
-        return fail(r, FF_EINVAL, "\"nodes\" x \"per_node\" = %g, expected 2 to %d ranks",
-                    v[P_NODES] * v[P_PER_NODE], MAX_RANKS);
+        return ff_json_fail(r, FF_EINVAL, "\"nodes\" x \"per_node\" = %g, expected 2 to %d ranks",
+                            v[P_NODES] * v[P_PER_NODE], MAX_RANKS);
     if (!(v[P_MAX] > v[P_MIN]))
-        return fail(r, FF_EINVAL, "\"max_B\" %g is not above \"min_B\" %g", v[P_MAX], v[P_MIN]);
+        return ff_json_fail(r, FF_EINVAL, "\"max_B\" %g is not above \"min_B\" %g", v[P_MAX],
+                            v[P_MIN]);
     q->rule =
         (ff_coll_pick_rule){(ff_coll)coll, nodes, per_node, v[P_MIN], v[P_MAX], (ff_algo)algo};
     q->model_algo = model;
@@ -617,12 +370,12 @@ static int read_pick(reader *r, ff_profile_pick *q)
 }
 
 /* "picks": [pick, ...], at most FF_COLL_MAX_PICKS */
-static int read_picks(reader *r, ff_profile_doc *d)
+static int read_picks(ff_json *r, ff_profile_doc *d)
 {
-    if (!(skip_ws(r), r->p < r->end && *r->p == '['))
-        return fail(r, FF_EINVAL, "\"picks\" must be a list [...]");
+    if (!ff_json_at(r, '['))
+        return ff_json_fail(r, FF_EINVAL, "\"picks\" must be a list [...]");
     r->p++;
-    skip_ws(r);
+    ff_json_skip_ws(r);
     if (r->p < r->end && *r->p == ']') {
         r->p++;
         return FF_OK;
@@ -630,12 +383,12 @@ static int read_picks(reader *r, ff_profile_doc *d)
     for (;;) {
         snprintf(r->where, sizeof r->where, "pick %d: ", d->n_picks + 1);
         if (d->n_picks == FF_COLL_MAX_PICKS)
-            return fail(r, FF_EINVAL, "more than %d picks in \"picks\"", FF_COLL_MAX_PICKS);
+            return ff_json_fail(r, FF_EINVAL, "more than %d picks in \"picks\"", FF_COLL_MAX_PICKS);
         if (read_pick(r, &d->picks[d->n_picks]))
             return r->rc;
         d->n_picks++;
         snprintf(r->where, sizeof r->where, "\"picks\" after pick %d: ", d->n_picks);
-        int more = next_member(r, ']');
+        int more = ff_json_next_member(r, ']');
         if (more < 0)
             return r->rc;
         if (!more)
@@ -689,12 +442,12 @@ static char *copy_span(const char *from, const char *to)
 }
 
 /* Keeps an unknown key's member, "key": value, verbatim. */
-static int keep_extra(reader *r, ff_profile_doc *d, const char *from, const char *to)
+static int keep_extra(ff_json *r, ff_profile_doc *d, const char *from, const char *to)
 {
     size_t old = d->extra ? strlen(d->extra) : 0, n = (size_t)(to - from);
     char *s = realloc(d->extra, old + 3 + n + 1);
     if (!s)
-        return fail(r, FF_ENOMEM, "out of memory");
+        return ff_json_fail(r, FF_ENOMEM, "out of memory");
     if (old) {
         memcpy(s + old, ",\n ", 3);
         old += 3;
@@ -706,110 +459,112 @@ static int keep_extra(reader *r, ff_profile_doc *d, const char *from, const char
 }
 
 /* One known key's value into d; format into `format`. */
-static int read_member(reader *r, int k, ff_profile_doc *d, char *format, size_t format_len)
+static int read_member(ff_json *r, int k, ff_profile_doc *d, char *format, size_t format_len)
 {
     const key_spec *s = &keys[k];
     switch (s->type) {
     case K_STRING:
-        if (!at_string(r))
-            return fail(r, FF_EINVAL, "\"%s\" must be a string", s->name);
-        return k == FF_PK_FORMAT ? read_string(r, format, format_len)
-                                 : read_string(r, d->name, sizeof d->name);
+        if (!ff_json_at_string(r))
+            return ff_json_fail(r, FF_EINVAL, "\"%s\" must be a string", s->name);
+        return k == FF_PK_FORMAT ? ff_json_string(r, format, format_len)
+                                 : ff_json_string(r, d->name, sizeof d->name);
     case K_BW: return read_intra_bw(r, d);
     case K_PICKS: return read_picks(r, d);
     case K_OBJECT: {
-        if (!(skip_ws(r), r->p < r->end && *r->p == '{'))
-            return fail(r, FF_EINVAL, "\"%s\" must be an object {...}", s->name);
+        if (!ff_json_at(r, '{'))
+            return ff_json_fail(r, FF_EINVAL, "\"%s\" must be an object {...}", s->name);
         const char *from = r->p;
-        if (skip_value(r, 1))
+        if (ff_json_skip_value(r, 1))
             return r->rc;
         if (!(d->fit = copy_span(from, r->p)))
-            return fail(r, FF_ENOMEM, "out of memory");
+            return ff_json_fail(r, FF_ENOMEM, "out of memory");
         return FF_OK;
     }
     case K_NUMBER:
     case K_INT: break;
     }
-    if (!at_number(r))
-        return fail(r, FF_EINVAL, "\"%s\" must be a number", s->name);
+    if (!ff_json_at_number(r))
+        return ff_json_fail(r, FF_EINVAL, "\"%s\" must be a number", s->name);
     double v;
-    if (read_number(r, &v))
+    if (ff_json_number(r, &v))
         return r->rc;
     if (k == FF_PK_VERSION && v != 1)
-        return fail(r, FF_EINVAL, "version %g is not supported (this fourfold reads version 1)", v);
-    if (check_range(r, s->name, v, s->lo, s->hi, s->lo_open, s->type == K_INT))
+        return ff_json_fail(r, FF_EINVAL,
+                            "version %g is not supported (this fourfold reads version 1)", v);
+    if (ff_json_check_range(r, s->name, v, s->lo, s->hi, s->lo_open, s->type == K_INT))
         return r->rc;
     d->num[k] = v;
     return FF_OK;
 }
 
 /* A level's second regime: all three keys, a small beta > 0. */
-static int check_regime(reader *r, const ff_profile_doc *d, int small_max)
+static int check_regime(ff_json *r, const ff_profile_doc *d, int small_max)
 {
     if (!d->has[small_max] || d->num[small_max] <= 0)
         return FF_OK;
     for (int k = small_max + 1; k <= small_max + 2; k++) {
         if (!d->has[k])
-            return fail(r, FF_EINVAL,
-                        "\"%s\" is %g but \"%s\" is missing (a second regime needs "
-                        "both its alpha and beta)",
-                        keys[small_max].name, d->num[small_max], keys[k].name);
+            return ff_json_fail(r, FF_EINVAL,
+                                "\"%s\" is %g but \"%s\" is missing (a second regime needs "
+                                "both its alpha and beta)",
+                                keys[small_max].name, d->num[small_max], keys[k].name);
     }
     if (!(d->num[small_max + 2] > 0))
-        return fail(r, FF_EINVAL,
-                    "\"%s\" is %g where \"%s\" is %g: a second regime needs a beta > 0",
-                    keys[small_max + 2].name, d->num[small_max + 2], keys[small_max].name,
-                    d->num[small_max]);
+        return ff_json_fail(r, FF_EINVAL,
+                            "\"%s\" is %g where \"%s\" is %g: a second regime needs a beta > 0",
+                            keys[small_max + 2].name, d->num[small_max + 2], keys[small_max].name,
+                            d->num[small_max]);
     return FF_OK;
 }
 
-static int parse_doc(reader *r, ff_profile_need need, ff_profile_doc *d)
+static int parse_doc(ff_json *r, ff_profile_need need, ff_profile_doc *d)
 {
     char format[64] = "";
     if (memchr(r->begin, '\0', (size_t)(r->end - r->begin)))
-        return fail(r, FF_ECORRUPT, "contains a NUL byte (not a text file)");
-    if (expect(r, '{'))
+        return ff_json_fail(r, FF_ECORRUPT, "contains a NUL byte (not a text file)");
+    if (ff_json_expect(r, '{'))
         return r->rc;
-    skip_ws(r);
+    ff_json_skip_ws(r);
     if (r->p < r->end && *r->p == '}') {
         r->p++;
     } else {
         for (;;) {
-            skip_ws(r);
+            ff_json_skip_ws(r);
             const char *member = r->p;
             char key[128];
-            if (read_string(r, key, sizeof key) || expect(r, ':'))
+            if (ff_json_string(r, key, sizeof key) || ff_json_expect(r, ':'))
                 return r->rc;
             int k = -1;
             for (int i = 0; i < FF_PK_COUNT; i++)
                 if (!strcmp(key, keys[i].name))
                     k = i;
             if (k < 0) { /* a key this version does not know: kept as it is */
-                if (skip_value(r, 1) || keep_extra(r, d, member, r->p))
+                if (ff_json_skip_value(r, 1) || keep_extra(r, d, member, r->p))
                     return r->rc;
             } else {
                 if (d->has[k])
-                    return fail(r, FF_EINVAL, "key \"%s\" appears twice", key);
+                    return ff_json_fail(r, FF_EINVAL, "key \"%s\" appears twice", key);
                 d->has[k] = 1;
                 if (read_member(r, k, d, format, sizeof format))
                     return r->rc;
             }
-            int more = next_member(r, '}');
+            int more = ff_json_next_member(r, '}');
             if (more < 0)
                 return r->rc;
             if (!more)
                 break;
         }
     }
-    skip_ws(r);
+    ff_json_skip_ws(r);
     if (r->p != r->end)
-        return fail(r, FF_ECORRUPT, "unexpected text after the profile object");
+        return ff_json_fail(r, FF_ECORRUPT, "unexpected text after the profile object");
     if (d->has[FF_PK_FORMAT] && strcmp(format, "fourfold-profile") != 0)
-        return fail(r, FF_EINVAL, "\"format\" is \"%s\", expected \"fourfold-profile\"", format);
+        return ff_json_fail(r, FF_EINVAL, "\"format\" is \"%s\", expected \"fourfold-profile\"",
+                            format);
     for (int k = 0; k < FF_PK_COUNT; k++)
         if ((k == FF_PK_FORMAT || (need == FF_PROFILE_FOR_PLANNER && keys[k].planner)) &&
             !d->has[k])
-            return fail(r, FF_EINVAL, "required key \"%s\" is missing", keys[k].name);
+            return ff_json_fail(r, FF_EINVAL, "required key \"%s\" is missing", keys[k].name);
     if (check_regime(r, d, FF_PK_SMALL_MAX_INTRA) || check_regime(r, d, FF_PK_SMALL_MAX_INTER))
         return r->rc;
     return FF_OK;
@@ -819,9 +574,9 @@ int ff_profile_doc_parse(const char *text, size_t len, const char *source, ff_pr
                          ff_profile_doc *d, char *err, size_t err_len)
 {
     doc_clear(d);
-    reader rd = {text,  text, text ? text + len : text, source ? source : "(text)", err, err_len,
-                 FF_OK, ""};
-    int rc = text ? parse_doc(&rd, need, d) : fail(&rd, FF_EINVAL, "no text");
+    ff_json rd;
+    ff_json_init(&rd, text, len, "profile", source, err, err_len);
+    int rc = text ? parse_doc(&rd, need, d) : ff_json_fail(&rd, FF_EINVAL, "no text");
     if (rc != FF_OK) {
         ff_profile_doc_free(d);
         ff_profile_doc_init(d);
@@ -837,27 +592,10 @@ int ff_profile_doc_load(const char *path, ff_profile_need need, ff_profile_doc *
                         size_t err_len)
 {
     ff_profile_doc_init(d);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ff_format_error(err, err_len, FF_EIO, "cannot open profile %s: %s", path,
-                               strerror(errno));
-    char *text = malloc(MAX_TEXT + 1);
-    if (!text) {
-        fclose(f);
-        return ff_format_error(err, err_len, FF_ENOMEM, "profile %s: out of memory", path);
-    }
-    size_t n = fread(text, 1, MAX_TEXT + 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    int rc;
-    if (bad)
-        rc = ff_format_error(err, err_len, FF_EIO, "profile %s: read error", path);
-    else if (n > MAX_TEXT)
-        rc = ff_format_error(err, err_len, FF_ECORRUPT, "profile %s: larger than %d bytes", path,
-                             MAX_TEXT);
-    else if (n == 0)
-        rc = ff_format_error(err, err_len, FF_ECORRUPT, "profile %s: the file is empty", path);
-    else
+    char *text;
+    size_t n;
+    int rc = ff_json_read_file(path, "profile", MAX_TEXT, &text, &n, err, err_len);
+    if (rc == FF_OK)
         rc = ff_profile_doc_parse(text, n, path, need, d, err, err_len);
     free(text);
     return rc;
@@ -997,30 +735,13 @@ int ff_profile_doc_set_picks(ff_profile_doc *d, const ff_profile_pick *picks, in
 
 /* ---- the writer ---- */
 
-/* The shortest of %.1g .. %.17g that reads back as v (2e-06, 6.18516e+09,
- * 1e+15), but integers below a million as integers (100, not 1e+02). */
-static void put_number(ff_text *b, double v)
-{
-    char t[40];
-    if (v == floor(v) && fabs(v) < 1e6) {
-        snprintf(t, sizeof t, "%.0f", v);
-    } else {
-        for (int prec = 1; prec <= 17; prec++) {
-            snprintf(t, sizeof t, "%.*g", prec, v);
-            if (strtod(t, NULL) == v)
-                break;
-        }
-    }
-    ff_text_puts(b, t);
-}
-
 static void put_pick(ff_text *b, const ff_profile_pick *q)
 {
     ff_text_printf(b, "{\"coll\":\"%s\",\"nodes\":%d,\"per_node\":%d,\"min_B\":",
                    ff_coll_name(q->rule.coll), q->rule.nodes, q->rule.per_node);
-    put_number(b, q->rule.min_B);
+    ff_text_number(b, q->rule.min_B);
     ff_text_puts(b, ",\"max_B\":");
-    put_number(b, q->rule.max_B);
+    ff_text_number(b, q->rule.max_B);
     ff_text_printf(b, ",\"algo\":\"%s\"", ff_algo_name(q->rule.algo));
     if (q->model_algo >= 0)
         ff_text_printf(b, ",\"model_algo\":\"%s\"", ff_algo_name((ff_algo)q->model_algo));
@@ -1063,7 +784,7 @@ char *ff_profile_doc_to_json(const ff_profile_doc *d, size_t *len)
             for (int i = 0; i < d->n_intra_bw; i++) {
                 ff_text_printf(&b, "%s{\"inner\":%d,\"size\":%d,\"Bps\":", i ? "," : "",
                                d->intra_bw[i].inner, d->intra_bw[i].size);
-                put_number(&b, d->intra_bw[i].Bps);
+                ff_text_number(&b, d->intra_bw[i].Bps);
                 ff_text_puts(&b, "}");
             }
             ff_text_puts(&b, "]");
@@ -1080,7 +801,7 @@ char *ff_profile_doc_to_json(const ff_profile_doc *d, size_t *len)
             if (s->type == K_INT)
                 ff_text_printf(&b, "%.0f", d->num[k]);
             else
-                put_number(&b, d->num[k]);
+                ff_text_number(&b, d->num[k]);
         }
     }
     ff_text_puts(&b, "}\n");

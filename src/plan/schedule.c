@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fourfold/linear.h" /* FF_DECOMPOSE_MAX */
 #include "plan/plan_internal.h"
 
 enum { F32 = 4 }; /* statistics, losses and non-Z-sharded gradients stay fp32 */
@@ -88,19 +89,26 @@ static void elem(sched *c, double passes, double elems)
     op->work = passes * elems * 4.0;
 }
 
-static int coll(sched *c, ff_group_kind g, ff_coll kind, int64_t count, int wire, coll_mode mode)
+static plan_op *coll_op(sched *c, ff_group_kind g, ff_coll kind, int64_t count, int wire,
+                        coll_mode mode)
 {
     plan_op *op = push(c->o);
     if (!op)
-        return -1;
+        return NULL;
     op->kind = OP_COLL;
     op->group = (uint8_t)g;
     op->coll = (uint8_t)kind;
     op->count = count;
     op->wire = (uint8_t)wire;
     op->mode = (uint8_t)mode;
-    op->tag = mode == MODE_BACKGROUND ? c->o->tags++ : -1;
-    return op->tag;
+    op->tag = mode == MODE_BACKGROUND || mode == MODE_CHUNK ? c->o->tags++ : -1;
+    return op;
+}
+
+static int coll(sched *c, ff_group_kind g, ff_coll kind, int64_t count, int wire, coll_mode mode)
+{
+    plan_op *op = coll_op(c, g, kind, count, wire, mode);
+    return op ? op->tag : -1;
 }
 
 static void wait_for(sched *c, int tag)
@@ -135,44 +143,101 @@ static int64_t shard(const sched *c, const linear *w)
 }
 
 /* The weight all-gather over Z, posted in the background and waited for at
- * once; with OAG, plan_prefetch() later moves the post one layer earlier. */
-static void gather(sched *c, int64_t count)
+ * once; with the layer's OAG, plan_prefetch() later moves the post one
+ * gather earlier. */
+static void gather(sched *c, int64_t count, const ff_layer_opts *o)
 {
     if (c->gz == 1)
         return;
-    int tag = coll(c, FF_GROUP_Z, FF_COLL_ALLGATHER, count, c->s->wire, MODE_BACKGROUND);
-    wait_for(c, tag);
+    plan_op *op = coll_op(c, FF_GROUP_Z, FF_COLL_ALLGATHER, count, o->wire_bytes, MODE_BACKGROUND);
+    if (!op)
+        return;
+    op->prefetch = (uint8_t)(o->oag != 0);
+    wait_for(c, op->tag);
+}
+
+int plan_chunk_bounds(int decompose, int64_t panel_rows, int64_t m, int64_t n, int64_t k,
+                      int64_t bounds[FF_DECOMPOSE_MAX + 1])
+{
+    int64_t p = panel_rows > 0 ? panel_rows : ff_gemm_panel_rows(INT64_MAX, n, k);
+    return ff_decompose_bounds(decompose, p, m, bounds);
+}
+
+/* O (m, nl) = I (m, kl) W, then O = AllReduce over `group`, then `passes`
+ * elementwise passes over O (the bias). Decomposed into k chunks of rows
+ * (src/nn/linear.c): GEMM 0, post AR 0, GEMM 1, post AR 1, wait AR 0 (and
+ * its bias), GEMM 2, ...; the last chunk's all-reduce is exposed. */
+static void forward_product(sched *c, ff_group_kind group, int64_t nl, int64_t kl,
+                            const ff_layer_opts *o, double passes)
+{
+    const int64_t m = c->s->m;
+    int64_t at[FF_DECOMPOSE_MAX + 1];
+    const int k = plan_chunk_bounds(o->decompose, c->s->panel_rows, m, nl, kl, at);
+    if (k == 1) {
+        gemm(c, m, nl, kl);
+        coll(c, group, FF_COLL_ALLREDUCE, m * nl, o->wire_bytes, MODE_BLOCKING);
+        if (passes > 0)
+            elem(c, passes, (double)(m * nl));
+        return;
+    }
+    int tag[FF_DECOMPOSE_MAX];
+    for (int i = 0; i <= k; i++) {
+        if (i < k) {
+            int64_t rows = at[i + 1] - at[i];
+            gemm(c, rows, nl, kl);
+            tag[i] = coll(c, group, FF_COLL_ALLREDUCE, rows * nl, o->wire_bytes, MODE_CHUNK);
+        }
+        if (i > 0) {
+            wait_for(c, tag[i - 1]);
+            if (passes > 0)
+                elem(c, passes, (double)((at[i] - at[i - 1]) * nl));
+        }
+    }
 }
 
 /* forward: W = AllGather_Z(Ŵ); Ô = I W; O = AllReduce_Y(Ô) (N) or
  * AllReduce_X(Ô) (T); O += b */
-static void linear_forward(sched *c, const linear *w, int do_gather)
+static void linear_forward(sched *c, const linear *w, int do_gather, const ff_layer_opts *o)
 {
-    int64_t m = c->s->m, kl = k_local(c, w), nl = n_local(c, w);
     if (do_gather)
-        gather(c, shard(c, w));
-    gemm(c, m, nl, kl);
-    coll(c, w->transposed ? FF_GROUP_X : FF_GROUP_Y, FF_COLL_ALLREDUCE, m * nl, c->s->wire,
-         MODE_BLOCKING);
-    elem(c, 2, (double)(m * nl));
+        gather(c, shard(c, w), o);
+    forward_product(c, w->transposed ? FF_GROUP_X : FF_GROUP_Y, n_local(c, w), k_local(c, w), o, 2);
 }
 
 /* backward: db = column sums of dO; dÎ = dO Wᵀ; dI = AllReduce_X(dÎ) (N) or
  * AllReduce_Y (T), beside dW = Iᵀ dO (OAR); dŴ = ReduceScatter_Z(dW),
- * waited after the backward (ORS). `scatter` = 0 for the LM head, whose dW
- * accumulates into the embedding's gathered gradient. */
-static void linear_backward(sched *c, const linear *w, int scatter)
+ * waited after the backward (ORS). Decomposed, dÎ is computed in k chunks
+ * of rows, each chunk's all-reduce posted after its GEMM (beside the next
+ * chunks' GEMMs), and all are waited after the dW GEMM (OAR) or before it.
+ * `scatter` = 0 for the LM head, whose dW accumulates into the embedding's
+ * gathered gradient. */
+static void linear_backward(sched *c, const linear *w, int scatter, const ff_layer_opts *o)
 {
-    int64_t m = c->s->m, kl = k_local(c, w), nl = n_local(c, w);
-    unsigned ov = c->s->overlap;
+    const int64_t m = c->s->m, kl = k_local(c, w), nl = n_local(c, w);
+    const ff_group_kind group = w->transposed ? FF_GROUP_Y : FF_GROUP_X;
+    int64_t at[FF_DECOMPOSE_MAX + 1];
+    const int k = plan_chunk_bounds(o->decompose, c->s->panel_rows, m, nl, kl, at);
     elem(c, 1, (double)(m * nl));
-    gemm(c, m, kl, nl);
-    coll(c, w->transposed ? FF_GROUP_Y : FF_GROUP_X, FF_COLL_ALLREDUCE, m * kl, c->s->wire,
-         (ov & FF_OVERLAP_OAR) ? MODE_OAR : MODE_BLOCKING);
-    gemm(c, kl, nl, m);
+    if (k == 1) {
+        gemm(c, m, kl, nl);
+        coll(c, group, FF_COLL_ALLREDUCE, m * kl, o->wire_bytes, o->oar ? MODE_OAR : MODE_BLOCKING);
+        gemm(c, kl, nl, m);
+    } else {
+        int tag[FF_DECOMPOSE_MAX];
+        for (int i = 0; i < k; i++) {
+            int64_t rows = at[i + 1] - at[i];
+            gemm(c, rows, kl, nl);
+            tag[i] = coll(c, group, FF_COLL_ALLREDUCE, rows * kl, o->wire_bytes, MODE_CHUNK);
+        }
+        for (int i = 0; !o->oar && i < k; i++)
+            wait_for(c, tag[i]);
+        gemm(c, kl, nl, m);
+        for (int i = 0; o->oar && i < k; i++)
+            wait_for(c, tag[i]);
+    }
     if (scatter && c->gz > 1)
-        coll(c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, shard(c, w), c->s->wire,
-             (ov & FF_OVERLAP_ORS) ? MODE_BACKGROUND : MODE_BLOCKING);
+        coll(c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, shard(c, w), o->wire_bytes,
+             o->ors ? MODE_BACKGROUND : MODE_BLOCKING);
 }
 
 /* LayerNorm on the residual (layout Y): the row statistics need the whole
@@ -211,53 +276,82 @@ static void attention_pass(sched *c, int backward)
     elem(c, 3, heads * (double)s->T * (double)s->T / 2);
 }
 
-/* A block's forward; a recompute (activation checkpointing) stops after
- * the GELU: the MLP down's output is the next block's input, which is kept,
- * and its backward needs only its input (src/nn/gpt.c). */
-static void block_forward(sched *c, const linear *w, int do_gather, int recompute)
+void plan_layer_opts(const plan_shape *s, int64_t l, int i, ff_layer_opts *o)
 {
-    const plan_shape *s = c->s;
-    double y = (double)(s->m * s->C / c->gy), x4 = (double)(s->m * 4 * s->C / c->gx);
-    layernorm(c, 0);
-    linear_forward(c, &w[0], do_gather); /* QKV, N */
-    attention_pass(c, 0);
-    linear_forward(c, &w[1], do_gather); /* attention projection, T */
-    elem(c, 3, y);                       /* residual */
-    layernorm(c, 0);
-    linear_forward(c, &w[2], do_gather); /* MLP up, N */
-    elem(c, 2, x4);                      /* GELU */
-    if (recompute)
+    if (s->plan) {
+        *o = l < 0 ? s->plan->head : s->plan->blocks[l].layer[i];
         return;
-    linear_forward(c, &w[3], do_gather); /* MLP down, T */
-    elem(c, 3, y);                       /* residual */
+    }
+    o->decompose = 0;
+    o->oar = (s->overlap & FF_OVERLAP_OAR) != 0;
+    o->ors = (s->overlap & FF_OVERLAP_ORS) != 0;
+    o->oag = (s->overlap & FF_OVERLAP_OAG) != 0;
+    o->ag_cache = l < 0 ? s->ag_cache >= s->L : l >= s->L - s->ag_cache;
+    o->wire_bytes = s->wire;
 }
 
-/* regather: which of the block's four layers (bit i: w[i]) gather their
- * weight again before their backward: outside the AG cache, all four
- * without checkpointing (the forward's gathered weight was released), only
- * the MLP down with it (it was not recomputed; the recompute's gathered
- * weights of the other three stay for their backward). */
-static void block_backward(sched *c, const linear *w, unsigned regather)
+int plan_block_checkpoint(const plan_shape *s, int64_t l)
+{
+    return s->plan ? s->plan->blocks[l].checkpoint : s->checkpoint;
+}
+
+/* Block l's forward; a recompute (activation checkpointing) stops after
+ * the GELU: the MLP down's output is the next block's input, which is kept,
+ * and its backward needs only its input (src/nn/gpt.c). The first forward
+ * gathers every weight; the recompute those outside the AG cache. */
+static void block_forward(sched *c, const linear *w, int64_t l, int recompute)
 {
     const plan_shape *s = c->s;
     double y = (double)(s->m * s->C / c->gy), x4 = (double)(s->m * 4 * s->C / c->gx);
+    ff_layer_opts o[FF_BLOCK_LAYERS];
+    for (int i = 0; i < FF_BLOCK_LAYERS; i++)
+        plan_layer_opts(s, l, i, &o[i]);
+    layernorm(c, 0);
+    linear_forward(c, &w[0], !recompute || !o[0].ag_cache, &o[0]); /* QKV, N */
+    attention_pass(c, 0);
+    linear_forward(c, &w[1], !recompute || !o[1].ag_cache, &o[1]); /* attention projection, T */
+    elem(c, 3, y);                                                 /* residual */
+    layernorm(c, 0);
+    linear_forward(c, &w[2], !recompute || !o[2].ag_cache, &o[2]); /* MLP up, N */
+    elem(c, 2, x4);                                                /* GELU */
+    if (recompute)
+        return;
+    linear_forward(c, &w[3], 1, &o[3]); /* MLP down, T */
+    elem(c, 3, y);                      /* residual */
+}
+
+/* Block l's backward. A layer outside the AG cache gathers its weight again
+ * before its backward without checkpointing (the forward's gathered weight
+ * was released), and with it only the MLP down (it was not recomputed; the
+ * recompute's gathered weights of the other three stay for their
+ * backward). */
+static void block_backward(sched *c, const linear *w, int64_t l, int checkpoint)
+{
+    const plan_shape *s = c->s;
+    double y = (double)(s->m * s->C / c->gy), x4 = (double)(s->m * 4 * s->C / c->gx);
+    ff_layer_opts o[FF_BLOCK_LAYERS];
+    int regather[FF_BLOCK_LAYERS];
+    for (int i = 0; i < FF_BLOCK_LAYERS; i++) {
+        plan_layer_opts(s, l, i, &o[i]);
+        regather[i] = !o[i].ag_cache && (!checkpoint || i == FF_BLOCK_FCPROJ);
+    }
     elem(c, 2, y); /* residual */
-    if (regather & 8)
-        gather(c, shard(c, &w[3]));
-    linear_backward(c, &w[3], 1);
+    if (regather[3])
+        gather(c, shard(c, &w[3]), &o[3]);
+    linear_backward(c, &w[3], 1, &o[3]);
     elem(c, 3, x4); /* GELU */
-    if (regather & 4)
-        gather(c, shard(c, &w[2]));
-    linear_backward(c, &w[2], 1);
+    if (regather[2])
+        gather(c, shard(c, &w[2]), &o[2]);
+    linear_backward(c, &w[2], 1, &o[2]);
     layernorm(c, 1);
     elem(c, 2, y); /* residual */
-    if (regather & 2)
-        gather(c, shard(c, &w[1]));
-    linear_backward(c, &w[1], 1);
+    if (regather[1])
+        gather(c, shard(c, &w[1]), &o[1]);
+    linear_backward(c, &w[1], 1, &o[1]);
     attention_pass(c, 1);
-    if (regather & 1)
-        gather(c, shard(c, &w[0]));
-    linear_backward(c, &w[0], 1);
+    if (regather[0])
+        gather(c, shard(c, &w[0]), &o[0]);
+    linear_backward(c, &w[0], 1, &o[0]);
     layernorm(c, 1);
 }
 
@@ -280,9 +374,11 @@ int64_t plan_other_params(const plan_shape *s)
 /* OAG (docs/design.md §5): the all-gather of the next layer that needs one is
  * posted right after this layer's own gather completed, in execution order
  * (so across the forward, the recompute and into the next micro-batch).
- * Reorders the list: each gather but the first moves to just after the wait
- * for the gather before it. Only Z's weight gathers move: the
- * cross-entropy's all-gather over X needs the logits just computed. */
+ * Reorders the list: each gather but the first whose layer has OAG
+ * (`prefetch`) moves to just after the wait for the gather before it; one
+ * without stays where it is needed, waited for at once. Only Z's weight
+ * gathers move: the cross-entropy's all-gather over X needs the logits
+ * just computed. */
 static void plan_prefetch(plan_ops *o)
 {
     size_t n_ag = 0;
@@ -304,17 +400,20 @@ static void plan_prefetch(plan_ops *o)
         if (o->ops[i].kind == OP_COLL && o->ops[i].coll == FF_COLL_ALLGATHER &&
             o->ops[i].group == FF_GROUP_Z)
             ag[k++] = i;
-    size_t n = 0, a = 0; /* a: gathers already emitted */
+    /* gathers are met in order: when gather j is met, those before it are
+     * emitted (in place or earlier), so j <= a */
+    size_t n = 0, a = 0, j = 0; /* a: gathers already emitted; j: gathers met */
     for (size_t i = 0; i < o->n; i++) {
         const plan_op *op = &o->ops[i];
         if (op->kind == OP_COLL && op->coll == FF_COLL_ALLGATHER && op->group == FF_GROUP_Z) {
-            if (i != ag[0])
+            if (j++ < a)
                 continue; /* already posted earlier */
-            a = 1;
+            a = j;
         }
         out[n++] = *op;
         /* the wait of gather a-1 is followed by the post of gather a */
-        if (op->kind == OP_WAIT && a > 0 && a < n_ag && op->tag == o->ops[ag[a - 1]].tag)
+        if (op->kind == OP_WAIT && a > 0 && a < n_ag && op->tag == o->ops[ag[a - 1]].tag &&
+            o->ops[ag[a]].prefetch)
             out[n++] = o->ops[ag[a++]];
     }
     free(o->ops);
@@ -331,14 +430,16 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
     const linear head = {0, C, s->Vp}; /* the tied LM head: block (y, x) of wte, transposed */
     const int64_t wte_shard = s->Vp * C / (c.gx * c.gy * c.gz);
     const int64_t block_shard = 12 * C * C / (c.gx * c.gy * c.gz);
-    const int wire = s->wire;
+    const int wire = s->wire; /* the data-parallel buckets' */
     const unsigned ov = s->overlap;
     const double y = (double)(m * C / c.gy), logits = (double)(m * s->Vp / c.gx);
 
-    /* the AG cache holds the last ag_cache blocks (the model's last
-     * 4 ag_cache layers in forward order) and, when it holds every block,
-     * wte too (the model's "every layer", its default) */
-    const int wte_cached = s->ag_cache >= s->L;
+    /* the head's (wte's) options; without a plan the AG cache holds the
+     * last ag_cache blocks (the model's last 4 ag_cache layers in forward
+     * order) and, when it holds every block, wte too (the model's "every
+     * layer", its default) */
+    ff_layer_opts head_opts;
+    plan_layer_opts(s, -1, 0, &head_opts);
 
     for (int u = 0; u < s->micro; u++) {
         int last = u == s->micro - 1;
@@ -347,16 +448,17 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
          * backward (one gather per micro-batch), else the head gathers it
          * again and keeps it for its backward; vocab-parallel lookup, then
          * AllReduce_X gives layout Y */
-        gather(&c, wte_shard);
+        gather(&c, wte_shard, &head_opts);
         elem(&c, 4, y); /* lookup rows, zeros elsewhere, add positions */
         coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * C / c.gy, F32, MODE_BLOCKING); /* exact: fp32 */
         for (int64_t l = 0; l < s->L; l++)
-            block_forward(&c, w, 1, 0);
+            block_forward(&c, w, l, 0);
         layernorm(&c, 0); /* final LayerNorm */
-        if (!wte_cached)
-            gather(&c, wte_shard);
-        gemm(&c, m, s->Vp / c.gx, C / c.gy);
-        coll(&c, FF_GROUP_Y, FF_COLL_ALLREDUCE, m * s->Vp / c.gx, wire, MODE_BLOCKING);
+        if (!head_opts.ag_cache)
+            gather(&c, wte_shard, &head_opts);
+        /* the logits: the LM head's forward (decomposed as the layer is; the
+         * embedding's all-reduce above is not a linear forward) */
+        forward_product(&c, FF_GROUP_Y, s->Vp / c.gx, C / c.gy, &head_opts, 0);
         /* vocab-parallel cross-entropy over X, as the model does it: each
          * rank forms per row its local max, its sum of exp(logit - local
          * max) and its target logit (0 outside its vocabulary block), and
@@ -369,25 +471,25 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
         coll(&c, FF_GROUP_X, FF_COLL_ALLGATHER, 3 * m, F32, MODE_BLOCKING);
 
         elem(&c, 2, logits); /* dlogits = softmax - onehot, local */
-        linear_backward(&c, &head, 0);
+        linear_backward(&c, &head, 0, &head_opts);
         layernorm(&c, 1);
         for (int64_t l = s->L - 1; l >= 0; l--) {
             /* checkpointing keeps the block input and recomputes the block;
-             * the AG cache keeps the last ag_cache blocks' gathered weights
-             * from the forward, so their recompute and backward gather
-             * nothing; outside it the recompute gathers again, or without
-             * checkpointing the backward */
-            int uncached = l < s->L - s->ag_cache;
-            if (s->checkpoint)
-                block_forward(&c, w, uncached, 1);
-            block_backward(&c, w, !uncached ? 0u : s->checkpoint ? 8u : 15u);
+             * the AG cache keeps a layer's gathered weight from the forward,
+             * so its recompute and backward gather nothing; outside it the
+             * recompute gathers again, or without checkpointing the
+             * backward */
+            int checkpoint = plan_block_checkpoint(s, l);
+            if (checkpoint)
+                block_forward(&c, w, l, 1);
+            block_backward(&c, w, l, checkpoint);
             if (last && (ov & FF_OVERLAP_DP) && c.gd > 1) /* a bucket per block */
                 coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, block_shard, wire, MODE_BACKGROUND);
         }
         elem(&c, 3, y); /* embedding backward: scatter-add into the wte gradient */
         if (c.gz > 1)
-            coll(&c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, wte_shard, wire,
-                 (ov & FF_OVERLAP_ORS) ? MODE_BACKGROUND : MODE_BLOCKING);
+            coll(&c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, wte_shard, head_opts.wire_bytes,
+                 head_opts.ors ? MODE_BACKGROUND : MODE_BLOCKING);
         if (last && (ov & FF_OVERLAP_DP) && c.gd > 1)
             coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, wte_shard, wire, MODE_BACKGROUND);
     }
@@ -409,6 +511,5 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
     elem(&c, 8, (double)(plan_zsharded_params(s) + others));
     if (!o->oom)
         o->ops[o->n - 1].optimizer = 1;
-    if (ov & FF_OVERLAP_OAG)
-        plan_prefetch(o);
+    plan_prefetch(o); /* the gathers of the layers with OAG */
 }

@@ -1,6 +1,7 @@
 /* A growable text buffer and JSON strings (src/util/text.h). */
 #include "text.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,21 @@ void ff_text_json_string(ff_text *b, const char *s, int ascii)
             ff_text_put(b, s, 1);
     }
     ff_text_put(b, "\"", 1);
+}
+
+void ff_text_number(ff_text *b, double v)
+{
+    char t[40];
+    if (v == floor(v) && fabs(v) < 1e6) {
+        snprintf(t, sizeof t, "%.0f", v);
+    } else {
+        for (int prec = 1; prec <= 17; prec++) {
+            snprintf(t, sizeof t, "%.*g", prec, v);
+            if (strtod(t, NULL) == v)
+                break;
+        }
+    }
+    ff_text_puts(b, t);
 }
 
 void ff_text_free(ff_text *b)

@@ -19,6 +19,10 @@ void ff_text_printf(ff_text *b, const char *fmt, ...) __attribute__((format(prin
 /* A JSON string literal: quotes and backslashes escaped, control characters
  * as \u00XX; other bytes as they are, or as '?' beyond ASCII if ascii. */
 void ff_text_json_string(ff_text *b, const char *s, int ascii);
+/* A JSON number that reads back as v: the shortest of %.1g .. %.17g
+ * (2e-06, 6.18516e+09, 1e+15), but integers below a million as integers
+ * (100, not 1e+02). */
+void ff_text_number(ff_text *b, double v);
 void ff_text_free(ff_text *b);
 
 #endif

@@ -1,0 +1,80 @@
+#!/bin/sh
+# The decomposition benchmark of docs/linear.md, "Decomposition" (issue 25):
+# one GPT training step (bench/gpt.c) on an emulated cluster of 2 nodes x 2
+# ranks at 1 Gbit/s, without and with a 100 us one-way delay, made by the
+# external cluster emulator whose tbcluster.sh TB names (docs/design.md §8).
+# Three cases: the model L=2, C=256, NH=4, V=512, B=8, T=128 on 2x2x1x1 (X
+# inside a node, Y across the nodes) and on 1x4x1x1 (Y over all four ranks),
+# and a small one (C=64, NH=4) on 2x2x1x1 where the GEMMs are short. Each
+# runs decomposition off, on with K = 2, 3, 4, and the planner's per-layer
+# plan for that case and link (`fourfold plan --per-layer`, the matching
+# profiles/tb-2x2-1gbit-d*.json), alternating, ROUNDS times, each run the
+# median of REPS steps after 2 warm-ups. GEMM panels of PANEL rows (default
+# 256) in the runs and the planner: a rank's 1024 rows are four panels, so
+# every K is used as given (the default panels, ~400 MFLOP, would be one
+# panel for these small layers, leaving nothing to decompose). Prints the
+# median step time over rounds per variant and its ratio to off; the
+# raw JSON lines go OUTSIDE the source tree, to $OUT (default
+# ${FF_BENCH_OUT:-/tmp/fourfold-bench}/decompose.jsonl). Needs root and TB.
+# About 10 minutes with the defaults.
+#   usage: TB=.../tbcluster.sh bench/decompose.sh [build-dir]
+set -eu
+case ${1:-} in -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+BIN=$PWD/$BUILD/bench/ff_bench_gpt
+CLI=$PWD/$BUILD/fourfold
+TB=${TB:-}
+OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/decompose.jsonl}
+REPS=${REPS:-5}
+ROUNDS=${ROUNDS:-3}
+PANEL=${PANEL:-256}
+CASES="base:2x2x1x1:256 base:1x4x1x1:256 small:2x2x1x1:64"
+[ -x "$BIN" ] && [ -x "$CLI" ] || { echo "build first: scripts/build.sh $BUILD" >&2; exit 1; }
+[ -n "$TB" ] || { echo "set TB to the cluster emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; }
+. scripts/env.sh
+mkdir -p "$(dirname "$OUT")"
+PLANS=$(dirname "$OUT")/decompose-plans
+mkdir -p "$PLANS"
+: > "$OUT.tmp"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+for delay in 0 100; do
+    for case in $CASES; do
+        name=${case%%:*} rest=${case#*:}
+        grid=${rest%%:*} C=${rest#*:}
+        plan=$PLANS/plan-$name-$grid-d$delay.json
+        "$CLI" plan --layers 2 --hidden "$C" --heads 4 --vocab 512 --positions 128 --batch 8 \
+            --seq 128 --grid "$grid" --machine "profiles/tb-2x2-1gbit-d${delay}us.json" \
+            --panel-rows "$PANEL" --per-layer --out "$plan" | grep -A 20 '^per-layer' | sed 's/^/# /'
+        for r in $(seq "$ROUNDS"); do
+            for v in 0 2 3 4 plan; do
+                if [ "$v" = plan ]; then args="--plan $plan"; else args="--decompose $v"; fi
+                "$TB" -n 2 -m 2 -r 1gbit -d "$delay" all -- "$BIN" --grid "$grid" --L 2 --C "$C" \
+                    --NH 4 --V 512 --maxT 128 --B 8 --T 128 --panel "$PANEL" --reps "$REPS" \
+                    $args --label "d$delay $name $grid $v round $r" 2>&1 | grep '^{' |
+                    sed "s/^{/{\"delay_us\":$delay,\"case\":\"$name\",\"variant\":\"$v\",/" \
+                        >> "$OUT.tmp"
+            done
+        done
+    done
+done
+cat "$OUT.tmp" >> "$OUT"
+python3 - "$OUT.tmp" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+keys = sorted({(r["delay_us"], r["case"], r["grid"]) for r in rows})
+print("\nstep time, median over rounds of each run's median (ms); ratio to decomposition off")
+print(f"{'delay':>6} {'case':>6} {'grid':>8} " +
+      " ".join(f"{v:>14}" for v in ("off", "K=2", "K=3", "K=4", "plan")))
+for d, c, g in keys:
+    med = {}
+    for v in ("0", "2", "3", "4", "plan"):
+        t = [r["median_ms"] for r in rows
+             if (r["delay_us"], r["case"], r["grid"], r["variant"]) == (d, c, g, v)]
+        med[v] = statistics.median(t) if t else float("nan")
+    cells = [f"{med[v]:8.1f} {med[v] / med['0']:5.2f}" for v in ("0", "2", "3", "4", "plan")]
+    print(f"{d:>4}us {c:>6} {g:>8} " + " ".join(cells))
+PY
+rm -f "$OUT.tmp"
+echo "JSON lines appended to $OUT"
