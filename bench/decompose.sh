@@ -15,7 +15,10 @@
 # panel for these small layers, leaving nothing to decompose). Prints the
 # median step time over rounds per variant and its ratio to off; the
 # raw JSON lines go OUTSIDE the source tree, to $OUT (default
-# ${FF_BENCH_OUT:-/tmp/fourfold-bench}/decompose.jsonl). Needs root and TB.
+# ${FF_BENCH_OUT:-/tmp/fourfold-bench}/decompose.jsonl). CASES
+# (name:grid:C ...), DELAYS (us), VARIANTS (0 = off, K, plan) and PROGRESS
+# (poll, the default, or thread: a progress thread) select a subset. Needs
+# root and TB.
 # About 10 minutes with the defaults.
 #   usage: TB=.../tbcluster.sh bench/decompose.sh [build-dir]
 set -eu
@@ -29,7 +32,10 @@ OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/decompose.jsonl}
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-3}
 PANEL=${PANEL:-256}
-CASES="base:2x2x1x1:256 base:1x4x1x1:256 small:2x2x1x1:64"
+CASES=${CASES:-base:2x2x1x1:256 base:1x4x1x1:256 small:2x2x1x1:64}
+DELAYS=${DELAYS:-0 100}
+VARIANTS=${VARIANTS:-0 2 3 4 plan}
+PROGRESS=${PROGRESS:-poll}
 [ -x "$BIN" ] && [ -x "$CLI" ] || { echo "build first: scripts/build.sh $BUILD" >&2; exit 1; }
 [ -n "$TB" ] || { echo "set TB to the cluster emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; }
 . scripts/env.sh
@@ -39,7 +45,7 @@ mkdir -p "$PLANS"
 : > "$OUT.tmp"
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 
-for delay in 0 100; do
+for delay in $DELAYS; do
     for case in $CASES; do
         name=${case%%:*} rest=${case#*:}
         grid=${rest%%:*} C=${rest#*:}
@@ -48,10 +54,10 @@ for delay in 0 100; do
             --seq 128 --grid "$grid" --machine "profiles/tb-2x2-1gbit-d${delay}us.json" \
             --panel-rows "$PANEL" --per-layer --out "$plan" | grep -A 20 '^per-layer' | sed 's/^/# /'
         for r in $(seq "$ROUNDS"); do
-            for v in 0 2 3 4 plan; do
+            for v in $VARIANTS; do
                 if [ "$v" = plan ]; then args="--plan $plan"; else args="--decompose $v"; fi
                 "$TB" -n 2 -m 2 -r 1gbit -d "$delay" all -- "$BIN" --grid "$grid" --L 2 --C "$C" \
-                    --NH 4 --V 512 --maxT 128 --B 8 --T 128 --panel "$PANEL" --reps "$REPS" \
+                    --NH 4 --V 512 --maxT 128 --B 8 --T 128 --panel "$PANEL" --progress "$PROGRESS" --reps "$REPS" \
                     $args --label "d$delay $name $grid $v round $r" 2>&1 | grep '^{' |
                     sed "s/^{/{\"delay_us\":$delay,\"case\":\"$name\",\"variant\":\"$v\",/" \
                         >> "$OUT.tmp"

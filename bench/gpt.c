@@ -9,7 +9,7 @@
  *   mpirun -np R ff_bench_gpt --grid 1x1x1x1 --L 12 --C 768 --NH 12 --V 50257
  *          --maxT 1024 --B 4 --T 64 [--threads 1] [--reps 5] [--warmup 2]
  *          [--checkpoint] [--label TEXT] [--decompose K] [--plan FILE]
- *          [--panel ROWS]
+ *          [--panel ROWS] [--progress poll|thread]
  * (--decompose: every linear layer's all-reduced products in K chunks;
  * --plan: a per-layer plan file; --panel: GEMM panel height, 0 = by shape.)
  * Prints a line per step, a summary and one JSON line. */
@@ -24,7 +24,7 @@
 #include "fourfold/fourfold.h"
 
 typedef struct {
-    const char *grid, *label, *plan;
+    const char *grid, *label, *plan, *progress;
     int L, C, NH, V, maxT, B, T, threads, reps, warmup, checkpoint, decompose, panel;
 } options;
 
@@ -102,6 +102,8 @@ static int parse(int argc, char **argv, options *o)
             o->label = argv[++i];
         else if (strcmp(a, "--plan") == 0 && v)
             o->plan = argv[++i];
+        else if (strcmp(a, "--progress") == 0 && v && (!strcmp(v, "poll") || !strcmp(v, "thread")))
+            o->progress = argv[++i];
         else if (strcmp(a, "--checkpoint") == 0)
             o->checkpoint = 1;
         else
@@ -113,7 +115,10 @@ static int parse(int argc, char **argv, options *o)
 int main(int argc, char **argv)
 {
     int provided, rank, size;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    int thread = 0; /* a progress thread needs MPI_THREAD_MULTIPLE, asked before parsing */
+    for (int i = 1; i + 1 < argc; i++)
+        thread |= !strcmp(argv[i], "--progress") && !strcmp(argv[i + 1], "thread");
+    MPI_Init_thread(&argc, &argv, thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     options o;
@@ -126,6 +131,8 @@ int main(int argc, char **argv)
     ff_ctx_options co;
     ff_ctx_options_default(&co);
     co.threads = o.threads; /* the BLAS's and the element-wise work's */
+    if (thread)
+        co.progress = FF_PROGRESS_THREAD;
     if (ff_ctx_create(&ctx, MPI_COMM_WORLD, &co) != FF_OK)
         die(rank, "context");
     if (ff_grid_parse(o.grid, size, size, &shape, err, sizeof err) != FF_OK)
@@ -193,10 +200,12 @@ int main(int argc, char **argv)
                size, mem.params / 1048576.0, mem.activations / 1048576.0);
         printf("{\"bench\":\"gpt\",\"label\":\"%s\",\"grid\":\"%s\",\"ranks\":%d,\"threads\":%d,"
                "\"kernel\":\"%s\",\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"B\":%d,\"T\":%d,"
-               "\"checkpoint\":%d,\"decompose\":%d,\"plan\":\"%s\",\"median_ms\":%.2f,"
+               "\"checkpoint\":%d,\"progress\":\"%s\",\"decompose\":%d,\"plan\":\"%s\",\"median_"
+               "ms\":%.2f,"
                "\"runs_ms\":[",
                o.label, o.grid, size, o.threads, ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T,
-               o.checkpoint, o.decompose, o.plan ? o.plan : "", step_s * 1e3);
+               o.checkpoint, thread ? "thread" : "poll", o.decompose, o.plan ? o.plan : "",
+               step_s * 1e3);
         for (int r = 0; r < o.reps; r++)
             printf("%s%.2f", r ? "," : "", runs[r] * 1e3);
         printf("],\"tokens_per_s\":%.1f,\"model_gflops\":%.3f,\"sgemm_gflops_per_rank\":%.3f,"

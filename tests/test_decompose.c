@@ -47,7 +47,7 @@ typedef struct {
     float *grads;                      /* canonical, rank 0 */
     size_t n, tensor[FF_GPT_NTENSORS]; /* canonical sizes */
     /* all-reduces of the X and Y groups, summed over the ranks */
-    unsigned long long calls[2], bytes[2];
+    unsigned long long calls[2], sent[2], recv[2];
 } result;
 
 static int32_t token_at(int64_t s, int64_t t) { return (int32_t)((s * 131 + t * 17 + 7) % cfg.V); }
@@ -86,10 +86,11 @@ static int run(ff_grid *grid, const ff_gpt_opts *o, result *r)
         rc = ff_gpt_finish_grads(g, &r->loss);
     for (int i = 0; i < 2 && rc == FF_OK; i++) {
         ff_counters c = ff_group_counters(groups[i], FF_COLL_ALLREDUCE);
-        unsigned long long mine[2] = {c.calls, c.bytes_sent}, sum[2];
-        MPI_Allreduce(mine, sum, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+        unsigned long long mine[3] = {c.calls, c.bytes_sent, c.bytes_recv}, sum[3];
+        MPI_Allreduce(mine, sum, 3, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
         r->calls[i] = sum[0];
-        r->bytes[i] = sum[1];
+        r->sent[i] = sum[1];
+        r->recv[i] = sum[2];
     }
     if (rc == FF_OK)
         rc = ff_gpt_gather(g, FF_GPT_GRADS, r->grads, 0);
@@ -167,8 +168,13 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, double tol)
         result *dst = k ? &r : &base;
         int rc = run(grid, &o, dst);
         CHECK(rc == FF_OK, "%s, REC, decompose %d: %s", desc, k, ff_ctx_error(ctx));
-        if (rc || k == 0)
+        if (rc || k == 0) {
+            if (rc) { /* a failed run may have allocated */
+                free(r.grads);
+                r.grads = NULL;
+            }
             continue;
+        }
         if (rank == 0) {
             CHECK(bitwise(&r, &base), "%s, REC: decompose %d differs from none (loss %.9g, %.9g)",
                   desc, k, r.loss, base.loss);
@@ -179,9 +185,10 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, double tol)
                                                    : 0);
                 CHECK(r.calls[i] == want, "%s, decompose %d: %c all-reduce calls %llu, want %llu",
                       desc, k, "XY"[i], r.calls[i], want);
-                CHECK(r.bytes[i] == base.bytes[i],
-                      "%s, decompose %d: %c all-reduce bytes %llu, without %llu", desc, k, "XY"[i],
-                      r.bytes[i], base.bytes[i]);
+                CHECK(r.sent[i] == base.sent[i] && r.recv[i] == base.recv[i],
+                      "%s, decompose %d: %c all-reduce bytes sent %llu and received %llu, "
+                      "without %llu and %llu",
+                      desc, k, "XY"[i], r.sent[i], r.recv[i], base.sent[i], base.recv[i]);
             }
         }
         free(r.grads);

@@ -617,7 +617,8 @@ static double ar2_s(double alpha, double beta, long n)
 
 /* Decomposition into k = 2 of a layer whose all-reduce crosses the slow
  * link (R or C = X of 2 ranks, on two nodes), the other's group of one
- * rank. With G the GEMM on m rows, G0 = G1 on m/2, A and A0 = A1 the
+ * rank. With G the GEMM on m rows, G0 = G1 = G/2 its halves (whole panels:
+ * the same BLAS calls, so the same rate), A and A0 = A1 the
  * all-reduces, e and e0 = e1 the bias passes, W the dW GEMM, and the link
  * slower than the GEMMs (A0 >= G1, A1 >= e0; backward A >= W, A0 >= D1,
  * A0 + A1 >= D1 + W), the timeline gives
@@ -635,7 +636,8 @@ static void fwd_on_link(layer_change *c, const ff_profile *p, long m, long nl, l
                         double passes)
 {
     double a = p->alpha_inter_s, b = p->beta_inter_Bps;
-    double G = gemm_s(p, m, nl, kl), G0 = gemm_s(p, m / 2, nl, kl);
+    /* a chunk of whole panels runs at the whole product's rate: G0 = G / 2 */
+    double G = gemm_s(p, m, nl, kl), G0 = G / 2;
     double A = ar2_s(a, b, m * nl), Ac = ar2_s(a, b, m / 2 * nl);
     double e = passes * m * nl * 4 / p->mem_Bps;
     c->delta += (G0 - G) + (2 * Ac - A) + (e / 2 - e);
@@ -645,7 +647,7 @@ static void fwd_on_link(layer_change *c, const ff_profile *p, long m, long nl, l
 static void bwd_on_link(layer_change *c, const ff_profile *p, long m, long nl, long kl)
 {
     double a = p->alpha_inter_s, b = p->beta_inter_Bps;
-    double D = gemm_s(p, m, kl, nl), D0 = gemm_s(p, m / 2, kl, nl), W = gemm_s(p, kl, nl, m);
+    double D = gemm_s(p, m, kl, nl), D0 = D / 2, W = gemm_s(p, kl, nl, m);
     double A = ar2_s(a, b, m * kl), Ac = ar2_s(a, b, m / 2 * kl);
     c->delta += (D0 - D) + (2 * Ac - A);
     c->bound &= A >= W && Ac >= D0 && 2 * Ac >= D0 + W;
@@ -653,7 +655,8 @@ static void bwd_on_link(layer_change *c, const ff_profile *p, long m, long nl, l
 
 static void chunked_gemm(layer_change *c, const ff_profile *p, long m, long n, long k)
 {
-    c->delta += 2 * gemm_s(p, m / 2, n, k) - gemm_s(p, m, n, k);
+    double G = gemm_s(p, m, n, k);
+    c->delta += 2 * (G / 2) - G; /* the same BLAS calls: no change */
 }
 
 static void test_sign(void)

@@ -106,6 +106,7 @@ static void mixed_plan(ff_dims grid)
     mixed.layers = model_cfg.L, mixed.heads = model_cfg.NH;
     mixed.hidden = model_cfg.C, mixed.vocab = model_cfg.V;
     mixed.grid = grid;
+    mixed.panel_rows = PANEL; /* the run takes its panels from the plan */
     ff_layer_opts o = {
         .decompose = 3, .oar = 1, .ors = 1, .oag = 1, .ag_cache = 1, .wire_bytes = 4};
     mixed.head = o;
@@ -174,7 +175,6 @@ static void plan_config(const variant *v, ff_plan_config *pc)
     pc->wire_bytes = v->wire;
     pc->overlap = v->overlaps ? FF_OVERLAP_ALL : 0;
     pc->layers = v->plan ? &mixed : NULL;
-    pc->panel_rows = v->plan ? PANEL : 0;
 }
 
 /* This rank's tokens for one step: n_micro micro-batches of its sequences. */
@@ -402,8 +402,6 @@ int main(int argc, char **argv)
                 if ((rc = ff_gpt_create(grid, &model_cfg, &o, batch, T, &g)) ||
                     (rc = ff_gpt_init(g, 1234)))
                     die(ctx, "creating the model", rc);
-                if (va->plan)
-                    ff_gemm_set_panel_rows(ff_linear_seq_gemm(ff_gpt_linear_seq(g)), PANEL);
                 step(ctx, g, va->micro, 0);
             }
             for (int k = 0; k < FF_NGROUPS; k++)

@@ -51,8 +51,9 @@ typedef struct {
     /* A per-layer plan (include/fourfold/layerplan.h; NULL: none): each
      * block's checkpointing and each linear layer's options replace
      * `checkpoint` and the layers' `linear` settings (the algorithm, tuning
-     * and dp_overlap stay). Read at ff_gpt_create, which refuses, on every
-     * rank with one message, a plan for another model or grid. */
+     * and dp_overlap stay), and its panel_rows, if set, the GEMM panels.
+     * Read at ff_gpt_create, which refuses, on every rank with one message,
+     * a plan for another model or grid. */
     const ff_layer_plan *plan;
 } ff_gpt_opts;
 

@@ -54,8 +54,12 @@ typedef struct {
     int64_t batch, seq;
     int micro_batches;
     double predicted_step_s; /* the planner's prediction; 0: none */
-    ff_layer_opts head;      /* the token embedding and tied LM head (wte) */
-    ff_block_opts *blocks;   /* `layers` entries, owned (ff_layer_plan_free) */
+    /* the GEMM panel height the plan was made for (fourfold plan
+     * --panel-rows; 0: by shape): decomposition cuts at panel boundaries, so
+     * a run with the plan uses these panels (ff_gemm_set_panel_rows) */
+    int64_t panel_rows;
+    ff_layer_opts head;    /* the token embedding and tied LM head (wte) */
+    ff_block_opts *blocks; /* `layers` entries, owned (ff_layer_plan_free) */
 } ff_layer_plan;
 
 /* The options a run uses when no plan is given: decomposition off, every

@@ -129,7 +129,8 @@ const char *ff_linear_name(const ff_linear *l);
  * says) and wire (the algorithm stays the sequence's). Before the program is
  * set; FF_EINVAL for an option out of range. */
 int ff_linear_set_options(ff_linear *l, const ff_layer_opts *o);
-/* The options the layer runs with (the sequence's unless set). */
+/* The options the layer runs with (the sequence's unless set; ag_cache is
+ * the one set, else the program's choice, 0 before a program is set). */
 void ff_linear_options(const ff_linear *l, ff_layer_opts *o);
 
 /* Binds the parameter views: w_shard and dw_shard (sizes.w_shard floats), b

@@ -319,6 +319,8 @@ static int plan_layers(ff_gpt *g)
 {
     const ff_layer_plan *p = g->opt.plan;
     int rc = p ? ff_linear_set_options(g->wte, &p->head) : FF_OK;
+    if (p && p->panel_rows > 0) /* the panels it was planned with: they set the chunks */
+        ff_gemm_set_panel_rows(ff_linear_seq_gemm(g->seq), p->panel_rows);
     for (int l = 0; p && l < g->cfg.L && rc == FF_OK; l++) {
         ff_linear *ls[FF_BLOCK_LAYERS] = {g->qkv[l], g->attproj[l], g->fc[l], g->fcproj[l]};
         for (int i = 0; i < FF_BLOCK_LAYERS && rc == FF_OK; i++)

@@ -328,7 +328,7 @@ void ff_linear_options(const ff_linear *l, ff_layer_opts *o)
     o->oar = l->oar;
     o->ors = l->ors;
     o->oag = l->oag;
-    o->ag_cache = l->cached;
+    o->ag_cache = l->cache_forced >= 0 ? l->cache_forced : l->cached;
     o->wire_bytes = l->coll.wire == FF_WIRE_BF16 ? 2 : 4;
 }
 

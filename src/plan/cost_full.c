@@ -302,7 +302,10 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
     s->wire = cfg->wire_bytes;
     s->overlap = cfg->overlap;
     s->plan = cfg->layers;
-    s->panel_rows = cfg->panel_rows;
+    /* the run's panels: forced by the configuration, else the plan's */
+    s->panel_rows = cfg->panel_rows > 0 ? cfg->panel_rows
+                    : cfg->layers       ? cfg->layers->panel_rows
+                                        : 0;
 }
 
 /* Memory of one rank, bytes, for the shape's checkpointing and AG cache

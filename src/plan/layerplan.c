@@ -6,7 +6,7 @@
  *   {"format": "fourfold-layer-plan", "version": 1,
  *    "model": {"layers": L, "heads": NH, "hidden": C, "vocab": V},
  *    "grid": [Gx, Gy, Gz, Gd], "batch": B, "seq": T, "micro_batches": u,
- *    "predicted_step_s": s,
+ *    "predicted_step_s": s, "panel_rows": P,
  *    "head": OPTS,
  *    "blocks": [{"checkpoint": 0|1, "qkv": OPTS, "attproj": OPTS, "fc": OPTS,
  *                "fcproj": OPTS}, ... L of them]}
@@ -123,8 +123,8 @@ int ff_layer_plan_check(const ff_layer_plan *p, char *err, size_t err_len)
                                "the plan's grid %dx%dx%dx%d is impossible (sizes >= 1, at most "
                                "%d ranks)",
                                g.x, g.y, g.z, g.d, MAX_RANKS);
-    if (p->batch < 0 || p->seq < 0 || p->micro_batches < 0 || !(p->predicted_step_s >= 0) ||
-        !isfinite(p->predicted_step_s))
+    if (p->batch < 0 || p->seq < 0 || p->micro_batches < 0 || p->panel_rows < 0 ||
+        !(p->predicted_step_s >= 0) || !isfinite(p->predicted_step_s))
         return ff_format_error(err, err_len, FF_EINVAL,
                                "the plan's batch, seq, micro-batches and predicted step time "
                                "must be >= 0 (0: not given)");
@@ -165,10 +165,11 @@ char *ff_layer_plan_to_json(const ff_layer_plan *p)
                    " \"model\": {\"layers\": %d, \"heads\": %d, \"hidden\": %lld, \"vocab\": "
                    "%lld},\n"
                    " \"grid\": [%d, %d, %d, %d], \"batch\": %lld, \"seq\": %lld, "
-                   "\"micro_batches\": %d, \"predicted_step_s\": ",
+                   "\"micro_batches\": %d, \"panel_rows\": %lld, \"predicted_step_s\": ",
                    FF_LAYER_PLAN_VERSION, p->layers, p->heads, (long long)p->hidden,
                    (long long)p->vocab, p->grid.x, p->grid.y, p->grid.z, p->grid.d,
-                   (long long)p->batch, (long long)p->seq, p->micro_batches);
+                   (long long)p->batch, (long long)p->seq, p->micro_batches,
+                   (long long)p->panel_rows);
     ff_text_number(&b, p->predicted_step_s);
     ff_text_puts(&b, ",\n \"head\": ");
     put_opts(&b, &p->head);
@@ -406,14 +407,15 @@ enum {
     K_BATCH,
     K_SEQ,
     K_MICRO,
+    K_PANEL,
     K_PREDICTED,
     K_HEAD,
     K_BLOCKS,
     NKEYS
 };
 static const char *const top_keys[NKEYS] = {
-    "format",        "version",          "model", "grid",  "batch", "seq",
-    "micro_batches", "predicted_step_s", "head",  "blocks"};
+    "format",     "version",          "model", "grid",  "batch", "seq", "micro_batches",
+    "panel_rows", "predicted_step_s", "head",  "blocks"};
 
 /* The first pass: "format" and "version" only, FF_ECORRUPT unless this
  * format and version (the rest is parsed only as JSON); the messages name
@@ -496,6 +498,10 @@ static int read_plan(ff_json *r, ff_layer_plan *p)
         case K_MICRO:
             if (read_int(r, "micro_batches", 0, 1 << 20, &v) == FF_OK)
                 p->micro_batches = (int)v;
+            break;
+        case K_PANEL:
+            if (read_int(r, "panel_rows", 0, 1 << 30, &v) == FF_OK)
+                p->panel_rows = v;
             break;
         case K_PREDICTED:
             if (!ff_json_at_number(r))

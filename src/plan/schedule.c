@@ -58,16 +58,22 @@ void plan_ops_free(plan_ops *o)
     memset(o, 0, sizeof *o);
 }
 
-/* (m x k) times (k x n) */
-static void gemm(sched *c, int64_t m, int64_t n, int64_t k)
+/* Rows [r0, r0 + rows) of the product (m x k) times (k x n): the work of
+ * its rows at the efficiency of the whole product. A chunk of whole panels
+ * (decomposition) makes the very BLAS calls the whole product makes, so it
+ * runs at the same rate. */
+static void gemm_rows(sched *c, int64_t rows, int64_t m, int64_t n, int64_t k)
 {
     plan_op *op = push(c->o);
     if (!op)
         return;
     op->kind = OP_GEMM;
     op->m = m, op->n = n, op->k = k;
-    op->work = 2.0 * (double)m * (double)n * (double)k;
+    op->work = 2.0 * (double)rows * (double)n * (double)k;
 }
+
+/* (m x k) times (k x n) */
+static void gemm(sched *c, int64_t m, int64_t n, int64_t k) { gemm_rows(c, m, m, n, k); }
 
 static void attention(sched *c, double flops)
 {
@@ -184,7 +190,7 @@ static void forward_product(sched *c, ff_group_kind group, int64_t nl, int64_t k
     for (int i = 0; i <= k; i++) {
         if (i < k) {
             int64_t rows = at[i + 1] - at[i];
-            gemm(c, rows, nl, kl);
+            gemm_rows(c, rows, m, nl, kl);
             tag[i] = coll(c, group, FF_COLL_ALLREDUCE, rows * nl, o->wire_bytes, MODE_CHUNK);
         }
         if (i > 0) {
@@ -226,7 +232,7 @@ static void linear_backward(sched *c, const linear *w, int scatter, const ff_lay
         int tag[FF_DECOMPOSE_MAX];
         for (int i = 0; i < k; i++) {
             int64_t rows = at[i + 1] - at[i];
-            gemm(c, rows, kl, nl);
+            gemm_rows(c, rows, m, kl, nl);
             tag[i] = coll(c, group, FF_COLL_ALLREDUCE, rows * kl, o->wire_bytes, MODE_CHUNK);
         }
         for (int i = 0; !o->oar && i < k; i++)
