@@ -748,19 +748,6 @@ static int chunk_bounds(const ff_linear *l, int64_t rows, int64_t bounds[FF_DECO
                                bounds);
 }
 
-/* Waits for every request of reqs[0..n) (NULL ones are done), returning the
- * first error. */
-static int wait_chunks(ff_request **reqs, int n)
-{
-    int rc = FF_OK;
-    for (int i = 0; i < n; i++) {
-        int r = ff_wait(&reqs[i]);
-        if (r && rc == FF_OK)
-            rc = r;
-    }
-    return rc;
-}
-
 /* Chunk i of the forward is complete: bias, then the caller's row-wise work. */
 static void forward_chunk_done(ff_linear *l, float *out, int64_t r0, int64_t r1,
                                ff_linear_rows_fn done, void *arg)
@@ -802,7 +789,7 @@ int ff_linear_forward_rows(ff_linear *l, float *out, const float *inp, int64_t r
         if (i > 0 && (rc = ff_wait(&req[i - 1])) == FF_OK)
             forward_chunk_done(l, out, at[i - 1], at[i], done, arg);
     }
-    int rc2 = wait_chunks(req, k);
+    int rc2 = ff_waitall(req, k);
     return rc ? rc : rc2 ? rc2 : release(l);
 }
 
@@ -836,12 +823,12 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
     }
     /* OAR: the all-reduces run while dW is computed (paper IV-A) */
     if (rc == FF_OK && !l->oar)
-        rc = wait_chunks(ar, k);
+        rc = ff_waitall(ar, k);
 
     /* dW_rc (kl, nl) = I^T dO, accumulated over this run's backward uses */
     float *block, beta;
     if (rc || (rc = grad_block(l, &block, &beta))) {
-        wait_chunks(ar, k);
+        ff_waitall(ar, k);
         return rc;
     }
     snprintf(name, sizeof name, "dW %s", l->name);
@@ -853,7 +840,7 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
                          beta, block, l->kl);
     l->dw_contributions++;
     if (rc) {
-        wait_chunks(ar, k);
+        ff_waitall(ar, k);
         return rc;
     }
     /* db (nl) += column sums of dO: this rank's rows; summed over ZD later */
@@ -863,7 +850,7 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
             for (int64_t j = 0; j < l->nl; j++)
                 l->db[j] += g[j];
         }
-    if ((rc = wait_chunks(ar, k)))
+    if ((rc = ff_waitall(ar, k)))
         return rc;
     return backward_use_done(l);
 }
