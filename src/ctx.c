@@ -153,26 +153,31 @@ MPI_Comm ff_ctx_comm(const ff_ctx *ctx) { return ctx->comm; }
 ff_progress_mode ff_ctx_progress_mode(const ff_ctx *ctx) { return ctx->opt.progress; }
 int ff_ctx_threads(const ff_ctx *ctx) { return ff_team_size(ctx->team); }
 
-int ff_ctx_agree(ff_ctx *ctx, int rc)
+int ff_ctx_agree(ff_ctx *ctx, int rc) { return ff_agree_on(ctx, ctx->comm, rc); }
+
+int ff_agree_on(ff_ctx *ctx, MPI_Comm comm, int rc)
 {
     /* The lowest failing rank speaks for all: its code and message. */
-    int mine = rc < 0 ? ctx->rank : INT_MAX, first;
-    int mrc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, ctx->comm);
+    int me, mine, first;
+    MPI_Comm_rank(comm, &me);
+    mine = rc < 0 ? me : INT_MAX;
+    int mrc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
     if (mrc != MPI_SUCCESS)
         return ff_mpi_error(ctx, mrc, "MPI_Allreduce (agreeing on an error)");
     if (first == INT_MAX)
         return FF_OK;
     struct {
-        int code;
+        int code, rank; /* rank: in the context */
         char msg[FF_ERRMSG_LEN];
     } shared;
     shared.code = rc;
+    shared.rank = ctx->rank;
     memcpy(shared.msg, ctx->err, sizeof shared.msg);
-    mrc = MPI_Bcast(&shared, (int)sizeof shared, MPI_BYTE, first, ctx->comm);
+    mrc = MPI_Bcast(&shared, (int)sizeof shared, MPI_BYTE, first, comm);
     if (mrc != MPI_SUCCESS)
         return ff_mpi_error(ctx, mrc, "MPI_Bcast (sharing an error)");
     shared.msg[sizeof shared.msg - 1] = '\0';
-    if (first != ctx->rank)
-        return ff_set_error(ctx, shared.code, "rank %d: %s", first, shared.msg);
+    if (first != me)
+        return ff_set_error(ctx, shared.code, "rank %d: %s", shared.rank, shared.msg);
     return shared.code;
 }

@@ -10,7 +10,8 @@
 #include "internal.h"
 #include "util/file.h"
 
-static const char *const kind_names[FF_NGROUPS] = {"X", "Y", "Z", "D", "ZD", "TP", "WORLD"};
+static const char *const kind_names[FF_NGROUPS] = {"X",  "Y",     "Z",     "D",   "ZD",
+                                                   "TP", "WORLD", "STAGE", "PIPE"};
 
 const char *ff_group_kind_name(ff_group_kind kind)
 {
@@ -265,6 +266,11 @@ const char *ff_group_name(const ff_group *g) { return g->name; }
 
 int ff_grid_create(ff_ctx *ctx, ff_dims s, ff_grid **out)
 {
+    return ff_grid_create_staged(ctx, s, 1, out);
+}
+
+int ff_grid_create_staged(ff_ctx *ctx, ff_dims s, int stages, ff_grid **out)
+{
     *out = NULL;
     /* The local checks first, then one agreement: a rank given a bad shape
      * must not leave the others waiting in the shape comparison below. */
@@ -273,10 +279,18 @@ int ff_grid_create(ff_ctx *ctx, ff_dims s, ff_grid **out)
     if (s.x < 1 || s.y < 1 || s.z < 1 || s.d < 1) {
         rc = ff_set_error(ctx, FF_EGRID, "grid %dx%dx%dx%d: every size must be >= 1", s.x, s.y, s.z,
                           s.d);
-    } else if (product_capped(s, ctx->size) != ctx->size) {
+    } else if (stages < 1) {
+        rc = ff_set_error(ctx, FF_EGRID, "%d pipeline stages: there must be at least one", stages);
+    } else if (stages == 1 && product_capped(s, ctx->size) != ctx->size) {
         needs_text(needs, sizeof needs, s, ctx->size);
         rc = ff_set_error(ctx, FF_EGRID, "grid %dx%dx%dx%d %s, but the job has %d (mpirun -np %d)",
                           s.x, s.y, s.z, s.d, needs, ctx->size, ctx->size);
+    } else if (stages > 1 && (ctx->size % stages ||
+                              product_capped(s, ctx->size / stages) != ctx->size / stages)) {
+        rc = ff_set_error(ctx, FF_EGRID,
+                          "grid %dx%dx%dx%d times %d pipeline stages does not cover the job's %d "
+                          "ranks (each stage runs the grid: Gx*Gy*Gz*Gd*stages must be %d)",
+                          s.x, s.y, s.z, s.d, stages, ctx->size, ctx->size);
     }
     rc = ff_ctx_agree(ctx, rc);
     if (rc != FF_OK)
@@ -284,26 +298,32 @@ int ff_grid_create(ff_ctx *ctx, ff_dims s, ff_grid **out)
 
     /* Every rank must have been given the same shape: a mismatch (e.g.
      * different command lines) would build inconsistent communicators. */
-    int mine[4] = {s.x, s.y, s.z, s.d}, lo[4], hi[4];
-    rc = MPI_Allreduce(mine, lo, 4, MPI_INT, MPI_MIN, ctx->comm);
+    int mine[5] = {s.x, s.y, s.z, s.d, stages}, lo[5], hi[5];
+    rc = MPI_Allreduce(mine, lo, 5, MPI_INT, MPI_MIN, ctx->comm);
     if (rc == MPI_SUCCESS)
-        rc = MPI_Allreduce(mine, hi, 4, MPI_INT, MPI_MAX, ctx->comm);
+        rc = MPI_Allreduce(mine, hi, 5, MPI_INT, MPI_MAX, ctx->comm);
     if (rc != MPI_SUCCESS)
         return ff_mpi_error(ctx, rc, "MPI_Allreduce (checking the grid)");
     if (memcmp(lo, hi, sizeof lo) != 0)
         return ff_set_error(ctx, FF_EGRID,
-                            "ranks were given different grids (%dx%dx%dx%d to %dx%dx%dx%d)", lo[0],
-                            lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]);
+                            "ranks were given different grids (%dx%dx%dx%d, %d stages to "
+                            "%dx%dx%dx%d, %d stages)",
+                            lo[0], lo[1], lo[2], lo[3], lo[4], hi[0], hi[1], hi[2], hi[3], hi[4]);
 
     ff_grid *grid = calloc(1, sizeof *grid);
     if (!grid)
         return ff_set_error(ctx, FF_ENOMEM, "out of memory creating the grid");
+    const int G = ff_dims_product(s);
     grid->ctx = ctx;
     grid->shape = s;
-    grid->coords = ff_grid_coords_of(s, ctx->rank);
+    grid->stages = stages;
+    grid->stage = ctx->rank / G; /* the stage is outermost (docs/design.md §1) */
+    grid->coords = ff_grid_coords_of(s, ctx->rank % G);
     ff_dims c = grid->coords;
+    const int st = grid->stage;
 
-    /* color selects the group, key orders ranks inside it */
+    /* color selects the group, key orders ranks inside it; the 4D groups
+     * stay inside the rank's stage */
     int color[FF_NGROUPS], key[FF_NGROUPS];
     color[FF_GROUP_X] = c.y + s.y * (c.z + s.z * c.d);
     key[FF_GROUP_X] = c.x;
@@ -317,8 +337,14 @@ int ff_grid_create(ff_ctx *ctx, ff_dims s, ff_grid **out)
     key[FF_GROUP_ZD] = c.z + s.z * c.d;
     color[FF_GROUP_TP] = c.d;
     key[FF_GROUP_TP] = c.x + s.x * (c.y + s.y * c.z);
+    for (int k = 0; k <= FF_GROUP_TP; k++)
+        color[k] += st * G;
     color[FF_GROUP_WORLD] = 0;
     key[FF_GROUP_WORLD] = ctx->rank;
+    color[FF_GROUP_STAGE] = st;
+    key[FF_GROUP_STAGE] = ctx->rank % G;
+    color[FF_GROUP_PIPE] = ctx->rank % G;
+    key[FF_GROUP_PIPE] = st;
 
     for (int k = 0; k < FF_NGROUPS; k++) {
         MPI_Comm comm;
@@ -355,6 +381,8 @@ void ff_grid_destroy(ff_grid *grid)
 ff_dims ff_grid_shape(const ff_grid *grid) { return grid->shape; }
 ff_dims ff_grid_coords(const ff_grid *grid) { return grid->coords; }
 ff_ctx *ff_grid_ctx(const ff_grid *grid) { return grid->ctx; }
+int ff_grid_stages(const ff_grid *grid) { return grid->stages; }
+int ff_grid_stage(const ff_grid *grid) { return grid->stage; }
 
 ff_group *ff_grid_group(const ff_grid *grid, ff_group_kind kind)
 {
@@ -366,6 +394,12 @@ ff_group *ff_grid_group(const ff_grid *grid, ff_group_kind kind)
 void ff_grid_describe(const ff_grid *grid, char *buf, size_t len)
 {
     ff_dims s = grid->shape;
-    snprintf(buf, len, "%dx%dx%dx%d (Gx=%d Gy=%d Gz=%d Gd=%d, %d ranks)", s.x, s.y, s.z, s.d, s.x,
-             s.y, s.z, s.d, ff_dims_product(s));
+    if (grid->stages == 1)
+        snprintf(buf, len, "%dx%dx%dx%d (Gx=%d Gy=%d Gz=%d Gd=%d, %d ranks)", s.x, s.y, s.z, s.d,
+                 s.x, s.y, s.z, s.d, ff_dims_product(s));
+    else
+        snprintf(buf, len,
+                 "%dx%dx%dx%d x %d stages (Gx=%d Gy=%d Gz=%d Gd=%d, %d ranks per stage, %d ranks)",
+                 s.x, s.y, s.z, s.d, grid->stages, s.x, s.y, s.z, s.d, ff_dims_product(s),
+                 ff_dims_product(s) * grid->stages);
 }

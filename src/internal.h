@@ -89,6 +89,9 @@ struct ff_ctx {
 
 /* Records an error on the context and returns `code` (ff_ctx_set_error). */
 #define ff_set_error ff_ctx_set_error
+/* ff_ctx_agree on a communicator of some of the context's ranks (a
+ * stage's): collective over comm only; messages name context ranks. */
+int ff_agree_on(ff_ctx *ctx, MPI_Comm comm, int rc);
 /* Turns an MPI error code into FF_EMPI with the MPI library's message. */
 int ff_mpi_error(ff_ctx *ctx, int mpi_rc, const char *what);
 
@@ -108,7 +111,7 @@ struct ff_group {
     /* node layout, built with the group (ff_group_topo_init), freed with
      * it (ff_group_fini) */
     struct ff_topo *topo;
-    ff_counter_acc counters[FF_NCOLL];
+    ff_counter_acc counters[FF_NCOLL + 1]; /* the collectives, then FF_COLL_P2P */
 };
 
 /* Builds a group around an existing communicator (takes ownership of comm). */
@@ -123,6 +126,7 @@ int ff_group_topo_init(ff_group *g);
 struct ff_grid {
     ff_ctx *ctx;
     ff_dims shape, coords;
+    int stages, stage; /* pipeline stages (1: none) and this rank's */
     ff_group groups[FF_NGROUPS];
 };
 

@@ -42,7 +42,10 @@ typedef enum {
     FF_COLL_REDUCE_SCATTER,
     FF_COLL_ALLREDUCE,
     FF_COLL_ALLTOALL,
-    FF_NCOLL
+    FF_NCOLL,
+    /* not a collective: the point-to-point messages of ff_isend/ff_irecv
+     * (pipeline stages), counted and traced under this name ("p2p") */
+    FF_COLL_P2P = FF_NCOLL
 } ff_coll;
 
 /* Element format on the wire. FF_WIRE_BF16 rounds each value to bfloat16
@@ -110,6 +113,15 @@ int ff_iallreduce(ff_group *g, const float *send, float *recv, size_t count,
 int ff_ialltoall(ff_group *g, const float *send, float *recv, size_t count, const ff_coll_opts *opt,
                  ff_request **req);
 
+/* Point-to-point messages between two ranks of a group (the pipeline's
+ * activations and gradients): `count` floats to or from group rank `peer`,
+ * matched by `tag` (0 to 1999) in posting order, as MPI matches them. They
+ * complete like collectives (ff_test, ff_wait) and are counted under
+ * FF_COLL_P2P (one call per message, the bytes on the side that moved them)
+ * and traced. A message to oneself is refused. */
+int ff_isend(ff_group *g, const float *buf, size_t count, int peer, int tag, ff_request **req);
+int ff_irecv(ff_group *g, float *buf, size_t count, int peer, int tag, ff_request **req);
+
 /* Completes *req, frees it and sets *req = NULL. A NULL *req is a no-op, so a
  * request slot can be waited on unconditionally. Time spent here is counted as
  * "blocked waiting" for the request's group and collective. */
@@ -145,6 +157,7 @@ typedef struct {
     double flight_s;     /* seconds from post to observed completion */
 } ff_counters;
 
+/* coll may be FF_COLL_P2P. */
 ff_counters ff_group_counters(const ff_group *g, ff_coll coll);
 void ff_group_counters_reset(ff_group *g);
 

@@ -42,6 +42,29 @@ typedef struct {
     int maxT; /* positions */
 } ff_gpt_config;
 
+/* Pipeline stages (docs/pipeline.md): the grid's stages (ff_grid_create_staged)
+ * each hold a contiguous range of blocks, the first also the embedding, the
+ * last the final LayerNorm, the tied LM head and the loss. A step's
+ * micro-batches flow through them in one of two schedules. */
+typedef enum {
+    FF_PIPE_MESSAGE = 0, /* AxoNN's message-driven schedule (dissertation Alg. 2):
+                            each stage runs the forward or the backward whose
+                            input arrived */
+    FF_PIPE_1F1B         /* the fixed one-forward-one-backward schedule */
+} ff_pipe_schedule;
+
+typedef struct {
+    ff_pipe_schedule schedule;
+    int limit;               /* micro-batches in flight per stage; 0: the stages */
+    const int *stage_layers; /* blocks of each stage (stages entries, sum L);
+                                NULL: as even as possible, earlier stages
+                                taking the remainder (the last has the head) */
+    /* a straggler, for measurements: stage slow_stage (-1: none) sleeps
+     * slow_s seconds after each forward and each backward of a micro-batch */
+    int slow_stage;
+    double slow_s;
+} ff_pipe_opts;
+
 typedef struct {
     int checkpoint;        /* activation checkpointing: keep each block's input,
                               recompute the block before its backward */
@@ -55,6 +78,7 @@ typedef struct {
      * Read at ff_gpt_create, which refuses, on every rank with one message,
      * a plan for another model or grid. */
     const ff_layer_plan *plan;
+    ff_pipe_opts pipe; /* used when the grid has stages */
 } ff_gpt_opts;
 
 void ff_gpt_opts_default(ff_gpt_opts *o);
@@ -100,13 +124,19 @@ int ff_gpt_zero_grad(ff_gpt *g);
 /* One micro-batch (index `micro` of `n_micro`): forward, loss, backward;
  * gradients of the mean loss over all n_micro * B * T tokens accumulate.
  * tokens and targets: this rank's sequences (ff_gpt_local_sequences), T
- * each, row-major. */
+ * each, row-major. Without pipeline stages only (FF_EUNSUPPORTED with
+ * them: a pipeline runs a step's micro-batches together, ff_gpt_grads). */
 int ff_gpt_forward_backward(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int micro,
                             int n_micro);
 /* After the last micro-batch: completes the gradients (reduce-scatters,
  * data-parallel and ZD all-reduces) and returns the mean loss of the step,
  * the same on every rank. */
 int ff_gpt_finish_grads(ff_gpt *g, float *loss);
+/* The gradients of a step: zero, the n_micro micro-batches (laid out as for
+ * ff_gpt_step; through the pipeline schedule with stages), finish; the mean
+ * loss into *loss. */
+int ff_gpt_grads(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n_micro,
+                 float *loss);
 /* The global gradient norm, each parameter counted once. */
 int ff_gpt_grad_norm(ff_gpt *g, float *norm);
 /* AdamW update of the local shards (step: 0-based), gradients scaled by
@@ -126,7 +156,8 @@ int ff_gpt_step(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n_
 /* Forward only (no gradients): the mean loss over the micro-batch. */
 int ff_gpt_eval(ff_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss);
 /* The rank's logits of the last forward: (count*T, Vp/Gx), vocabulary block
- * x of the padded vocabulary. Valid after ff_gpt_eval. */
+ * x of the padded vocabulary. Valid after ff_gpt_eval; with stages, on the
+ * last stage only (NULL elsewhere). */
 const float *ff_gpt_logits(const ff_gpt *g, int64_t *rows, int64_t *cols);
 
 /* ---- canonical layout (llm.c gpt2_*.bin v3, fp32) -------------------------------
@@ -142,7 +173,9 @@ size_t ff_gpt_canonical_size(const ff_gpt *g);
 
 typedef enum { FF_GPT_PARAMS = 0, FF_GPT_GRADS, FF_GPT_ADAM_M, FF_GPT_ADAM_V } ff_gpt_buffer;
 /* Gathers a flat buffer to canonical layout (ff_gpt_canonical_size floats,
- * tensors concatenated in order) on `root`. Collective over the world. */
+ * tensors concatenated in order) on `root` (a world rank). Collective over
+ * the world; with stages, the rank of each stage with root's grid
+ * coordinates holds a canonical buffer for a moment. */
 int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root);
 /* Scatters canonical values from root into the flat buffer. */
 int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root);
@@ -175,6 +208,11 @@ typedef struct {
     size_t linear_peak;         /* gathered weights and gradient blocks, at most */
 } ff_gpt_memory;
 void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m);
+/* The default split of L blocks over P stages: L/P each, the first L%P
+ * stages one more (the last stage also has the LM head). */
+void ff_pipe_split(int L, int P, int *blocks);
+/* The blocks [*first, *first + *count) this rank's stage holds. */
+void ff_gpt_stage_blocks(const ff_gpt *g, int *first, int *count);
 /* Parameters of the canonical model without the padded vocabulary rows. */
 int64_t ff_gpt_num_params(const ff_gpt *g);
 /* Model FLOPs of one token's forward and backward: 6 N (N without the

@@ -14,6 +14,18 @@
  *   TP  ranks that share d           - the whole tensor-parallel slice; rank in
  *                                      TP is x + Gx*(y + Gy*z)
  *   WORLD every rank of the context
+ *   STAGE the ranks of this rank's pipeline stage (= WORLD without stages)
+ *   PIPE  ranks that share (x, y, z, d) across stages; rank in PIPE is the
+ *         stage (size 1 without stages)
+ *
+ * Pipeline stages (docs/pipeline.md) are a fifth, outermost dimension: P
+ * copies of the 4D grid, stage s holding ranks [s*G, (s+1)*G), G = Gx*Gy*Gz*Gd,
+ *
+ *     rank = x + Gx * (y + Gy * (z + Gz * (d + Gd * s)))
+ *
+ * so the groups X..TP lie inside a stage and a stage fills whole nodes when
+ * G is a multiple of the ranks per node: only the pipeline's point-to-point
+ * messages, the smallest traffic, cross a stage boundary.
  */
 #ifndef FOURFOLD_GRID_H
 #define FOURFOLD_GRID_H
@@ -39,6 +51,8 @@ typedef enum {
     FF_GROUP_ZD,
     FF_GROUP_TP,
     FF_GROUP_WORLD,
+    FF_GROUP_STAGE,
+    FF_GROUP_PIPE,
     FF_NGROUPS
 } ff_group_kind;
 
@@ -64,11 +78,18 @@ int ff_grid_parse(const char *spec, int world_size, int ranks_per_node, ff_dims 
  * each group's node layout and agrees on it, so a rank that cannot (out of
  * memory) fails the call on every rank. */
 int ff_grid_create(ff_ctx *ctx, ff_dims shape, ff_grid **out);
+/* The same with `stages` pipeline stages (>= 1; 1 is ff_grid_create): the
+ * job must have Gx*Gy*Gz*Gd*stages ranks. */
+int ff_grid_create_staged(ff_ctx *ctx, ff_dims shape, int stages, ff_grid **out);
 void ff_grid_destroy(ff_grid *grid);
 
 ff_dims ff_grid_shape(const ff_grid *grid);
+/* This rank's coordinates in its stage's 4D grid. */
 ff_dims ff_grid_coords(const ff_grid *grid);
 ff_ctx *ff_grid_ctx(const ff_grid *grid);
+/* Pipeline stages (1 without) and this rank's stage (0-based). */
+int ff_grid_stages(const ff_grid *grid);
+int ff_grid_stage(const ff_grid *grid);
 ff_group *ff_grid_group(const ff_grid *grid, ff_group_kind kind);
 
 /* Rank <-> coordinates for a given shape (pure arithmetic). */
@@ -79,7 +100,8 @@ int ff_dims_product(ff_dims dims);
 /* Name of a group kind ("X", "ZD", ...). */
 const char *ff_group_kind_name(ff_group_kind kind);
 
-/* A one-line description: "2x2x2x1 (Gx=2 Gy=2 Gz=2 Gd=1, 8 ranks)". */
+/* A one-line description: "2x2x2x1 (Gx=2 Gy=2 Gz=2 Gd=1, 8 ranks)", with
+ * stages "2x1x1x1 x 4 stages (Gx=2 Gy=1 Gz=1 Gd=1, 2 ranks per stage, 8 ranks)". */
 void ff_grid_describe(const ff_grid *grid, char *buf, size_t len);
 
 /* Size of a group, this rank's index in it, and its MPI communicator. */

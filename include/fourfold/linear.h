@@ -138,8 +138,10 @@ void ff_linear_options(const ff_linear *l, ff_layer_opts *o);
  * inference. */
 void ff_linear_bind(ff_linear *l, float *w_shard, float *b, float *dw_shard, float *db);
 
-/* The program of weight uses for one micro-batch (copied). Every layer's
- * backward must follow its forward. */
+/* The program of weight uses for one micro-batch (copied). A layer's
+ * backward must follow its forward where the program has both; a program
+ * may hold only backward uses of a layer (a pipeline stage runs the forward
+ * and the backward of a micro-batch as two runs). */
 int ff_linear_seq_set_program(ff_linear_seq *s, const ff_linear_use *uses, int n);
 /* The usual program: forward in order of addition, backward in reverse. With
  * block_layers > 0, activation checkpointing in blocks of that many layers:
@@ -210,11 +212,12 @@ ff_gemm *ff_linear_seq_gemm(ff_linear_seq *s);
  * k x n row-major (KN) or n x k row-major (NK); the bias has n elements, in
  * canonical column order. */
 
-/* Scatters from `root` (a rank of the world group): every rank receives its
- * shard of w_canon into w_shard and, for a layer with a bias, its slice of
- * b_canon into b (then both are required). w_canon and b_canon are read on
- * root only. Collective over the world group; arguments are agreed on first,
- * so a bad one fails on every rank. */
+/* Scatters from `root` (a rank of the layer's pipeline stage: its rank in
+ * FF_GROUP_STAGE, the world rank without stages): every rank of the stage
+ * receives its shard of w_canon into w_shard and, for a layer with a bias,
+ * its slice of b_canon into b (then both are required). w_canon and b_canon
+ * are read on root only. Collective over the stage; arguments are agreed
+ * on first, so a bad one fails on every rank of it. */
 int ff_linear_scatter(ff_linear *l, const float *w_canon, const float *b_canon, float *w_shard,
                       float *b, int root);
 /* Gathers shard-shaped data (weights, gradients, optimizer moments) from the

@@ -46,12 +46,13 @@ int cli_unknown(const cli_args *a, const char *command);
 /* Options shared by every subcommand that runs on a grid. */
 typedef struct {
     const char *grid;   /* --grid */
+    int stages;         /* --stages (1: none) */
     const char *trace;  /* --trace FILE.json */
     ff_ctx_options ctx; /* threads: --threads, default 1 per rank */
 } cli_run_opts;
 
 void cli_run_opts_default(cli_run_opts *o);
-/* Handles --grid, --trace, --progress, --poll-us, --threads. Returns 1
+/* Handles --grid, --stages, --trace, --progress, --poll-us, --threads. Returns 1
  * if the option was one of them (0 on success, or sets *bad). */
 int cli_run_option(cli_args *a, cli_run_opts *o, int *bad);
 extern const char cli_run_help[];

@@ -172,7 +172,10 @@ int cli_parse_size(const char *opt, const char *text, size_t *out)
 
 const char cli_run_help[] =
     "  --grid G          process grid Gx x Gy x Gz x Gd (e.g. 2x2x2x1) or a preset: serial, data,\n"
-    "                    fsdp, hsdp[:Z], megatron[:X]  (default: data)\n"
+    "                    fsdp, hsdp[:Z], megatron[:X]  (default: data); with --stages,\n"
+    "                    of the ranks of one stage\n"
+    "  --stages P        pipeline stages (default 1): P copies of the grid, stage outermost;\n"
+    "                    the job runs Gx*Gy*Gz*Gd*P ranks (docs/pipeline.md)\n"
     "  --progress M      how collectives advance during compute: wait, poll, thread\n"
     "                    (default: poll; see docs/overlap.md)\n"
     "  --poll-us N       minimum microseconds between polls (default 200)\n"
@@ -184,6 +187,7 @@ void cli_run_opts_default(cli_run_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->grid = "data";
+    o->stages = 1;
     ff_ctx_options_default(&o->ctx);
     o->ctx.threads = 1;
 }
@@ -197,6 +201,10 @@ int cli_run_option(cli_args *a, cli_run_opts *o, int *bad)
         if (!(v = cli_value(a)))
             return *bad = 1;
         o->grid = v;
+    } else if (cli_is(a, "stages")) {
+        if (!(v = cli_value(a)) || cli_parse_int("stages", v, 1, 1 << 20, &n))
+            return *bad = 1;
+        o->stages = (int)n;
     } else if (cli_is(a, "trace")) {
         if (!(v = cli_value(a)))
             return *bad = 1;
@@ -267,7 +275,16 @@ int cli_setup(const cli_run_opts *o, ff_ctx **pctx, ff_grid **pgrid)
     int per_node = cli_ranks_per_node(ff_ctx_comm(ctx));
     ff_dims shape;
     char err[256];
-    rc = ff_grid_parse(o->grid, ff_ctx_size(ctx), per_node, &shape, err, sizeof err);
+    if (ff_ctx_size(ctx) % o->stages) {
+        snprintf(err, sizeof err,
+                 "--stages %d does not divide the job's %d ranks (each stage runs the grid on "
+                 "an equal share)",
+                 o->stages, ff_ctx_size(ctx));
+        rc = FF_EGRID;
+    } else {
+        rc =
+            ff_grid_parse(o->grid, ff_ctx_size(ctx) / o->stages, per_node, &shape, err, sizeof err);
+    }
     /* the parse is deterministic, but agree anyway: a rank with a different
      * command line must not leave the others waiting */
     if (rc != FF_OK)
@@ -275,12 +292,16 @@ int cli_setup(const cli_run_opts *o, ff_ctx **pctx, ff_grid **pgrid)
     rc = ff_ctx_agree(ctx, rc);
     ff_grid *grid = NULL;
     if (rc == FF_OK)
-        rc = ff_grid_create(ctx, shape, &grid);
+        rc = ff_grid_create_staged(ctx, shape, o->stages, &grid);
     if (rc == FF_OK && o->trace) {
         char label[96];
         ff_dims c = ff_grid_coords(grid);
-        snprintf(label, sizeof label, "rank %d (x=%d y=%d z=%d d=%d)", ff_ctx_rank(ctx), c.x, c.y,
-                 c.z, c.d);
+        if (o->stages > 1)
+            snprintf(label, sizeof label, "rank %d (stage %d, x=%d y=%d z=%d d=%d)",
+                     ff_ctx_rank(ctx), ff_grid_stage(grid), c.x, c.y, c.z, c.d);
+        else
+            snprintf(label, sizeof label, "rank %d (x=%d y=%d z=%d d=%d)", ff_ctx_rank(ctx), c.x,
+                     c.y, c.z, c.d);
         ff_trace_set_label(ctx, label);
         rc = ff_trace_enable(ctx);
     }

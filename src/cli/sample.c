@@ -272,8 +272,10 @@ static int run(int argc, char **argv, const char *command)
             rc = ff_ctx_set_error(ctx, FF_ENUMERIC, "the loss of '%s' is %s", o.checkpoint,
                                   isnan(sum) ? "NaN" : "infinite"); /* the same on every rank */
         if (rc == FF_OK)
-            cli_print("loss %.9g (%ld batches of %ld x %d tokens, grid %dx%dx%dx%d)\n",
-                      sum / (double)o.batches, o.batches, batch, T, s.x, s.y, s.z, s.d);
+            cli_print("loss %.9g (%ld batches of %ld x %d tokens, grid %dx%dx%dx%d, %d "
+                      "stage%s)\n",
+                      sum / (double)o.batches, o.batches, batch, T, s.x, s.y, s.z, s.d,
+                      ff_grid_stages(grid), ff_grid_stages(grid) > 1 ? "s" : "");
     } else if (rc == FF_OK) {
         ff_gpt_config cfg = ff_gpt_get_config(g);
         int n = 0;

@@ -17,7 +17,10 @@ typedef struct {
     cli_run_opts run;
     const char *model;
     long layers, hidden, heads, vocab, max_seq; /* overrides; 0: the preset's */
-    long batch, micro, seq, steps;
+    long batch, micro, micro_batches, seq, steps;
+    const char *schedule, *stage_layers;
+    int stage_split[1024]; /* --stage-layers, parsed */
+    float slow_ms;
     ff_adamw hyper;
     const char *data, *val_data, *out, *resume_from, *init_from, *plan;
     int resume, overwrite, grid_auto;
@@ -39,6 +42,7 @@ static const char help[] =
     "batch and schedule:\n"
     "  --batch N         sequences per step, whole grid (default 16)\n"
     "  --micro-batch N   sequences per micro-batch (default: --batch; N must divide it)\n"
+    "  --micro-batches M micro-batches per step (instead of --micro-batch: batch/M each)\n"
     "  --seq N           tokens per sequence (default 64)\n"
     "  --steps N         optimizer steps (default 200)\n"
     "  --lr F            peak learning rate (default 1e-3)\n"
@@ -73,7 +77,13 @@ static const char help[] =
     "                        each chunk's all-reduce beside the next chunk (default 0 = off)\n"
     "  --plan FILE           a per-layer plan (`fourfold plan --per-layer --out FILE`): its\n"
     "                        checkpointing and layer options replace the four above\n"
-    "  --grid auto           the planner's first choice for this model, batch and job\n";
+    "  --grid auto           the planner's first choice for this model, batch and job\n"
+    "pipeline (with --stages P, docs/pipeline.md):\n"
+    "  --schedule message|1f1b   message-driven (AxoNN) or fixed 1F1B (default message)\n"
+    "  --pipeline-limit K    micro-batches in flight per stage (default: P)\n"
+    "  --stage-layers A,B,.. blocks of each stage (default: as even as possible)\n"
+    "  --slow-stage S --slow-ms T   stage S sleeps T ms after each pass (a straggler,\n"
+    "                        for measurements)\n";
 
 static void defaults(train_opts *o)
 {
@@ -146,6 +156,54 @@ static int parse_table(cli_args *a, const option *t, size_t n, int *bad)
     return 0;
 }
 
+/* --schedule, --stage-layers and --slow-ms (the stage count comes with the
+ * grid: the model checks the split against it). */
+static int parse_pipeline(train_opts *o)
+{
+    if (o->schedule) {
+        if (!strcmp(o->schedule, "message"))
+            o->gpt.pipe.schedule = FF_PIPE_MESSAGE;
+        else if (!strcmp(o->schedule, "1f1b"))
+            o->gpt.pipe.schedule = FF_PIPE_1F1B;
+        else {
+            cli_error("--schedule %s: expected message or 1f1b", o->schedule);
+            return CLI_USAGE;
+        }
+    }
+    if (o->stage_layers) {
+        int n = 0;
+        const char *p = o->stage_layers;
+        for (;;) {
+            char *end;
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno || v < 1 || v > 100000 || (*end && *end != ',') ||
+                n == (int)(sizeof o->stage_split / sizeof o->stage_split[0])) {
+                cli_error("--stage-layers %s: expected the blocks of each stage, positive "
+                          "numbers separated by commas (e.g. 3,3,2)",
+                          o->stage_layers);
+                return CLI_USAGE;
+            }
+            o->stage_split[n++] = (int)v;
+            if (!*end)
+                break;
+            p = end + 1;
+        }
+        if (n != o->run.stages) {
+            cli_error("--stage-layers %s gives %d stages, but --stages is %d", o->stage_layers, n,
+                      o->run.stages);
+            return CLI_USAGE;
+        }
+        o->gpt.pipe.stage_layers = o->stage_split;
+    }
+    if (o->slow_ms > 0 && o->gpt.pipe.slow_stage < 0) {
+        cli_error("--slow-ms needs --slow-stage");
+        return CLI_USAGE;
+    }
+    o->gpt.pipe.slow_s = (double)o->slow_ms * 1e-3;
+    return CLI_OK;
+}
+
 /* Returns CLI_OK, CLI_USAGE, or -1 for --help. */
 static int parse(int argc, char **argv, train_opts *o)
 {
@@ -159,6 +217,12 @@ static int parse(int argc, char **argv, train_opts *o)
         {"max-seq", 'l', &o->max_seq, 1, 1 << 20},
         {"batch", 'l', &o->batch, 1, 1 << 24},
         {"micro-batch", 'l', &o->micro, 1, 1 << 24},
+        {"micro-batches", 'l', &o->micro_batches, 1, 1 << 24},
+        {"schedule", 's', &o->schedule, 0, 0},
+        {"pipeline-limit", 'i', &o->gpt.pipe.limit, 1, 1 << 20},
+        {"stage-layers", 's', &o->stage_layers, 0, 0},
+        {"slow-stage", 'i', &o->gpt.pipe.slow_stage, 0, 1 << 20},
+        {"slow-ms", 'f', &o->slow_ms, 0, 1e7},
         {"seq", 'l', &o->seq, 1, 1 << 20},
         {"steps", 'l', &o->steps, 0, big},
         {"lr", 'f', &o->hyper.lr, 0, 1e38},
@@ -222,6 +286,20 @@ static int parse(int argc, char **argv, train_opts *o)
     }
     if (bad)
         return CLI_USAGE;
+    if (o->micro_batches) {
+        if (o->micro && o->micro * o->micro_batches != o->batch) {
+            cli_error("--micro-batch %ld and --micro-batches %ld: give one (they make %ld "
+                      "sequences, not --batch %ld)",
+                      o->micro, o->micro_batches, o->micro * o->micro_batches, o->batch);
+            return CLI_USAGE;
+        }
+        if (o->batch % o->micro_batches) {
+            cli_error("--batch %ld is not a multiple of --micro-batches %ld", o->batch,
+                      o->micro_batches);
+            return CLI_USAGE;
+        }
+        o->micro = o->batch / o->micro_batches;
+    }
     if (!o->micro)
         o->micro = o->batch;
     if (o->batch % o->micro) {
@@ -240,6 +318,8 @@ static int parse(int argc, char **argv, train_opts *o)
         cli_error("--init-from starts a new run; it cannot be combined with --resume");
         return CLI_USAGE;
     }
+    if (parse_pipeline(o) != CLI_OK)
+        return CLI_USAGE;
     o->hyper.steps = (int)o->steps;
     /* the model counts layers (four per block; wte is cached only with "all") */
     o->gpt.linear.ag_cache_layers = o->ag_cache_blocks < 0 ? -1 : (int)(4 * o->ag_cache_blocks);
@@ -370,6 +450,24 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
     ROW("parameters", "%lld", (long long)ff_gpt_num_params(g));
     ROW("grid (x y z d)", "%dx%dx%dx%d on %d ranks%s", s.x, s.y, s.z, s.d, ranks,
         o->grid_auto ? " (--grid auto: the planner's first choice)" : "");
+    const int P = ff_grid_stages(grid);
+    if (P > 1) {
+        int even[1024];
+        const int *split = o->gpt.pipe.stage_layers;
+        if (!split) {
+            ff_pipe_split(c.L, P, even);
+            split = even;
+        }
+        char blocks[160] = "";
+        for (int st = 0, n = 0; st < P && n < (int)sizeof blocks - 12; st++)
+            n += snprintf(blocks + n, sizeof blocks - (size_t)n, "%s%d", st ? "," : "", split[st]);
+        ROW("pipeline", "%d stages of %d ranks, blocks %s, %s, limit %d", P, ranks / P, blocks,
+            o->gpt.pipe.schedule == FF_PIPE_1F1B ? "1F1B" : "message-driven",
+            o->gpt.pipe.limit ? o->gpt.pipe.limit : P);
+        if (o->gpt.pipe.slow_s > 0)
+            ROW("straggler", "stage %d sleeps %.1f ms after each pass", o->gpt.pipe.slow_stage,
+                o->gpt.pipe.slow_s * 1e3);
+    }
     ROW("batch", "%ld sequences x %ld tokens = %ld tokens", o->batch, o->seq, o->batch * o->seq);
     ROW("micro-batches", "%ld of %ld sequences", o->batch / o->micro, o->micro);
     ROW("steps", "%lld to %ld", (long long)ti.start_step, o->steps);
@@ -489,6 +587,12 @@ int cmd_train(int argc, char **argv)
     if ((code = model_config(&o, &cfg)) != CLI_OK)
         return code;
     char auto_grid[64];
+    if (!strcmp(o.run.grid, "auto") && o.run.stages > 1) {
+        cli_error("--grid auto with --stages %d: the planner does not rank pipeline stages yet; "
+                  "give the grid of one stage",
+                  o.run.stages);
+        return CLI_USAGE;
+    }
     if (!strcmp(o.run.grid, "auto") &&
         (code = resolve_auto_grid(&o, &cfg, auto_grid, sizeof auto_grid)) != CLI_OK)
         return code;

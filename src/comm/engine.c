@@ -20,12 +20,12 @@
 
 #include "internal.h"
 
-static const char *const coll_names[FF_NCOLL] = {"allgather", "reduce_scatter", "allreduce",
-                                                 "alltoall"};
+static const char *const coll_names[FF_NCOLL + 1] = {"allgather", "reduce_scatter", "allreduce",
+                                                     "alltoall", "p2p"};
 static const char *const algo_names[FF_NALGO] = {"auto",      "mpi",      "ring",      "rec",
                                                  "hier-ring", "hier-rec", "rec-whole", "direct"};
 
-const char *ff_coll_name(ff_coll c) { return (c >= 0 && c < FF_NCOLL) ? coll_names[c] : "?"; }
+const char *ff_coll_name(ff_coll c) { return (c >= 0 && c <= FF_COLL_P2P) ? coll_names[c] : "?"; }
 const char *ff_algo_name(ff_algo a) { return (a >= 0 && a < FF_NALGO) ? algo_names[a] : "?"; }
 
 int ff_algo_parse(const char *name)
@@ -41,7 +41,7 @@ int ff_algo_parse(const char *name)
 ff_counters ff_group_counters(const ff_group *g, ff_coll coll)
 {
     ff_counters c = {0, 0, 0, 0.0, 0.0};
-    if (!g || coll < 0 || coll >= FF_NCOLL)
+    if (!g || coll < 0 || coll > FF_COLL_P2P)
         return c;
     pthread_mutex_lock(&g->ctx->lock); /* the progress thread updates them */
     const ff_counter_acc *a = &g->counters[coll];
@@ -473,6 +473,78 @@ int ff_ialltoall(ff_group *g, const float *send, float *recv, size_t count, cons
                  ff_request **req)
 {
     return post(g, FF_COLL_ALLTOALL, send, recv, count, opt, req);
+}
+
+/* ---- point-to-point ---- */
+
+enum { P2P_TAG_BASE = 30001, P2P_TAGS = 2000 }; /* above the collectives' tags 1..30000 */
+
+static int p2p_finished(ff_request *req)
+{
+    req->done = 1;
+    return FF_OK;
+}
+
+static int post_one(ff_group *g, float *buf, size_t count, int peer, int tag, int is_send,
+                    ff_request **out)
+{
+    *out = NULL;
+    if (!g)
+        return FF_EINVAL;
+    ff_ctx *ctx = g->ctx;
+    const char *what = is_send ? "send" : "receive";
+    if (peer < 0 || peer >= g->size || peer == g->rank)
+        return ff_set_error(ctx, FF_EINVAL, "%s on group %s: peer %d is not another rank of its %d",
+                            what, g->name, peer, g->size);
+    if (tag < 0 || tag >= P2P_TAGS)
+        return ff_set_error(ctx, FF_EINVAL, "%s on group %s: tag %d is outside [0, %d)", what,
+                            g->name, tag, P2P_TAGS);
+    if (count > (size_t)INT_MAX)
+        return ff_set_error(ctx, FF_EINVAL,
+                            "%s on group %s: a message of %zu elements exceeds MPI's int count",
+                            what, g->name, count);
+    if (count && !buf)
+        return ff_set_error(ctx, FF_EINVAL, "%s on group %s: NULL buffer", what, g->name);
+    ff_request *req = calloc(1, sizeof *req);
+    if (!req)
+        return ff_set_error(ctx, FF_ENOMEM, "out of memory posting a %s", what);
+    req->group = g;
+    req->coll = FF_COLL_P2P;
+    req->algo = FF_ALGO_MPI;
+    req->wire = FF_WIRE_FP32;
+    req->send = is_send ? buf : NULL;
+    req->recv = is_send ? NULL : buf;
+    req->count = count;
+    req->tag = P2P_TAG_BASE + tag;
+    req->advance = p2p_finished;
+    for (int i = 0; i < FF_REQ_MAX_MPI; i++)
+        req->mpi[i] = MPI_REQUEST_NULL;
+    pthread_mutex_lock(&ctx->lock);
+    req->t_post = ff_now();
+    req->track = ff_trace_track_acquire(ctx);
+    int rc = is_send ? ff_post_send(req, buf, count, peer) : ff_post_recv(req, buf, count, peer);
+    if (rc == FF_OK) {
+        list_add(ctx, req);
+        advance_request(req);
+        g->counters[FF_COLL_P2P].calls++;
+        *out = req;
+    } else {
+        if (req->track > 0)
+            ff_trace_track_release(ctx, req->track);
+        request_free(req);
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    return rc;
+}
+
+int ff_isend(ff_group *g, const float *buf, size_t count, int peer, int tag, ff_request **req)
+{
+    return post_one(g, (float *)buf, count, peer, tag, 1, req);
+}
+
+int ff_irecv(ff_group *g, float *buf, size_t count, int peer, int tag, ff_request **req)
+{
+    return post_one(g, buf, count, peer, tag, 0, req);
 }
 
 int ff_test(ff_request *req, int *done)

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fourfold/rng.h"
 #include "gpt_internal.h"
@@ -15,6 +16,7 @@ void ff_gpt_opts_default(ff_gpt_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->dp_overlap = 1;
+    o->pipe.slow_stage = -1;
     ff_linear_opts_default(&o->linear);
 }
 
@@ -62,8 +64,10 @@ static int check_shape(ff_ctx *ctx, const ff_gpt_config *c, ff_dims s, int B, in
     return FF_OK;
 }
 
+/* stream: the layer's RNG stream, its index in the whole model's order plus
+ * one (wte 1, block l's layer i 2 + 4l + i), the same on every stage */
 static int add_layer(ff_gpt *g, const char *name, ff_linear_kind kind, int64_t k, int64_t n,
-                     int bias, const int64_t *perm, ff_linear **out)
+                     int bias, const int64_t *perm, uint32_t stream, ff_linear **out)
 {
     ff_linear_desc d = {0};
     d.name = name;
@@ -73,7 +77,7 @@ static int add_layer(ff_gpt *g, const char *name, ff_linear_kind kind, int64_t k
     d.bias = bias;
     d.layout = FF_WEIGHT_NK; /* llm.c and torch store (out, in) */
     d.col_perm = perm;
-    d.rng_stream = (uint32_t)ff_linear_seq_count(g->seq) + 1;
+    d.rng_stream = stream;
     return ff_linear_add(g->seq, &d, out);
 }
 
@@ -99,13 +103,15 @@ static float *falloc(size_t n, size_t *acc)
 
 static int alloc_buffers(ff_gpt *g)
 {
-    const int64_t m = g->m, L = g->cfg.L, T = g->T;
+    const int64_t m = g->m, T = g->T, mc = g->m * g->cy, hm = g->last ? m : 0;
     size_t *act = &g->act_bytes, *scr = &g->scratch_bytes;
     int ok = 1;
 #define A(ptr, n, acc) ok &= ((ptr) = falloc((size_t)(n), acc)) != NULL
     A(g->params, g->n_params, NULL);
     A(g->grads, g->n_params, NULL);
-    A(g->resid, (L + 1) * m * g->cy, act);
+    A(g->resid, (int64_t)g->n_slots * (g->nb + 1) * mc, act);
+    A(g->grad_in, g->last ? 0 : (int64_t)g->n_slots * mc, act);
+    A(g->grad_out, g->first ? 0 : (int64_t)g->n_slots * mc, act);
     for (int s = 0; s < g->n_sets; s++) {
         ff_gpt_acts *a = &g->acts[s];
         A(a->ln1, m * g->cy, act);
@@ -121,11 +127,11 @@ static int alloc_buffers(ff_gpt *g)
         A(a->fch, m * g->fx, act);
         A(a->fch_gelu, m * g->fx, act);
     }
-    A(g->lnf, m * g->cy, act);
-    A(g->lnf_mean, m, act);
-    A(g->lnf_rstd, m, act);
-    A(g->logits, m * g->vx, act);
-    A(g->losses, m, scr);
+    A(g->lnf, hm * g->cy, act);
+    A(g->lnf_mean, hm, act);
+    A(g->lnf_rstd, hm, act);
+    A(g->logits, hm * g->vx, act);
+    A(g->losses, hm, scr);
     A(g->dres, m * g->cy, scr);
     A(g->dln, m * g->cy, scr);
     A(g->tmp, m * g->cy, scr);
@@ -134,7 +140,7 @@ static int alloc_buffers(ff_gpt *g)
     A(g->dfch, m * g->fx, scr);
     const int64_t threads = ff_ctx_threads(g->ctx);
     A(g->att_scratch, T * T * threads, scr);
-    A(g->ce_scratch, 3 * m + (int64_t)g->gx * 3 * m + g->vx * threads, scr);
+    A(g->ce_scratch, g->last ? 3 * m + (int64_t)g->gx * 3 * m + g->vx * threads : 0, scr);
     A(g->ln_scratch, FF_LN_SCRATCH(m, g->cy), scr);
 #undef A
     return ok ? FF_OK : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model's buffers");
@@ -145,14 +151,14 @@ static int alloc_buffers(ff_gpt *g)
  * the final LayerNorm and each block's LayerNorms and biases. */
 static void bind_views(ff_gpt *g)
 {
-    const int L = g->cfg.L;
+    const int L = g->nb;
     size_t off = 0;
     for (int b = 0; b < 2; b++) { /* params, then grads */
         float *base = b ? g->grads : g->params;
         ff_gpt_views *v = b ? &g->gv : &g->pv;
         off = 0;
-        v->wte = base + off;
-        off += ff_linear_local_sizes(g->wte).w_shard;
+        v->wte = g->wte ? base + off : NULL;
+        off += g->wte ? ff_linear_local_sizes(g->wte).w_shard : 0;
         for (int l = 0; l < L; l++) {
             g->bucket_off[l] = off;
             ff_linear *ls[4] = {g->qkv[l], g->attproj[l], g->fc[l], g->fcproj[l]};
@@ -164,11 +170,13 @@ static void bind_views(ff_gpt *g)
             g->bucket_len[l] = off - g->bucket_off[l];
         }
         g->n_zsharded = off;
-        v->wpe = base + off;
-        off += (size_t)g->cfg.maxT * g->cy;
+        v->wpe = g->first ? base + off : NULL;
+        off += g->first ? (size_t)g->cfg.maxT * g->cy : 0;
         g->n_decay = off; /* weight decay: the Z-sharded weights and the positions */
-        v->lnfw = base + off, off += g->cy;
-        v->lnfb = base + off, off += g->cy;
+        v->lnfw = g->last ? base + off : NULL;
+        off += g->last ? g->cy : 0;
+        v->lnfb = g->last ? base + off : NULL;
+        off += g->last ? g->cy : 0;
         for (int l = 0; l < L; l++) {
             v->ln1w[l] = base + off, off += g->cy;
             v->ln1b[l] = base + off, off += g->cy;
@@ -184,7 +192,8 @@ static void bind_views(ff_gpt *g)
         }
     }
     g->n_params = off;
-    ff_linear_bind(g->wte, g->pv.wte, NULL, g->gv.wte, NULL);
+    if (g->wte)
+        ff_linear_bind(g->wte, g->pv.wte, NULL, g->gv.wte, NULL);
     for (int l = 0; l < L; l++) {
         ff_linear_bind(g->qkv[l], g->pv.qkvw[l], g->pv.qkvb[l], g->gv.qkvw[l], g->gv.qkvb[l]);
         ff_linear_bind(g->attproj[l], g->pv.attprojw[l], g->pv.attprojb[l], g->gv.attprojw[l],
@@ -198,19 +207,19 @@ static void bind_views(ff_gpt *g)
 /* Counts the flat buffer's size with a dry run of the layout. */
 static size_t flat_size(const ff_gpt *g)
 {
-    size_t n = ff_linear_local_sizes(g->wte).w_shard;
-    for (int l = 0; l < g->cfg.L; l++)
+    size_t n = g->wte ? ff_linear_local_sizes(g->wte).w_shard : 0;
+    for (int l = 0; l < g->nb; l++)
         n += ff_linear_local_sizes(g->qkv[l]).w_shard +
              ff_linear_local_sizes(g->attproj[l]).w_shard +
              ff_linear_local_sizes(g->fc[l]).w_shard + ff_linear_local_sizes(g->fcproj[l]).w_shard;
-    n += (size_t)g->cfg.maxT * g->cy + 2 * (size_t)g->cy;
-    n += (size_t)g->cfg.L * (6 * (size_t)g->cy + (size_t)g->c3x + (size_t)g->fx);
+    n += (g->first ? (size_t)g->cfg.maxT * g->cy : 0) + (g->last ? 2 * (size_t)g->cy : 0);
+    n += (size_t)g->nb * (6 * (size_t)g->cy + (size_t)g->c3x + (size_t)g->fx);
     return n;
 }
 
 static int create_layers(ff_gpt *g)
 {
-    const int L = g->cfg.L;
+    const int L = g->nb;
     const int64_t C = g->cfg.C;
     int rc = ff_linear_seq_create(g->grid, &g->opt.linear, &g->seq);
     if (rc)
@@ -219,74 +228,88 @@ static int create_layers(ff_gpt *g)
     if (!perm)
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the QKV permutation");
     char name[48];
-    rc = add_layer(g, "wte", FF_LINEAR_N, C, g->cfg.Vp, 0, NULL, &g->wte);
+    if (g->first || g->last)
+        rc = add_layer(g, "wte", FF_LINEAR_N, C, g->cfg.Vp, 0, NULL, 1, &g->wte);
     for (int l = 0; l < L && rc == FF_OK; l++) {
-        snprintf(name, sizeof name, "h%d.qkv", l);
-        rc = add_layer(g, name, FF_LINEAR_N, C, 3 * C, 1, perm, &g->qkv[l]);
-        snprintf(name, sizeof name, "h%d.attproj", l);
+        const int gl = g->l0 + l; /* the block's index in the model */
+        const uint32_t stream = 2 + 4 * (uint32_t)gl;
+        snprintf(name, sizeof name, "h%d.qkv", gl);
+        rc = add_layer(g, name, FF_LINEAR_N, C, 3 * C, 1, perm, stream, &g->qkv[l]);
+        snprintf(name, sizeof name, "h%d.attproj", gl);
         if (rc == FF_OK)
-            rc = add_layer(g, name, FF_LINEAR_T, C, C, 1, NULL, &g->attproj[l]);
-        snprintf(name, sizeof name, "h%d.fc", l);
+            rc = add_layer(g, name, FF_LINEAR_T, C, C, 1, NULL, stream + 1, &g->attproj[l]);
+        snprintf(name, sizeof name, "h%d.fc", gl);
         if (rc == FF_OK)
-            rc = add_layer(g, name, FF_LINEAR_N, C, 4 * C, 1, NULL, &g->fc[l]);
-        snprintf(name, sizeof name, "h%d.fcproj", l);
+            rc = add_layer(g, name, FF_LINEAR_N, C, 4 * C, 1, NULL, stream + 2, &g->fc[l]);
+        snprintf(name, sizeof name, "h%d.fcproj", gl);
         if (rc == FF_OK)
-            rc = add_layer(g, name, FF_LINEAR_T, 4 * C, C, 1, NULL, &g->fcproj[l]);
+            rc = add_layer(g, name, FF_LINEAR_T, 4 * C, C, 1, NULL, stream + 3, &g->fcproj[l]);
     }
     free(perm);
     return rc;
 }
 
-/* The programs of weight uses (layer index: wte 0, block l's layers
- * 1 + 4l + {qkv, attproj, fc, fcproj}). Training: the lookup, the blocks,
- * the LM head's forward and backward, the blocks backward (under
- * checkpointing each recomputes QKV, projection and MLP up first: the MLP
- * down's output is the next block's input, which is kept), the lookup's
- * gradient. Evaluation: the forward only. */
+/* The programs of weight uses (layer index: wte 0 where the stage has it,
+ * then block l's layers w + 4l + {qkv, attproj, fc, fcproj}, w = 1 or 0).
+ * PROG_WHOLE, a micro-batch on the last stage (everything without stages):
+ * the lookup, the blocks, the LM head's forward and backward, the blocks
+ * backward (under checkpointing each recomputes QKV, projection and MLP up
+ * first: the MLP down's output is the next block's input, which is kept),
+ * the lookup's gradient. PROG_FORWARD and PROG_BACKWARD: the two halves of
+ * it on the other stages, run apart because other micro-batches' passes
+ * come between. PROG_EVAL: the forward only. */
+enum { PROG_WHOLE = 0, PROG_FORWARD, PROG_BACKWARD, PROG_EVAL };
+
 static int build_programs(ff_gpt *g)
 {
-    const int L = g->cfg.L;
-    g->train_prog = malloc((size_t)(11 * L + 4) * sizeof *g->train_prog);
-    g->eval_prog = malloc((size_t)(4 * L + 2) * sizeof *g->eval_prog);
-    if (!g->train_prog || !g->eval_prog)
-        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model's program");
-    ff_linear_use *u = g->train_prog;
-    int n = 0, e = 0;
-    u[n++] = (ff_linear_use){0, FF_USE_FORWARD};
-    for (int l = 0; l < L; l++)
-        for (int i = 0; i < 4; i++)
-            u[n++] = (ff_linear_use){1 + 4 * l + i, FF_USE_FORWARD};
-    u[n++] = (ff_linear_use){0, FF_USE_FORWARD};
-    memcpy(g->eval_prog, u, (size_t)n * sizeof *u);
-    e = n;
-    u[n++] = (ff_linear_use){0, FF_USE_BACKWARD};
-    for (int l = L - 1; l >= 0; l--) {
-        if (g->ckpt[l])
-            for (int i = 0; i < 3; i++)
-                u[n++] = (ff_linear_use){1 + 4 * l + i, FF_USE_RECOMPUTE};
-        for (int i = 3; i >= 0; i--)
-            u[n++] = (ff_linear_use){1 + 4 * l + i, FF_USE_BACKWARD};
+    const int L = g->nb, w = g->wte != NULL;
+    for (int p = 0; p < 4; p++)
+        if (!(g->progs[p] = malloc((size_t)(11 * L + 4) * sizeof(ff_linear_use))))
+            return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model's program");
+    int n[4] = {0, 0, 0, 0};
+#define USE(p, layer, kind)                                                                        \
+    g->progs[p][n[p]++] = (ff_linear_use) { layer, kind }
+    for (int p = PROG_WHOLE; p <= PROG_EVAL; p++) {
+        int fwd = p != PROG_BACKWARD, bwd = p == PROG_WHOLE || p == PROG_BACKWARD;
+        if (fwd && g->first)
+            USE(p, 0, FF_USE_FORWARD);
+        for (int l = 0; fwd && l < L; l++)
+            for (int i = 0; i < 4; i++)
+                USE(p, w + 4 * l + i, FF_USE_FORWARD);
+        if (fwd && g->last && p != PROG_FORWARD)
+            USE(p, 0, FF_USE_FORWARD);
+        if (bwd && g->last)
+            USE(p, 0, FF_USE_BACKWARD);
+        for (int l = L - 1; bwd && l >= 0; l--) {
+            if (g->ckpt[l])
+                for (int i = 0; i < 3; i++)
+                    USE(p, w + 4 * l + i, FF_USE_RECOMPUTE);
+            for (int i = 3; i >= 0; i--)
+                USE(p, w + 4 * l + i, FF_USE_BACKWARD);
+        }
+        if (bwd && g->first)
+            USE(p, 0, FF_USE_GRAD);
     }
-    u[n++] = (ff_linear_use){0, FF_USE_GRAD};
-    g->n_train_prog = n;
-    g->n_eval_prog = e;
+#undef USE
+    for (int p = 0; p < 4; p++)
+        g->n_prog[p] = n[p];
     g->prog_mode = -1;
     return FF_OK;
 }
 
-static int use_program(ff_gpt *g, int train)
+static int use_program(ff_gpt *g, int mode)
 {
-    if (g->prog_mode == train)
+    if (g->prog_mode == mode)
         return FF_OK;
-    int rc = train ? ff_linear_seq_set_program(g->seq, g->train_prog, g->n_train_prog)
-                   : ff_linear_seq_set_program(g->seq, g->eval_prog, g->n_eval_prog);
+    int rc = ff_linear_seq_set_program(g->seq, g->progs[mode], g->n_prog[mode]);
     if (rc == FF_OK)
-        g->prog_mode = train;
+        g->prog_mode = mode;
     return rc;
 }
 
 /* Each block's checkpointing (the plan's, else the option) and the
- * activation sets: one per block without it, one shared by those with it. */
+ * activation sets: per activation slot one for each block without it, and
+ * one shared by those with it. */
 static int plan_blocks(ff_gpt *g)
 {
     const ff_gpt_config *c = &g->cfg;
@@ -295,46 +318,99 @@ static int plan_blocks(ff_gpt *g)
     if (p && (ff_layer_plan_check(p, why, sizeof why) ||
               ff_layer_plan_match(p, c->L, c->NH, c->C, c->V, g->shape, why, sizeof why)))
         return ff_set_error(g->ctx, FF_EINVAL, "%s", why);
-    g->ckpt = calloc((size_t)c->L, sizeof(int));
-    g->set_of = calloc((size_t)c->L, sizeof(int));
+    g->ckpt = calloc((size_t)g->nb, sizeof(int));
+    g->set_of = calloc((size_t)g->nb, sizeof(int));
     if (!g->ckpt || !g->set_of)
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
     int shared = 0;
-    g->n_sets = 0;
-    for (int l = 0; l < c->L; l++) {
-        g->ckpt[l] = p ? p->blocks[l].checkpoint : g->opt.checkpoint != 0;
+    g->n_own = 0;
+    for (int l = 0; l < g->nb; l++) {
+        g->ckpt[l] = p ? p->blocks[g->l0 + l].checkpoint : g->opt.checkpoint != 0;
         shared |= g->ckpt[l];
-        if (!g->ckpt[l])
-            g->set_of[l] = g->n_sets++;
+        g->set_of[l] = g->ckpt[l] ? -1 : g->n_own++;
     }
-    for (int l = 0; l < c->L; l++)
-        if (g->ckpt[l])
-            g->set_of[l] = g->n_sets;
-    g->n_sets += shared;
+    g->n_sets = g->act_slots * g->n_own + shared;
     return FF_OK;
+}
+
+ff_gpt_acts *ff_gpt_acts_of(ff_gpt *g, int l)
+{
+    int slot = g->act_slots > 1 ? g->slot : 0;
+    return &g->acts[g->ckpt[l] ? g->act_slots * g->n_own : slot * g->n_own + g->set_of[l]];
 }
 
 /* The plan's options of each linear layer. */
 static int plan_layers(ff_gpt *g)
 {
     const ff_layer_plan *p = g->opt.plan;
-    int rc = p ? ff_linear_set_options(g->wte, &p->head) : FF_OK;
+    int rc = p && g->wte ? ff_linear_set_options(g->wte, &p->head) : FF_OK;
     if (p && p->panel_rows > 0) /* the panels it was planned with: they set the chunks */
         ff_gemm_set_panel_rows(ff_linear_seq_gemm(g->seq), p->panel_rows);
-    for (int l = 0; p && l < g->cfg.L && rc == FF_OK; l++) {
+    for (int l = 0; p && l < g->nb && rc == FF_OK; l++) {
         ff_linear *ls[FF_BLOCK_LAYERS] = {g->qkv[l], g->attproj[l], g->fc[l], g->fcproj[l]};
         for (int i = 0; i < FF_BLOCK_LAYERS && rc == FF_OK; i++)
-            rc = ff_linear_set_options(ls[i], &p->blocks[l].layer[i]);
+            rc = ff_linear_set_options(ls[i], &p->blocks[g->l0 + l].layer[i]);
     }
     g->opt.plan = NULL; /* the caller's; not kept */
     return rc;
+}
+
+/* This stage's blocks, the activation slots and the pipeline options; the
+ * same checks on every rank. */
+static int plan_stages(ff_gpt *g)
+{
+    const ff_pipe_opts *o = &g->opt.pipe;
+    const int L = g->cfg.L, P = g->P;
+    if (P > L)
+        return ff_set_error(g->ctx, FF_EINVAL,
+                            "%d pipeline stages for %d blocks: each stage needs at least one", P,
+                            L);
+    if (o->schedule != FF_PIPE_MESSAGE && o->schedule != FF_PIPE_1F1B)
+        return ff_set_error(g->ctx, FF_EINVAL, "unknown pipeline schedule %d", (int)o->schedule);
+    if (o->limit < 0)
+        return ff_set_error(g->ctx, FF_EINVAL,
+                            "pipeline limit %d: it must be at least 1 (0: the %d stages)", o->limit,
+                            P);
+    if (o->slow_stage >= P || o->slow_s < 0)
+        return ff_set_error(g->ctx, FF_EINVAL, "slow stage %d of %d (%.3g s): no such stage",
+                            o->slow_stage, P, o->slow_s);
+    g->l0 = 0;
+    for (int s = 0; s <= g->stage; s++) {
+        int n = L / P + (s < L % P); /* ff_pipe_split */
+        if (o->stage_layers) {
+            n = o->stage_layers[s];
+            int sum = 0;
+            for (int k = 0; k < P; k++) {
+                if (o->stage_layers[k] < 1)
+                    return ff_set_error(g->ctx, FF_EINVAL,
+                                        "stage %d is given %d blocks: every stage needs at least "
+                                        "one",
+                                        k, o->stage_layers[k]);
+                sum += o->stage_layers[k];
+            }
+            if (sum != L)
+                return ff_set_error(g->ctx, FF_EINVAL,
+                                    "the stages' blocks add up to %d, but the model has L=%d", sum,
+                                    L);
+        }
+        if (s < g->stage)
+            g->l0 += n;
+        else
+            g->nb = n;
+    }
+    g->first = g->stage == 0;
+    g->last = g->stage == P - 1;
+    g->n_slots = P == 1 ? 1 : (o->limit ? o->limit : P);
+    g->act_slots = g->last ? 1 : g->n_slots;
+    g->slot = 0;
+    return FF_OK;
 }
 
 static int gpt_create_local(ff_gpt *g)
 {
     const ff_gpt_config *c = &g->cfg;
     int rc = check_shape(g->ctx, c, g->shape, g->B, g->T);
-    if (rc)
+    if (rc || (rc = plan_stages(g)))
         return rc;
     g->Bl = g->B / (g->gz * g->gd);
     g->m = (int64_t)g->Bl * g->T;
@@ -345,7 +421,7 @@ static int gpt_create_local(ff_gpt *g)
     g->vx = c->Vp / g->gx;
     g->nhx = c->NH / g->gx;
     g->hs = c->C / c->NH;
-    const size_t L = (size_t)c->L;
+    const size_t L = (size_t)g->nb;
     if ((rc = plan_blocks(g)))
         return rc;
     ff_linear ***lists[4] = {&g->qkv, &g->attproj, &g->fc, &g->fcproj};
@@ -365,6 +441,10 @@ static int gpt_create_local(ff_gpt *g)
     g->bucket_off = calloc(L, sizeof(size_t));
     g->bucket_len = calloc(L, sizeof(size_t));
     g->bucket_req = calloc(L + 1, sizeof(ff_request *));
+    ff_request ***reqs[4] = {&g->req_act_in, &g->req_act_out, &g->req_grad_in, &g->req_grad_out};
+    for (int i = 0; i < 4; i++)
+        if (!(*reqs[i] = calloc((size_t)g->n_slots, sizeof(ff_request *))))
+            return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
     if (!g->acts || !g->bucket_off || !g->bucket_len || !g->bucket_req)
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
     if ((rc = create_layers(g)) || (rc = plan_layers(g)) || (rc = build_programs(g)))
@@ -374,6 +454,23 @@ static int gpt_create_local(ff_gpt *g)
         return rc;
     bind_views(g);
     return FF_OK;
+}
+
+/* The tied embedding's two copies, on the first and the last stage: a
+ * group of the two ranks with the same grid coordinates (collective over
+ * PIPE). */
+static int create_emb_group(ff_gpt *g)
+{
+    MPI_Comm pair;
+    int in = g->first || g->last;
+    int mrc = MPI_Comm_split(ff_group_comm(g->grp_pipe), in ? 0 : MPI_UNDEFINED, g->stage, &pair);
+    if (mrc != MPI_SUCCESS)
+        return ff_set_error(g->ctx, FF_EMPI, "MPI_Comm_split (the tied embedding's pair) failed");
+    if (!in)
+        return FF_OK;
+    int rc = ff_group_create(g->ctx, pair, "EMB", &g->grp_emb);
+    MPI_Comm_free(&pair);
+    return rc;
 }
 
 int ff_gpt_create(ff_grid *grid, const ff_gpt_config *cfg, const ff_gpt_opts *opts, int B, int T,
@@ -405,10 +502,15 @@ int ff_gpt_create(ff_grid *grid, const ff_gpt_config *cfg, const ff_gpt_opts *op
         g->grp_d = ff_grid_group(grid, FF_GROUP_D);
         g->grp_zd = ff_grid_group(grid, FF_GROUP_ZD);
         g->grp_world = ff_grid_group(grid, FF_GROUP_WORLD);
+        g->grp_pipe = ff_grid_group(grid, FF_GROUP_PIPE);
+        g->P = ff_grid_stages(grid);
+        g->stage = ff_grid_stage(grid);
         rc = gpt_create_local(g);
     }
     /* the checks give the same answer everywhere; allocation may not */
     rc = ff_ctx_agree(ctx, rc);
+    if (rc == FF_OK && g->P > 1)
+        rc = ff_ctx_agree(ctx, create_emb_group(g));
     if (rc) {
         ff_gpt_destroy(g);
         return rc;
@@ -421,11 +523,26 @@ void ff_gpt_destroy(ff_gpt *g)
 {
     if (!g)
         return;
-    for (int l = 0; g->bucket_req && l <= g->cfg.L; l++)
+    for (int l = 0; g->bucket_req && l <= g->nb; l++)
         ff_wait(&g->bucket_req[l]);
+    /* Messages still in flight (a step stopped by an error): left to
+     * ff_ctx_destroy, which cancels them; their buffers are not freed. */
+    ff_request **reqs[4] = {g->req_act_in, g->req_act_out, g->req_grad_in, g->req_grad_out};
+    int pending = 0;
+    for (int i = 0; i < 4; i++) {
+        for (int k = 0, done; reqs[i] && k < g->n_slots; k++)
+            if (reqs[i][k] && ff_test(reqs[i][k], &done) == FF_OK && done)
+                ff_wait(&reqs[i][k]);
+            else
+                pending |= reqs[i][k] != NULL;
+        free(reqs[i]);
+    }
+    if (pending)
+        g->resid = g->grad_in = g->grad_out = NULL;
+    ff_group_destroy(g->grp_emb);
     ff_linear_seq_destroy(g->seq);
     free(g->params), free(g->grads), free(g->adam_m), free(g->adam_v);
-    free(g->resid);
+    free(g->resid), free(g->grad_in), free(g->grad_out);
     for (int s = 0; g->acts && s < g->n_sets; s++) {
         ff_gpt_acts *a = &g->acts[s];
         float *p[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv,      a->att, a->atty,
@@ -451,7 +568,8 @@ void ff_gpt_destroy(ff_gpt *g)
     }
     free(g->qkv), free(g->attproj), free(g->fc), free(g->fcproj);
     free(g->bucket_off), free(g->bucket_len), free(g->bucket_req);
-    free(g->train_prog), free(g->eval_prog);
+    for (int p = 0; p < 4; p++)
+        free(g->progs[p]);
     free(g);
 }
 
@@ -463,13 +581,13 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
 {
     const ff_gpt_config *c = &g->cfg;
     const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * (float)c->L);
-    int rc = ff_linear_init(g->wte, seed, std);
+    int rc = g->wte ? ff_linear_init(g->wte, seed, std) : FF_OK;
     /* padded vocabulary rows stay zero (NK: canonical index = v * C + c) */
-    size_t wte_shard = ff_linear_local_sizes(g->wte).w_shard;
+    size_t wte_shard = g->wte ? ff_linear_local_sizes(g->wte).w_shard : 0;
     for (size_t e = 0; e < wte_shard; e++)
         if (ff_linear_canonical_index(g->wte, e) / c->C >= c->V)
             g->pv.wte[e] = 0.0f;
-    for (int l = 0; l < c->L && rc == FF_OK; l++) {
+    for (int l = 0; l < g->nb && rc == FF_OK; l++) {
         if ((rc = ff_linear_init(g->qkv[l], seed, std)) ||
             (rc = ff_linear_init(g->attproj[l], seed, resid_std)) ||
             (rc = ff_linear_init(g->fc[l], seed, std)) ||
@@ -478,12 +596,12 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
         for (int64_t j = 0; j < g->cy; j++)
             g->pv.ln1w[l][j] = g->pv.ln2w[l][j] = 1.0f, g->pv.ln1b[l][j] = g->pv.ln2b[l][j] = 0.0f;
     }
-    for (int64_t t = 0; t < c->maxT; t++)
+    for (int64_t t = 0; g->first && t < c->maxT; t++)
         for (int64_t j = 0; j < g->cy; j++) {
             uint64_t canon = (uint64_t)(t * c->C + g->me.y * g->cy + j);
             g->pv.wpe[t * g->cy + j] = 0.01f * ff_rng_normal(seed, STREAM_WPE, canon);
         }
-    for (int64_t j = 0; j < g->cy; j++)
+    for (int64_t j = 0; g->last && j < g->cy; j++)
         g->pv.lnfw[j] = 1.0f, g->pv.lnfb[j] = 0.0f;
     if (g->adam_m)
         memset(g->adam_m, 0, g->n_params * sizeof(float));
@@ -494,7 +612,12 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
 
 /* ---- forward and backward ----------------------------------------------------------- */
 
-static float *resid_at(ff_gpt *g, int l) { return g->resid + (int64_t)l * g->m * g->cy; }
+float *ff_gpt_resid(ff_gpt *g, int slot, int l)
+{
+    return g->resid + ((int64_t)slot * (g->nb + 1) + l) * g->m * g->cy;
+}
+
+static float *resid_at(ff_gpt *g, int l) { return ff_gpt_resid(g, g->slot, l); }
 
 /* Row-wise work on a linear layer's output, run on each chunk of rows as
  * soon as the layer has finished it (ff_linear_forward_rows): a residual
@@ -575,29 +698,81 @@ static int block_backward(ff_gpt *g, int l, ff_gpt_acts *a)
                           g->pv.ln1w[l], a->ln1_mean, a->ln1_rstd, m, cy, C, g->ln_scratch);
 }
 
-/* The embedding, the blocks, the final LayerNorm, the LM head and the loss
- * (each row's -log p, into g->losses). With dscale != 0 the logits become
- * d loss / d logits. */
+static int post_bucket(ff_gpt *g, int l);
+
+/* This stage's part of the forward: the embedding (first stage) into the
+ * slot's block input, the blocks, and on the last stage the final
+ * LayerNorm, the LM head and the loss (each row's -log p, into g->losses).
+ * With dscale != 0 the logits become d loss / d logits. */
 static int forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets, float dscale)
 {
     const int64_t m = g->m, v0 = (int64_t)g->me.x * g->vx;
-    const float *wte_block;
-    float *unused;
     int rc;
-    if ((rc = ff_linear_use_begin(g->wte, &wte_block, &unused)) ||
-        (rc = ff_embed_forward(g->grp_x, resid_at(g, 0), tokens, wte_block, g->pv.wpe, g->Bl, g->T,
-                               v0, g->vx, g->cy)) ||
-        (rc = ff_linear_use_end(g->wte)))
-        return rc;
-    for (int l = 0; l < g->cfg.L; l++)
-        if ((rc = block_forward(g, l, &g->acts[g->set_of[l]], 0)))
+    if (g->first) {
+        const float *wte_block;
+        float *unused;
+        if ((rc = ff_linear_use_begin(g->wte, &wte_block, &unused)) ||
+            (rc = ff_embed_forward(g->grp_x, resid_at(g, 0), tokens, wte_block, g->pv.wpe, g->Bl,
+                                   g->T, v0, g->vx, g->cy)) ||
+            (rc = ff_linear_use_end(g->wte)))
             return rc;
-    if ((rc = ff_ln_forward(g->grp_y, g->lnf, g->lnf_mean, g->lnf_rstd, resid_at(g, g->cfg.L),
+    }
+    for (int l = 0; l < g->nb; l++)
+        if ((rc = block_forward(g, l, ff_gpt_acts_of(g, l), 0)))
+            return rc;
+    if (!g->last)
+        return FF_OK;
+    if ((rc = ff_ln_forward(g->grp_y, g->lnf, g->lnf_mean, g->lnf_rstd, resid_at(g, g->nb),
                             g->pv.lnfw, g->pv.lnfb, m, g->cy, g->cfg.C)) ||
         (rc = ff_linear_forward(g->wte, g->logits, g->lnf, m)))
         return rc;
     return ff_crossentropy(g->grp_x, g->losses, g->logits, targets, m, v0, g->vx, g->cfg.V, dscale,
                            g->ce_scratch);
+}
+
+/* This stage's part of the backward: from the loss (last stage) or from
+ * d loss / d output in g->dres, through the blocks (recomputing those under
+ * checkpointing) to the embedding's gradient (first stage) or to
+ * d loss / d input in g->dres. With overlap_dp, each block's gradient
+ * bucket is all-reduced over D as soon as it is complete. */
+static int backward(ff_gpt *g, const int32_t *tokens, int overlap_dp)
+{
+    const int L = g->nb;
+    const int64_t m = g->m;
+    int rc;
+    if (g->last) {
+        // LM head: dlnf (m, C/Gy) = dlogits wte_block; dwte += dlogits^T lnf
+        if ((rc = ff_linear_backward(g->wte, g->dln, g->logits, g->lnf, m)))
+            return rc;
+        memset(g->dres, 0, (size_t)(m * g->cy) * sizeof(float));
+        if ((rc = ff_ln_backward(g->grp_y, g->dres, g->gv.lnfw, g->gv.lnfb, g->dln, resid_at(g, L),
+                                 g->pv.lnfw, g->lnf_mean, g->lnf_rstd, m, g->cy, g->cfg.C,
+                                 g->ln_scratch)))
+            return rc;
+    }
+    for (int l = L - 1; l >= 0; l--) {
+        ff_gpt_acts *a = ff_gpt_acts_of(g, l);
+        if (g->ckpt[l] && (rc = block_forward(g, l, a, 1)))
+            return rc;
+        if ((rc = block_backward(g, l, a)))
+            return rc;
+        /* the bucket one block behind: its reduce-scatters had a block's
+         * backward to finish (ORS) */
+        if (overlap_dp && l + 1 < L && (rc = post_bucket(g, l + 1)))
+            return rc;
+    }
+    if (g->first) {
+        // the lookup's gradient: rows of dres into the wte block, positions
+        const float *unused;
+        float *dwte_block;
+        if ((rc = ff_linear_use_begin(g->wte, &unused, &dwte_block)))
+            return rc;
+        ff_embed_backward(g->ctx, dwte_block, g->gv.wpe, g->dres, tokens, g->Bl, g->T,
+                          (int64_t)g->me.x * g->vx, g->vx, g->cy);
+        if ((rc = ff_linear_use_end(g->wte)))
+            return rc;
+    }
+    return FF_OK;
 }
 
 int ff_gpt_tokens_local(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int64_t rows)
@@ -620,8 +795,15 @@ int ff_gpt_check_tokens(ff_gpt *g, const int32_t *tokens, const int32_t *targets
 
 int ff_gpt_run_forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets)
 {
+    return g->P > 1 ? ff_gpt_pipeline_eval(g, tokens, targets)
+                    : ff_gpt_eval_forward_stage(g, tokens, targets);
+}
+
+int ff_gpt_eval_forward_stage(ff_gpt *g, const int32_t *tokens, const int32_t *targets)
+{
     int rc;
-    if ((rc = use_program(g, 0)) || (rc = ff_linear_seq_begin(g->seq)))
+    g->slot = 0;
+    if ((rc = use_program(g, PROG_EVAL)) || (rc = ff_linear_seq_begin(g->seq)))
         return rc;
     rc = forward(g, tokens, targets, 0.0f);
     int rc2 = ff_linear_seq_end(g->seq);
@@ -631,17 +813,20 @@ int ff_gpt_run_forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets)
 static double sum_losses(const ff_gpt *g)
 {
     double s = 0;
-    for (int64_t i = 0; i < g->m; i++)
+    for (int64_t i = 0; g->last && i < g->m; i++)
         s += g->losses[i];
     return s;
 }
 
 /* Data parallelism: once a block's reduce-scatters are in, its gradient
- * shards (one contiguous bucket) are all-reduced over D in the background. */
+ * shards (one contiguous bucket) are all-reduced over D in the background.
+ * l = nb: the embedding's. */
 static int post_bucket(ff_gpt *g, int l)
 {
     int rc;
-    if (l == g->cfg.L) {
+    if (l == g->nb) {
+        if (!g->wte)
+            return FF_OK;
         if ((rc = ff_linear_wait_grad(g->wte)))
             return rc;
         return ff_iallreduce(g->grp_d, g->gv.wte, g->gv.wte, ff_linear_local_sizes(g->wte).w_shard,
@@ -658,75 +843,97 @@ static int post_bucket(ff_gpt *g, int l)
 int ff_gpt_zero_grad(ff_gpt *g)
 {
     int rc = ff_linear_seq_wait_grads(g->seq);
-    for (int l = 0; l <= g->cfg.L; l++)
+    for (int l = 0; l <= g->nb; l++)
         ff_wait(&g->bucket_req[l]);
     ff_zero(g->ctx, g->grads, (int64_t)g->n_params);
     g->loss_sum = 0;
+    g->micro_done = 0;
     return rc;
 }
 
 int ff_gpt_forward_backward(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int micro,
                             int n_micro)
 {
+    if (g->P > 1)
+        return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EUNSUPPORTED,
+                                                 "with pipeline stages a step's micro-batches "
+                                                 "run together: ff_gpt_grads or ff_gpt_step"));
     int rc = ff_gpt_check_tokens(g, tokens, targets);
     return rc ? rc : ff_gpt_forward_backward_agreed(g, tokens, targets, micro, n_micro);
+}
+
+/* The slowed stage of a measurement sleeps after each pass. */
+static void straggle(ff_gpt *g)
+{
+    if (g->opt.pipe.slow_stage != g->stage || g->opt.pipe.slow_s <= 0)
+        return;
+    double s = g->opt.pipe.slow_s;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+int ff_gpt_stage_forward(ff_gpt *g, int slot, const int32_t *tokens, const int32_t *targets,
+                         float dscale, int last_micro)
+{
+    int rc;
+    g->slot = slot;
+    if ((rc = use_program(g, g->last ? PROG_WHOLE : PROG_FORWARD)) ||
+        (rc = ff_linear_seq_begin(g->seq)))
+        return rc;
+    if ((rc = forward(g, tokens, targets, dscale)))
+        return rc;
+    if (g->last) {
+        g->loss_sum += sum_losses(g);
+        int overlap_dp = g->opt.dp_overlap && g->gd > 1 && last_micro;
+        if ((rc = backward(g, tokens, overlap_dp)))
+            return rc;
+        if ((rc = ff_linear_seq_end(g->seq)))
+            return rc;
+        if (overlap_dp && ((rc = post_bucket(g, 0)) || (rc = post_bucket(g, g->nb))))
+            return rc;
+        if (!g->first) /* the gradient of the stage's input, for the previous stage */
+            memcpy(g->grad_out + (int64_t)slot * g->m * g->cy, g->dres,
+                   (size_t)(g->m * g->cy) * sizeof(float));
+    } else if ((rc = ff_linear_seq_end(g->seq))) {
+        return rc;
+    }
+    straggle(g);
+    return FF_OK;
+}
+
+int ff_gpt_stage_backward(ff_gpt *g, int slot, const int32_t *tokens, int last_micro)
+{
+    const int64_t mc = g->m * g->cy;
+    int rc, overlap_dp = g->opt.dp_overlap && g->gd > 1 && last_micro;
+    g->slot = slot;
+    memcpy(g->dres, g->grad_in + slot * mc, (size_t)mc * sizeof(float));
+    if ((rc = use_program(g, PROG_BACKWARD)) || (rc = ff_linear_seq_begin(g->seq)) ||
+        (rc = backward(g, tokens, overlap_dp)) || (rc = ff_linear_seq_end(g->seq)))
+        return rc;
+    if (overlap_dp && ((rc = post_bucket(g, 0)) || (rc = post_bucket(g, g->nb))))
+        return rc;
+    if (!g->first)
+        memcpy(g->grad_out + slot * mc, g->dres, (size_t)mc * sizeof(float));
+    straggle(g);
+    return FF_OK;
 }
 
 int ff_gpt_forward_backward_agreed(ff_gpt *g, const int32_t *tokens, const int32_t *targets,
                                    int micro, int n_micro)
 {
-    const int L = g->cfg.L;
-    const int64_t m = g->m;
-    int rc, overlap_dp = g->opt.dp_overlap && g->gd > 1 && micro == n_micro - 1;
     if (n_micro <= 0 || micro < 0 || micro >= n_micro)
         return ff_set_error(g->ctx, FF_EINVAL, "micro-batch %d of %d", micro, n_micro);
-    if ((rc = use_program(g, 1)) || (rc = ff_linear_seq_begin(g->seq)))
-        return rc;
     /* d(mean loss)/d(row loss): every token of every micro-batch weighs the same */
     float dscale = 1.0f / ((float)n_micro * (float)g->B * (float)g->T);
-    if ((rc = forward(g, tokens, targets, dscale)))
-        return rc;
-    g->loss_sum += sum_losses(g);
-
-    // LM head: dlnf (m, C/Gy) = dlogits wte_block; dwte += dlogits^T lnf
-    if ((rc = ff_linear_backward(g->wte, g->dln, g->logits, g->lnf, m)))
-        return rc;
-    memset(g->dres, 0, (size_t)(m * g->cy) * sizeof(float));
-    if ((rc = ff_ln_backward(g->grp_y, g->dres, g->gv.lnfw, g->gv.lnfb, g->dln, resid_at(g, L),
-                             g->pv.lnfw, g->lnf_mean, g->lnf_rstd, m, g->cy, g->cfg.C,
-                             g->ln_scratch)))
-        return rc;
-    for (int l = L - 1; l >= 0; l--) {
-        ff_gpt_acts *a = &g->acts[g->set_of[l]];
-        if (g->ckpt[l] && (rc = block_forward(g, l, a, 1)))
-            return rc;
-        if ((rc = block_backward(g, l, a)))
-            return rc;
-        /* the bucket one block behind: its reduce-scatters had a block's
-         * backward to finish (ORS) */
-        if (overlap_dp && l + 1 < L && (rc = post_bucket(g, l + 1)))
-            return rc;
-    }
-    // the lookup's gradient: rows of dres into the wte block, positions
-    const float *unused;
-    float *dwte_block;
-    if ((rc = ff_linear_use_begin(g->wte, &unused, &dwte_block)))
-        return rc;
-    ff_embed_backward(g->ctx, dwte_block, g->gv.wpe, g->dres, tokens, g->Bl, g->T,
-                      (int64_t)g->me.x * g->vx, g->vx, g->cy);
-    if ((rc = ff_linear_use_end(g->wte)))
-        return rc;
-    if ((rc = ff_linear_seq_end(g->seq)))
-        return rc;
-    if (overlap_dp && ((rc = post_bucket(g, 0)) || (rc = post_bucket(g, L))))
-        return rc;
-    g->micro_done = micro + 1;
-    return FF_OK;
+    int rc = ff_gpt_stage_forward(g, 0, tokens, targets, dscale, micro == n_micro - 1);
+    if (rc == FF_OK)
+        g->micro_done = micro + 1;
+    return rc;
 }
 
 int ff_gpt_finish_grads(ff_gpt *g, float *loss)
 {
-    const int L = g->cfg.L;
+    const int L = g->nb;
     int rc = ff_linear_seq_wait_grads(g->seq);
     if (rc)
         return rc;
@@ -744,10 +951,30 @@ int ff_gpt_finish_grads(ff_gpt *g, float *loss)
     float *others = g->grads + g->n_zsharded;
     if ((rc = ff_allreduce(g->grp_zd, others, others, g->n_params - g->n_zsharded, NULL)))
         return rc;
+    /* the tied embedding: the lookup's gradient (first stage) plus the LM
+     * head's (last), the same sum on both copies */
+    if (g->grp_emb && (rc = ff_allreduce(g->grp_emb, g->gv.wte, g->gv.wte,
+                                         ff_linear_local_sizes(g->wte).w_shard, NULL)))
+        return rc;
     float l_sum = (float)g->loss_sum;
     if ((rc = ff_allreduce(g->grp_zd, &l_sum, &l_sum, 1, NULL)))
+        return rc;
+    /* only the last stage has the loss: the others add zeros */
+    if (g->P > 1 && (rc = ff_allreduce(g->grp_pipe, &l_sum, &l_sum, 1, NULL)))
         return rc;
     if (loss)
         *loss = l_sum / ((float)(g->micro_done ? g->micro_done : 1) * (float)g->B * (float)g->T);
     return FF_OK;
+}
+
+void ff_pipe_split(int L, int P, int *blocks)
+{
+    for (int s = 0; s < P; s++)
+        blocks[s] = L / P + (s < L % P);
+}
+
+void ff_gpt_stage_blocks(const ff_gpt *g, int *first, int *count)
+{
+    *first = g->l0;
+    *count = g->nb;
 }

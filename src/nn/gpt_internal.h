@@ -36,13 +36,20 @@ struct ff_gpt {
     int64_t m;    /* this rank's rows, Bl * T */
     ff_dims shape, me;
     int gx, gy, gz, gd;
+    /* pipeline stages: this rank's stage of P holds blocks [l0, l0 + nb);
+     * `first` has the embedding, `last` the final LayerNorm, LM head and
+     * loss (both with P = 1) */
+    int P, stage, l0, nb, first, last;
+    ff_group *grp_pipe, *grp_emb;         /* emb: the first and last stage (tied wte), P > 1 */
     int64_t cy, cx, c3x, fx, vx, nhx, hs; /* local widths */
     ff_group *grp_x, *grp_y, *grp_d, *grp_zd, *grp_world;
 
     ff_linear_seq *seq;
     ff_linear *wte, **qkv, **attproj, **fc, **fcproj;
-    ff_linear_use *train_prog, *eval_prog;
-    int n_train_prog, n_eval_prog, prog_mode;
+    /* programs of weight uses: a whole micro-batch (the last stage), its
+     * forward and its backward (the other stages), evaluation */
+    ff_linear_use *progs[4];
+    int n_prog[4], prog_mode;
 
     /* flat buffers: [0, n_zsharded) Z-sharded weights, [n_zsharded, n_decay)
      * positions, [n_decay, n_ytype) layout Y, [n_ytype, n_params) layout X */
@@ -50,13 +57,21 @@ struct ff_gpt {
     float *params, *grads, *adam_m, *adam_v;
     ff_gpt_views pv, gv;
     size_t *bucket_off, *bucket_len; /* block l's weight shards in the flat buffer */
-    ff_request **bucket_req;         /* L + 1: blocks, then wte */
+    ff_request **bucket_req;         /* nb + 1: blocks, then wte */
 
-    float *resid; /* (L + 1) x (m, C/Gy): block inputs and the last output */
+    /* Activations of up to n_slots micro-batches in flight (1 without
+     * stages); `slot` is the one being computed. Blocks are the stage's,
+     * numbered from 0. */
+    int n_slots, slot;
+    float *resid; /* n_slots x (nb + 1) x (m, C/Gy): block inputs and the last output */
     ff_gpt_acts *acts;
-    int n_sets;  /* the blocks without checkpointing, and one if any block has it */
-    int *ckpt;   /* block l recomputes its forward before its backward */
-    int *set_of; /* the activation set of block l (the shared one under checkpointing) */
+    int n_own;     /* blocks without checkpointing: each has a set per activation slot */
+    int n_sets;    /* act_slots * n_own, and one more (shared) if any block checkpoints */
+    int act_slots; /* n_slots, or 1 on the last stage (its backward follows at once) */
+    int *ckpt;     /* block l recomputes its forward before its backward */
+    int *set_of;   /* block l's set among the n_own (or n_own for the shared one) */
+    float *grad_in, *grad_out; /* n_slots x (m, C/Gy): gradients from / to the neighbours */
+    ff_request **req_act_in, **req_act_out, **req_grad_in, **req_grad_out; /* per slot */
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *dres, *dln, *tmp, *dqkv, *datty, *dfch, *att_scratch, *ce_scratch, *ln_scratch;
     size_t act_bytes, scratch_bytes;
@@ -65,6 +80,25 @@ struct ff_gpt {
     int micro_done;
 };
 
+/* The activation set of block l in the current slot. */
+ff_gpt_acts *ff_gpt_acts_of(ff_gpt *g, int l);
+/* Block l's input (l = nb: the stage's output) in slot `slot`. */
+float *ff_gpt_resid(ff_gpt *g, int slot, int l);
+/* One micro-batch's forward on this stage in `slot` (tokens: the
+ * embedding's, targets: the loss's), in its own run of the program; on the
+ * last stage its backward follows in the same run. dscale as for the loss. */
+int ff_gpt_stage_forward(ff_gpt *g, int slot, const int32_t *tokens, const int32_t *targets,
+                         float dscale, int last_micro);
+/* The backward of the micro-batch in `slot` on a stage other than the last:
+ * the gradient of its output is in grad_in[slot]; leaves the gradient of its
+ * input in grad_out[slot] (not on the first stage). */
+int ff_gpt_stage_backward(ff_gpt *g, int slot, const int32_t *tokens, int last_micro);
+/* The micro-batches of a step through the stages (gpt_pipe.c). */
+int ff_gpt_pipeline_run(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n_micro);
+/* This stage's forward of evaluation (slot 0) in its own run. */
+int ff_gpt_eval_forward_stage(ff_gpt *g, const int32_t *tokens, const int32_t *targets);
+/* The forward of evaluation through the stages, losses on the last one. */
+int ff_gpt_pipeline_eval(ff_gpt *g, const int32_t *tokens, const int32_t *targets);
 /* Allocates AdamW's moments (zero) if they are not yet. */
 int ff_gpt_adam_ensure(ff_gpt *g);
 /* A token or target outside [0, V) among this rank's `rows` rows: FF_EINVAL

@@ -101,25 +101,27 @@ static float *flat_of(ff_gpt *g, ff_gpt_buffer which)
 
 /* ---- the parameters in layout Y (positions and LayerNorms) -----------------
  * They travel as one vector: wpe, then ln1w, ln1b, ln2w, ln2b (L C each),
- * then lnfw, lnfb. Rank (0, y, 0, 0) owns slice y of every row. */
+ * then lnfw, lnfb. Rank (0, y, 0, 0) of each stage owns slice y of the rows
+ * its stage holds. */
 
 typedef struct {
     int tensor;    /* canonical tensor */
-    int64_t rows;  /* rows of C */
+    int64_t rows;  /* rows of C on this stage (0: the stage has none) */
+    int64_t row0;  /* the canonical row of the first */
     float *local;  /* parameter view of row 0 (block 0), or NULL: per-block */
     float **block; /* per-block views */
 } yparam;
 
 static int yparams(ff_gpt *g, yparam out[7])
 {
-    const int64_t L = g->cfg.L;
-    out[0] = (yparam){1, g->cfg.maxT, g->pv.wpe, NULL};
-    out[1] = (yparam){2, L, NULL, g->pv.ln1w};
-    out[2] = (yparam){3, L, NULL, g->pv.ln1b};
-    out[3] = (yparam){8, L, NULL, g->pv.ln2w};
-    out[4] = (yparam){9, L, NULL, g->pv.ln2b};
-    out[5] = (yparam){14, 1, g->pv.lnfw, NULL};
-    out[6] = (yparam){15, 1, g->pv.lnfb, NULL};
+    const int64_t L = g->nb, l0 = g->l0;
+    out[0] = (yparam){1, g->first ? g->cfg.maxT : 0, 0, g->pv.wpe, NULL};
+    out[1] = (yparam){2, L, l0, NULL, g->pv.ln1w};
+    out[2] = (yparam){3, L, l0, NULL, g->pv.ln1b};
+    out[3] = (yparam){8, L, l0, NULL, g->pv.ln2w};
+    out[4] = (yparam){9, L, l0, NULL, g->pv.ln2b};
+    out[5] = (yparam){14, g->last, 0, g->pv.lnfw, NULL};
+    out[6] = (yparam){15, g->last, 0, g->pv.lnfb, NULL};
     return 7;
 }
 
@@ -132,7 +134,7 @@ static void ycopy(ff_gpt *g, float *flat, float *packed, int to_canon)
     const int64_t C = g->cfg.C, cy = g->cy, y0 = (int64_t)g->me.y * cy;
     size_t base = 0;
     for (int i = 0; i < n; base += ff_gpt_tensor_size(g, yp[i].tensor), i++) {
-        float *canon = packed;
+        float *canon = packed + yp[i].row0 * C;
         for (int64_t r = 0; r < yp[i].rows; r++) {
             float *view = yp[i].local ? yp[i].local + r * cy : yp[i].block[r];
             float *local = flat + (view - g->params);
@@ -145,7 +147,9 @@ static void ycopy(ff_gpt *g, float *flat, float *packed, int to_canon)
     }
 }
 
-/* The linear layers: layer, canonical weight and bias tensors, block. */
+/* The linear layers of this stage: layer, canonical weight and bias
+ * tensors, block; root is a rank of the stage. The tied embedding is
+ * gathered from the first stage and scattered to the first and the last. */
 static int for_each_linear(ff_gpt *g, float *flat, float *canon, int root, int gather)
 {
     struct {
@@ -156,17 +160,20 @@ static int for_each_linear(ff_gpt *g, float *flat, float *canon, int root, int g
                   {g->attproj, 6, 7, g->pv.attprojw, g->pv.attprojb},
                   {g->fc, 10, 11, g->pv.fcw, g->pv.fcb},
                   {g->fcproj, 12, 13, g->pv.fcprojw, g->pv.fcprojb}};
-    int rc;
-    float *wte_l = flat + (g->pv.wte - g->params);
-    rc = gather ? ff_linear_gather(g->wte, wte_l, NULL, canon, NULL, root)
-                : ff_linear_scatter(g->wte, canon, NULL, wte_l, NULL, root);
-    for (int l = 0; l < g->cfg.L && rc == FF_OK; l++)
+    int rc = FF_OK;
+    if (g->wte && (g->first || !gather)) {
+        float *wte_l = flat + (g->pv.wte - g->params);
+        rc = gather ? ff_linear_gather(g->wte, wte_l, NULL, canon, NULL, root)
+                    : ff_linear_scatter(g->wte, canon, NULL, wte_l, NULL, root);
+    }
+    for (int l = 0; l < g->nb && rc == FF_OK; l++)
         for (int k = 0; k < 4 && rc == FF_OK; k++) {
             ff_linear *lin = kinds[k].layers[l];
             size_t wn = ff_gpt_tensor_size(g, kinds[k].wt) / (size_t)g->cfg.L;
             size_t bn = ff_gpt_tensor_size(g, kinds[k].bt) / (size_t)g->cfg.L;
-            float *wc = canon ? canon + tensor_offset(g, kinds[k].wt) + (size_t)l * wn : NULL;
-            float *bc = canon ? canon + tensor_offset(g, kinds[k].bt) + (size_t)l * bn : NULL;
+            size_t gl = (size_t)(g->l0 + l);
+            float *wc = canon ? canon + tensor_offset(g, kinds[k].wt) + gl * wn : NULL;
+            float *bc = canon ? canon + tensor_offset(g, kinds[k].bt) + gl * bn : NULL;
             float *wl = flat + (kinds[k].w[l] - g->params);
             float *bl = flat + (kinds[k].b[l] - g->params);
             rc = gather ? ff_linear_gather(lin, wl, bl, wc, bc, root)
@@ -212,14 +219,47 @@ static int buffer_ready(ff_gpt *g, ff_gpt_buffer which, float **flat)
     return *flat ? FF_OK : ff_set_error(g->ctx, FF_EINVAL, "no such model buffer (%d)", which);
 }
 
+/* With stages, each stage moves its tensors between its shards and a
+ * canonical buffer on its rank with root's grid coordinates (its "stage
+ * root"); the stage roots, one PIPE group, then combine them on root (a
+ * sum: every tensor comes from one stage, the others add zeros) or share
+ * root's. G: ranks per stage. */
+static int stage_root_buffer(ff_gpt *g, int root, float *canon, int gather, float **buf,
+                             int *is_sroot)
+{
+    const int G = ff_group_size(ff_grid_group(g->grid, FF_GROUP_STAGE));
+    const int me = ff_ctx_rank(g->ctx);
+    *is_sroot = me % G == root % G;
+    *buf = me == root ? canon : NULL;
+    if (gather && g->P > 1 && me == root && canon) /* the other stages' tensors are added in */
+        memset(canon, 0, ff_gpt_canonical_size(g) * sizeof(float));
+    if (*is_sroot && me != root && !(*buf = calloc(ff_gpt_canonical_size(g), sizeof(float))))
+        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for a canonical copy of the model");
+    return FF_OK;
+}
+
 int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 {
-    float *flat = NULL;
-    int rc = ff_ctx_agree(g->ctx, buffer_ready(g, which, &flat));
-    if (rc)
+    float *flat = NULL, *sbuf = NULL;
+    int is_sroot = 0, rc = buffer_ready(g, which, &flat);
+    const int G = ff_group_size(ff_grid_group(g->grid, FF_GROUP_STAGE));
+    if (rc == FF_OK && (root < 0 || root >= ff_ctx_size(g->ctx)))
+        rc = ff_set_error(g->ctx, FF_EINVAL, "gather to rank %d: no such rank", root);
+    if (rc == FF_OK)
+        rc = stage_root_buffer(g, root, canon, 1, &sbuf, &is_sroot);
+    if ((rc = ff_ctx_agree(g->ctx, rc)))
         return rc;
     int is_root = ff_ctx_rank(g->ctx) == root;
-    if ((rc = for_each_linear(g, flat, is_root ? canon : NULL, root, 1)))
+    if ((rc = for_each_linear(g, flat, is_sroot ? sbuf : NULL, root % G, 1)) == FF_OK && g->P > 1 &&
+        is_sroot) {
+        int mrc = MPI_Reduce(is_root ? MPI_IN_PLACE : sbuf, sbuf, (int)ff_gpt_canonical_size(g),
+                             MPI_FLOAT, MPI_SUM, root / G, ff_group_comm(g->grp_pipe));
+        if (mrc != MPI_SUCCESS)
+            rc = ff_set_error(g->ctx, FF_EMPI, "MPI_Reduce of the stages' tensors failed");
+    }
+    if (sbuf != canon)
+        free(sbuf);
+    if (rc)
         return rc;
     /* layout-Y parameters: the owners' slices summed into one packed vector
      * (others contribute zeros, so the sum is exact) */
@@ -243,12 +283,25 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 
 int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
 {
-    float *flat = NULL;
-    int rc = ff_ctx_agree(g->ctx, buffer_ready(g, which, &flat));
-    if (rc)
+    float *flat = NULL, *sbuf = NULL;
+    int is_sroot = 0, rc = buffer_ready(g, which, &flat);
+    const int G = ff_group_size(ff_grid_group(g->grid, FF_GROUP_STAGE));
+    if (rc == FF_OK && (root < 0 || root >= ff_ctx_size(g->ctx)))
+        rc = ff_set_error(g->ctx, FF_EINVAL, "scatter from rank %d: no such rank", root);
+    if (rc == FF_OK)
+        rc = stage_root_buffer(g, root, (float *)canon, 0, &sbuf, &is_sroot);
+    if ((rc = ff_ctx_agree(g->ctx, rc)))
         return rc;
     int is_root = ff_ctx_rank(g->ctx) == root;
-    if ((rc = for_each_linear(g, flat, is_root ? (float *)canon : NULL, root, 0)))
+    if (g->P > 1 && is_sroot &&
+        MPI_Bcast(sbuf, (int)ff_gpt_canonical_size(g), MPI_FLOAT, root / G,
+                  ff_group_comm(g->grp_pipe)) != MPI_SUCCESS)
+        rc = ff_set_error(g->ctx, FF_EMPI, "MPI_Bcast of the model to the stages failed");
+    if (rc == FF_OK)
+        rc = for_each_linear(g, flat, is_sroot ? sbuf : NULL, root % G, 0);
+    if (sbuf != canon)
+        free(sbuf);
+    if (rc)
         return rc;
     size_t n = ysize(g);
     float *all = calloc(n, sizeof(float));

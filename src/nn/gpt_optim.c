@@ -84,8 +84,10 @@ int ff_gpt_grad_norm(ff_gpt *g, float *norm)
      * ones over Y and Z. Only d = 0 (and x = 0 or y = 0, z = 0) count. */
     double s = 0;
     int rc = FF_OK;
+    /* the tied embedding's second copy (the last of several stages) does not count */
+    size_t skip = g->P > 1 && g->last && !g->first ? ff_linear_local_sizes(g->wte).w_shard : 0;
     if (g->me.d == 0) {
-        rc = sumsq(g, g->grads, g->n_zsharded, &s);
+        rc = sumsq(g, g->grads + skip, g->n_zsharded - skip, &s);
         if (rc == FF_OK && g->me.z == 0 && g->me.x == 0)
             rc = sumsq(g, g->grads + g->n_zsharded, g->n_ytype - g->n_zsharded, &s);
         if (rc == FF_OK && g->me.z == 0 && g->me.y == 0)
@@ -173,6 +175,28 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
     return FF_OK;
 }
 
+/* The step's micro-batches, one after another or through the stages. */
+static int run_micro_batches(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n_micro)
+{
+    if (g->P > 1)
+        return ff_gpt_pipeline_run(g, tokens, targets, n_micro);
+    int rc = FF_OK;
+    for (int u = 0; u < n_micro && rc == FF_OK; u++)
+        rc = ff_gpt_forward_backward_agreed(g, tokens + u * g->m, targets + u * g->m, u, n_micro);
+    return rc;
+}
+
+int ff_gpt_grads(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n_micro, float *loss)
+{
+    int rc = n_micro > 0 ? ff_gpt_tokens_local(g, tokens, targets, n_micro * g->m)
+                         : ff_set_error(g->ctx, FF_EINVAL, "%d micro-batches in a step", n_micro);
+    int rc0 = ff_gpt_zero_grad(g);
+    if ((rc = ff_ctx_agree(g->ctx, rc0 ? rc0 : rc)) ||
+        (rc = run_micro_batches(g, tokens, targets, n_micro)))
+        return rc;
+    return ff_gpt_finish_grads(g, loss);
+}
+
 int ff_gpt_step(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n_micro,
                 const ff_adamw *h, int step, ff_gpt_step_info *info)
 {
@@ -189,8 +213,8 @@ int ff_gpt_step_agreed(ff_gpt *g, int local_rc, const int32_t *tokens, const int
         local_rc = ff_gpt_tokens_local(g, tokens, targets, n_micro * per);
     int rc = ff_gpt_zero_grad(g);                  /* (waits for the last step's collectives) */
     rc = ff_ctx_agree(g->ctx, rc ? rc : local_rc); /* the step's one agreement */
-    for (int u = 0; u < n_micro && rc == FF_OK; u++)
-        rc = ff_gpt_forward_backward_agreed(g, tokens + u * per, targets + u * per, u, n_micro);
+    if (rc == FF_OK)
+        rc = run_micro_batches(g, tokens, targets, n_micro);
     float loss = 0, norm = 0;
     if (rc == FF_OK)
         rc = ff_gpt_finish_grads(g, &loss);
@@ -226,10 +250,13 @@ int ff_gpt_eval(ff_gpt *g, const int32_t *tokens, const int32_t *targets, float 
         (rc = ff_gpt_run_forward(g, tokens, targets)))
         return rc;
     double s = 0;
-    for (int64_t i = 0; i < g->m; i++)
+    for (int64_t i = 0; g->last && i < g->m; i++)
         s += g->losses[i];
     float f = (float)s;
     if ((rc = ff_allreduce(g->grp_zd, &f, &f, 1, NULL)))
+        return rc;
+    /* only the last stage has the loss: the others add zeros */
+    if (g->P > 1 && (rc = ff_allreduce(g->grp_pipe, &f, &f, 1, NULL)))
         return rc;
     *loss = f / ((float)g->B * (float)g->T);
     return FF_OK;
@@ -239,5 +266,5 @@ const float *ff_gpt_logits(const ff_gpt *g, int64_t *rows, int64_t *cols)
 {
     *rows = g->m;
     *cols = g->vx;
-    return g->logits;
+    return g->last ? g->logits : NULL;
 }

@@ -359,6 +359,10 @@ int ff_linear_seq_set_program(ff_linear_seq *s, const ff_linear_use *uses, int n
         return ff_set_error(ctx, FF_EINVAL, "the program cannot change during a run");
     if (n <= 0)
         return ff_set_error(ctx, FF_EINVAL, "a program needs at least one use");
+    /* A backward before a forward of the same layer in the program is
+     * refused; a layer with no forward in it (a pipeline stage's backward
+     * run, whose forward ran in an earlier run) is allowed. seen_fwd[i]:
+     * first "has a forward in the program", then "may be used backward". */
     int *seen_fwd = calloc((size_t)s->n_layers + 1, sizeof(int));
     if (!seen_fwd)
         return ff_set_error(ctx, FF_ENOMEM, "out of memory for the program");
@@ -369,6 +373,13 @@ int ff_linear_seq_set_program(ff_linear_seq *s, const ff_linear_use *uses, int n
             free(seen_fwd);
             return ff_set_error(ctx, FF_EINVAL, "program use %d names no layer or kind", u);
         }
+        if (uses[u].kind == FF_USE_FORWARD || uses[u].kind == FF_USE_RECOMPUTE)
+            seen_fwd[li] = 2;
+    }
+    for (int i = 0; i < s->n_layers; i++)
+        seen_fwd[i] = !seen_fwd[i];
+    for (int u = 0; u < n; u++) {
+        int li = uses[u].layer;
         int bwd = uses[u].kind == FF_USE_BACKWARD || uses[u].kind == FF_USE_GRAD;
         if (bwd && !seen_fwd[li]) {
             free(seen_fwd);
@@ -1006,6 +1017,12 @@ static int recv_floats(ff_ctx *ctx, MPI_Comm comm, float *p, size_t n, int peer,
     return FF_OK;
 }
 
+/* The ranks a gather or scatter spans: the layer's pipeline stage. */
+static ff_group *stage_group(const ff_linear *l)
+{
+    return ff_grid_group(l->seq->grid, FF_GROUP_STAGE);
+}
+
 /* Arguments are checked on every rank and agreed before any message moves,
  * so a mistake on one rank cannot leave the others blocked. */
 static int check_transfer(ff_linear *l, int root, int is_root, const void *canon, const void *shard,
@@ -1021,13 +1038,14 @@ static int check_transfer(ff_linear *l, int root, int is_root, const void *canon
     }
     if (rc)
         ;
-    else if (root < 0 || root >= ff_ctx_size(ctx))
-        rc = ff_set_error(ctx, FF_EINVAL, "layer '%s': root %d is not a rank", l->name, root);
+    else if (root < 0 || root >= ff_group_size(stage_group(l)))
+        rc = ff_set_error(ctx, FF_EINVAL, "layer '%s': root %d is not a rank of its stage", l->name,
+                          root);
     else if (!shard || (is_root && !canon))
         rc = ff_set_error(ctx, FF_EINVAL, "layer '%s': missing weight buffer", l->name);
     else if (l->has_bias && (!b || (is_root && !bcanon)))
         rc = ff_set_error(ctx, FF_EINVAL, "layer '%s': missing bias buffer", l->name);
-    rc = ff_ctx_agree(ctx, rc);
+    rc = ff_agree_on(ctx, ff_group_comm(stage_group(l)), rc);
     if (rc) {
         free(*buf);
         *buf = NULL;
@@ -1039,8 +1057,8 @@ int ff_linear_scatter(ff_linear *l, const float *w_canon, const float *b_canon, 
                       float *b, int root)
 {
     ff_ctx *ctx = l->seq->ctx;
-    MPI_Comm comm = ff_group_comm(ff_grid_group(l->seq->grid, FF_GROUP_WORLD));
-    int me = ff_ctx_rank(ctx), is_root = me == root;
+    MPI_Comm comm = ff_group_comm(stage_group(l));
+    int me = ff_group_rank(stage_group(l)), is_root = me == root;
     float *buf;
     int rc = check_transfer(l, root, is_root, w_canon, w_shard, b_canon, b, &buf);
     if (rc)
@@ -1053,7 +1071,7 @@ int ff_linear_scatter(ff_linear *l, const float *w_canon, const float *b_canon, 
         return rc;
     }
     ff_dims shape = ff_grid_shape(l->seq->grid);
-    for (int r = 0; r < ff_ctx_size(ctx) && rc == FF_OK; r++) {
+    for (int r = 0; r < ff_group_size(stage_group(l)) && rc == FF_OK; r++) {
         ff_dims c = ff_grid_coords_of(shape, r);
         float *dst = r == root ? w_shard : buf;
         for (size_t e = 0; e < l->shard; e++)
@@ -1083,8 +1101,8 @@ int ff_linear_gather(ff_linear *l, const float *w_shard, const float *b, float *
                      float *b_canon, int root)
 {
     ff_ctx *ctx = l->seq->ctx;
-    MPI_Comm comm = ff_group_comm(ff_grid_group(l->seq->grid, FF_GROUP_WORLD));
-    int me = ff_ctx_rank(ctx), is_root = me == root;
+    MPI_Comm comm = ff_group_comm(stage_group(l));
+    int me = ff_group_rank(stage_group(l)), is_root = me == root;
     float *buf;
     int rc = check_transfer(l, root, is_root, w_canon, w_shard, b_canon, b, &buf);
     if (rc)
@@ -1097,7 +1115,7 @@ int ff_linear_gather(ff_linear *l, const float *w_shard, const float *b, float *
             rc = send_floats(ctx, comm, b, (size_t)l->nl, root, TAG_BIAS);
         return rc;
     }
-    for (int r = 0; r < ff_ctx_size(ctx) && rc == FF_OK; r++) {
+    for (int r = 0; r < ff_group_size(stage_group(l)) && rc == FF_OK; r++) {
         ff_dims c = ff_grid_coords_of(shape, r);
         if (c.d == 0) {
             const float *src = w_shard;

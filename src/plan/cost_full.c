@@ -37,6 +37,7 @@ int plan_group_size(ff_dims g, ff_group_kind kind)
     case FF_GROUP_D: return g.d;
     case FF_GROUP_ZD: return g.z * g.d;
     case FF_GROUP_TP: return g.x * g.y * g.z;
+    case FF_GROUP_PIPE: return 1; /* the planner models one stage (issue 26) */
     default: return g.x * g.y * g.z * g.d;
     }
 }
@@ -50,6 +51,7 @@ int plan_group_rank(ff_dims g, ff_dims c, ff_group_kind kind)
     case FF_GROUP_D: return c.d;
     case FF_GROUP_ZD: return c.z + g.z * c.d;
     case FF_GROUP_TP: return c.x + g.x * (c.y + g.y * c.z);
+    case FF_GROUP_PIPE: return 0;
     default: return c.x + g.x * (c.y + g.y * (c.z + g.z * c.d));
     }
 }

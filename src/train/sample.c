@@ -75,7 +75,7 @@ int ff_gpt_sample_next(ff_gpt *g, const int32_t *tokens, int pos, const ff_sampl
     float loss;
     if (rc == FF_OK)
         rc = ff_gpt_eval(g, tokens, targets, &loss);
-    if (rc == FF_OK) {
+    if (rc == FF_OK && g->last) { /* with stages, the last has the logits */
         /* the rank's vocabulary block of each sequence's row `pos`, then all
          * X blocks: all[x][j][0..vx) */
         for (int j = 0; j < count; j++)
@@ -83,13 +83,16 @@ int ff_gpt_sample_next(ff_gpt *g, const int32_t *tokens, int pos, const ff_sampl
                    (size_t)vx * sizeof(float));
         rc = ff_allgather(g->grp_x, mine, all, (size_t)count * vx, NULL);
     }
-    for (int j = 0; rc == FF_OK && j < count; j++) {
+    for (int j = 0; rc == FF_OK && g->last && j < count; j++) {
         for (int x = 0; x < g->gx; x++)
             memcpy(row + (size_t)x * vx, all + ((size_t)x * count + j) * vx,
                    (size_t)vx * sizeof(float));
         double u = ff_rng_uniform(s->seed, (uint32_t)(first + j), draw_index);
         next[j] = draw(row, V, s, u, work);
     }
+    if (rc == FF_OK && g->P > 1 &&
+        MPI_Bcast(next, count, MPI_INT32_T, g->P - 1, ff_group_comm(g->grp_pipe)) != MPI_SUCCESS)
+        rc = ff_set_error(g->ctx, FF_EMPI, "MPI_Bcast of the drawn tokens to the stages failed");
     free(targets);
     free(mine);
     free(all);

@@ -19,6 +19,7 @@
  * waits, and time collectives were in flight (summed over collectives). */
 typedef struct {
     double wait_s, flight_s;
+    double p2p_wait_s; /* of wait_s: a pipeline's point-to-point messages */
 } comm_totals;
 
 typedef struct {
@@ -292,13 +293,14 @@ static int open_log(ff_trainer *t)
         ff_dims s = ff_grid_shape(t->grid);
         const ff_gpt_config *m = &t->shape;
         fprintf(t->log,
-                "{\"type\":\"config\",\"grid\":\"%dx%dx%dx%d\",\"L\":%d,\"C\":%d,\"NH\":%d,"
+                "{\"type\":\"config\",\"grid\":\"%dx%dx%dx%d\",\"stages\":%d,\"L\":%d,\"C\":%d,"
+                "\"NH\":%d,"
                 "\"V\":%d,\"maxT\":%d,\"batch\":%d,\"micro_batch\":%d,\"seq\":%d,"
                 "\"steps\":%d,\"lr\":%g,\"start_step\":%lld,\"sgemm_flops_per_rank\":%.4g,"
                 "\"blas_core\":\"%s\",\"ranks\":%d}\n",
-                s.x, s.y, s.z, s.d, m->L, m->C, m->NH, m->V, m->maxT, c->batch, c->micro_batch,
-                c->seq, c->steps, c->hyper.lr, (long long)t->st.step, t->sgemm_rate, ff_blas_core(),
-                ff_ctx_size(t->ctx));
+                s.x, s.y, s.z, s.d, ff_grid_stages(t->grid), m->L, m->C, m->NH, m->V, m->maxT,
+                c->batch, c->micro_batch, c->seq, c->steps, c->hyper.lr, (long long)t->st.step,
+                t->sgemm_rate, ff_blas_core(), ff_ctx_size(t->ctx));
         if (c->resume_from)
             fprintf(t->log, "{\"type\":\"resume\",\"step\":%lld,\"from\":\"%s\"}\n",
                     (long long)t->st.step, c->resume_from);
@@ -377,10 +379,15 @@ static comm_totals totals(ff_grid *grid)
     comm_totals t = {0};
     for (int k = 0; k < FF_NGROUPS; k++) {
         ff_group *g = ff_grid_group(grid, (ff_group_kind)k);
-        for (int c = 0; g && c < FF_NCOLL; c++) {
+        for (int c = 0; g && c <= FF_COLL_P2P; c++) {
             ff_counters n = ff_group_counters(g, (ff_coll)c);
             t.wait_s += n.wait_s;
-            t.flight_s += n.flight_s;
+            /* a pipeline's receives are posted long before their message
+             * comes: their time in flight is not hidden communication */
+            if (c != FF_COLL_P2P)
+                t.flight_s += n.flight_s;
+            else
+                t.p2p_wait_s += n.wait_s;
         }
     }
     return t;
@@ -443,7 +450,8 @@ int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
     in.wait_ms = wait * 1e3;
     /* in flight beside compute: summed over collectives (concurrent ones
      * each count), so capped at the compute time it hid behind */
-    in.hidden_ms = fmin(fmax(0.0, (c1.flight_s - c0.flight_s) - wait), dt - wait) * 1e3;
+    double coll_wait = wait - (c1.p2p_wait_s - c0.p2p_wait_s);
+    in.hidden_ms = fmin(fmax(0.0, (c1.flight_s - c0.flight_s) - coll_wait), dt - wait) * 1e3;
     in.eta_s =
         (now - t->run_t0) / (double)(step + 1 - t->start_step) * (double)(c->steps - step - 1);
     push(&t->loss, (double)(step + 1), gi.loss);
@@ -516,7 +524,7 @@ static void log_bytes(ff_trainer *t)
 {
     for (int k = 0; t->log && k < FF_NGROUPS; k++) {
         ff_group *g = ff_grid_group(t->grid, (ff_group_kind)k);
-        for (int c = 0; g && c < FF_NCOLL; c++) {
+        for (int c = 0; g && c <= FF_COLL_P2P; c++) {
             ff_counters n = ff_group_counters(g, (ff_coll)c);
             if (n.calls)
                 log_line(t,

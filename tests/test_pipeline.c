@@ -1,0 +1,443 @@
+/* Pipeline stages against the serial program (issue 26), on 8 ranks.
+ *
+ * Rank 0 alone runs the 1x1x1x1 program without stages (MPI_COMM_SELF) for
+ * each number of micro-batches M used below. Then, for every P in {2, 4, 8}
+ * and every 4D grid of 8/P ranks, with M in {P, 2P, 3P+1}, four variants
+ * (message-driven and 1F1B schedule, activation checkpointing off and on)
+ * run STEPS AdamW steps of M micro-batches each, and three more: the
+ * pipeline limit at P/2 (message-driven) and at 1 (1F1B), and an uneven
+ * split of the blocks. Compared on rank 0,
+ * gathered to canonical layout:
+ *  - the evaluation loss before training and each step's loss: relative
+ *    error <= 1e-5, as for the 4D grids (tests/test_gpt.c);
+ *  - step 0's gradient and the parameters after the steps, per tensor:
+ *    max|a - ref| / max|ref| (parameters: over the change max|ref - init|)
+ *    <= tol = 2 (4L + 4) gamma_K, K the longest sum (M B T rows of a step,
+ *    4C, or V): tests/test_gpt.c derives it. Stages change only the order
+ *    of sums: the tied embedding's gradient adds the lookup's and the LM
+ *    head's contributions per stage and then the two, where the serial
+ *    program adds them micro-batch by micro-batch;
+ *  - the first six variants of one (grid, P, M): bitwise identical
+ *    (schedules, limits and checkpointing change when a micro-batch's
+ *    passes run, never their arithmetic: backward passes run in micro-batch
+ *    order in every schedule). The uneven split is held to the serial
+ *    bounds instead: it changes the length of each stage's all-reduce of
+ *    its LayerNorm and bias gradients, and with it the ring's chunks and
+ *    the order of additions;
+ *  - padded vocabulary rows exactly zero;
+ *  - the point-to-point counters of a step: every stage boundary carries one
+ *    activation forward and one gradient back per micro-batch, each
+ *    (B/(Gz Gd)) T (C/Gy) floats, so a rank sends and receives exactly
+ *    M (first ? 0 : 1) + M (last ? 0 : 1) messages of that size each way.
+ * Then: the canonical state (parameters, both AdamW moments) moves between
+ * every P and back without changing a bit (checkpoints across stages), and
+ * bad input (more stages than blocks, a split that does not add up to L,
+ * M < 1, the per-micro-batch call with stages) fails on every rank with one
+ * message. AdamW runs with eps = 1, where the update is Lipschitz in the
+ * gradient (tests/test_gpt.c explains why). */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fourfold/fourfold.h"
+#include "fourfold/gpt.h"
+#include "fourfold/rng.h"
+#include "test_util.h"
+
+enum { STEPS = 2, VARIANTS = 7, UNEVEN = 6, MAX_M = 25, B = 4, T = 8 };
+static const ff_gpt_config CFG = {8, 32, 4, 100, 0, 8}; /* L C NH V Vp maxT */
+
+typedef struct {
+    float loss[STEPS], eval;
+    float *grads, *params, *init; /* canonical, rank 0 only */
+} result;
+
+static void result_free(result *r)
+{
+    free(r->grads), free(r->params), free(r->init);
+    memset(r, 0, sizeof *r);
+}
+
+static int32_t token_at(int64_t s, int64_t t)
+{
+    return (int32_t)(ff_rng_uniform(11, 7, (uint64_t)(s * (T + 1) + t)) * CFG.V);
+}
+
+/* This rank's tokens for `steps` steps of M micro-batches (micro-batch u
+ * at offset u * count * T). */
+static void local_batch(ff_gpt *g, int M, int steps, int32_t **tok, int32_t **tgt)
+{
+    int first, count;
+    ff_gpt_local_sequences(g, &first, &count);
+    size_t n = (size_t)steps * M * count * T, k = 0;
+    *tok = malloc(n * sizeof(int32_t));
+    *tgt = malloc(n * sizeof(int32_t));
+    for (int u = 0; u < steps * M; u++)
+        for (int s = 0; s < count; s++)
+            for (int t = 0; t < T; t++, k++) {
+                int64_t seq = (int64_t)u * B + first + s;
+                (*tok)[k] = token_at(seq, t);
+                (*tgt)[k] = token_at(seq, t + 1);
+            }
+}
+
+static float *gather_new(ff_gpt *g, ff_gpt_buffer which, int *rc)
+{
+    int root = ff_ctx_rank(ff_gpt_ctx(g)) == 0;
+    float *c = root ? calloc(ff_gpt_canonical_size(g), sizeof(float)) : NULL;
+    if (*rc == FF_OK)
+        *rc = ff_gpt_gather(g, which, c, 0);
+    return c;
+}
+
+/* Variants 0-3: message-driven or 1F1B, without or with checkpointing;
+ * 4: message-driven, limit P/2; 5: 1F1B, limit 1; 6: message-driven with an
+ * uneven split of the blocks. */
+static int uneven[8];
+static void opts_of(int variant, int P, ff_gpt_opts *o)
+{
+    ff_gpt_opts_default(o);
+    o->pipe.schedule = variant & 1 ? FF_PIPE_1F1B : FF_PIPE_MESSAGE;
+    o->checkpoint = variant < 4 && ((variant >> 1) & 1);
+    if (variant == 4)
+        o->pipe.limit = P / 2;
+    if (variant == 5)
+        o->pipe.limit = 1;
+    if (variant == 6) { /* the first stage one block more, the last one less */
+        for (int s = 0; s < P; s++)
+            uneven[s] = CFG.L / P + (s == 0 && P < CFG.L) - (s == P - 1 && P < CFG.L);
+        o->pipe.stage_layers = uneven;
+    }
+}
+
+static const char *variant_name(int v)
+{
+    static const char *const names[VARIANTS] = {
+        "message",           "1f1b",         "message ckpt",        "1f1b ckpt",
+        "message limit P/2", "1f1b limit 1", "message uneven split"};
+    return names[v];
+}
+
+/* STEPS steps of M micro-batches; p2p: the PIPE counters of step 0. */
+static int run(ff_grid *grid, const ff_gpt_opts *o, int M, result *r, ff_counters *p2p)
+{
+    ff_gpt *g = NULL;
+    int rc = ff_gpt_create(grid, &CFG, o, B, T, &g);
+    if (rc)
+        return rc;
+    int32_t *tok, *tgt;
+    local_batch(g, M, STEPS, &tok, &tgt);
+    int first, count;
+    ff_gpt_local_sequences(g, &first, &count);
+    const int64_t per = (int64_t)M * count * T;
+    ff_adamw h;
+    ff_adamw_default(&h);
+    h.lr = 3e-3f, h.eps = 1.0f, h.steps = STEPS;
+    if ((rc = ff_gpt_init(g, 5)) == FF_OK)
+        r->init = gather_new(g, FF_GPT_PARAMS, &rc);
+    if (rc == FF_OK)
+        rc = ff_gpt_eval(g, tok, tgt, &r->eval);
+    ff_group *pipe = ff_grid_group(grid, FF_GROUP_PIPE);
+    ff_group_counters_reset(pipe);
+    float loss0;
+    if (rc == FF_OK && (rc = ff_gpt_grads(g, tok, tgt, M, &loss0)) == FF_OK) {
+        if (p2p)
+            *p2p = ff_group_counters(pipe, FF_COLL_P2P);
+        r->grads = gather_new(g, FF_GPT_GRADS, &rc);
+    }
+    for (int s = 0; s < STEPS && rc == FF_OK; s++) {
+        ff_gpt_step_info info;
+        rc = ff_gpt_step(g, tok + s * per, tgt + s * per, M, &h, s, &info);
+        r->loss[s] = info.loss;
+        if (s == 0 && rc == FF_OK && loss0 != info.loss)
+            rc = ff_ctx_set_error(ff_gpt_ctx(g), FF_EINVAL, "ff_gpt_grads loss %.9g, step %.9g",
+                                  loss0, info.loss);
+    }
+    if (rc == FF_OK)
+        r->params = gather_new(g, FF_GPT_PARAMS, &rc);
+    free(tok), free(tgt);
+    ff_gpt_destroy(g);
+    return rc;
+}
+
+/* Worst error/bound over the tensors (update: compare the change from init). */
+static double compare(ff_gpt *shape, const float *a, const float *ref, const float *init,
+                      double tol, const char *what, const char *desc)
+{
+    double worst = 0;
+    size_t off = 0;
+    for (int i = 0; i < FF_GPT_NTENSORS; i++) {
+        size_t n = ff_gpt_tensor_size(shape, i);
+        double err = 0, scale = 0, mag = 0;
+        for (size_t j = off; j < off + n; j++) {
+            double d = fabs((double)a[j] - ref[j]);
+            double s = init ? fabs((double)ref[j] - init[j]) : fabs((double)ref[j]);
+            err = d > err ? d : err, scale = s > scale ? s : scale;
+            mag = fabs((double)ref[j]) > mag ? fabs((double)ref[j]) : mag;
+        }
+        double bound = tol + (init && scale > 0 ? 2.0 * STEPS * ldexp(1.0, -24) * mag / scale : 0);
+        double rel = scale > 0 ? err / scale : err;
+        CHECK(rel <= bound, "%s: %s %s rel err %.3e > %.3e", desc, what, ff_gpt_tensor_name(i), rel,
+              bound);
+        if (rel / bound > worst)
+            worst = rel / bound;
+        off += n;
+    }
+    return worst;
+}
+
+static void check_padding(ff_gpt *shape, const float *a, const char *desc)
+{
+    ff_gpt_config c = ff_gpt_get_config(shape);
+    for (int64_t v = c.V; v < c.Vp; v++)
+        for (int64_t j = 0; j < c.C; j++)
+            if (a[v * c.C + j] != 0.0f) {
+                CHECK(0, "%s: padded vocabulary row %lld is not zero", desc, (long long)v);
+                return;
+            }
+}
+
+static double tol_of(int M)
+{
+    double K = (double)M * B * T, u = ldexp(1.0, -24);
+    if (4.0 * CFG.C > K)
+        K = 4.0 * CFG.C;
+    if (CFG.V > K)
+        K = CFG.V;
+    return 2.0 * (4 * CFG.L + 4) * (K * u / (1 - K * u));
+}
+
+static int same_bits(ff_gpt *shape, const float *a, const float *b)
+{
+    return memcmp(a, b, ff_gpt_canonical_size(shape) * sizeof(float)) == 0;
+}
+
+/* The state of a model: canonical parameters, m and v of a run on `from`,
+ * scattered into a model on every other stage count and gathered back. */
+static void check_moves(ff_ctx *ctx, ff_gpt *shape)
+{
+    const int P[4] = {1, 2, 4, 8};
+    const ff_dims grid_of[4] = {{2, 2, 2, 1}, {1, 2, 1, 2}, {2, 1, 1, 1}, {1, 1, 1, 1}};
+    const ff_gpt_buffer bufs[3] = {FF_GPT_PARAMS, FF_GPT_ADAM_M, FF_GPT_ADAM_V};
+    int rank = ff_ctx_rank(ctx);
+    float *canon[3] = {0}, *back = NULL;
+    if (rank == 0) { /* random values; the padded vocabulary rows are zero in any model */
+        size_t n = ff_gpt_canonical_size(shape), pad = (size_t)CFG.V * CFG.C;
+        back = malloc(n * sizeof(float));
+        for (int k = 0; k < 3; k++) {
+            canon[k] = malloc(n * sizeof(float));
+            for (size_t j = 0; j < n; j++)
+                canon[k][j] = ff_rng_normal(3, (uint32_t)k + 1, j);
+            memset(canon[k] + pad, 0, (ff_gpt_tensor_size(shape, 0) - pad) * sizeof(float));
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        ff_grid *grid;
+        ff_gpt *g;
+        if (ff_grid_create_staged(ctx, grid_of[i], P[i], &grid)) {
+            CHECK(0, "grid for %d stages: %s", P[i], ff_ctx_error(ctx));
+            continue;
+        }
+        if (ff_gpt_create(grid, &CFG, NULL, B, T, &g) == FF_OK) {
+            for (int k = 0; k < 3; k++) {
+                int rc = ff_gpt_scatter(g, bufs[k], canon[k], 0);
+                if (rc == FF_OK)
+                    rc = ff_gpt_gather(g, bufs[k], back, 0);
+                CHECK(rc == FF_OK, "%d stages: %s", P[i], ff_ctx_error(ctx));
+                if (rank == 0 && rc == FF_OK)
+                    CHECK(same_bits(shape, back, canon[k]),
+                          "%d stages: buffer %d changed on its way through the stages", P[i], k);
+            }
+            ff_gpt_destroy(g);
+        } else {
+            CHECK(0, "model on %d stages: %s", P[i], ff_ctx_error(ctx));
+        }
+        ff_grid_destroy(grid);
+    }
+    if (rank == 0)
+        printf("canonical state scattered to and gathered from 1, 2, 4 and 8 stages: exact\n");
+    for (int k = 0; k < 3; k++)
+        free(canon[k]);
+    free(back);
+}
+
+static void check_bad_input(ff_ctx *ctx)
+{
+    ff_grid *grid;
+    if (ff_grid_create_staged(ctx, (ff_dims){1, 1, 1, 1}, 8, &grid)) {
+        CHECK(0, "8 stages: %s", ff_ctx_error(ctx));
+        return;
+    }
+    ff_gpt *g = NULL;
+    ff_gpt_config small = CFG;
+    small.L = 4;
+    int rc = ff_gpt_create(grid, &small, NULL, B, T, &g);
+    CHECK(rc == FF_EINVAL && strstr(ff_ctx_error(ctx), "8 pipeline stages for 4 blocks"),
+          "more stages than blocks: %d %s", rc, ff_ctx_error(ctx));
+    ff_gpt_opts o;
+    ff_gpt_opts_default(&o);
+    int split[8] = {1, 1, 1, 1, 1, 1, 1, 2};
+    o.pipe.stage_layers = split;
+    rc = ff_gpt_create(grid, &CFG, &o, B, T, &g);
+    CHECK(rc == FF_EINVAL && strstr(ff_ctx_error(ctx), "add up to 9, but the model has L=8"),
+          "a split of 9 blocks: %d %s", rc, ff_ctx_error(ctx));
+    split[7] = 1;
+    rc = ff_gpt_create(grid, &CFG, &o, B, T, &g);
+    CHECK(rc == FF_OK, "the split 1x8: %s", ff_ctx_error(ctx));
+    if (rc == FF_OK) {
+        int32_t *tok, *tgt;
+        local_batch(g, 1, 1, &tok, &tgt);
+        float loss;
+        rc = ff_gpt_grads(g, tok, tgt, 0, &loss);
+        CHECK(rc == FF_EINVAL && strstr(ff_ctx_error(ctx), "0 micro-batches"), "M = 0: %d %s", rc,
+              ff_ctx_error(ctx));
+        rc = ff_gpt_forward_backward(g, tok, tgt, 0, 1);
+        CHECK(rc == FF_EUNSUPPORTED && strstr(ff_ctx_error(ctx), "micro-batches run together"),
+              "per-micro-batch call with stages: %d %s", rc, ff_ctx_error(ctx));
+        free(tok), free(tgt);
+        ff_gpt_destroy(g);
+    }
+    ff_grid_destroy(grid);
+    if (ff_ctx_rank(ctx) == 0)
+        printf("bad input refused on every rank\n");
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    ff_ctx *ctx;
+    int rc = ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL);
+    CHECK(rc == FF_OK, "ff_ctx_create: %s", ff_ctx_error(ctx));
+
+    /* the serial runs, on rank 0 */
+    static result ref[MAX_M + 1];
+    ff_ctx *sctx = NULL;
+    ff_grid *sgrid = NULL;
+    ff_gpt *shape = NULL;
+    if (rank == 0) {
+        rc = ff_ctx_create(&sctx, MPI_COMM_SELF, NULL);
+        if (rc == FF_OK)
+            rc = ff_grid_create(sctx, (ff_dims){1, 1, 1, 1}, &sgrid);
+        if (rc == FF_OK)
+            rc = ff_gpt_create(sgrid, &CFG, NULL, B, T, &shape);
+        for (int P = 2; P <= size && rc == FF_OK; P *= 2) {
+            const int Ms[3] = {P, 2 * P, 3 * P + 1};
+            for (int i = 0; i < 3 && rc == FF_OK; i++) {
+                ff_gpt_opts o;
+                opts_of(0, 1, &o);
+                if (!ref[Ms[i]].params)
+                    rc = run(sgrid, &o, Ms[i], &ref[Ms[i]], NULL);
+            }
+        }
+        CHECK(rc == FF_OK, "serial: %s", sctx ? ff_ctx_error(sctx) : "no context");
+    }
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rc != FF_OK) {
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        return 1;
+    }
+
+    ff_dims grids[64];
+    double worst = 0;
+    int runs = 0;
+    for (int P = 2; P <= size; P *= 2) {
+        int n = test_all_grids(size / P, grids, 64);
+        const int Ms[3] = {P, 2 * P, 3 * P + 1};
+        for (int gi = 0; gi < n; gi++) {
+            ff_grid *grid;
+            ff_dims s = grids[gi];
+            if (ff_grid_create_staged(ctx, s, P, &grid)) {
+                CHECK(0, "grid %dx%dx%dx%d x %d: %s", s.x, s.y, s.z, s.d, P, ff_ctx_error(ctx));
+                continue;
+            }
+            char desc[160];
+            ff_grid_describe(grid, desc, sizeof desc);
+            for (int mi = 0; mi < 3; mi++) {
+                const int M = Ms[mi];
+                const result *r0 = &ref[M];
+                result first = {0};
+                double w = 0;
+                for (int v = 0; v < VARIANTS; v++) {
+                    ff_gpt_opts o;
+                    opts_of(v, P, &o);
+                    result r = {0};
+                    ff_counters p2p;
+                    rc = run(grid, &o, M, &r, &p2p);
+                    runs++;
+                    CHECK(rc == FF_OK, "%s M=%d variant %d: %s", desc, M, v, ff_ctx_error(ctx));
+                    /* the p2p counters, on every rank */
+                    int st = ff_grid_stage(grid), msgs = M * (st > 0) + M * (st < P - 1);
+                    uint64_t bytes =
+                        (uint64_t)msgs * (B / (s.z * s.d)) * T * (CFG.C / s.y) * sizeof(float);
+                    CHECK(rc || (p2p.calls == 2 * (uint64_t)msgs && p2p.bytes_sent == bytes &&
+                                 p2p.bytes_recv == bytes),
+                          "%s M=%d stage %d: p2p %llu calls, %llu B sent, %llu B received; want "
+                          "%d, %llu, %llu",
+                          desc, M, st, (unsigned long long)p2p.calls,
+                          (unsigned long long)p2p.bytes_sent, (unsigned long long)p2p.bytes_recv,
+                          2 * msgs, (unsigned long long)bytes, (unsigned long long)bytes);
+                    if (rc == FF_OK && rank == 0) {
+                        char d[200];
+                        snprintf(d, sizeof d, "%s M=%d %s", desc, M, variant_name(v));
+                        if (v == 0 || v == UNEVEN) {
+                            double e = fabs((double)r.eval - r0->eval) / fabs((double)r0->eval);
+                            CHECK(e <= 1e-5, "%s: eval loss %.8f, serial %.8f", d, r.eval,
+                                  r0->eval);
+                            for (int k = 0; k < STEPS; k++) {
+                                e = fabs((double)r.loss[k] - r0->loss[k]) / fabs(r0->loss[k]);
+                                CHECK(e <= 1e-5, "%s: step %d loss %.8f, serial %.8f", d, k,
+                                      r.loss[k], r0->loss[k]);
+                            }
+                            double tol = tol_of(M);
+                            double a = compare(shape, r.grads, r0->grads, NULL, tol, "gradient", d);
+                            double b =
+                                compare(shape, r.params, r0->params, r0->init, tol, "update", d);
+                            w = a > w ? a : w;
+                            w = b > w ? b : w;
+                            check_padding(shape, r.grads, d);
+                            check_padding(shape, r.params, d);
+                            if (v == 0) {
+                                first = r;
+                                memset(&r, 0, sizeof r);
+                            }
+                        } else {
+                            CHECK(same_bits(shape, r.grads, first.grads) &&
+                                      same_bits(shape, r.params, first.params) &&
+                                      r.loss[STEPS - 1] == first.loss[STEPS - 1],
+                                  "%s: not bitwise equal to the message-driven schedule without "
+                                  "checkpointing",
+                                  d);
+                        }
+                    }
+                    result_free(&r);
+                }
+                if (rank == 0)
+                    printf("%-58s M=%-2d %d variants bitwise equal; error/bound %.3f\n", desc, M,
+                           VARIANTS - 1, w);
+                worst = w > worst ? w : worst;
+                result_free(&first);
+            }
+            ff_grid_destroy(grid);
+        }
+    }
+    if (rank == 0)
+        printf("%d pipelined runs; worst error/bound against serial %.3f\n", runs, worst);
+    check_moves(ctx, shape ? shape : NULL);
+    check_bad_input(ctx);
+
+    for (int M = 0; M <= MAX_M; M++)
+        result_free(&ref[M]);
+    ff_gpt_destroy(shape);
+    ff_grid_destroy(sgrid);
+    if (sctx)
+        ff_ctx_destroy(sctx);
+    ff_ctx_destroy(ctx);
+    int code = test_finish("pipeline");
+    MPI_Finalize();
+    return code;
+}
