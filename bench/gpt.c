@@ -9,10 +9,19 @@
  *   mpirun -np R ff_bench_gpt --grid 1x1x1x1 --L 12 --C 768 --NH 12 --V 50257
  *          --maxT 1024 --B 4 --T 64 [--threads 1] [--reps 5] [--warmup 2]
  *          [--checkpoint] [--label TEXT] [--decompose K] [--plan FILE]
- *          [--panel ROWS] [--progress poll|thread]
+ *          [--panel ROWS] [--progress poll|thread] [--micro M]
+ *          [--stages P --schedule message|1f1b --limit K --slow-stage S --slow-ms T
+ *          --pass-ms E]
  * (--decompose: every linear layer's all-reduced products in K chunks;
- * --plan: a per-layer plan file; --panel: GEMM panel height, 0 = by shape.)
- * Prints a line per step, a summary and one JSON line. */
+ * --plan: a per-layer plan file; --panel: GEMM panel height, 0 = by shape;
+ * --micro: micro-batches of B sequences per step (default 1); --stages:
+ * pipeline stages, the grid being one stage's (docs/pipeline.md), with
+ * their schedule, limit, a straggler (stage S sleeps T ms after each pass)
+ * and E ms of sleep after every stage's every pass: compute emulated by
+ * sleeping, for more stages than cores.)
+ * Prints a line per step, a summary and one JSON line; with stages the JSON
+ * has each stage's mean time per step in its forward and backward passes
+ * (ff_gpt_pipeline_times: 1 - busy / step is the stage's bubble). */
 #include "fourfold/gpt.h"
 
 #include <cblas.h>
@@ -24,8 +33,9 @@
 #include "fourfold/fourfold.h"
 
 typedef struct {
-    const char *grid, *label, *plan, *progress;
+    const char *grid, *label, *plan, *progress, *schedule;
     int L, C, NH, V, maxT, B, T, threads, reps, warmup, checkpoint, decompose, panel;
+    int micro, stages, limit, slow_stage, slow_ms, pass_ms;
 } options;
 
 static void die(int rank, const char *msg)
@@ -69,7 +79,11 @@ static int parse(int argc, char **argv, options *o)
                    .T = 64,
                    .threads = 1,
                    .reps = 5,
-                   .warmup = 2};
+                   .warmup = 2,
+                   .schedule = "message",
+                   .micro = 1,
+                   .stages = 1,
+                   .slow_stage = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         struct {
@@ -86,7 +100,13 @@ static int parse(int argc, char **argv, options *o)
                     {"--reps", &o->reps},
                     {"--warmup", &o->warmup},
                     {"--decompose", &o->decompose},
-                    {"--panel", &o->panel}};
+                    {"--panel", &o->panel},
+                    {"--micro", &o->micro},
+                    {"--stages", &o->stages},
+                    {"--limit", &o->limit},
+                    {"--slow-stage", &o->slow_stage},
+                    {"--slow-ms", &o->slow_ms},
+                    {"--pass-ms", &o->pass_ms}};
         int done = 0;
         for (size_t k = 0; k < sizeof ints / sizeof *ints && !done; k++)
             if (strcmp(a, ints[k].name) == 0 && v) {
@@ -102,6 +122,8 @@ static int parse(int argc, char **argv, options *o)
             o->label = argv[++i];
         else if (strcmp(a, "--plan") == 0 && v)
             o->plan = argv[++i];
+        else if (strcmp(a, "--schedule") == 0 && v && (!strcmp(v, "message") || !strcmp(v, "1f1b")))
+            o->schedule = argv[++i];
         else if (strcmp(a, "--progress") == 0 && v && (!strcmp(v, "poll") || !strcmp(v, "thread")))
             o->progress = argv[++i];
         else if (strcmp(a, "--checkpoint") == 0)
@@ -109,7 +131,7 @@ static int parse(int argc, char **argv, options *o)
         else
             return -1;
     }
-    return o->reps > 0 && o->reps <= 100 ? 0 : -1;
+    return o->reps > 0 && o->reps <= 100 && o->micro > 0 && o->stages > 0 ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -135,15 +157,20 @@ int main(int argc, char **argv)
         co.progress = FF_PROGRESS_THREAD;
     if (ff_ctx_create(&ctx, MPI_COMM_WORLD, &co) != FF_OK)
         die(rank, "context");
-    if (ff_grid_parse(o.grid, size, size, &shape, err, sizeof err) != FF_OK)
-        die(rank, err);
-    if (ff_grid_create(ctx, shape, &grid) != FF_OK)
+    if (size % o.stages || ff_grid_parse(o.grid, size / o.stages, size, &shape, err, sizeof err))
+        die(rank, size % o.stages ? "--stages does not divide the ranks" : err);
+    if (ff_grid_create_staged(ctx, shape, o.stages, &grid) != FF_OK)
         die(rank, ff_ctx_error(ctx));
     ff_gpt_config cfg = {o.L, o.C, o.NH, o.V, 0, o.maxT};
     ff_gpt_opts opts;
     ff_gpt_opts_default(&opts);
     opts.checkpoint = o.checkpoint;
     opts.linear.decompose = o.decompose;
+    opts.pipe.schedule = !strcmp(o.schedule, "1f1b") ? FF_PIPE_1F1B : FF_PIPE_MESSAGE;
+    opts.pipe.limit = o.limit;
+    opts.pipe.slow_stage = o.slow_stage;
+    opts.pipe.slow_s = o.slow_ms * 1e-3;
+    opts.pipe.pass_s = o.pass_ms * 1e-3;
     ff_layer_plan plan = {0};
     if (o.plan && ff_layer_plan_read(o.plan, &plan, err, sizeof err) != FF_OK)
         die(rank, err);
@@ -156,7 +183,7 @@ int main(int argc, char **argv)
         ff_gemm_set_panel_rows(ff_linear_seq_gemm(ff_gpt_linear_seq(g)), o.panel);
     int first, count;
     ff_gpt_local_sequences(g, &first, &count);
-    size_t n_tok = (size_t)count * o.T;
+    size_t n_tok = (size_t)count * o.T * o.micro;
     int32_t *tok = malloc(n_tok * sizeof *tok), *tgt = malloc(n_tok * sizeof *tgt);
     for (size_t i = 0; i < n_tok; i++) {
         tok[i] = (int32_t)((i * 2654435761u + (size_t)first * 97) % (size_t)o.V);
@@ -166,14 +193,19 @@ int main(int argc, char **argv)
     ff_adamw_default(&h);
     h.steps = o.warmup + o.reps;
 
-    double t[100];
+    double t[100], busy = 0; /* seconds in the stage's passes over the measured steps */
     ff_gpt_step_info info = {0};
     for (int s = 0; s < o.warmup + o.reps; s++) {
         MPI_Barrier(MPI_COMM_WORLD);
+        ff_pipe_times p0, p1;
+        ff_gpt_pipeline_times(g, &p0);
         double t0 = MPI_Wtime();
-        if (ff_gpt_step(g, tok, tgt, 1, &h, s, &info) != FF_OK)
+        if (ff_gpt_step(g, tok, tgt, o.micro, &h, s, &info) != FF_OK)
             die(rank, ff_ctx_error(ctx));
         double dt = MPI_Wtime() - t0;
+        ff_gpt_pipeline_times(g, &p1);
+        if (s >= o.warmup)
+            busy += p1.busy_s - p0.busy_s;
         MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (s >= o.warmup)
             t[s - o.warmup] = dt;
@@ -185,7 +217,14 @@ int main(int argc, char **argv)
     memcpy(runs, t, sizeof(double) * (size_t)o.reps);
     double step_s = ff_median(t, o.reps);
     double rate = sgemm_rate(1536); /* per rank, all ranks at once */
-    double flops = ff_gpt_flops_per_token(g, o.T) * o.B * o.T;
+    double flops = ff_gpt_flops_per_token(g, o.T) * o.B * o.T * o.micro;
+    /* each stage's mean busy ms per step (the mean over its ranks) */
+    double stage_busy[64] = {0};
+    int G = size / o.stages, st = ff_grid_stage(grid);
+    if (o.stages <= 64) {
+        stage_busy[st] = busy / o.reps / G * 1e3;
+        MPI_Allreduce(MPI_IN_PLACE, stage_busy, o.stages, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    }
     double frac = flops / step_s / (rate * size);
     ff_gpt_memory mem;
     ff_gpt_memory_report(g, &mem);
@@ -196,21 +235,29 @@ int main(int argc, char **argv)
                o.checkpoint ? ", checkpointing" : "");
         printf("  step %.1f ms (median of %d), %.0f tokens/s, model %.1f GFLOP/s = %.3f of sgemm "
                "%.1f GFLOP/s x %d ranks; rank 0 memory: params %.1f MiB, activations %.1f MiB\n",
-               step_s * 1e3, o.reps, o.B * o.T / step_s, flops / step_s / 1e9, frac, rate / 1e9,
-               size, mem.params / 1048576.0, mem.activations / 1048576.0);
+               step_s * 1e3, o.reps, o.B * o.T * o.micro / step_s, flops / step_s / 1e9, frac,
+               rate / 1e9, size, mem.params / 1048576.0, mem.activations / 1048576.0);
+        if (o.stages > 1)
+            printf("  %d stages, %s schedule, %d micro-batches, limit %d%s\n", o.stages, o.schedule,
+                   o.micro, o.limit ? o.limit : o.stages,
+                   o.slow_stage >= 0 ? " (with a straggler)" : "");
         printf("{\"bench\":\"gpt\",\"label\":\"%s\",\"grid\":\"%s\",\"ranks\":%d,\"threads\":%d,"
                "\"kernel\":\"%s\",\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"B\":%d,\"T\":%d,"
-               "\"checkpoint\":%d,\"progress\":\"%s\",\"decompose\":%d,\"plan\":\"%s\",\"median_"
-               "ms\":%.2f,"
-               "\"runs_ms\":[",
+               "\"checkpoint\":%d,\"progress\":\"%s\",\"decompose\":%d,\"plan\":\"%s\","
+               "\"micro\":%d,\"stages\":%d,\"schedule\":\"%s\",\"limit\":%d,\"slow_stage\":%d,"
+               "\"slow_ms\":%d,\"pass_ms\":%d,\"median_ms\":%.2f,\"runs_ms\":[",
                o.label, o.grid, size, o.threads, ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T,
-               o.checkpoint, thread ? "thread" : "poll", o.decompose, o.plan ? o.plan : "",
-               step_s * 1e3);
+               o.checkpoint, thread ? "thread" : "poll", o.decompose, o.plan ? o.plan : "", o.micro,
+               o.stages, o.schedule, o.limit ? o.limit : o.stages, o.slow_stage, o.slow_ms,
+               o.pass_ms, step_s * 1e3);
         for (int r = 0; r < o.reps; r++)
             printf("%s%.2f", r ? "," : "", runs[r] * 1e3);
+        printf("],\"stage_busy_ms\":[");
+        for (int k = 0; k < o.stages && k < 64; k++)
+            printf("%s%.2f", k ? "," : "", stage_busy[k]);
         printf("],\"tokens_per_s\":%.1f,\"model_gflops\":%.3f,\"sgemm_gflops_per_rank\":%.3f,"
                "\"fraction\":%.4f}\n",
-               o.B * o.T / step_s, flops / step_s / 1e9, rate / 1e9, frac);
+               o.B * o.T * o.micro / step_s, flops / step_s / 1e9, rate / 1e9, frac);
     }
     free(tok), free(tgt);
     ff_gpt_destroy(g);

@@ -28,7 +28,9 @@
  *  - the point-to-point counters of a step: every stage boundary carries one
  *    activation forward and one gradient back per micro-batch, each
  *    (B/(Gz Gd)) T (C/Gy) floats, so a rank sends and receives exactly
- *    M (first ? 0 : 1) + M (last ? 0 : 1) messages of that size each way.
+ *    M (first ? 0 : 1) + M (last ? 0 : 1) messages of that size each way;
+ *    the first and the last stage also exchange their tied embedding's
+ *    gradient shard (Vp C / (Gx Gy Gz) floats), one message each way.
  * Then: the canonical state (parameters, both AdamW moments) moves between
  * every P and back without changing a bit (checkpoints across stages), and
  * bad input (more stages than blocks, a split that does not add up to L,
@@ -222,7 +224,7 @@ static void check_moves(ff_ctx *ctx, ff_gpt *shape)
     const ff_dims grid_of[4] = {{2, 2, 2, 1}, {1, 2, 1, 2}, {2, 1, 1, 1}, {1, 1, 1, 1}};
     const ff_gpt_buffer bufs[3] = {FF_GPT_PARAMS, FF_GPT_ADAM_M, FF_GPT_ADAM_V};
     int rank = ff_ctx_rank(ctx);
-    float *canon[3] = {0}, *back = NULL;
+    float *canon[3] = {0}, *back = NULL, loss1 = 0;
     if (rank == 0) { /* random values; the padded vocabulary rows are zero in any model */
         size_t n = ff_gpt_canonical_size(shape), pad = (size_t)CFG.V * CFG.C;
         back = malloc(n * sizeof(float));
@@ -241,8 +243,22 @@ static void check_moves(ff_ctx *ctx, ff_gpt *shape)
             continue;
         }
         if (ff_gpt_create(grid, &CFG, NULL, B, T, &g) == FF_OK) {
+            /* the scattered parameters evaluate as on one stage (the tied
+             * embedding's second copy, on the last stage, included) */
+            int32_t *tok, *tgt;
+            local_batch(g, 1, 1, &tok, &tgt);
+            float loss = 0;
+            int rc = ff_gpt_scatter(g, FF_GPT_PARAMS, canon[0], 0);
+            if (rc == FF_OK)
+                rc = ff_gpt_eval(g, tok, tgt, &loss);
+            free(tok), free(tgt);
+            if (i == 0)
+                loss1 = loss;
+            CHECK(rc == FF_OK && fabs((double)loss - loss1) <= 1e-5 * fabs(loss1),
+                  "%d stages: evaluation after a scatter %.8f, one stage %.8f (%s)", P[i], loss,
+                  loss1, rc ? ff_ctx_error(ctx) : "");
             for (int k = 0; k < 3; k++) {
-                int rc = ff_gpt_scatter(g, bufs[k], canon[k], 0);
+                rc = ff_gpt_scatter(g, bufs[k], canon[k], 0);
                 if (rc == FF_OK)
                     rc = ff_gpt_gather(g, bufs[k], back, 0);
                 CHECK(rc == FF_OK, "%d stages: %s", P[i], ff_ctx_error(ctx));
@@ -257,7 +273,8 @@ static void check_moves(ff_ctx *ctx, ff_gpt *shape)
         ff_grid_destroy(grid);
     }
     if (rank == 0)
-        printf("canonical state scattered to and gathered from 1, 2, 4 and 8 stages: exact\n");
+        printf("canonical state scattered to and gathered from 1, 2, 4 and 8 stages: exact; "
+               "evaluation after the scatter as on one stage\n");
     for (int k = 0; k < 3; k++)
         free(canon[k]);
     free(back);
@@ -374,6 +391,10 @@ int main(int argc, char **argv)
                     int st = ff_grid_stage(grid), msgs = M * (st > 0) + M * (st < P - 1);
                     uint64_t bytes =
                         (uint64_t)msgs * (B / (s.z * s.d)) * T * (CFG.C / s.y) * sizeof(float);
+                    if (st == 0 || st == P - 1) { /* the tied embedding's gradient, both ways */
+                        msgs++;
+                        bytes += (uint64_t)128 * CFG.C / (s.x * s.y * s.z) * sizeof(float);
+                    }
                     CHECK(rc || (p2p.calls == 2 * (uint64_t)msgs && p2p.bytes_sent == bytes &&
                                  p2p.bytes_recv == bytes),
                           "%s M=%d stage %d: p2p %llu calls, %llu B sent, %llu B received; want "

@@ -49,9 +49,10 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
-resume_from_5() { # DIR: a folder holding only the checkpoint of step 5
-    mkdir -p "$1" && cp "$WORK"/a/model_00000005.bin "$WORK"/a/state_00000005.bin \
-        "$WORK"/a/DONE_00000005 "$1"/
+resume_from_5() { # DIR [FROM]: a folder holding only the checkpoint of step 5 (of FROM, default a)
+    from=${2:-$WORK/a}
+    mkdir -p "$1" && cp "$from"/model_00000005.bin "$from"/state_00000005.bin \
+        "$from"/DONE_00000005 "$1"/
 }
 resumed() { # the run really continued from step 5 (a fresh run would give the same losses)
     grep -q "resumed from step 5 of" "$WORK/out" && ! grep -q '"type":"step","step":[1-5],' "$1/log.jsonl" ||
@@ -129,6 +130,47 @@ if cmp -s "$WORK/sample.1x1x1x1" "$WORK/sample.2x2x2x1" && cmp -s "$WORK/sample.
 else
     fail "samples differ: $(cat "$WORK"/sample.*)"
 fi
+
+# 6. pipeline stages (--stages P): a checkpoint holds the whole model in
+# the canonical layout whatever P saved it, so a run saved with 2 stages
+# resumes with 2 (bit-exact, same files), with 1 and with 4 stages (within
+# the cross-grid tolerance of 2.: stages change only the order of sums, the
+# tied embedding's gradient adds its two copies' parts per stage). L=4 so
+# that 4 stages get a block each; 2 micro-batches, so the pipeline has more
+# than one in flight. The P=4 resume runs the 1F1B schedule: schedules change
+# when a micro-batch's passes run, never their arithmetic.
+MODEL4="--model mini --layers 4 --hidden 64 --heads 4 --seq 32 --batch 8 --micro-batches 2"
+TRAIN4="$MODEL4 --data $WORK/docs_train.bin --steps 10 --lr 3e-3 --warmup 2 --val-every 5 --val-batches 2 --log-every 5"
+run 4 train --grid 2x1x1x1 --stages 2 $TRAIN4 --save-every 5 --keep 0 --out "$WORK/p2" ||
+    { cat "$WORK/out"; fail "2-stage run"; }
+staged() { # DIR GRID P: the run's log records that grid and stage count
+    grep -q "^{\"type\":\"config\",\"grid\":\"$2\",\"stages\":$3," "$1/log.jsonl" ||
+        fail "$1 did not run $3 stages of $2: $(head -c 80 "$1/log.jsonl")"
+}
+staged "$WORK/p2" 2x1x1x1 2
+# the same run without stages (1 rank): the same loss curve
+run 1 train --grid 1x1x1x1 $TRAIN4 --out "$WORK/p1" || { cat "$WORK/out"; fail "1-stage run"; }
+compare "$WORK/p2/log.jsonl" "$WORK/p1/log.jsonl" 1 1e-5 "2 stages of 2x1x1x1 against 1x1x1x1 without stages" ||
+    fail "2 stages against 1"
+resume_from_5 "$WORK/s2" "$WORK/p2"
+run 4 train --grid 2x1x1x1 --stages 2 $TRAIN4 --save-every 5 --out "$WORK/s2" --resume ||
+    { cat "$WORK/out"; fail "resume with 2 stages"; }
+resumed "$WORK/s2"
+compare "$WORK/p2/log.jsonl" "$WORK/s2/log.jsonl" 6 0 "saved with 2 stages, resumed with 2 (same grid)" ||
+    fail "bit-exact resume with 2 stages"
+same_files "$WORK/p2" "$WORK/s2"
+for g in "1 2x2x1x1" "4 1x1x1x1 --schedule 1f1b"; do # P GRID [OPTIONS]
+    set -- $g
+    p=$1 grid=$2
+    shift 2
+    resume_from_5 "$WORK/s$p" "$WORK/p2"
+    run 4 train --grid "$grid" --stages "$p" "$@" $TRAIN4 --out "$WORK/s$p" --resume ||
+        { cat "$WORK/out"; fail "resume with $p stages"; }
+    resumed "$WORK/s$p"
+    staged "$WORK/s$p" "$grid" "$p"
+    compare "$WORK/p2/log.jsonl" "$WORK/s$p/log.jsonl" 6 1e-5 \
+        "saved with 2 stages, resumed with $p stages of $grid${*:+ $*}" || fail "resume with $p stages"
+done
 
 echo "train_check: $failures failures"
 [ "$failures" = 0 ]

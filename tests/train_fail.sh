@@ -79,5 +79,25 @@ head -c 100 "$WORK/plan.json" > "$WORK/plan_cut.json"
 case_ "plan_cut.json"                      1 train $S --data "$D" --plan "$WORK/plan_cut.json" --out "$WORK/o"
 case_ "--decompose 65"                     2 train $S --data "$D" --decompose 65 --out "$WORK/o"
 
+# pipeline stages (--stages P, after S, so a later --grid gives the grid of
+# one stage): a stage count that does not divide the job, more stages than
+# blocks (the model's L from the options, then from a checkpoint), a split
+# that does not add up to L, a slow stage that does not exist: one message
+# before any step (exit 1); options that cannot be right whatever the model
+# is: usage errors (exit 2)
+case_ "does not divide the job's 4 ranks"  1 train $S --data "$D" --stages 3 --out "$WORK/o"
+case_ "but each of the 2 stages has 2"     1 train $S --data "$D" --stages 2 --out "$WORK/o"
+case_ "4 pipeline stages for 2 blocks"     1 train $S --data "$D" --stages 4 --grid serial --out "$WORK/o"
+case_ "4 pipeline stages for 2 blocks"     1 eval --grid serial --stages 4 --checkpoint "$WORK/good/model_00000002.bin" --data "$D" --seq 16
+case_ "add up to 3, but the model has L=2" 1 train $S --data "$D" --stages 2 --grid 1x2x1x1 --stage-layers 1,2 --out "$WORK/o"
+case_ "slow stage 5 of 2"                  1 train $S --data "$D" --stages 2 --grid 1x2x1x1 --slow-stage 5 --slow-ms 1 --out "$WORK/o"
+case_ "gives 1 stages, but --stages is 2"  2 train $S --data "$D" --stages 2 --grid 1x2x1x1 --stage-layers 1 --out "$WORK/o"
+case_ "--stage-layers 0,2: expected"       2 train $S --data "$D" --stages 2 --grid 1x2x1x1 --stage-layers 0,2 --out "$WORK/o"
+case_ "--micro-batches 0: expected an integer from 1" 2 train $S --data "$D" --micro-batches 0 --out "$WORK/o"
+case_ "is not a multiple of --micro-batches 3" 2 train $S --data "$D" --micro-batches 3 --out "$WORK/o"
+case_ "--schedule foo: expected message or 1f1b" 2 train $S --data "$D" --schedule foo --out "$WORK/o"
+case_ "--slow-ms needs --slow-stage"       2 train $S --data "$D" --slow-ms 5 --out "$WORK/o"
+case_ "the planner does not rank pipeline stages yet" 2 train $S --data "$D" --grid auto --stages 2 --out "$WORK/o"
+
 echo "train_fail: $failures failures"
 [ "$failures" = 0 ]

@@ -59,10 +59,12 @@ typedef struct {
     const int *stage_layers; /* blocks of each stage (stages entries, sum L);
                                 NULL: as even as possible, earlier stages
                                 taking the remainder (the last has the head) */
-    /* a straggler, for measurements: stage slow_stage (-1: none) sleeps
-     * slow_s seconds after each forward and each backward of a micro-batch */
+    /* for measurements: stage slow_stage (-1: none) sleeps slow_s seconds
+     * after each forward and each backward of a micro-batch (a straggler),
+     * and every stage sleeps pass_s (compute emulated by sleeping, so that
+     * more stages than cores keep their own timing) */
     int slow_stage;
-    double slow_s;
+    double slow_s, pass_s;
 } ff_pipe_opts;
 
 typedef struct {
@@ -211,6 +213,15 @@ void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m);
 /* The default split of L blocks over P stages: L/P each, the first L%P
  * stages one more (the last stage also has the LM head). */
 void ff_pipe_split(int L, int P, int *blocks);
+/* This rank's time in pipelined steps since the model was created (zeros
+ * without stages): busy_s in its stage's forward and backward passes, idle_s
+ * waiting for its neighbours' messages inside the schedule (the bubble, and
+ * transfers the passes did not hide). A stage's bubble over a step is
+ * 1 - busy / step time. */
+typedef struct {
+    double busy_s, idle_s;
+} ff_pipe_times;
+void ff_gpt_pipeline_times(const ff_gpt *g, ff_pipe_times *t);
 /* The blocks [*first, *first + *count) this rank's stage holds. */
 void ff_gpt_stage_blocks(const ff_gpt *g, int *first, int *count);
 /* Parameters of the canonical model without the padded vocabulary rows. */

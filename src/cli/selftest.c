@@ -238,11 +238,15 @@ static void print_grid(ff_ctx *ctx, ff_grid *grid)
     MPI_Gather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0,
                ff_ctx_comm(ctx));
     ff_dims s = ff_grid_shape(grid);
+    const int G = ff_dims_product(s), staged = ff_grid_stages(grid) > 1;
     if (size <= 64) {
-        cli_print("\n rank   x  y  z  d  host\n");
+        cli_print("\n rank  %s x  y  z  d  host\n", staged ? "stage " : "");
         for (int i = 0; hosts && i < size; i++) {
-            ff_dims c = ff_grid_coords_of(s, i);
-            cli_print("%5d  %2d %2d %2d %2d  %s\n", i, c.x, c.y, c.z, c.d,
+            ff_dims c = ff_grid_coords_of(s, i % G); /* the stage is outermost */
+            char stage[16] = "";
+            if (staged)
+                snprintf(stage, sizeof stage, "%5d ", i / G);
+            cli_print("%5d  %s%2d %2d %2d %2d  %s\n", i, stage, c.x, c.y, c.z, c.d,
                       hosts + (size_t)i * MPI_MAX_PROCESSOR_NAME);
         }
     }

@@ -451,8 +451,8 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
     ROW("grid (x y z d)", "%dx%dx%dx%d on %d ranks%s", s.x, s.y, s.z, s.d, ranks,
         o->grid_auto ? " (--grid auto: the planner's first choice)" : "");
     const int P = ff_grid_stages(grid);
-    if (P > 1) {
-        int even[1024];
+    int *even = P > 1 ? malloc((size_t)P * sizeof(int)) : NULL;
+    if (even) {
         const int *split = o->gpt.pipe.stage_layers;
         if (!split) {
             ff_pipe_split(c.L, P, even);
@@ -468,6 +468,7 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
             ROW("straggler", "stage %d sleeps %.1f ms after each pass", o->gpt.pipe.slow_stage,
                 o->gpt.pipe.slow_s * 1e3);
     }
+    free(even);
     ROW("batch", "%ld sequences x %ld tokens = %ld tokens", o->batch, o->seq, o->batch * o->seq);
     ROW("micro-batches", "%ld of %ld sequences", o->batch / o->micro, o->micro);
     ROW("steps", "%lld to %ld", (long long)ti.start_step, o->steps);

@@ -112,6 +112,7 @@ static int alloc_buffers(ff_gpt *g)
     A(g->resid, (int64_t)g->n_slots * (g->nb + 1) * mc, act);
     A(g->grad_in, g->last ? 0 : (int64_t)g->n_slots * mc, act);
     A(g->grad_out, g->first ? 0 : (int64_t)g->n_slots * mc, act);
+    A(g->emb_peer, g->P > 1 && g->wte ? (int64_t)ff_linear_local_sizes(g->wte).w_shard : 0, scr);
     for (int s = 0; s < g->n_sets; s++) {
         ff_gpt_acts *a = &g->acts[s];
         A(a->ln1, m * g->cy, act);
@@ -371,33 +372,32 @@ static int plan_stages(ff_gpt *g)
         return ff_set_error(g->ctx, FF_EINVAL,
                             "pipeline limit %d: it must be at least 1 (0: the %d stages)", o->limit,
                             P);
-    if (o->slow_stage >= P || o->slow_s < 0)
-        return ff_set_error(g->ctx, FF_EINVAL, "slow stage %d of %d (%.3g s): no such stage",
-                            o->slow_stage, P, o->slow_s);
-    g->l0 = 0;
-    for (int s = 0; s <= g->stage; s++) {
-        int n = L / P + (s < L % P); /* ff_pipe_split */
-        if (o->stage_layers) {
-            n = o->stage_layers[s];
-            int sum = 0;
-            for (int k = 0; k < P; k++) {
-                if (o->stage_layers[k] < 1)
-                    return ff_set_error(g->ctx, FF_EINVAL,
-                                        "stage %d is given %d blocks: every stage needs at least "
-                                        "one",
-                                        k, o->stage_layers[k]);
-                sum += o->stage_layers[k];
-            }
-            if (sum != L)
+    if (o->slow_stage >= P || o->slow_s < 0 || o->pass_s < 0)
+        return ff_set_error(g->ctx, FF_EINVAL,
+                            "slow stage %d of %d (%.3g s, every pass %.3g s): no such stage or a "
+                            "negative time",
+                            o->slow_stage, P, o->slow_s, o->pass_s);
+    if (o->stage_layers) {
+        int sum = 0;
+        for (int k = 0; k < P; k++) {
+            if (o->stage_layers[k] < 1)
                 return ff_set_error(g->ctx, FF_EINVAL,
-                                    "the stages' blocks add up to %d, but the model has L=%d", sum,
-                                    L);
+                                    "stage %d is given %d blocks: every stage needs at least one",
+                                    k, o->stage_layers[k]);
+            sum += o->stage_layers[k];
         }
-        if (s < g->stage)
-            g->l0 += n;
-        else
-            g->nb = n;
+        if (sum != L)
+            return ff_set_error(g->ctx, FF_EINVAL,
+                                "the stages' blocks add up to %d, but the model has L=%d", sum, L);
     }
+    if (!(g->stage_l0 = malloc((size_t)(P + 1) * sizeof(int))))
+        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
+    g->stage_l0[0] = 0;
+    for (int s = 0; s < P; s++)
+        g->stage_l0[s + 1] =
+            g->stage_l0[s] + (o->stage_layers ? o->stage_layers[s] : L / P + (s < L % P));
+    g->l0 = g->stage_l0[g->stage];
+    g->nb = g->stage_l0[g->stage + 1] - g->l0;
     g->first = g->stage == 0;
     g->last = g->stage == P - 1;
     g->n_slots = P == 1 ? 1 : (o->limit ? o->limit : P);
@@ -456,23 +456,6 @@ static int gpt_create_local(ff_gpt *g)
     return FF_OK;
 }
 
-/* The tied embedding's two copies, on the first and the last stage: a
- * group of the two ranks with the same grid coordinates (collective over
- * PIPE). */
-static int create_emb_group(ff_gpt *g)
-{
-    MPI_Comm pair;
-    int in = g->first || g->last;
-    int mrc = MPI_Comm_split(ff_group_comm(g->grp_pipe), in ? 0 : MPI_UNDEFINED, g->stage, &pair);
-    if (mrc != MPI_SUCCESS)
-        return ff_set_error(g->ctx, FF_EMPI, "MPI_Comm_split (the tied embedding's pair) failed");
-    if (!in)
-        return FF_OK;
-    int rc = ff_group_create(g->ctx, pair, "EMB", &g->grp_emb);
-    MPI_Comm_free(&pair);
-    return rc;
-}
-
 int ff_gpt_create(ff_grid *grid, const ff_gpt_config *cfg, const ff_gpt_opts *opts, int B, int T,
                   ff_gpt **out)
 {
@@ -509,8 +492,6 @@ int ff_gpt_create(ff_grid *grid, const ff_gpt_config *cfg, const ff_gpt_opts *op
     }
     /* the checks give the same answer everywhere; allocation may not */
     rc = ff_ctx_agree(ctx, rc);
-    if (rc == FF_OK && g->P > 1)
-        rc = ff_ctx_agree(ctx, create_emb_group(g));
     if (rc) {
         ff_gpt_destroy(g);
         return rc;
@@ -539,10 +520,9 @@ void ff_gpt_destroy(ff_gpt *g)
     }
     if (pending)
         g->resid = g->grad_in = g->grad_out = NULL;
-    ff_group_destroy(g->grp_emb);
     ff_linear_seq_destroy(g->seq);
     free(g->params), free(g->grads), free(g->adam_m), free(g->adam_v);
-    free(g->resid), free(g->grad_in), free(g->grad_out);
+    free(g->resid), free(g->grad_in), free(g->grad_out), free(g->emb_peer);
     for (int s = 0; g->acts && s < g->n_sets; s++) {
         ff_gpt_acts *a = &g->acts[s];
         float *p[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv,      a->att, a->atty,
@@ -570,6 +550,7 @@ void ff_gpt_destroy(ff_gpt *g)
     free(g->bucket_off), free(g->bucket_len), free(g->bucket_req);
     for (int p = 0; p < 4; p++)
         free(g->progs[p]);
+    free(g->stage_l0);
     free(g);
 }
 
@@ -862,12 +843,13 @@ int ff_gpt_forward_backward(ff_gpt *g, const int32_t *tokens, const int32_t *tar
     return rc ? rc : ff_gpt_forward_backward_agreed(g, tokens, targets, micro, n_micro);
 }
 
-/* The slowed stage of a measurement sleeps after each pass. */
+/* Measurements: every stage sleeps pass_s after each pass, the slowed one
+ * slow_s more. */
 static void straggle(ff_gpt *g)
 {
-    if (g->opt.pipe.slow_stage != g->stage || g->opt.pipe.slow_s <= 0)
+    double s = g->opt.pipe.pass_s + (g->opt.pipe.slow_stage == g->stage ? g->opt.pipe.slow_s : 0);
+    if (s <= 0)
         return;
-    double s = g->opt.pipe.slow_s;
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     nanosleep(&ts, NULL);
 }
@@ -883,6 +865,7 @@ int ff_gpt_stage_forward(ff_gpt *g, int slot, const int32_t *tokens, const int32
     if ((rc = forward(g, tokens, targets, dscale)))
         return rc;
     if (g->last) {
+        straggle(g); /* the forward's; the backward's below */
         g->loss_sum += sum_losses(g);
         int overlap_dp = g->opt.dp_overlap && g->gd > 1 && last_micro;
         if ((rc = backward(g, tokens, overlap_dp)))
@@ -931,6 +914,30 @@ int ff_gpt_forward_backward_agreed(ff_gpt *g, const int32_t *tokens, const int32
     return rc;
 }
 
+/* The tied embedding's two copies, on the first and the last stage: each
+ * sends its gradient (the lookup's, the LM head's) to the other over PIPE
+ * and adds the two in the same order, lookup's first, so both copies get
+ * the same sum and stay equal after the update. */
+static int tie_embedding(ff_gpt *g)
+{
+    if (g->P == 1 || !g->wte)
+        return FF_OK;
+    const size_t n = ff_linear_local_sizes(g->wte).w_shard;
+    const int peer = g->first ? g->P - 1 : 0;
+    ff_request *req[2] = {NULL, NULL};
+    int rc = ff_isend(g->grp_pipe, g->gv.wte, n, peer, FF_GPT_TAG_EMB, &req[0]);
+    if (rc == FF_OK)
+        rc = ff_irecv(g->grp_pipe, g->emb_peer, n, peer, FF_GPT_TAG_EMB, &req[1]);
+    int rc2 = ff_waitall(req, 2);
+    if ((rc = rc ? rc : rc2))
+        return rc;
+    float *own = g->gv.wte;
+    const float *lookup = g->first ? own : g->emb_peer, *head = g->first ? g->emb_peer : own;
+    for (size_t i = 0; i < n; i++)
+        own[i] = lookup[i] + head[i];
+    return FF_OK;
+}
+
 int ff_gpt_finish_grads(ff_gpt *g, float *loss)
 {
     const int L = g->nb;
@@ -951,10 +958,7 @@ int ff_gpt_finish_grads(ff_gpt *g, float *loss)
     float *others = g->grads + g->n_zsharded;
     if ((rc = ff_allreduce(g->grp_zd, others, others, g->n_params - g->n_zsharded, NULL)))
         return rc;
-    /* the tied embedding: the lookup's gradient (first stage) plus the LM
-     * head's (last), the same sum on both copies */
-    if (g->grp_emb && (rc = ff_allreduce(g->grp_emb, g->gv.wte, g->gv.wte,
-                                         ff_linear_local_sizes(g->wte).w_shard, NULL)))
+    if ((rc = tie_embedding(g)))
         return rc;
     float l_sum = (float)g->loss_sum;
     if ((rc = ff_allreduce(g->grp_zd, &l_sum, &l_sum, 1, NULL)))
@@ -971,6 +975,12 @@ void ff_pipe_split(int L, int P, int *blocks)
 {
     for (int s = 0; s < P; s++)
         blocks[s] = L / P + (s < L % P);
+}
+
+void ff_gpt_pipeline_times(const ff_gpt *g, ff_pipe_times *t)
+{
+    t->busy_s = g->pipe_busy_s;
+    t->idle_s = g->pipe_idle_s;
 }
 
 void ff_gpt_stage_blocks(const ff_gpt *g, int *first, int *count)

@@ -40,7 +40,9 @@ struct ff_gpt {
      * `first` has the embedding, `last` the final LayerNorm, LM head and
      * loss (both with P = 1) */
     int P, stage, l0, nb, first, last;
-    ff_group *grp_pipe, *grp_emb;         /* emb: the first and last stage (tied wte), P > 1 */
+    int *stage_l0; /* P + 1: the first block of each stage, then L */
+    ff_group *grp_pipe;
+    float *emb_peer; /* the other copy's wte gradient (first and last stage, P > 1) */
     int64_t cy, cx, c3x, fx, vx, nhx, hs; /* local widths */
     ff_group *grp_x, *grp_y, *grp_d, *grp_zd, *grp_world;
 
@@ -70,7 +72,8 @@ struct ff_gpt {
     int act_slots; /* n_slots, or 1 on the last stage (its backward follows at once) */
     int *ckpt;     /* block l recomputes its forward before its backward */
     int *set_of;   /* block l's set among the n_own (or n_own for the shared one) */
-    float *grad_in, *grad_out; /* n_slots x (m, C/Gy): gradients from / to the neighbours */
+    float *grad_in, *grad_out;       /* n_slots x (m, C/Gy): gradients from / to the neighbours */
+    double pipe_idle_s, pipe_busy_s; /* ff_gpt_pipeline_times */
     ff_request **req_act_in, **req_act_out, **req_grad_in, **req_grad_out; /* per slot */
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *dres, *dln, *tmp, *dqkv, *datty, *dfch, *att_scratch, *ce_scratch, *ln_scratch;
@@ -79,6 +82,11 @@ struct ff_gpt {
     double loss_sum; /* this rank's rows, over the step's micro-batches */
     int micro_done;
 };
+
+/* Point-to-point tags on PIPE (0..1999): micro-batch u's activation
+ * 2 (u mod 999) and gradient 2 (u mod 999) + 1 (gpt_pipe.c), the tied
+ * embedding's gradient exchange FF_GPT_TAG_EMB. */
+enum { FF_GPT_TAG_SPAN = 999, FF_GPT_TAG_EMB = 1998 };
 
 /* The activation set of block l in the current slot. */
 ff_gpt_acts *ff_gpt_acts_of(ff_gpt *g, int l);

@@ -219,23 +219,82 @@ static int buffer_ready(ff_gpt *g, ff_gpt_buffer which, float **flat)
     return *flat ? FF_OK : ff_set_error(g->ctx, FF_EINVAL, "no such model buffer (%d)", which);
 }
 
-/* With stages, each stage moves its tensors between its shards and a
- * canonical buffer on its rank with root's grid coordinates (its "stage
- * root"); the stage roots, one PIPE group, then combine them on root (a
- * sum: every tensor comes from one stage, the others add zeros) or share
- * root's. G: ranks per stage. */
-static int stage_root_buffer(ff_gpt *g, int root, float *canon, int gather, float **buf,
-                             int *is_sroot)
+/* ---- across pipeline stages ------------------------------------------------
+ * Each stage moves its linear layers' tensors between its shards and a
+ * canonical-layout buffer on its "stage root", the rank of the stage with
+ * root's grid coordinates; the stage roots (one PIPE group) then send their
+ * stage's ranges to root, or receive them from it, in messages of at most
+ * 2^28 floats. A stage root's buffer is canonical-sized but only its
+ * stage's ranges are touched (calloc's untouched pages take no memory). The
+ * layout-Y parameters go over the world as without stages. */
+
+enum { TAG_STAGE = 77, MAX_MSG = 1 << 28 };
+
+/* The canonical ranges of the linear layers' tensors stage s holds: wte on
+ * the first (and, for a scatter, on the last: its tied copy), then each
+ * per-block tensor's rows of its blocks. */
+static int stage_ranges(const ff_gpt *g, int s, int gather, size_t off[9], size_t len[9])
+{
+    static const int per_block[8] = {4, 5, 6, 7, 10, 11, 12, 13};
+    const size_t L = (size_t)g->cfg.L, l0 = (size_t)g->stage_l0[s];
+    const size_t nb = (size_t)g->stage_l0[s + 1] - l0;
+    int n = 0;
+    if (s == 0 || (!gather && s == g->P - 1))
+        off[n] = tensor_offset(g, 0), len[n++] = ff_gpt_tensor_size(g, 0);
+    for (int i = 0; i < 8; i++) {
+        size_t per = ff_gpt_tensor_size(g, per_block[i]) / L;
+        off[n] = tensor_offset(g, per_block[i]) + l0 * per, len[n++] = nb * per;
+    }
+    return n;
+}
+
+/* Stage s's ranges between its stage root and root (PIPE rank rs). */
+static int move_ranges(ff_gpt *g, float *buf, int s, int rs, int send, int gather)
+{
+    MPI_Comm comm = ff_group_comm(g->grp_pipe);
+    size_t off[9], len[9];
+    int n = stage_ranges(g, s, gather, off, len);
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < len[i]; k += MAX_MSG) {
+            int c = (int)(len[i] - k < MAX_MSG ? len[i] - k : MAX_MSG);
+            int mrc = send ? MPI_Send(buf + off[i] + k, c, MPI_FLOAT, s == g->stage ? rs : s,
+                                      TAG_STAGE, comm)
+                           : MPI_Recv(buf + off[i] + k, c, MPI_FLOAT, s == g->stage ? rs : s,
+                                      TAG_STAGE, comm, MPI_STATUS_IGNORE);
+            if (mrc != MPI_SUCCESS)
+                return ff_set_error(g->ctx, FF_EMPI, "moving stage %d's tensors failed", s);
+        }
+    return FF_OK;
+}
+
+/* The stage root's buffer: root's own canonical buffer, or a fresh one. */
+static int stage_root_buffer(ff_gpt *g, int root, float *canon, float **buf, int *is_sroot)
 {
     const int G = ff_group_size(ff_grid_group(g->grid, FF_GROUP_STAGE));
     const int me = ff_ctx_rank(g->ctx);
     *is_sroot = me % G == root % G;
     *buf = me == root ? canon : NULL;
-    if (gather && g->P > 1 && me == root && canon) /* the other stages' tensors are added in */
-        memset(canon, 0, ff_gpt_canonical_size(g) * sizeof(float));
+    if (me == root && !canon)
+        return ff_set_error(g->ctx, FF_EINVAL, "no canonical buffer on the root rank %d", root);
     if (*is_sroot && me != root && !(*buf = calloc(ff_gpt_canonical_size(g), sizeof(float))))
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for a canonical copy of the model");
     return FF_OK;
+}
+
+/* Gather: every other stage root sends its ranges to root; scatter: root
+ * sends each its ranges. Collective over the world; the outcome is agreed. */
+static int move_stages(ff_gpt *g, float *buf, int root, int is_sroot, int gather)
+{
+    const int G = ff_group_size(ff_grid_group(g->grid, FF_GROUP_STAGE)), rs = root / G;
+    int rc = FF_OK;
+    if (g->P > 1 && is_sroot) {
+        if (g->stage != rs)
+            rc = move_ranges(g, buf, g->stage, rs, gather, gather);
+        for (int s = 0; s < g->P && rc == FF_OK && g->stage == rs; s++)
+            if (s != rs)
+                rc = move_ranges(g, buf, s, rs, !gather, gather);
+    }
+    return ff_ctx_agree(g->ctx, rc);
 }
 
 int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
@@ -246,17 +305,15 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
     if (rc == FF_OK && (root < 0 || root >= ff_ctx_size(g->ctx)))
         rc = ff_set_error(g->ctx, FF_EINVAL, "gather to rank %d: no such rank", root);
     if (rc == FF_OK)
-        rc = stage_root_buffer(g, root, canon, 1, &sbuf, &is_sroot);
+        rc = stage_root_buffer(g, root, canon, &sbuf, &is_sroot);
     if ((rc = ff_ctx_agree(g->ctx, rc)))
         return rc;
     int is_root = ff_ctx_rank(g->ctx) == root;
-    if ((rc = for_each_linear(g, flat, is_sroot ? sbuf : NULL, root % G, 1)) == FF_OK && g->P > 1 &&
-        is_sroot) {
-        int mrc = MPI_Reduce(is_root ? MPI_IN_PLACE : sbuf, sbuf, (int)ff_gpt_canonical_size(g),
-                             MPI_FLOAT, MPI_SUM, root / G, ff_group_comm(g->grp_pipe));
-        if (mrc != MPI_SUCCESS)
-            rc = ff_set_error(g->ctx, FF_EMPI, "MPI_Reduce of the stages' tensors failed");
-    }
+    /* (a stage's failure is agreed over the world before any message
+     * between stages) */
+    rc = ff_ctx_agree(g->ctx, for_each_linear(g, flat, is_sroot ? sbuf : NULL, root % G, 1));
+    if (rc == FF_OK)
+        rc = move_stages(g, sbuf, root, is_sroot, 1);
     if (sbuf != canon)
         free(sbuf);
     if (rc)
@@ -289,16 +346,13 @@ int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
     if (rc == FF_OK && (root < 0 || root >= ff_ctx_size(g->ctx)))
         rc = ff_set_error(g->ctx, FF_EINVAL, "scatter from rank %d: no such rank", root);
     if (rc == FF_OK)
-        rc = stage_root_buffer(g, root, (float *)canon, 0, &sbuf, &is_sroot);
+        rc = stage_root_buffer(g, root, (float *)canon, &sbuf, &is_sroot);
     if ((rc = ff_ctx_agree(g->ctx, rc)))
         return rc;
     int is_root = ff_ctx_rank(g->ctx) == root;
-    if (g->P > 1 && is_sroot &&
-        MPI_Bcast(sbuf, (int)ff_gpt_canonical_size(g), MPI_FLOAT, root / G,
-                  ff_group_comm(g->grp_pipe)) != MPI_SUCCESS)
-        rc = ff_set_error(g->ctx, FF_EMPI, "MPI_Bcast of the model to the stages failed");
+    rc = move_stages(g, sbuf, root, is_sroot, 0);
     if (rc == FF_OK)
-        rc = for_each_linear(g, flat, is_sroot ? sbuf : NULL, root % G, 0);
+        rc = ff_ctx_agree(g->ctx, for_each_linear(g, flat, is_sroot ? sbuf : NULL, root % G, 0));
     if (sbuf != canon)
         free(sbuf);
     if (rc)

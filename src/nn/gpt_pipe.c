@@ -17,9 +17,9 @@
 
 #include "gpt_internal.h"
 
-enum { TAG_ACT = 0, TAG_GRAD = 1, TAG_SPAN = 1000 };
+enum { TAG_ACT = 0, TAG_GRAD = 1 };
 
-static int tag_of(int u, int kind) { return 2 * (u % TAG_SPAN) + kind; }
+static int tag_of(int u, int kind) { return 2 * (u % FF_GPT_TAG_SPAN) + kind; }
 
 typedef struct {
     ff_gpt *g;
@@ -56,9 +56,12 @@ static int run_forward(pipe_run *r)
     const int64_t off = (int64_t)u * g->m;
     int rc;
     /* the slot's previous output and gradient messages have left */
-    if ((rc = ff_wait(&g->req_act_out[slot])) || (rc = ff_wait(&g->req_grad_out[slot])) ||
-        (rc = ff_gpt_stage_forward(g, slot, r->tokens + off, r->targets + off, r->dscale,
-                                   u == r->M - 1)))
+    if ((rc = ff_wait(&g->req_act_out[slot])) || (rc = ff_wait(&g->req_grad_out[slot])))
+        return rc;
+    double t0 = ff_now();
+    rc = ff_gpt_stage_forward(g, slot, r->tokens + off, r->targets + off, r->dscale, u == r->M - 1);
+    g->pipe_busy_s += ff_now() - t0;
+    if (rc)
         return rc;
     if (!g->last) {
         if ((rc = ff_isend(g->grp_pipe, ff_gpt_resid(g, slot, g->nb), (size_t)mc(g), g->stage + 1,
@@ -80,8 +83,10 @@ static int run_backward(pipe_run *r)
 {
     ff_gpt *g = r->g;
     const int u = r->next_bwd++, slot = u % r->K;
-    int rc;
-    if ((rc = ff_gpt_stage_backward(g, slot, r->tokens + (int64_t)u * g->m, u == r->M - 1)))
+    double t0 = ff_now();
+    int rc = ff_gpt_stage_backward(g, slot, r->tokens + (int64_t)u * g->m, u == r->M - 1);
+    g->pipe_busy_s += ff_now() - t0;
+    if (rc)
         return rc;
     if (!g->first && (rc = ff_isend(g->grp_pipe, g->grad_out + slot * mc(g), (size_t)mc(g),
                                     g->stage - 1, tag_of(u, TAG_GRAD), &g->req_grad_out[slot])))
@@ -89,13 +94,25 @@ static int run_backward(pipe_run *r)
     return post_act_receives(r);
 }
 
-/* The next forward's input is here (the first stage's always is). */
+/* The next forward's input is here (the first stage's always is); the time
+ * blocked counts as the stage's idle time. */
 static int wait_input(pipe_run *r)
 {
-    return r->g->first ? FF_OK : ff_wait(&r->g->req_act_in[r->next_fwd % r->K]);
+    if (r->g->first)
+        return FF_OK;
+    double t0 = ff_now();
+    int rc = ff_wait(&r->g->req_act_in[r->next_fwd % r->K]);
+    r->g->pipe_idle_s += ff_now() - t0;
+    return rc;
 }
 
-static int wait_gradient(pipe_run *r) { return ff_wait(&r->g->req_grad_in[r->next_bwd % r->K]); }
+static int wait_gradient(pipe_run *r)
+{
+    double t0 = ff_now();
+    int rc = ff_wait(&r->g->req_grad_in[r->next_bwd % r->K]);
+    r->g->pipe_idle_s += ff_now() - t0;
+    return rc;
+}
 
 /* The fixed schedule: `warmup` forwards, then one forward and one backward
  * in turn, then the remaining backwards. */
@@ -158,6 +175,7 @@ static int schedule_message(pipe_run *r)
         ff_request *grad =
             !g->last && r->next_bwd < r->next_fwd ? g->req_grad_in[r->next_bwd % r->K] : NULL;
         int got[2] = {0, 0}; /* a gradient, an input */
+        double t0 = ff_now();
         while (rc == FF_OK && !got[0] && !got[1]) {
             if (grad && (rc = ff_test(grad, &got[0])))
                 break;
@@ -166,6 +184,7 @@ static int schedule_message(pipe_run *r)
             if ((rc = agree_arrivals(g, got)) == FF_OK && !got[0] && !got[1])
                 sched_yield();
         }
+        g->pipe_idle_s += ff_now() - t0;
         int got_grad = got[0];
         if (rc)
             break;
@@ -193,9 +212,11 @@ int ff_gpt_pipeline_run(ff_gpt *g, const int32_t *tokens, const int32_t *targets
     if (rc == FF_OK)
         rc = g->opt.pipe.schedule == FF_PIPE_1F1B ? schedule_1f1b(&r) : schedule_message(&r);
     /* the last messages of the step have left */
+    double t0 = ff_now();
     for (int k = 0; rc == FF_OK && k < g->n_slots; k++)
         if ((rc = ff_wait(&g->req_act_out[k])) == FF_OK)
             rc = ff_wait(&g->req_grad_out[k]);
+    g->pipe_idle_s += ff_now() - t0;
     if (rc == FF_OK)
         g->micro_done = n_micro;
     return rc;
