@@ -45,6 +45,7 @@
 
 #include "fourfold/fourfold.h"
 #include "fourfold/gpt.h"
+#include "fourfold/plan.h"
 #include "fourfold/rng.h"
 #include "test_util.h"
 
@@ -122,8 +123,52 @@ static const char *variant_name(int v)
     return names[v];
 }
 
-/* STEPS steps of M micro-batches; p2p: the PIPE counters of step 0. */
-static int run(ff_grid *grid, const ff_gpt_opts *o, int M, result *r, ff_counters *p2p)
+/* The planner's traffic of this rank's stage against the counters of a
+ * whole step (every group and collective, and the p2p messages): equal. */
+static int planned_bytes_match(ff_grid *grid, const ff_gpt_opts *o, int M, char *why, size_t len)
+{
+    ff_ctx *ctx = ff_grid_ctx(grid);
+    ff_plan_config pc;
+    ff_plan_config_default(&pc);
+    ff_ctx_coll_model(ctx, &pc.coll);
+    pc.machine.ranks_per_node = ff_ctx_size(ctx) / ff_ctx_nodes(ctx);
+    snprintf(pc.model.name, sizeof pc.model.name, "test");
+    pc.model.layers = CFG.L, pc.model.heads = CFG.NH, pc.model.hidden = CFG.C;
+    pc.model.vocab = CFG.V, pc.model.max_seq = CFG.maxT;
+    pc.batch = (int64_t)B * M, pc.seq = T, pc.micro_batches = M;
+    pc.checkpoint = o->checkpoint, pc.ag_cache = CFG.L; /* the model's default: every layer */
+    pc.stages = ff_grid_stages(grid), pc.stage_layers = o->pipe.stage_layers;
+    ff_plan_coll want[FF_NGROUPS][FF_NCOLL], want_p2p;
+    char err[256];
+    if (ff_plan_traffic_stage(&pc, ff_grid_shape(grid), ff_grid_coords(grid), ff_grid_stage(grid),
+                              want, &want_p2p, err, sizeof err)) {
+        snprintf(why, len, "ff_plan_traffic_stage: %.200s", err);
+        return 0;
+    }
+    for (int k = 0; k < FF_NGROUPS; k++)
+        for (int c = 0; c <= FF_COLL_P2P; c++) {
+            ff_counters n = ff_group_counters(ff_grid_group(grid, (ff_group_kind)k), (ff_coll)c);
+            const ff_plan_coll *w =
+                c == FF_COLL_P2P ? (k == FF_GROUP_PIPE ? &want_p2p : NULL) : &want[k][c];
+            uint64_t wc = w ? w->calls : 0, ws = w ? w->bytes_sent : 0, wr = w ? w->bytes_recv : 0;
+            if (n.calls != wc || n.bytes_sent != ws || n.bytes_recv != wr) {
+                snprintf(why, len,
+                         "%s %s: %llu calls, %llu B sent, %llu B received; planned %llu, %llu, "
+                         "%llu",
+                         ff_group_kind_name((ff_group_kind)k), ff_coll_name((ff_coll)c),
+                         (unsigned long long)n.calls, (unsigned long long)n.bytes_sent,
+                         (unsigned long long)n.bytes_recv, (unsigned long long)wc,
+                         (unsigned long long)ws, (unsigned long long)wr);
+                return 0;
+            }
+        }
+    return 1;
+}
+
+/* STEPS steps of M micro-batches; p2p: the PIPE counters of step 0; the
+ * counters of step 1 against the planner's traffic into *planned (1: equal). */
+static int run(ff_grid *grid, const ff_gpt_opts *o, int M, result *r, ff_counters *p2p,
+               int *planned, char *why, size_t why_len)
 {
     ff_gpt *g = NULL;
     int rc = ff_gpt_create(grid, &CFG, o, B, T, &g);
@@ -151,7 +196,11 @@ static int run(ff_grid *grid, const ff_gpt_opts *o, int M, result *r, ff_counter
     }
     for (int s = 0; s < STEPS && rc == FF_OK; s++) {
         ff_gpt_step_info info;
+        for (int k = 0; s == 1 && planned && k < FF_NGROUPS; k++)
+            ff_group_counters_reset(ff_grid_group(grid, (ff_group_kind)k));
         rc = ff_gpt_step(g, tok + s * per, tgt + s * per, M, &h, s, &info);
+        if (s == 1 && planned && rc == FF_OK)
+            *planned = planned_bytes_match(grid, o, M, why, why_len);
         r->loss[s] = info.loss;
         if (s == 0 && rc == FF_OK && loss0 != info.loss)
             rc = ff_ctx_set_error(ff_gpt_ctx(g), FF_EINVAL, "ff_gpt_grads loss %.9g, step %.9g",
@@ -348,7 +397,7 @@ int main(int argc, char **argv)
                 ff_gpt_opts o;
                 opts_of(0, 1, &o);
                 if (!ref[Ms[i]].params)
-                    rc = run(sgrid, &o, Ms[i], &ref[Ms[i]], NULL);
+                    rc = run(sgrid, &o, Ms[i], &ref[Ms[i]], NULL, NULL, NULL, 0);
             }
         }
         CHECK(rc == FF_OK, "serial: %s", sctx ? ff_ctx_error(sctx) : "no context");
@@ -361,7 +410,7 @@ int main(int argc, char **argv)
 
     ff_dims grids[64];
     double worst = 0;
-    int runs = 0;
+    int runs = 0, n_planned = 0;
     for (int P = 2; P <= size; P *= 2) {
         int n = test_all_grids(size / P, grids, 64);
         const int Ms[3] = {P, 2 * P, 3 * P + 1};
@@ -383,10 +432,15 @@ int main(int argc, char **argv)
                     ff_gpt_opts o;
                     opts_of(v, P, &o);
                     result r = {0};
-                    ff_counters p2p;
-                    rc = run(grid, &o, M, &r, &p2p);
+                    ff_counters p2p = {0, 0, 0, 0, 0};
+                    int planned = 1;
+                    char why[256] = "";
+                    rc = run(grid, &o, M, &r, &p2p, &planned, why, sizeof why);
                     runs++;
                     CHECK(rc == FF_OK, "%s M=%d variant %d: %s", desc, M, v, ff_ctx_error(ctx));
+                    CHECK(rc || planned, "%s M=%d %s, stage %d: planner against counters: %s", desc,
+                          M, variant_name(v), ff_grid_stage(grid), why);
+                    n_planned += rc == FF_OK && planned;
                     /* the p2p counters, on every rank */
                     int st = ff_grid_stage(grid), msgs = M * (st > 0) + M * (st < P - 1);
                     uint64_t bytes =
@@ -448,6 +502,11 @@ int main(int argc, char **argv)
     }
     if (rank == 0)
         printf("%d pipelined runs; worst error/bound against serial %.3f\n", runs, worst);
+    MPI_Allreduce(MPI_IN_PLACE, &n_planned, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("the planner's traffic equals the counters of a step on every rank of every "
+               "run: %d rank-runs\n",
+               n_planned);
     check_moves(ctx, shape ? shape : NULL);
     check_bad_input(ctx);
 

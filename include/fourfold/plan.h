@@ -169,6 +169,13 @@ typedef struct {
      * a product at panel boundaries (docs/linear.md), so the panels decide
      * how many chunks a product of few rows can have. */
     int64_t panel_rows;
+    /* Pipeline stages (docs/pipeline.md; 1: none) and their blocks
+     * (stage_layers, `stages` entries summing to L; NULL: src/nn/gpt.c's
+     * even split). Only ff_plan_traffic_stage takes stages so far: the
+     * step model, memory and ranking of stages are the open part of issue
+     * 26, and the other functions refuse stages > 1. Not owned. */
+    int stages;
+    const int *stage_layers;
 } ff_plan_config;
 
 /* batch 8, seq 1024, 1 rank, machine "this", cost full, checkpoint and
@@ -240,6 +247,15 @@ int ff_plan_evaluate(const ff_plan_config *cfg, ff_dims grid, ff_plan_result *ou
  * of its chunk's rows. */
 int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
                     ff_plan_coll out[FF_NGROUPS][FF_NCOLL], char *err, size_t err_len);
+/* The same for the rank at `coords` of stage `stage` of cfg->stages
+ * (docs/pipeline.md), whose grid is `grid`: its collectives (WORLD spanning
+ * every stage) and in *p2p its point-to-point messages on PIPE (calls,
+ * bytes sent and received), exactly what its counters record. Needs
+ * checkpointing on or off, the AG cache of every block or of none, and no
+ * per-layer plan (FF_EINVAL otherwise). */
+int ff_plan_traffic_stage(const ff_plan_config *cfg, ff_dims grid, ff_dims coords, int stage,
+                          ff_plan_coll out[FF_NGROUPS][FF_NCOLL], ff_plan_coll *p2p, char *err,
+                          size_t err_len);
 
 /* The search for a per-layer plan on one grid (docs/planner.md, "Per-layer
  * plans"): from cfg->layers if set, else the uniform plan of cfg (its

@@ -170,13 +170,32 @@ void plan_topos_free(plan_ops *ops)
     }
 }
 
+/* Size of the rank's group of `kind` and its index in it, with the stages
+ * of ops (WORLD spans them; PIPE is the rank's column across them). */
+static int staged_size(const plan_ops *ops, ff_dims g, ff_group_kind kind)
+{
+    int P = ops->P > 1 ? ops->P : 1;
+    if (kind == FF_GROUP_WORLD)
+        return plan_group_size(g, kind) * P;
+    return kind == FF_GROUP_PIPE ? P : plan_group_size(g, kind);
+}
+
+static int staged_rank(const plan_ops *ops, ff_dims g, ff_dims c, ff_group_kind kind)
+{
+    int G = plan_group_size(g, FF_GROUP_STAGE), in_stage = plan_group_rank(g, c, FF_GROUP_WORLD);
+    if (kind == FF_GROUP_WORLD)
+        return ops->stage * G + in_stage;
+    return kind == FF_GROUP_PIPE ? ops->stage : plan_group_rank(g, c, kind);
+}
+
 /* The layout of the rank's group of `kind`; NULL if out of memory. */
 static const ff_topo *plan_topo(plan_ops *ops, const ff_plan_config *cfg, ff_dims g, ff_dims c,
                                 ff_group_kind kind)
 {
-    int p = plan_group_size(g, kind);
-    int64_t inner = group_inner(g, kind), rpn = cfg->machine.ranks_per_node;
-    int64_t base = plan_group_rank(g, c, FF_GROUP_WORLD) - plan_group_rank(g, c, kind) * inner;
+    int p = staged_size(ops, g, kind), G = plan_group_size(g, FF_GROUP_STAGE);
+    int64_t inner = kind == FF_GROUP_PIPE ? G : group_inner(g, kind);
+    int64_t rpn = cfg->machine.ranks_per_node;
+    int64_t base = staged_rank(ops, g, c, FF_GROUP_WORLD) - staged_rank(ops, g, c, kind) * inner;
     for (struct plan_topo *e = ops->topos; e; e = e->next)
         if (e->p == p && e->inner == inner && e->base == base)
             return e->t;
@@ -210,7 +229,7 @@ static const ff_topo *plan_topo(plan_ops *ops, const ff_plan_config *cfg, ff_dim
 static int plan_whole(plan_ops *ops, const ff_plan_config *cfg, ff_dims g, ff_dims c,
                       const plan_op *op)
 {
-    if (op->coll != FF_COLL_ALLREDUCE || plan_group_size(g, (ff_group_kind)op->group) <= 1)
+    if (op->coll != FF_COLL_ALLREDUCE || staged_size(ops, g, (ff_group_kind)op->group) <= 1)
         return 0;
     const ff_topo *t = plan_topo(ops, cfg, g, c, (ff_group_kind)op->group);
     if (!t)
@@ -308,6 +327,8 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
     s->panel_rows = cfg->panel_rows > 0 ? cfg->panel_rows
                     : cfg->layers       ? cfg->layers->panel_rows
                                         : 0;
+    s->P = 1, s->stage = 0, s->first = s->last = 1;
+    s->l0 = 0, s->nb = s->L;
 }
 
 /* Memory of one rank, bytes, for the shape's checkpointing and AG cache
@@ -470,6 +491,8 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             tl->cursor += t;
             break;
         case OP_COLL: {
+            if (op->coll == FF_COLL_P2P) /* stages are not timed yet (issue 26) */
+                break;
             const ff_plan_link *l = &tl->link[op->group];
             int whole = plan_whole(tl->ops, tl->cfg, tl->g, (ff_dims){0, 0, 0, 0}, op);
             if (whole < 0)
@@ -518,16 +541,23 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
  * byte on a group of one; ring volumes with uneven all-reduce chunks, or
  * rec-whole's where AUTO runs it). -1 if out of memory. */
 static int count_traffic(const ff_plan_config *cfg, plan_ops *o, ff_dims g, ff_dims coords,
-                         ff_plan_coll out[FF_NGROUPS][FF_NCOLL])
+                         ff_plan_coll out[FF_NGROUPS][FF_NCOLL], ff_plan_coll *p2p)
 {
     for (size_t i = 0; i < o->n; i++) {
         const plan_op *op = &o->ops[i];
         if (op->kind != OP_COLL)
             continue;
-        int p = plan_group_size(g, (ff_group_kind)op->group);
+        if (op->coll == FF_COLL_P2P) { /* mode 0: a send, 1: a receive */
+            if (p2p) {
+                p2p->calls++;
+                *(op->mode ? &p2p->bytes_recv : &p2p->bytes_sent) += (uint64_t)op->count * op->wire;
+            }
+            continue;
+        }
+        int p = staged_size(o, g, (ff_group_kind)op->group);
         if (p <= 1)
             continue;
-        int me = plan_group_rank(g, coords, (ff_group_kind)op->group);
+        int me = staged_rank(o, g, coords, (ff_group_kind)op->group);
         int whole = plan_whole(o, cfg, g, coords, op);
         if (whole < 0)
             return -1;
@@ -572,7 +602,7 @@ int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan
     int oom = play(&tl, ops, r);
     free(tag_end);
     if (!oom)
-        oom = count_traffic(cfg, ops, g, (ff_dims){0, 0, 0, 0}, r->coll);
+        oom = count_traffic(cfg, ops, g, (ff_dims){0, 0, 0, 0}, r->coll, NULL);
     if (oom)
         return ff_format_error(err, err_len, FF_ENOMEM, "out of memory planning grid %dx%dx%dx%d",
                                g.x, g.y, g.z, g.d);
@@ -590,8 +620,9 @@ int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan
     return FF_OK;
 }
 
-int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords,
-                    ff_plan_coll out[FF_NGROUPS][FF_NCOLL], char *err, size_t err_len)
+int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords, int stage,
+                    ff_plan_coll out[FF_NGROUPS][FF_NCOLL], ff_plan_coll *p2p, char *err,
+                    size_t err_len)
 {
     ff_plan_result *r = calloc(1, sizeof *r);
     if (!r)
@@ -605,8 +636,18 @@ int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords,
         plan_shape_init(cfg, g, &s);
         plan_fit_memory(cfg, g, r, &s); /* resolves the automatic settings */
         plan_ops ops = {0};
+        if (cfg->stages > 1) { /* stage `stage`'s blocks (src/nn/gpt.c's split) */
+            const int P = cfg->stages, L = (int)s.L;
+            int64_t l0 = 0;
+            for (int k = 0; k < stage; k++)
+                l0 += cfg->stage_layers ? cfg->stage_layers[k] : L / P + (k < L % P);
+            s.P = P, s.stage = stage, s.first = stage == 0, s.last = stage == P - 1;
+            s.l0 = l0;
+            s.nb = cfg->stage_layers ? cfg->stage_layers[stage] : L / P + (stage < L % P);
+            ops.P = P, ops.stage = stage;
+        }
         plan_schedule(&s, &ops);
-        if (ops.oom || count_traffic(cfg, &ops, g, coords, out) < 0)
+        if (ops.oom || count_traffic(cfg, &ops, g, coords, out, p2p) < 0)
             rc = ff_format_error(err, err_len, FF_ENOMEM, "out of memory");
         plan_ops_free(&ops);
     }

@@ -40,6 +40,7 @@ void ff_plan_config_default(ff_plan_config *cfg)
     cfg->overlap = FF_OVERLAP_ALL;
     cfg->min_tp = 0;
     cfg->grad_acc = 1;
+    cfg->stages = 1;
     ff_coll_model_default(&cfg->coll);
 }
 
@@ -123,6 +124,11 @@ static int check_config(const ff_plan_config *cfg, char *err, size_t len)
                                "AG cache must be a number of blocks or automatic");
     if (cfg->micro_batches < 1)
         return ff_format_error(err, len, FF_EINVAL, "micro-batches must be at least 1");
+    if (cfg->stages != 1)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "%d pipeline stages: the planner does not rank stages yet "
+                               "(ff_plan_traffic_stage gives a stage's traffic)",
+                               cfg->stages);
     if (cfg->wire_bytes != 2 && cfg->wire_bytes != 4)
         return ff_format_error(err, len, FF_EINVAL, "wire must be 4 (fp32) or 2 (bf16) bytes");
     if (cfg->overlap > FF_OVERLAP_ALL)
@@ -266,7 +272,50 @@ int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
                                "%dx%dx%dx%d",
                                coords.x, coords.y, coords.z, coords.d, grid.x, grid.y, grid.z,
                                grid.d);
-    return plan_traffic_of(cfg, grid, coords, out, err, err_len);
+    if (cfg->stages > 1)
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "%d pipeline stages: ff_plan_traffic_stage gives a stage's traffic",
+                               cfg->stages);
+    return plan_traffic_of(cfg, grid, coords, 0, out, NULL, err, err_len);
+}
+
+int ff_plan_traffic_stage(const ff_plan_config *cfg, ff_dims grid, ff_dims coords, int stage,
+                          ff_plan_coll out[FF_NGROUPS][FF_NCOLL], ff_plan_coll *p2p, char *err,
+                          size_t err_len)
+{
+    memset(out, 0, sizeof(ff_plan_coll) * FF_NGROUPS * FF_NCOLL);
+    memset(p2p, 0, sizeof *p2p);
+    ff_plan_config one = *cfg;
+    one.stages = 1; /* the checks of the grid and the model, as without stages */
+    int rc = check_config(&one, err, err_len);
+    if (rc == FF_OK)
+        rc = check_grid(grid, err, err_len);
+    if (rc != FF_OK)
+        return rc;
+    const int P = cfg->stages, L = cfg->model.layers;
+    if (P < 1 || P > L || stage < 0 || stage >= P)
+        return ff_format_error(err, err_len, FF_EINVAL, "stage %d of %d stages for %d blocks",
+                               stage, P, L);
+    if (cfg->layers || cfg->checkpoint == FF_PLAN_AUTO || (cfg->ag_cache != 0 && cfg->ag_cache < L))
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "with stages the planner takes checkpointing on or off and the AG "
+                               "cache of every block or none, and no per-layer plan");
+    int sum = 0;
+    for (int k = 0; cfg->stage_layers && k < P; k++) {
+        if (cfg->stage_layers[k] < 1)
+            return ff_format_error(err, err_len, FF_EINVAL, "stage %d has %d blocks", k,
+                                   cfg->stage_layers[k]);
+        sum += cfg->stage_layers[k];
+    }
+    if (cfg->stage_layers && sum != L)
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "the stages' blocks add up to %d, but the model has L=%d", sum, L);
+    if (coords.x < 0 || coords.x >= grid.x || coords.y < 0 || coords.y >= grid.y || coords.z < 0 ||
+        coords.z >= grid.z || coords.d < 0 || coords.d >= grid.d)
+        return ff_format_error(
+            err, err_len, FF_EINVAL, "coordinates (%d, %d, %d, %d) lie outside grid %dx%dx%dx%d",
+            coords.x, coords.y, coords.z, coords.d, grid.x, grid.y, grid.z, grid.d);
+    return plan_traffic_of(cfg, grid, coords, stage, out, p2p, err, err_len);
 }
 
 /* ---- the ranked list ---- */

@@ -49,6 +49,10 @@ typedef struct {
     /* the node layouts of the groups the all-reduces ran on, kept from one
      * grid to the next (the world group is the same for all) */
     struct plan_topo *topos;
+    /* with pipeline stages: their number (0 or 1: none) and the stage whose
+     * ranks the layouts and volumes are for (the world is then P stages of
+     * the grid, stage outermost) */
+    int P, stage;
 } plan_ops;
 
 /* The resolved sizes of one rank's step. */
@@ -66,6 +70,10 @@ typedef struct {
      * has the options above (plan_layer_opts) */
     const ff_layer_plan *plan;
     int64_t panel_rows; /* ff_plan_config.panel_rows */
+    /* pipeline stages: this is stage `stage` of P, holding blocks
+     * [l0, l0 + nb); P = 1: the whole model */
+    int P, stage, first, last;
+    int64_t l0, nb;
 } plan_shape;
 
 /* The options of block l's linear layer i (FF_BLOCK_QKV ...), or with l < 0
@@ -84,7 +92,10 @@ int plan_block_checkpoint(const plan_shape *s, int64_t l);
 int plan_chunk_bounds(int decompose, int64_t panel_rows, int64_t m, int64_t n, int64_t k,
                       int64_t bounds[FF_DECOMPOSE_MAX + 1]);
 
-/* Builds the operation list (appends to ops, which the caller frees). */
+/* Builds the operation list (appends to ops, which the caller frees). With
+ * stages (s->P > 1), one stage's step: its point-to-point messages are
+ * OP_COLL on FF_GROUP_PIPE with coll FF_COLL_P2P and mode 0 (send) or 1
+ * (receive). */
 void plan_schedule(const plan_shape *s, plan_ops *ops);
 void plan_ops_free(plan_ops *ops);
 
@@ -117,9 +128,12 @@ int plan_group_rank(ff_dims g, ff_dims c, ff_group_kind kind);
 /* Evaluates one grid with the full model. */
 int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *scratch,
                    char *err, size_t err_len);
-/* The traffic of one rank (ff_plan_traffic without the checks of cfg). */
-int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords,
-                    ff_plan_coll out[FF_NGROUPS][FF_NCOLL], char *err, size_t err_len);
+/* The traffic of one rank (ff_plan_traffic without the checks of cfg), of
+ * stage `stage` when cfg->stages > 1, its point-to-point messages in *p2p
+ * (may be NULL). */
+int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords, int stage,
+                    ff_plan_coll out[FF_NGROUPS][FF_NCOLL], ff_plan_coll *p2p, char *err,
+                    size_t err_len);
 /* Checks that the grid divides the model and batch; appends reasons to r. */
 int plan_check_divides(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r);
 /* Resolves checkpointing and the AG cache, fills the memory fields of r and

@@ -282,18 +282,28 @@ static void attention_pass(sched *c, int backward)
     elem(c, 3, heads * (double)s->T * (double)s->T / 2);
 }
 
-void plan_layer_opts(const plan_shape *s, int64_t l, int i, ff_layer_opts *o)
+static void plan_layer_opts_uniform(const plan_shape *s, int64_t l, ff_layer_opts *o)
 {
-    if (s->plan) {
-        *o = l < 0 ? s->plan->head : s->plan->blocks[l].layer[i];
-        return;
-    }
     o->decompose = 0;
     o->oar = (s->overlap & FF_OVERLAP_OAR) != 0;
     o->ors = (s->overlap & FF_OVERLAP_ORS) != 0;
     o->oag = (s->overlap & FF_OVERLAP_OAG) != 0;
     o->ag_cache = l < 0 ? s->ag_cache >= s->L : l >= s->L - s->ag_cache;
     o->wire_bytes = s->wire;
+}
+
+void plan_layer_opts(const plan_shape *s, int64_t l, int i, ff_layer_opts *o)
+{
+    if (s->plan) {
+        *o = l < 0 ? s->plan->head : s->plan->blocks[l].layer[i];
+        return;
+    }
+    plan_layer_opts_uniform(s, l, o);
+    /* on a stage before the last a micro-batch's forward and backward are
+     * separate runs (docs/pipeline.md): nothing is kept from one to the
+     * other */
+    if (s->P > 1 && !s->last)
+        o->ag_cache = 0;
 }
 
 int plan_block_checkpoint(const plan_shape *s, int64_t l)
@@ -363,8 +373,8 @@ static void block_backward(sched *c, const linear *w, int64_t l, int checkpoint)
 
 int64_t plan_zsharded_params(const plan_shape *s)
 {
-    int64_t tp = (int64_t)s->g.x * s->g.y * s->g.z;
-    return (s->L * 12 * s->C * s->C + s->Vp * s->C) / tp;
+    int64_t tp = (int64_t)s->g.x * s->g.y * s->g.z, wte = s->first || s->last;
+    return (s->nb * 12 * s->C * s->C + wte * s->Vp * s->C) / tp;
 }
 
 /* LayerNorm gains and biases, biases of T layers and positions are in
@@ -374,7 +384,8 @@ int64_t plan_zsharded_params(const plan_shape *s)
 int64_t plan_other_params(const plan_shape *s)
 {
     int64_t gx = s->g.x, gy = s->g.y, C = s->C;
-    return s->L * (6 * C / gy + 7 * C / gx) + 2 * C / gy + s->positions * C / gy;
+    return s->nb * (6 * C / gy + 7 * C / gx) + s->last * 2 * C / gy +
+           s->first * s->positions * C / gy;
 }
 
 /* OAG (docs/design.md §5): the all-gather of the next layer that needs one is
@@ -428,8 +439,116 @@ static void plan_prefetch(plan_ops *o)
     o->cap = o->n;
 }
 
+/* A point-to-point message of the pipeline (PIPE; mode 0 send, 1 receive). */
+static void p2p(sched *c, int64_t count, int recv)
+{
+    coll_op(c, FF_GROUP_PIPE, FF_COLL_P2P, count, F32, (coll_mode)recv);
+}
+
+/* One stage's step (docs/pipeline.md; src/nn/gpt_pipe.c). A stage before
+ * the last runs each micro-batch's forward and backward as separate runs of
+ * its layers (plan_layer_opts: no AG cache across them; the first stage's
+ * embedding gathers wte for the lookup and reduce-scatters its gradient at
+ * the end of each backward run); the last runs both in one, its LM head
+ * gathering wte (no lookup before it) and reduce-scattering its gradient
+ * right after the head's backward. Messages: an activation of m C/Gy floats
+ * per micro-batch and boundary forward, a gradient back; at the end the
+ * first and the last stage exchange their wte gradient shards, and the
+ * loss is summed over PIPE. The order of the micro-batches' passes (the
+ * schedule) does not change the traffic; for the timeline this list runs
+ * them one micro-batch after another. */
+static void plan_schedule_stage(const plan_shape *s, plan_ops *o)
+{
+    sched c = {s, o, s->g.x, s->g.y, s->g.z, s->g.d};
+    const int64_t C = s->C, m = s->m;
+    const linear w[4] = {{0, C, 3 * C}, {1, C, C}, {0, C, 4 * C}, {1, 4 * C, C}};
+    const linear head = {0, C, s->Vp};
+    const int64_t wte_shard = s->Vp * C / (c.gx * c.gy * c.gz);
+    const int64_t block_shard = 12 * C * C / (c.gx * c.gy * c.gz);
+    const int wire = s->wire;
+    const unsigned ov = s->overlap;
+    const int has_wte = s->first || s->last;
+    const double y = (double)(m * C / c.gy), logits = (double)(m * s->Vp / c.gx);
+    const int64_t act = m * C / c.gy;
+    const int64_t l1 = s->l0 + s->nb;
+    ff_layer_opts head_opts;
+    plan_layer_opts(s, -1, 0, &head_opts);
+
+    for (int u = 0; u < s->micro; u++) {
+        int last_micro = u == s->micro - 1;
+        /* the forward (with the last stage's backward in the same run) */
+        if (s->first) {
+            gather(&c, wte_shard, &head_opts);
+            elem(&c, 4, y);
+            coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * C / c.gy, F32, MODE_BLOCKING);
+        } else {
+            p2p(&c, act, 1);
+        }
+        for (int64_t l = s->l0; l < l1; l++)
+            block_forward(&c, w, l, 0);
+        if (!s->last) {
+            p2p(&c, act, 0);
+        } else {
+            layernorm(&c, 0);
+            gather(&c, wte_shard, &head_opts);
+            forward_product(&c, FF_GROUP_Y, s->Vp / c.gx, C / c.gy, &head_opts, 0);
+            elem(&c, 2, logits);
+            coll(&c, FF_GROUP_X, FF_COLL_ALLGATHER, 3 * m, F32, MODE_BLOCKING);
+            elem(&c, 2, logits);
+            linear_backward(&c, &head, 1, &head_opts);
+            layernorm(&c, 1);
+        }
+        /* the backward (a run of its own before the last stage) */
+        if (!s->last)
+            p2p(&c, act, 1);
+        for (int64_t l = l1 - 1; l >= s->l0; l--) {
+            int checkpoint = plan_block_checkpoint(s, l);
+            if (checkpoint)
+                block_forward(&c, w, l, 1);
+            block_backward(&c, w, l, checkpoint);
+            if (last_micro && (ov & FF_OVERLAP_DP) && c.gd > 1)
+                coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, block_shard, wire, MODE_BACKGROUND);
+        }
+        if (s->first) {
+            elem(&c, 3, y);
+            if (c.gz > 1)
+                coll(&c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, wte_shard, head_opts.wire_bytes,
+                     head_opts.ors ? MODE_BACKGROUND : MODE_BLOCKING);
+        } else {
+            p2p(&c, act, 0);
+        }
+        if (last_micro && has_wte && (ov & FF_OVERLAP_DP) && c.gd > 1)
+            coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, wte_shard, wire, MODE_BACKGROUND);
+    }
+    wait_all(&c);
+    if (!(ov & FF_OVERLAP_DP) && c.gd > 1) {
+        for (int64_t l = l1 - 1; l >= s->l0; l--)
+            coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, block_shard, wire, MODE_BLOCKING);
+        if (has_wte)
+            coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, wte_shard, wire, MODE_BLOCKING);
+    }
+    int64_t others = plan_other_params(s);
+    coll(&c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, others, F32, MODE_BLOCKING);
+    if (has_wte) { /* the tied embedding's two contributions */
+        p2p(&c, wte_shard, 0);
+        p2p(&c, wte_shard, 1);
+        elem(&c, 3, (double)wte_shard);
+    }
+    coll(&c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
+    coll(&c, FF_GROUP_PIPE, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
+    coll(&c, FF_GROUP_WORLD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
+    elem(&c, 8, (double)(plan_zsharded_params(s) + others));
+    if (!o->oom)
+        o->ops[o->n - 1].optimizer = 1;
+    plan_prefetch(o);
+}
+
 void plan_schedule(const plan_shape *s, plan_ops *o)
 {
+    if (s->P > 1) {
+        plan_schedule_stage(s, o);
+        return;
+    }
     sched c = {s, o, s->g.x, s->g.y, s->g.z, s->g.d};
     const int64_t C = s->C, m = s->m;
     const linear w[4] = {{0, C, 3 * C}, {1, C, C}, {0, C, 4 * C}, {1, 4 * C, C}};
