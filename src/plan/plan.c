@@ -254,6 +254,16 @@ int ff_plan_evaluate(const ff_plan_config *cfg, ff_dims grid, ff_plan_result *ou
     return rc;
 }
 
+static int check_coords(ff_dims grid, ff_dims coords, char *err, size_t err_len)
+{
+    if (coords.x < 0 || coords.x >= grid.x || coords.y < 0 || coords.y >= grid.y || coords.z < 0 ||
+        coords.z >= grid.z || coords.d < 0 || coords.d >= grid.d)
+        return ff_format_error(
+            err, err_len, FF_EINVAL, "coordinates (%d, %d, %d, %d) lie outside grid %dx%dx%dx%d",
+            coords.x, coords.y, coords.z, coords.d, grid.x, grid.y, grid.z, grid.d);
+    return FF_OK;
+}
+
 int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
                     ff_plan_coll out[FF_NGROUPS][FF_NCOLL], char *err, size_t err_len)
 {
@@ -265,13 +275,8 @@ int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
         rc = check_plan_grid(cfg, grid, err, err_len);
     if (rc != FF_OK)
         return rc;
-    if (coords.x < 0 || coords.x >= grid.x || coords.y < 0 || coords.y >= grid.y || coords.z < 0 ||
-        coords.z >= grid.z || coords.d < 0 || coords.d >= grid.d)
-        return ff_format_error(err, err_len, FF_EINVAL,
-                               "coordinates (%d, %d, %d, %d) lie outside grid "
-                               "%dx%dx%dx%d",
-                               coords.x, coords.y, coords.z, coords.d, grid.x, grid.y, grid.z,
-                               grid.d);
+    if ((rc = check_coords(grid, coords, err, err_len)))
+        return rc;
     if (cfg->stages > 1)
         return ff_format_error(err, err_len, FF_EINVAL,
                                "%d pipeline stages: ff_plan_traffic_stage gives a stage's traffic",
@@ -310,11 +315,8 @@ int ff_plan_traffic_stage(const ff_plan_config *cfg, ff_dims grid, ff_dims coord
     if (cfg->stage_layers && sum != L)
         return ff_format_error(err, err_len, FF_EINVAL,
                                "the stages' blocks add up to %d, but the model has L=%d", sum, L);
-    if (coords.x < 0 || coords.x >= grid.x || coords.y < 0 || coords.y >= grid.y || coords.z < 0 ||
-        coords.z >= grid.z || coords.d < 0 || coords.d >= grid.d)
-        return ff_format_error(
-            err, err_len, FF_EINVAL, "coordinates (%d, %d, %d, %d) lie outside grid %dx%dx%dx%d",
-            coords.x, coords.y, coords.z, coords.d, grid.x, grid.y, grid.z, grid.d);
+    if ((rc = check_coords(grid, coords, err, err_len)))
+        return rc;
     return plan_traffic_of(cfg, grid, coords, stage, out, p2p, err, err_len);
 }
 
