@@ -109,7 +109,10 @@ static int alloc_buffers(ff_gpt *g)
 #define A(ptr, n, acc) ok &= ((ptr) = falloc((size_t)(n), acc)) != NULL
     A(g->params, g->n_params, NULL);
     A(g->grads, g->n_params, NULL);
-    A(g->resid, (int64_t)g->n_slots * (g->nb + 1) * mc, act);
+    /* the last stage runs a micro-batch's backward right after its forward:
+     * K input slots (the arriving activations) and one set of the rest */
+    A(g->resid, (g->act_slots == 1 ? g->n_slots + g->nb : (int64_t)g->n_slots * (g->nb + 1)) * mc,
+      act);
     A(g->grad_in, g->last ? 0 : (int64_t)g->n_slots * mc, act);
     A(g->grad_out, g->first ? 0 : (int64_t)g->n_slots * mc, act);
     A(g->emb_peer, g->P > 1 && g->wte ? (int64_t)ff_linear_local_sizes(g->wte).w_shard : 0, scr);
@@ -595,7 +598,10 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
 
 float *ff_gpt_resid(ff_gpt *g, int slot, int l)
 {
-    return g->resid + ((int64_t)slot * (g->nb + 1) + l) * g->m * g->cy;
+    const int64_t mc = g->m * g->cy;
+    if (g->act_slots == 1) /* [the n_slots inputs][blocks 1..nb: one set] */
+        return g->resid + (l == 0 ? (int64_t)slot * mc : ((int64_t)g->n_slots + l - 1) * mc);
+    return g->resid + ((int64_t)slot * (g->nb + 1) + l) * mc;
 }
 
 static float *resid_at(ff_gpt *g, int l) { return ff_gpt_resid(g, g->slot, l); }

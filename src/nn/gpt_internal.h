@@ -65,7 +65,10 @@ struct ff_gpt {
      * stages); `slot` is the one being computed. Blocks are the stage's,
      * numbered from 0. */
     int n_slots, slot;
-    float *resid; /* n_slots x (nb + 1) x (m, C/Gy): block inputs and the last output */
+    /* block inputs and the last output, (m, C/Gy) each: n_slots x (nb + 1),
+     * or on the last stage (act_slots 1) the n_slots inputs then blocks
+     * 1..nb once (ff_gpt_resid) */
+    float *resid;
     ff_gpt_acts *acts;
     int n_own;     /* blocks without checkpointing: each has a set per activation slot */
     int n_sets;    /* act_slots * n_own, and one more (shared) if any block checkpoints */
