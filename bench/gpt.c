@@ -11,14 +11,15 @@
  *          [--checkpoint] [--label TEXT] [--decompose K] [--plan FILE]
  *          [--panel ROWS] [--progress poll|thread] [--micro M]
  *          [--stages P --schedule message|1f1b --limit K --slow-stage S --slow-ms T
- *          --pass-ms E]
+ *          --pass-ms E --slow-jitter 0|1]
  * (--decompose: every linear layer's all-reduced products in K chunks;
  * --plan: a per-layer plan file; --panel: GEMM panel height, 0 = by shape;
  * --micro: micro-batches of B sequences per step (default 1); --stages:
  * pipeline stages, the grid being one stage's (docs/pipeline.md), with
  * their schedule, limit, a straggler (stage S sleeps T ms after each pass)
  * and E ms of sleep after every stage's every pass: compute emulated by
- * sleeping, for more stages than cores.)
+ * sleeping, for more stages than cores; --slow-jitter 1: the straggler's
+ * delay uniform in [0, 2T] per pass.)
  * Prints a line per step, a summary and one JSON line; with stages the JSON
  * has each stage's mean time per step in its forward and backward passes
  * (ff_gpt_pipeline_times: 1 - busy / step is the stage's bubble). */
@@ -35,7 +36,7 @@
 typedef struct {
     const char *grid, *label, *plan, *progress, *schedule;
     int L, C, NH, V, maxT, B, T, threads, reps, warmup, checkpoint, decompose, panel;
-    int micro, stages, limit, slow_stage, slow_ms, pass_ms;
+    int micro, stages, limit, slow_stage, slow_ms, pass_ms, jitter;
 } options;
 
 static void die(int rank, const char *msg)
@@ -106,7 +107,8 @@ static int parse(int argc, char **argv, options *o)
                     {"--limit", &o->limit},
                     {"--slow-stage", &o->slow_stage},
                     {"--slow-ms", &o->slow_ms},
-                    {"--pass-ms", &o->pass_ms}};
+                    {"--pass-ms", &o->pass_ms},
+                    {"--slow-jitter", &o->jitter}};
         int done = 0;
         for (size_t k = 0; k < sizeof ints / sizeof *ints && !done; k++)
             if (strcmp(a, ints[k].name) == 0 && v) {
@@ -171,6 +173,7 @@ int main(int argc, char **argv)
     opts.pipe.slow_stage = o.slow_stage;
     opts.pipe.slow_s = o.slow_ms * 1e-3;
     opts.pipe.pass_s = o.pass_ms * 1e-3;
+    opts.pipe.slow_jitter = o.jitter;
     ff_layer_plan plan = {0};
     if (o.plan && ff_layer_plan_read(o.plan, &plan, err, sizeof err) != FF_OK)
         die(rank, err);
@@ -245,11 +248,12 @@ int main(int argc, char **argv)
                "\"kernel\":\"%s\",\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"B\":%d,\"T\":%d,"
                "\"checkpoint\":%d,\"progress\":\"%s\",\"decompose\":%d,\"plan\":\"%s\","
                "\"micro\":%d,\"stages\":%d,\"schedule\":\"%s\",\"limit\":%d,\"slow_stage\":%d,"
-               "\"slow_ms\":%d,\"pass_ms\":%d,\"median_ms\":%.2f,\"runs_ms\":[",
+               "\"slow_ms\":%d,\"slow_jitter\":%d,\"pass_ms\":%d,\"median_ms\":%.2f,"
+               "\"runs_ms\":[",
                o.label, o.grid, size, o.threads, ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T,
                o.checkpoint, thread ? "thread" : "poll", o.decompose, o.plan ? o.plan : "", o.micro,
                o.stages, o.schedule, o.limit ? o.limit : o.stages, o.slow_stage, o.slow_ms,
-               o.pass_ms, step_s * 1e3);
+               o.jitter, o.pass_ms, step_s * 1e3);
         for (int r = 0; r < o.reps; r++)
             printf("%s%.2f", r ? "," : "", runs[r] * 1e3);
         printf("],\"stage_busy_ms\":[");

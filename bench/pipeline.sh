@@ -14,7 +14,8 @@
 #            pass sleeps PASS ms (--pass-ms): compute emulated by sleeping,
 #            since 4 computing ranks would share this machine's 2 cores
 #            and fill each other's bubbles. The straggler: stage 1 sleeps
-#            SLOW ms more per pass.
+#            SLOW ms more per pass, fixed ("yes") or uniform in [0, 2 SLOW]
+#            per pass ("jitter", --slow-jitter 1: a noisy neighbour).
 #  compute   2 stages of one rank on 2 nodes x 1 rank (one core each) at
 #            1 Gbit/s, real compute (L=8, C=256, NH=4, V=512, T=128, 4
 #            sequences per micro-batch); the straggler: stage 0 sleeps
@@ -28,7 +29,7 @@
 # lines go OUTSIDE the source tree, to $OUT (default
 # ${FF_BENCH_OUT:-/tmp/fourfold-bench}/pipeline.jsonl). MS (micro-batch
 # counts of the emulated case), PASS, SLOW, SLOW2 and CASES select. Needs
-# root and TB. About 8 minutes with the defaults.
+# root and TB. About 10 minutes with the defaults.
 #   usage: TB=.../tbcluster.sh bench/pipeline.sh [build-dir]
 set -eu
 case ${1:-} in -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
@@ -66,13 +67,16 @@ for c in $CASES; do
         Ms=8
     fi
     for m in $Ms; do
-        for slow in 0 1; do
+        slows="0 1"
+        [ "$c" = emulated ] && slows="0 1 2"
+        for slow in $slows; do
             for r in $(seq "$ROUNDS"); do
                 for sch in message 1f1b; do
                     if [ "$c" = emulated ]; then
                         BENCH_ARGS="--grid serial --stages 4 --L 8 --C 64 --NH 4 --V 128 --maxT 32"
                         BENCH_ARGS="$BENCH_ARGS --B 2 --T 32 --pass-ms $PASS"
-                        [ "$slow" = 1 ] && BENCH_ARGS="$BENCH_ARGS --slow-stage 1 --slow-ms $SLOW"
+                        [ "$slow" != 0 ] && BENCH_ARGS="$BENCH_ARGS --slow-stage 1 --slow-ms $SLOW"
+                        [ "$slow" = 2 ] && BENCH_ARGS="$BENCH_ARGS --slow-jitter 1"
                         run "$c" "$m" "$slow" "$sch" "$r" -n 2 -m 2
                     else
                         BENCH_ARGS="--grid serial --stages 2 --L 8 --C 256 --NH 4 --V 512"
@@ -105,7 +109,7 @@ for c, m, s in keys:
                      for k in range(P)]
     bubble = (P - 1) / (m + P - 1)
     fmt = lambda v: " ".join(f"{x:.2f}" for x in v)
-    print(f"{c:>9} {m:>3} {'yes' if s else 'no':>9} {med['message']:9.1f} {med['1f1b']:9.1f}"
+    print(f"{c:>9} {m:>3} {('no', 'yes', 'jitter')[s]:>9} {med['message']:9.1f} {med['1f1b']:9.1f}"
           f" {med['message'] / med['1f1b']:9.3f} {bubble:13.3f}  {fmt(idle['message'])} / "
           f"{fmt(idle['1f1b'])}")
 PY

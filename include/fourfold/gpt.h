@@ -65,6 +65,9 @@ typedef struct {
      * more stages than cores keep their own timing) */
     int slow_stage;
     double slow_s, pass_s;
+    /* 1: the straggler's delay varies, uniform in [0, 2 slow_s] per pass (a
+     * fixed pseudo-random sequence), as a noisy neighbour's would */
+    int slow_jitter;
 } ff_pipe_opts;
 
 typedef struct {

@@ -853,7 +853,10 @@ int ff_gpt_forward_backward(ff_gpt *g, const int32_t *tokens, const int32_t *tar
  * slow_s more. */
 static void straggle(ff_gpt *g)
 {
-    double s = g->opt.pipe.pass_s + (g->opt.pipe.slow_stage == g->stage ? g->opt.pipe.slow_s : 0);
+    double slow = g->opt.pipe.slow_stage == g->stage ? g->opt.pipe.slow_s : 0;
+    if (slow > 0 && g->opt.pipe.slow_jitter)
+        slow *= 2 * ff_rng_uniform(0x5105, (uint32_t)g->stage, g->n_straggles++);
+    double s = g->opt.pipe.pass_s + slow;
     if (s <= 0)
         return;
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};

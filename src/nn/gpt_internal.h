@@ -77,6 +77,7 @@ struct ff_gpt {
     int *set_of;   /* block l's set among the n_own (or n_own for the shared one) */
     float *grad_in, *grad_out;       /* n_slots x (m, C/Gy): gradients from / to the neighbours */
     double pipe_idle_s, pipe_busy_s; /* ff_gpt_pipeline_times */
+    uint64_t n_straggles;            /* the jittered straggler's draws */
     ff_request **req_act_in, **req_act_out, **req_grad_in, **req_grad_out; /* per slot */
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *dres, *dln, *tmp, *dqkv, *datty, *dfch, *att_scratch, *ce_scratch, *ln_scratch;
