@@ -159,8 +159,8 @@ int main(int argc, char **argv)
         co.progress = FF_PROGRESS_THREAD;
     if (ff_ctx_create(&ctx, MPI_COMM_WORLD, &co) != FF_OK)
         die(rank, "context");
-    if (size % o.stages || ff_grid_parse(o.grid, size / o.stages, size, &shape, err, sizeof err))
-        die(rank, size % o.stages ? "--stages does not divide the ranks" : err);
+    if (ff_grid_parse_staged(o.grid, size, o.stages, size, &shape, err, sizeof err))
+        die(rank, err);
     if (ff_grid_create_staged(ctx, shape, o.stages, &grid) != FF_OK)
         die(rank, ff_ctx_error(ctx));
     ff_gpt_config cfg = {o.L, o.C, o.NH, o.V, 0, o.maxT};

@@ -106,9 +106,34 @@ static int preset_match(const char *spec, const char *name, int *arg, int *bad_a
     return 1;
 }
 
+/* "but the job has 8 (mpirun -np 8)", or with stages "but each of the 2
+ * stages has 4 (the job's 8 ranks)" */
+static void has_text(char *buf, size_t len, int world, int stages)
+{
+    if (stages > 1)
+        snprintf(buf, len, "but each of the %d stages has %d (the job's %d ranks)", stages, world,
+                 world * stages);
+    else
+        snprintf(buf, len, "but the job has %d (mpirun -np %d)", world, world);
+}
+
 int ff_grid_parse(const char *spec, int world, int ranks_per_node, ff_dims *out, char *err,
                   size_t err_len)
 {
+    return ff_grid_parse_staged(spec, world, 1, ranks_per_node, out, err, err_len);
+}
+
+int ff_grid_parse_staged(const char *spec, int job, int stages, int ranks_per_node, ff_dims *out,
+                         char *err, size_t err_len)
+{
+    if (stages < 1)
+        return ff_format_error(err, err_len, FF_EGRID, "%d pipeline stages: at least one", stages);
+    if (job >= 1 && job % stages)
+        return ff_format_error(err, err_len, FF_EGRID,
+                               "%d pipeline stages: %d does not divide the job's %d ranks (each "
+                               "stage runs the grid on an equal share)",
+                               stages, stages, job);
+    const int world = job / stages; /* the ranks of one stage */
     if (!spec || !*spec)
         return ff_format_error(err, err_len, FF_EGRID, "grid is empty: %s", grid_help);
     if (world < 1)
@@ -182,17 +207,15 @@ int ff_grid_parse(const char *spec, int world, int ranks_per_node, ff_dims *out,
         s.z = v[2];
         s.d = v[3];
     }
-    char shape[64], needs[64];
+    char shape[64], needs[64], has[96];
     snprintf(shape, sizeof shape, "%dx%dx%dx%d", s.x, s.y, s.z, s.d);
     needs_text(needs, sizeof needs, s, world);
+    has_text(has, sizeof has, world, stages);
     if (product_capped(s, world) != world && strcmp(shape, spec) == 0)
-        return ff_format_error(err, err_len, FF_EGRID,
-                               "grid %s %s, but the job has %d (mpirun -np %d)", spec, needs, world,
-                               world);
+        return ff_format_error(err, err_len, FF_EGRID, "grid %s %s, %s", spec, needs, has);
     if (product_capped(s, world) != world)
-        return ff_format_error(err, err_len, FF_EGRID,
-                               "grid '%s' = %s %s, but the job has %d (mpirun -np %d)", spec, shape,
-                               needs, world, world);
+        return ff_format_error(err, err_len, FF_EGRID, "grid '%s' = %s %s, %s", spec, shape, needs,
+                               has);
     *out = s;
     return FF_OK;
 }

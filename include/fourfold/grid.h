@@ -71,6 +71,12 @@ typedef struct ff_group ff_group;
  * and writes one sentence naming the problem into err. */
 int ff_grid_parse(const char *spec, int world_size, int ranks_per_node, ff_dims *out, char *err,
                   size_t err_len);
+/* The same for a job of `job` ranks split into `stages` pipeline stages:
+ * the grid (and a preset's sizes) covers one stage, job / stages ranks;
+ * stages that do not divide the job are refused, and the messages speak of
+ * a stage's ranks. stages = 1 is ff_grid_parse. */
+int ff_grid_parse_staged(const char *spec, int job, int stages, int ranks_per_node, ff_dims *out,
+                         char *err, size_t err_len);
 
 /* Creates the grid and its communicators on the context's communicator
  * (collective). Checks the shape first, identically on every rank, so a bad

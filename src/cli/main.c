@@ -275,28 +275,8 @@ int cli_setup(const cli_run_opts *o, ff_ctx **pctx, ff_grid **pgrid)
     int per_node = cli_ranks_per_node(ff_ctx_comm(ctx));
     ff_dims shape;
     char err[256];
-    if (ff_ctx_size(ctx) % o->stages) {
-        snprintf(err, sizeof err,
-                 "--stages %d does not divide the job's %d ranks (each stage runs the grid on "
-                 "an equal share)",
-                 o->stages, ff_ctx_size(ctx));
-        rc = FF_EGRID;
-    } else {
-        rc =
-            ff_grid_parse(o->grid, ff_ctx_size(ctx) / o->stages, per_node, &shape, err, sizeof err);
-        /* the parser speaks of "the job": with stages it is one stage's share */
-        char *job = strstr(err, "but the job has");
-        if (rc != FF_OK && o->stages > 1 && job) {
-            char *np = strstr(job, " (mpirun");
-            if (np)
-                *np = '\0';
-            char msg[256];
-            snprintf(msg, sizeof msg, "%.*sbut each of the %d stages has%s (the job's %d ranks)",
-                     (int)(job - err), err, o->stages, job + strlen("but the job has"),
-                     ff_ctx_size(ctx));
-            snprintf(err, sizeof err, "%s", msg);
-        }
-    }
+    rc = ff_grid_parse_staged(o->grid, ff_ctx_size(ctx), o->stages, per_node, &shape, err,
+                              sizeof err);
     /* the parse is deterministic, but agree anyway: a rank with a different
      * command line must not leave the others waiting */
     if (rc != FF_OK)

@@ -281,6 +281,23 @@ static int stage_root_buffer(ff_gpt *g, int root, float *canon, float **buf, int
     return FF_OK;
 }
 
+/* The start of a gather or scatter, agreed over the world: the flat buffer
+ * of `which`, root a rank, the stage root's buffer. */
+static int begin_transfer(ff_gpt *g, ff_gpt_buffer which, int root, float *canon, float **flat,
+                          float **sbuf, int *is_sroot)
+{
+    int rc = buffer_ready(g, which, flat);
+    if (rc == FF_OK && (root < 0 || root >= ff_ctx_size(g->ctx)))
+        rc = ff_set_error(g->ctx, FF_EINVAL, "root %d is not a rank", root);
+    if (rc == FF_OK)
+        rc = stage_root_buffer(g, root, canon, sbuf, is_sroot);
+    if ((rc = ff_ctx_agree(g->ctx, rc)) && *sbuf != canon) {
+        free(*sbuf);
+        *sbuf = NULL;
+    }
+    return rc;
+}
+
 /* Gather: every other stage root sends its ranges to root; scatter: root
  * sends each its ranges. Collective over the world; the outcome is agreed. */
 static int move_stages(ff_gpt *g, float *buf, int root, int is_sroot, int gather)
@@ -300,13 +317,9 @@ static int move_stages(ff_gpt *g, float *buf, int root, int is_sroot, int gather
 int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 {
     float *flat = NULL, *sbuf = NULL;
-    int is_sroot = 0, rc = buffer_ready(g, which, &flat);
+    int is_sroot = 0, rc = begin_transfer(g, which, root, canon, &flat, &sbuf, &is_sroot);
     const int G = ff_group_size(ff_grid_group(g->grid, FF_GROUP_STAGE));
-    if (rc == FF_OK && (root < 0 || root >= ff_ctx_size(g->ctx)))
-        rc = ff_set_error(g->ctx, FF_EINVAL, "gather to rank %d: no such rank", root);
-    if (rc == FF_OK)
-        rc = stage_root_buffer(g, root, canon, &sbuf, &is_sroot);
-    if ((rc = ff_ctx_agree(g->ctx, rc)))
+    if (rc)
         return rc;
     int is_root = ff_ctx_rank(g->ctx) == root;
     /* (a stage's failure is agreed over the world before any message
@@ -341,13 +354,9 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
 {
     float *flat = NULL, *sbuf = NULL;
-    int is_sroot = 0, rc = buffer_ready(g, which, &flat);
+    int is_sroot = 0, rc = begin_transfer(g, which, root, (float *)canon, &flat, &sbuf, &is_sroot);
     const int G = ff_group_size(ff_grid_group(g->grid, FF_GROUP_STAGE));
-    if (rc == FF_OK && (root < 0 || root >= ff_ctx_size(g->ctx)))
-        rc = ff_set_error(g->ctx, FF_EINVAL, "scatter from rank %d: no such rank", root);
-    if (rc == FF_OK)
-        rc = stage_root_buffer(g, root, (float *)canon, &sbuf, &is_sroot);
-    if ((rc = ff_ctx_agree(g->ctx, rc)))
+    if (rc)
         return rc;
     int is_root = ff_ctx_rank(g->ctx) == root;
     rc = move_stages(g, sbuf, root, is_sroot, 0);
