@@ -1,6 +1,7 @@
 #!/bin/sh
-# Every grid of NP ranks, measured against the planner (issue 6, "Time"):
-# runs `fourfold train` for STEPS steps on each grid, takes the median step
+# Every grid of NP ranks, measured against the planner (issue 6, "Time"),
+# and with STAGES every (grid, stages, micro-batches) of a pipeline (issue
+# 26): runs `fourfold train` for STEPS steps on each configuration, takes the median step
 # time of steps 4..STEPS from its log.jsonl, asks `fourfold plan --json` for
 # its prediction of the same model, batch and job, and prints both with the
 # Spearman rank correlation and the measured time of the planner's first
@@ -14,6 +15,9 @@
 #     NP=8 STEPS=30               ranks, steps per grid
 #     MODEL="--model mini"        model flags (train and plan take the same)
 #     BATCH=16 SEQ=64             global batch, tokens per sequence
+#     STAGES=1 MICRO=1            pipeline stages and micro-batches, as
+#                                 `fourfold plan` takes them (auto: every P,
+#                                 the fastest M of each grid)
 #     MACHINE=this                the planner's profile (name or FILE.json)
 #     RPN=NP                      ranks per node, as the planner sees it
 #     TB="N M RATE DELAY"         run on an emulated cluster (N nodes x M
@@ -32,6 +36,8 @@ MODEL=${MODEL:---model mini}
 BATCH=${BATCH:-16}
 SEQ=${SEQ:-64}
 MACHINE=${MACHINE:-this}
+STAGES=${STAGES:-1}
+MICRO=${MICRO:-1}
 RPN=${RPN:-$NP}
 HERE=$(cd "$(dirname "$0")" && pwd)
 [ -z "${TB:-}" ] || [ -n "${TBCLUSTER:-}" ] ||
@@ -49,12 +55,13 @@ export OMPI_MCA_mpi_yield_when_idle=1
     $(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | sort) > /dev/null
 
 "$FF" plan $MODEL --batch "$BATCH" --seq "$SEQ" --ranks "$NP" --ranks-per-node "$RPN" \
-    --machine "$MACHINE" --checkpoint off --json > "$WORK/plan.json"
+    --machine "$MACHINE" --checkpoint off --stages "$STAGES" --micro-batches "$MICRO" \
+    --json > "$WORK/plan.json"
 python3 - "$WORK/plan.json" > "$WORK/grids" <<'EOF'
 import json, sys
 for g in json.load(open(sys.argv[1]))["grids"]:
     if not g["rejected"]:
-        print(g["grid"])
+        print(g["grid"], g["stages"], g["micro_batches"])
 EOF
 
 launch() { # fourfold ARGS... on NP ranks, here or on the emulated cluster
@@ -72,19 +79,20 @@ launch() { # fourfold ARGS... on NP ranks, here or on the emulated cluster
 
 : > "$OUT/$NAME.jsonl"
 echo "load before: $(cat /proc/loadavg)" > "$OUT/$NAME.txt"
-while read -r grid; do
+while read -r grid stages micro; do
     rm -rf "$WORK/run"
-    if launch train $MODEL --grid "$grid" --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" \
+    if launch train $MODEL --grid "$grid" --stages "$stages" --micro-batches "$micro" \
+        --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" \
         --data "$WORK/f_train.bin" --val-every 0 --log-every 1000000 --out "$WORK/run" \
         < /dev/null > "$WORK/train.out" 2>&1; then
-        python3 - "$WORK/run/log.jsonl" "$grid" >> "$OUT/$NAME.jsonl" <<'EOF'
+        python3 - "$WORK/run/log.jsonl" "$grid P$stages M$micro" >> "$OUT/$NAME.jsonl" <<'EOF'
 import json, statistics, sys
 ms = [r["ms"] for r in map(json.loads, open(sys.argv[1])) if r["type"] == "step"][3:]
 print(json.dumps({"grid": sys.argv[2], "median_ms": statistics.median(ms),
                   "min_ms": min(ms), "max_ms": max(ms), "steps": len(ms)}))
 EOF
     else
-        echo "$grid failed:" >&2
+        echo "$grid P$stages M$micro failed:" >&2
         tail -5 "$WORK/train.out" >&2
     fi
 done < "$WORK/grids"
@@ -92,7 +100,8 @@ echo "load after: $(cat /proc/loadavg)" >> "$OUT/$NAME.txt"
 
 python3 - "$WORK/plan.json" "$OUT/$NAME.jsonl" >> "$OUT/$NAME.txt" <<'EOF'
 import json, sys
-plan = {g["grid"]: g for g in json.load(open(sys.argv[1]))["grids"] if not g["rejected"]}
+plan = {f'{g["grid"]} P{g["stages"]} M{g["micro_batches"]}': g
+        for g in json.load(open(sys.argv[1]))["grids"] if not g["rejected"]}
 meas = {r["grid"]: r for r in map(json.loads, open(sys.argv[2]))}
 grids = [g for g in plan if g in meas]
 def ranks(v):
@@ -114,10 +123,10 @@ n = len(grids)
 mp, mm = sum(rp) / n, sum(rm) / n
 cov = sum((a - mp) * (b - mm) for a, b in zip(rp, rm))
 rho = cov / (sum((a - mp) ** 2 for a in rp) * sum((b - mm) ** 2 for b in rm)) ** 0.5
-print(f"{'grid':10} {'predicted ms':>13} {'measured ms':>12} {'(min..max)':>17} {'rank p':>6} {'rank m':>6}")
+print(f"{'grid':16} {'predicted ms':>13} {'measured ms':>12} {'(min..max)':>17} {'rank p':>6} {'rank m':>6}")
 for g, p, m, a, b in sorted(zip(grids, pred, got, rp, rm), key=lambda t: t[1]):
     r = meas[g]
-    print(f"{g:10} {p:13.1f} {m:12.1f} {r['min_ms']:8.1f}..{r['max_ms']:<8.1f} {a:6.1f} {b:6.1f}")
+    print(f"{g:16} {p:13.1f} {m:12.1f} {r['min_ms']:8.1f}..{r['max_ms']:<8.1f} {a:6.1f} {b:6.1f}")
 first = min(grids, key=lambda g: plan[g]["step_s"])
 best = min(grids, key=lambda g: meas[g]["median_ms"])
 print(f"Spearman rank correlation over {n} grids: {rho:.3f}")

@@ -159,6 +159,36 @@ fi
     fail "--search mh: exit $?"
 cmp -s "$WORK/mh1.json" "$WORK/mh2.json" || fail "--search mh: two runs with one seed differ"
 
+# pipeline stages (issue 26): bad input, the ranking of (grid, P, M), one stage's grid in detail
+bad 2 "8 ranks do not split into 3 stages"         --model mini --ranks 8 --stages 3
+bad 2 "--grid with --stages auto"                  --model mini --stages auto --grid 1x1x2x1
+bad 2 "the stages' blocks add up to 5, but the model has L=4" --model mini --ranks 4 --stages 2 --stage-layers 3,2
+bad 2 "--stage-layers 3,x: expected the blocks"     --model mini --stages 2 --stage-layers 3,x
+bad 2 "the AG cache holds every block or none"      --model mini --ranks 4 --stages 2 --ag-cache 2
+bad 2 "need the full cost model, not paper"        --model mini --ranks 4 --stages 2 --cost paper
+bad 2 "--stages: give the job's --ranks"           --model mini --stages 2
+bad 2 "--stages 0: expected a number from 1 to 1048576, or auto" --model mini --stages 0
+bad 2 "--schedule fast: expected message or 1f1b"  --model mini --schedule fast
+PIPE="--model mini --layers 8 --batch 16 --seq 64 --ranks 8 --checkpoint off"
+"$FF" plan $PIPE --stages auto --micro-batches auto --top 100 > "$WORK/pipe" 2> "$WORK/err" ||
+    fail "plan --stages auto: exit $?: $(cat "$WORK/err")"
+for P in 1 2 4 8; do # every P dividing 8 ranks with a block each, ranked together
+    grep -qE "^ +[0-9]+ [0-9x]+ P$P M[0-9]+ " "$WORK/pipe" || fail "--stages auto: no row with P$P"
+done
+grep -q "35 grids of the stages of 8 ranks" "$WORK/pipe" || fail "--stages auto: not 20+10+4+1 grids"
+bad 2 "each of the 2 stages has 4"                 $PIPE --stages 2 --grid 1x1x2x1
+"$FF" plan $PIPE --ranks 4 --stages 2 --micro-batches 4 --grid 1x1x2x1 > "$WORK/pipe1" 2> "$WORK/err" ||
+    fail "plan --stages 2 --grid: exit $?: $(cat "$WORK/err")"
+grep -q "pipeline: 2 stages of 2 ranks (4 in all), message-driven" "$WORK/pipe1" ||
+    fail "--stages 2 --grid 1x1x2x1: no pipeline line"
+grep -q "(the bubble)" "$WORK/pipe1" || fail "--stages 2 --grid 1x1x2x1: no bubble"
+if command -v python3 > /dev/null; then
+    "$FF" plan $PIPE --stages 4 --micro-batches 8 --json > "$WORK/pipe.json" ||
+        fail "plan --stages 4 --json: exit $?"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); g=d["grids"]; assert d["stages"] == 4 and len(g) == 4 and all(r["stages"] == 4 and r["micro_batches"] == 8 and r["p2p"]["calls"] > 0 for r in g if not r["rejected"]), g' \
+        "$WORK/pipe.json" || fail "--stages 4 --json: not 4 grids of 2 ranks with their messages"
+fi
+
 # under a launcher, without MPI_Init, only rank 0 prints
 if "$MPIEXEC" -np 2 --oversubscribe "$FF" plan --model tiny --ranks 4 --batch 4 --seq 32 \
     > "$WORK/mpi" 2>&1; then

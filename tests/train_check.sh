@@ -159,16 +159,17 @@ resumed "$WORK/s2"
 compare "$WORK/p2/log.jsonl" "$WORK/s2/log.jsonl" 6 0 "saved with 2 stages, resumed with 2 (same grid)" ||
     fail "bit-exact resume with 2 stages"
 same_files "$WORK/p2" "$WORK/s2"
-for g in "1 2x2x1x1" "4 1x1x1x1 --schedule 1f1b"; do # P GRID [OPTIONS]
+# (and with 2 stages of the grid the planner picks for a 2-stage pipeline)
+for g in "1 2x2x1x1" "4 1x1x1x1 --schedule 1f1b" "2 auto"; do # P GRID [OPTIONS]
     set -- $g
-    p=$1 grid=$2
+    p=$1 grid=$2 dir=$WORK/r$1-$2
     shift 2
-    resume_from_5 "$WORK/s$p" "$WORK/p2"
-    run 4 train --grid "$grid" --stages "$p" "$@" $TRAIN4 --out "$WORK/s$p" --resume ||
+    resume_from_5 "$dir" "$WORK/p2"
+    run 4 train --grid "$grid" --stages "$p" "$@" $TRAIN4 --out "$dir" --resume ||
         { cat "$WORK/out"; fail "resume with $p stages"; }
-    resumed "$WORK/s$p"
-    staged "$WORK/s$p" "$grid" "$p"
-    compare "$WORK/p2/log.jsonl" "$WORK/s$p/log.jsonl" 6 1e-5 \
+    resumed "$dir"
+    staged "$dir" "$(echo "$grid" | sed 's/auto/[0-9x]*/')" "$p"
+    compare "$WORK/p2/log.jsonl" "$dir/log.jsonl" 6 1e-5 \
         "saved with 2 stages, resumed with $p stages of $grid${*:+ $*}" || fail "resume with $p stages"
 done
 

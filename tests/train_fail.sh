@@ -97,7 +97,7 @@ case_ "--micro-batches 0: expected an integer from 1" 2 train $S --data "$D" --m
 case_ "is not a multiple of --micro-batches 3" 2 train $S --data "$D" --micro-batches 3 --out "$WORK/o"
 case_ "--schedule foo: expected message or 1f1b" 2 train $S --data "$D" --schedule foo --out "$WORK/o"
 case_ "--slow-ms needs --slow-stage"       2 train $S --data "$D" --slow-ms 5 --out "$WORK/o"
-case_ "the planner does not rank pipeline stages yet" 2 train $S --data "$D" --grid auto --stages 2 --out "$WORK/o"
+case_ "--grid auto: 4 ranks do not split into 3 stages" 1 train $S --data "$D" --grid auto --stages 3 --out "$WORK/o"
 
 echo "train_fail: $failures failures"
 [ "$failures" = 0 ]

@@ -141,7 +141,9 @@ typedef struct {
     ff_cost cost;
     int checkpoint;    /* 0, 1, or FF_PLAN_AUTO: off where the step fits without it */
     int ag_cache;      /* blocks whose gathered weights are kept; FF_PLAN_AUTO: as many as fit */
-    int micro_batches; /* per step, >= 1 */
+    int micro_batches; /* per step, >= 1; FF_PLAN_AUTO (full cost model): for each
+                          grid, the fastest count that divides its sequences per rank
+                          (with more than 2^20 of them, 1) */
     int wire_bytes;    /* 4 (fp32) or 2 (bf16) for weights, activations and gradients */
     unsigned overlap;  /* FF_OVERLAP_* */
     int min_tp;        /* axonn: minimum Gx*Gy*Gz; 0: the tool's value for the model */
@@ -169,18 +171,25 @@ typedef struct {
      * a product at panel boundaries (docs/linear.md), so the panels decide
      * how many chunks a product of few rows can have. */
     int64_t panel_rows;
-    /* Pipeline stages (docs/pipeline.md; 1: none) and their blocks
-     * (stage_layers, `stages` entries summing to L; NULL: src/nn/gpt.c's
-     * even split). Only ff_plan_traffic_stage takes stages so far: the
-     * step model, memory and ranking of stages are the open part of issue
-     * 26, and the other functions refuse stages > 1. Not owned. */
+    /* Pipeline stages (docs/pipeline.md; 1: none). With P > 1, `ranks` is
+     * the whole job and a grid is one stage's (ranks / P ranks); the step
+     * is the pipeline's: each stage's forward and backward runs timed as
+     * without stages, then the schedule played with the point-to-point
+     * messages between them (docs/planner.md, "Pipeline stages").
+     * FF_PLAN_AUTO (ff_plan_create only): every P dividing `ranks` with
+     * P <= L. stage_layers: `stages` entries summing to L, or NULL for
+     * src/nn/gpt.c's even split (only with a fixed P). With stages the
+     * full cost model only, no per-layer plan, and the AG cache of every
+     * block or of none (FF_PLAN_AUTO: every block if it fits). Not owned. */
     int stages;
     const int *stage_layers;
+    int schedule;   /* FF_PIPE_MESSAGE (0) or FF_PIPE_1F1B (1), gpt.h's ff_pipe_schedule */
+    int pipe_limit; /* micro-batches in flight per stage, K; 0: P */
 } ff_plan_config;
 
 /* batch 8, seq 1024, 1 rank, machine "this", cost full, checkpoint and
  * AG cache automatic, 1 micro-batch, fp32 wire, every overlap, model unset,
- * collectives ff_coll_model_default, no per-layer plan. */
+ * collectives ff_coll_model_default, no per-layer plan, one stage. */
 void ff_plan_config_default(ff_plan_config *cfg);
 
 /* One collective kind on one group, per step, for one rank. */
@@ -200,7 +209,8 @@ typedef struct {
 } ff_plan_link;
 
 typedef struct {
-    ff_dims grid; /* axonn: x = Gr, y = Gc, z = Gd, d = Gdata */
+    ff_dims grid; /* one stage's; axonn: x = Gr, y = Gc, z = Gd, d = Gdata */
+    int stages;   /* P: the job has P x the grid's ranks */
     int rejected;
     char reason[320]; /* every reason, "; "-separated */
     int checkpoint, ag_cache, micro_batches;
@@ -210,7 +220,16 @@ typedef struct {
     double gemm_s, attention_s, elementwise_s, optimizer_s;
     ff_plan_coll coll[FF_NGROUPS][FF_NCOLL]; /* traffic of rank 0 */
     ff_plan_link link[FF_NGROUPS];
-    uint64_t bytes_recv; /* rank 0, every group and collective */
+    uint64_t bytes_recv; /* rank 0, every group and collective, and p2p */
+
+    /* with stages: rank 0's point-to-point messages; the flight of one
+     * activation (or its gradient) between two stages; the step's time in
+     * which the busiest stage waits for messages (the bubble). The times
+     * above (compute_s ... optimizer_s, exposed_s, coll[][].time_s) are the
+     * busiest stage's, and the memory the largest stage's. */
+    ff_plan_coll p2p;
+    double p2p_s, bubble_s;
+    int busiest_stage;
 
     /* memory of one rank, bytes */
     double mem_params, mem_grads, mem_optimizer, mem_weight_buffers, mem_activations, mem_total;
@@ -229,8 +248,8 @@ typedef struct {
  * NULL). */
 size_t ff_plan_grids(int ranks, ff_dims *out, size_t cap);
 
-/* Evaluates one grid under cfg (cfg->ranks is ignored; the grid's product
- * is the rank count). A grid that does not divide or fit is a result with
+/* Evaluates one grid under cfg (cfg->ranks is ignored; the grid's product,
+ * times cfg->stages, is the rank count). A grid that does not divide or fit is a result with
  * rejected = 1, not an error; errors are bad configurations, and a
  * per-layer plan (cfg->layers) for another model or grid: FF_EINVAL with
  * ff_layer_plan_match's sentence. */
@@ -250,9 +269,10 @@ int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
 /* The same for the rank at `coords` of stage `stage` of cfg->stages
  * (docs/pipeline.md), whose grid is `grid`: its collectives (WORLD spanning
  * every stage) and in *p2p its point-to-point messages on PIPE (calls,
- * bytes sent and received), exactly what its counters record. Needs
- * checkpointing on or off, the AG cache of every block or of none, and no
- * per-layer plan (FF_EINVAL otherwise). */
+ * bytes sent and received), exactly what its counters record. Needs a
+ * number of stages and of micro-batches, checkpointing on or off, the AG
+ * cache of every block or of none and no per-layer plan (FF_EINVAL
+ * otherwise); any cost model (bytes do not depend on it). */
 int ff_plan_traffic_stage(const ff_plan_config *cfg, ff_dims grid, ff_dims coords, int stage,
                           ff_plan_coll out[FF_NGROUPS][FF_NCOLL], ff_plan_coll *p2p, char *err,
                           size_t err_len);
@@ -287,9 +307,9 @@ double ff_plan_axonn_bandwidth(const ff_profile *p, int inner, int size);
 
 typedef struct ff_plan ff_plan;
 
-/* Evaluates every grid of cfg->ranks (axonn: the tool's own search space)
- * and sorts them: accepted grids by predicted time (ties keep enumeration
- * order), then rejected ones in enumeration order. On failure *out is still
+/* Evaluates every grid of cfg->ranks (axonn: the tool's own search space;
+ * with stages, every grid of ranks / P for each P) and sorts them: accepted grids by predicted time
+ * (ties keep enumeration order), then rejected ones in enumeration order. On failure *out is still
  * set (unless FF_ENOMEM) so that ff_plan_error() can be read; destroy it. */
 int ff_plan_create(ff_plan **out, const ff_plan_config *cfg);
 void ff_plan_destroy(ff_plan *plan);

@@ -389,6 +389,15 @@ int cmd_bench_profile(int argc, char **argv)
     cli_print("\n# sgemm %dx%dx%d, 1 thread, all ranks at once: %.2f GFLOP/s per rank (median), "
               "OpenBLAS core %s\n",
               dim, dim, dim, med * 1e-9, ff_blas_core());
+    /* the profile's gemm_flops is one rank's rate on a core of its own; the
+     * planner shares it among the ranks of a node that compute at once
+     * (docs/planner.md, "Machine profiles"). Measured with more ranks than
+     * cores on a node, each rank had cores/ranks of one. */
+    if (cores > 0 && g > cores) {
+        med *= (double)g / (double)cores;
+        cli_print("# %d ranks shared %ld cores: %.2f GFLOP/s per rank on a core of its own\n", g,
+                  cores, med * 1e-9);
+    }
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     double mem = pages > 0 && page > 0 ? (double)pages * (double)page / (g > 0 ? g : 1) : 0;
 

@@ -131,6 +131,32 @@ int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out
     return 0;
 }
 
+int cli_parse_stage_layers(const char *text, int stages, int *out, int cap)
+{
+    int n = 0;
+    const char *p = text;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 1 || v > 100000 || (*end && *end != ',') || n == cap) {
+            cli_error("--stage-layers %s: expected the blocks of each stage, positive numbers "
+                      "separated by commas (e.g. 3,3,2)",
+                      text);
+            return -1;
+        }
+        out[n++] = (int)v;
+        if (!*end)
+            break;
+        p = end + 1;
+    }
+    if (n != stages) {
+        cli_error("--stage-layers %s gives %d stages, but --stages is %d", text, n, stages);
+        return -1;
+    }
+    return 0;
+}
+
 int cli_parse_double(const char *opt, const char *text, double lo, double hi, double *out)
 {
     char *end;

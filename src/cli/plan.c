@@ -27,7 +27,7 @@ static const char help[] =
     "training:\n"
     "  --batch N            global batch in sequences (default 8)\n"
     "  --seq N              tokens per sequence (default 1024)\n"
-    "  --micro-batches N    per step (default 1)\n"
+    "  --micro-batches N    per step, or auto: the fastest for each grid (default 1)\n"
     "  --panel-rows N       GEMM panel height the run forces (0: by shape, the default);\n"
     "                       decomposition cuts products at panel boundaries\n"
     "  --checkpoint M       activation checkpointing: on, off, auto (default auto: only\n"
@@ -36,6 +36,12 @@ static const char help[] =
     "                       or auto (default: as many as fit)\n"
     "  --wire W             fp32 or bf16 for weights, activations, gradients (default fp32)\n"
     "  --overlap LIST       oar,ors,oag,dp, all or none (default all)\n"
+    "pipeline stages (docs/pipeline.md):\n"
+    "  --stages P           stages, each running a grid of ranks/P (default 1), or auto:\n"
+    "                       every P that divides the ranks, ranked together\n"
+    "  --schedule S         message (default) or 1f1b\n"
+    "  --pipeline-limit K   micro-batches in flight per stage (default P)\n"
+    "  --stage-layers A,B,.. blocks of each stage (default: as even as possible)\n"
     "machine:\n"
     "  --ranks N            ranks to plan for (default 1, or the product of --grid)\n"
     "  --machine M          perlmutter, frontier, alps, this, or a profile FILE.json\n"
@@ -48,7 +54,8 @@ static const char help[] =
     "                       (AxoNN's tool), axonn-corrected (its transposed layers fixed)\n"
     "  --top N              grids to show (default 10)\n"
     "  --json               every grid, as JSON\n"
-    "  --grid GxxGyxGzxGd   explain one grid in detail (axonn: Gr x Gc x Gd x Gdata)\n"
+    "  --grid GxxGyxGzxGd   explain one grid in detail (axonn: Gr x Gc x Gd x Gdata;\n"
+    "                       with --stages, one stage's grid)\n"
     "  --rejected           list the rejected grids and why (also --why-rejected)\n"
     "  --min-tp N           axonn: minimum Gr*Gc*Gd (default: the tool's value per model)\n"
     "  --grad-acc N         axonn: gradient accumulation steps (default 1)\n"
@@ -114,6 +121,23 @@ static const char *fmt_grid(char *buf, size_t len, ff_dims g)
     return buf;
 }
 
+/* With stages or automatic micro-batches, a row is a grid, a number of
+ * stages and of micro-batches. */
+static int is_piped(const ff_plan_config *cfg)
+{
+    return cfg->stages != 1 || cfg->micro_batches == FF_PLAN_AUTO;
+}
+
+static const char *fmt_config(char *buf, size_t len, const ff_plan_result *r, int piped)
+{
+    ff_dims g = r->grid;
+    if (piped)
+        snprintf(buf, len, "%dx%dx%dx%d P%d M%d", g.x, g.y, g.z, g.d, r->stages, r->micro_batches);
+    else
+        snprintf(buf, len, "%dx%dx%dx%d", g.x, g.y, g.z, g.d);
+    return buf;
+}
+
 static void json_string(FILE *f, const char *s)
 {
     ff_text t = {0};
@@ -136,6 +160,8 @@ typedef struct {
     long seed;
     const char *out, *plan_file;
     char plan_grid[64]; /* --plan without --grid: the plan's */
+    const char *stage_layers;
+    int stage_split[1024]; /* --stage-layers, parsed */
 } plan_opts;
 
 static int parse_on_off(const char *opt, const char *v, int *out)
@@ -178,6 +204,24 @@ static int parse_overlap(const char *v, unsigned *out)
             cli_error("--overlap %s: '%s' is not one of oar, ors, oag, dp, all, none", v, tok);
             return -1;
         }
+    }
+    return 0;
+}
+
+/* A positive count or "auto" (FF_PLAN_AUTO); 0, or -1 with the message
+ * printed. */
+static int parse_count_or_auto(const char *opt, const char *v, int *out)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (!strcmp(v, "auto")) {
+        *out = FF_PLAN_AUTO;
+    } else if (errno || end == v || *end || n < 1 || n > (1L << 20)) {
+        cli_error("--%s %s: expected a number from 1 to %ld, or auto", opt, v, 1L << 20);
+        return -1;
+    } else {
+        *out = (int)n;
     }
     return 0;
 }
@@ -227,10 +271,28 @@ static int parse_args(int argc, char **argv, plan_opts *o)
             if (!(v = cli_value(&a)) || cli_parse_int("panel-rows", v, 0, 1L << 30, &n))
                 return CLI_USAGE;
             o->cfg.panel_rows = n;
-        } else if (cli_is(&a, "micro-batches")) {
-            if (!(v = cli_value(&a)) || cli_parse_int("micro-batches", v, 1, 1L << 20, &n))
+        } else if (cli_is(&a, "micro-batches") || cli_is(&a, "stages")) {
+            int stages = cli_is(&a, "stages");
+            if (!(v = cli_value(&a)) ||
+                parse_count_or_auto(stages ? "stages" : "micro-batches", v,
+                                    stages ? &o->cfg.stages : &o->cfg.micro_batches))
                 return CLI_USAGE;
-            o->cfg.micro_batches = (int)n;
+        } else if (cli_is(&a, "schedule")) {
+            if (!(v = cli_value(&a)))
+                return CLI_USAGE;
+            if (!strcmp(v, "message") || !strcmp(v, "1f1b"))
+                o->cfg.schedule = v[0] == '1';
+            else {
+                cli_error("--schedule %s: expected message or 1f1b", v);
+                return CLI_USAGE;
+            }
+        } else if (cli_is(&a, "pipeline-limit")) {
+            if (!(v = cli_value(&a)) || cli_parse_int("pipeline-limit", v, 1, 1L << 20, &n))
+                return CLI_USAGE;
+            o->cfg.pipe_limit = (int)n;
+        } else if (cli_is(&a, "stage-layers")) {
+            if (!(o->stage_layers = cli_value(&a)))
+                return CLI_USAGE;
         } else if (cli_is(&a, "checkpoint")) {
             if (!(v = cli_value(&a)) || parse_on_off("checkpoint", v, &o->cfg.checkpoint))
                 return CLI_USAGE;
@@ -324,6 +386,16 @@ static int parse_args(int argc, char **argv, plan_opts *o)
         } else {
             return cli_unknown(&a, "plan");
         }
+    }
+    if (o->stage_layers) {
+        if (o->cfg.stages == FF_PLAN_AUTO) {
+            cli_error("--stage-layers needs a number of --stages, not auto");
+            return CLI_USAGE;
+        }
+        if (cli_parse_stage_layers(o->stage_layers, o->cfg.stages, o->stage_split,
+                                   (int)(sizeof o->stage_split / sizeof o->stage_split[0])))
+            return CLI_USAGE;
+        o->cfg.stage_layers = o->stage_split;
     }
     return CLI_OK;
 }
@@ -420,9 +492,24 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
     cli_print("model %s: L=%d C=%lld NH=%d V=%lld (padded %lld), %.3g parameters\n", md->name,
               md->layers, (long long)md->hidden, md->heads, (long long)md->vocab,
               (long long)ff_model_padded_vocab(md), (double)ff_model_params(md, cfg->seq));
-    cli_print("batch %lld sequences x %lld tokens, %d micro-batch%s; %d ranks, %d per node\n",
-              (long long)cfg->batch, (long long)cfg->seq, cfg->micro_batches,
-              cfg->micro_batches > 1 ? "es" : "", cfg->ranks, p->ranks_per_node);
+    char mb[48];
+    if (cfg->micro_batches == FF_PLAN_AUTO)
+        snprintf(mb, sizeof mb, "micro-batches the fastest per grid");
+    else
+        snprintf(mb, sizeof mb, "%d micro-batch%s", cfg->micro_batches,
+                 cfg->micro_batches > 1 ? "es" : "");
+    cli_print("batch %lld sequences x %lld tokens, %s; %d ranks, %d per node\n",
+              (long long)cfg->batch, (long long)cfg->seq, mb, cfg->ranks, p->ranks_per_node);
+    if (cfg->stages != 1) {
+        if (cfg->stages == FF_PLAN_AUTO)
+            snprintf(mb, sizeof mb, "every number of stages");
+        else
+            snprintf(mb, sizeof mb, "%d stages of %d ranks", cfg->stages, cfg->ranks / cfg->stages);
+        char lim[32];
+        snprintf(lim, sizeof lim, cfg->pipe_limit ? "%d" : "P", cfg->pipe_limit);
+        cli_print("pipeline: %s, %s schedule, at most %s micro-batches in flight per stage\n", mb,
+                  cfg->schedule ? "1F1B" : "message-driven", lim);
+    }
     cli_print("machine %s: %s per rank, GEMM %sFLOP/s, peak %sFLOP/s, links %.3g GB/s in a node, "
               "%.3g GB/s out of one\n",
               p->name, fmt_bytes(b1, sizeof b1, p->memory_bytes),
@@ -442,8 +529,9 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
                                  : "from the profile (the tool has "
                                    "no table for this machine)");
     else if (grids)
-        cli_print("cost model %s: %zu grids of %d ranks, %zu fit, %zu rejected%s\n",
-                  ff_cost_name(cfg->cost), grids, cfg->ranks, accepted, grids - accepted,
+        cli_print("cost model %s: %zu grids %s %d ranks, %zu fit, %zu rejected%s\n",
+                  ff_cost_name(cfg->cost), grids, cfg->stages == 1 ? "of" : "of the stages of",
+                  cfg->ranks, accepted, grids - accepted,
                   grids > accepted ? " (--rejected says why)" : "");
     else
         cli_print("cost model %s\n", ff_cost_name(cfg->cost));
@@ -453,17 +541,19 @@ static void print_table(const ff_plan *plan, int top)
 {
     const ff_plan_config *cfg = ff_plan_config_of(plan);
     size_t shown = ff_plan_accepted(plan) < (size_t)top ? ff_plan_accepted(plan) : (size_t)top;
-    char g[48], t[12][24];
+    char g[96], t[12][24];
     if (shown == 0) {
         cli_print("\nno grid fits%s\n", ff_plan_count(plan) ? " (--rejected says why)" : "");
         return;
     }
     cli_print("\n");
+    const int piped = is_piped(cfg);
     if (cfg->cost == FF_COST_FULL) {
-        cli_print("%4s %-14s %9s %9s %9s %9s | %8s %8s %8s %8s %8s %8s | %10s %10s %5s %8s "
+        cli_print("%4s %-*s %9s %9s %9s %9s%s | %8s %8s %8s %8s %8s %8s | %10s %10s %5s %8s "
                   "%6s\n",
-                  "rank", "grid", "step", "compute", "exposed", "hidden", "AR X", "AR Y", "AG Z",
-                  "RS Z", "AR D", "other", "recv/rank", "mem/rank", "ckpt", "FLOP/s", "%peak");
+                  "rank", piped ? 20 : 14, piped ? "grid stages micro" : "grid", "step", "compute",
+                  "exposed", "hidden", piped ? "    bubble" : "", "AR X", "AR Y", "AG Z", "RS Z",
+                  "AR D", "other", "recv/rank", "mem/rank", "ckpt", "FLOP/s", "%peak");
         for (size_t i = 0; i < shown; i++) {
             const ff_plan_result *r = ff_plan_get(plan, i);
             double other = 0;
@@ -481,13 +571,17 @@ static void print_table(const ff_plan *plan, int top)
                 snprintf(ck, sizeof ck, "c%d", r->ag_cache);
             else
                 snprintf(ck, sizeof ck, "off");
-            cli_print("%4zu %-14s %9s %9s %9s %9s | %8s %8s %8s %8s %8s %8s | %10s %10s %5s %8s "
+            char bubble[32] = "";
+            if (piped)
+                snprintf(bubble, sizeof bubble, " %9s", fmt_time(t[4], 24, r->bubble_s));
+            cli_print("%4zu %-*s %9s %9s %9s %9s%s | %8s %8s %8s %8s %8s %8s | %10s %10s %5s %8s "
                       "%5.1f%%\n",
-                      i + 1, fmt_grid(g, sizeof g, r->grid), fmt_time(t[0], 24, r->step_s),
-                      fmt_time(t[1], 24, r->compute_s), fmt_time(t[2], 24, r->exposed_s),
-                      fmt_time(t[3], 24, r->hidden_s), fmt_time(t[4], 24, arx),
-                      fmt_time(t[5], 24, ary), fmt_time(t[6], 24, agz), fmt_time(t[7], 24, rsz),
-                      fmt_time(t[8], 24, ard), fmt_time(t[9], 24, other > 0 ? other : 0),
+                      i + 1, piped ? 20 : 14, fmt_config(g, sizeof g, r, piped),
+                      fmt_time(t[0], 24, r->step_s), fmt_time(t[1], 24, r->compute_s),
+                      fmt_time(t[2], 24, r->exposed_s), fmt_time(t[3], 24, r->hidden_s), bubble,
+                      fmt_time(t[4], 24, arx), fmt_time(t[5], 24, ary), fmt_time(t[6], 24, agz),
+                      fmt_time(t[7], 24, rsz), fmt_time(t[8], 24, ard),
+                      fmt_time(t[9], 24, other > 0 ? other : 0),
                       fmt_bytes(t[10], 24, (double)r->bytes_recv),
                       fmt_bytes(t[11], 24, r->mem_total), ck,
                       fmt_flops(fl, sizeof fl, r->flops_per_rank_s), 100 * r->peak_fraction);
@@ -496,6 +590,10 @@ static void print_table(const ff_plan *plan, int top)
                   "compute (OAR/ORS/OAG/DP).\nAR X ... other: time of each collective kind "
                   "per step; ckpt: off, or c<N> = checkpointing with\nN blocks' gathered "
                   "weights cached; FLOP/s: model FLOP/s per rank (6 N tokens + 6 L B T^2 C).\n");
+        if (piped)
+            cli_print("With stages: grid is one stage's, then P<stages> M<micro-batches>; "
+                      "compute ... other are the\nbusiest stage's, and bubble is the time it "
+                      "waits for the other stages' messages.\n");
     } else if (cfg->cost == FF_COST_PAPER) {
         cli_print("%4s %-14s %10s | %9s %9s %9s %9s %9s | %10s\n", "rank", "grid", "comm",
                   "AG Z 5.1", "RS Z 5.2", "AR Y", "AR X", "AR D 5.5", "mem/rank");
@@ -532,15 +630,15 @@ static void print_table(const ff_plan *plan, int top)
 static void print_rejected(const ff_plan *plan)
 {
     size_t n = ff_plan_count(plan), a = ff_plan_accepted(plan);
-    char g[48];
+    const int piped = is_piped(ff_plan_config_of(plan));
+    char g[96];
     cli_print("\nrejected grids (%zu):\n", n - a);
     for (size_t i = a; i < n; i++) {
         const ff_plan_result *r = ff_plan_get(plan, i);
-        cli_print("  %-14s %s\n", fmt_grid(g, sizeof g, r->grid), r->reason);
+        cli_print("  %-*s %s\n", piped ? 20 : 14, fmt_config(g, sizeof g, r, piped), r->reason);
     }
 }
 
-static const char *const group_names[FF_NGROUPS] = {"X", "Y", "Z", "D", "ZD", "TP", "WORLD"};
 static const char *const coll_names[FF_NCOLL] = {"all-gather", "reduce-scatter", "all-reduce",
                                                  "all-to-all"};
 
@@ -578,6 +676,8 @@ static void print_detail(const ff_plan_config *cfg, const ff_plan_result *r)
     cli_print("per rank: %lld sequences x %lld tokens = %lld rows; ",
               (long long)(cfg->batch / ((int64_t)r->grid.z * r->grid.d)), (long long)cfg->seq,
               (long long)rows);
+    if (r->stages > 1 || cfg->micro_batches == FF_PLAN_AUTO)
+        cli_print("%d micro-batches; ", r->micro_batches);
     if (cfg->layers) {
         int ckpt = 0, cached = cfg->layers->head.ag_cache;
         for (int l = 0; l < cfg->layers->layers; l++) {
@@ -597,14 +697,24 @@ static void print_detail(const ff_plan_config *cfg, const ff_plan_result *r)
     cli_print("\n  group  size  inner  placement      alpha      bandwidth\n");
     for (int k = 0; k < FF_NGROUPS; k++) {
         const ff_plan_link *l = &r->link[k];
+        if (k == FF_GROUP_STAGE || (k == FF_GROUP_PIPE && r->stages <= 1))
+            continue; /* a stage's ranks: no collective of the step */
         if (l->size == 1) {
-            cli_print("  %-5s %5d %6lld  -\n", group_names[k], l->size, (long long)l->inner);
+            cli_print("  %-5s %5d %6lld  -\n", ff_group_kind_name((ff_group_kind)k), l->size,
+                      (long long)l->inner);
             continue;
         }
-        cli_print("  %-5s %5d %6lld  %-13s %6s %10.3g GB/s\n", group_names[k], l->size,
-                  (long long)l->inner, l->intra ? "inside a node" : "across nodes",
+        cli_print("  %-5s %5d %6lld  %-13s %6s %10.3g GB/s\n", ff_group_kind_name((ff_group_kind)k),
+                  l->size, (long long)l->inner, l->intra ? "inside a node" : "across nodes",
                   fmt_time(t[0], 24, l->alpha_s), l->beta_Bps / 1e9);
     }
+    if (r->stages > 1)
+        cli_print("\n  pipeline: %d stages of %d ranks (%d in all), %s schedule, %d micro-batches "
+                  "in flight per stage;\n  one activation message between stages %s; the "
+                  "busiest stage is stage %d\n",
+                  r->stages, ranks, ranks * r->stages, cfg->schedule ? "1F1B" : "message-driven",
+                  cfg->pipe_limit ? cfg->pipe_limit : r->stages, fmt_time(t[0], 24, r->p2p_s),
+                  r->busiest_stage);
     if (cfg->cost == FF_COST_PAPER) {
         cli_print("\n  communication %s (equations 5.1-5.5 over every layer)\n",
                   fmt_time(t[0], 24, r->step_s));
@@ -613,28 +723,42 @@ static void print_detail(const ff_plan_config *cfg, const ff_plan_result *r)
                   "(hidden beside compute: %s)\n",
                   fmt_time(t[0], 24, r->step_s), fmt_time(t[1], 24, r->compute_s),
                   fmt_time(t[2], 24, r->exposed_s), fmt_time(t[3], 24, r->hidden_s));
+        if (r->stages > 1)
+            cli_print("  (those of the busiest stage) + its wait for the other stages (the "
+                      "bubble) %s\n",
+                      fmt_time(t[0], 24, r->bubble_s));
         cli_print("  compute: GEMM %s, attention %s, elementwise %s, optimizer %s\n",
                   fmt_time(t[0], 24, r->gemm_s), fmt_time(t[1], 24, r->attention_s),
                   fmt_time(t[2], 24, r->elementwise_s), fmt_time(t[3], 24, r->optimizer_s));
     }
     cli_print(
-        "\n  collectives of rank 0 per step    calls         sent     received        time\n");
+        "\n  collectives of rank 0 per step    calls         sent     received        time%s\n",
+        r->stages > 1 ? " (on the busiest stage)" : "");
     for (int k = 0; k < FF_NGROUPS; k++)
         for (int c = 0; c < FF_NCOLL; c++) {
             const ff_plan_coll *pc = &r->coll[k][c];
             if (!pc->calls && pc->time_s <= 0)
                 continue;
             char s1[24], s2[24];
-            cli_print(
-                "  %-5s %-24s %8llu %12s %12s %11s\n", group_names[k], coll_names[c],
-                (unsigned long long)pc->calls, fmt_bytes(s1, sizeof s1, (double)pc->bytes_sent),
-                fmt_bytes(s2, sizeof s2, (double)pc->bytes_recv), fmt_time(t[0], 24, pc->time_s));
+            cli_print("  %-5s %-24s %8llu %12s %12s %11s\n", ff_group_kind_name((ff_group_kind)k),
+                      coll_names[c], (unsigned long long)pc->calls,
+                      fmt_bytes(s1, sizeof s1, (double)pc->bytes_sent),
+                      fmt_bytes(s2, sizeof s2, (double)pc->bytes_recv),
+                      fmt_time(t[0], 24, pc->time_s));
         }
-    cli_print("\n  memory per rank %s of %s: parameters %s, gradients %s, AdamW moments %s,\n"
+    if (r->p2p.calls) {
+        char s1[24], s2[24];
+        cli_print("  %-5s %-24s %8llu %12s %12s\n", "PIPE", "point-to-point",
+                  (unsigned long long)r->p2p.calls,
+                  fmt_bytes(s1, sizeof s1, (double)r->p2p.bytes_sent),
+                  fmt_bytes(s2, sizeof s2, (double)r->p2p.bytes_recv));
+    }
+    cli_print("\n  memory per rank%s %s of %s: parameters %s, gradients %s, AdamW moments %s,\n"
               "  gathered weights and gradients %s, activations %s\n",
-              fmt_bytes(t[0], 24, r->mem_total), fmt_bytes(t[1], 24, cfg->machine.memory_bytes),
-              fmt_bytes(t[2], 24, r->mem_params), fmt_bytes(t[3], 24, r->mem_grads),
-              fmt_bytes(t[4], 24, r->mem_optimizer), fmt_bytes(t[5], 24, r->mem_weight_buffers),
+              r->stages > 1 ? " (the largest stage)" : "", fmt_bytes(t[0], 24, r->mem_total),
+              fmt_bytes(t[1], 24, cfg->machine.memory_bytes), fmt_bytes(t[2], 24, r->mem_params),
+              fmt_bytes(t[3], 24, r->mem_grads), fmt_bytes(t[4], 24, r->mem_optimizer),
+              fmt_bytes(t[5], 24, r->mem_weight_buffers),
               fmt_bytes(g, sizeof g, r->mem_activations));
     if (cfg->cost == FF_COST_FULL)
         cli_print("\n  model FLOPs per step (6 N tokens + 6 L B T^2 C) %.4g; per rank %sFLOP/s, "
@@ -678,8 +802,9 @@ static void print_json_result(FILE *f, const ff_plan_config *cfg, const ff_plan_
         fprintf(f,
                 "%s{\"group\": \"%s\", \"size\": %d, \"inner\": %lld, \"intra\": %s, "
                 "\"alpha_s\": %.6g, \"beta_Bps\": %.6g}",
-                k ? ", " : "", group_names[k], r->link[k].size, (long long)r->link[k].inner,
-                r->link[k].intra ? "true" : "false", r->link[k].alpha_s, r->link[k].beta_Bps);
+                k ? ", " : "", ff_group_kind_name((ff_group_kind)k), r->link[k].size,
+                (long long)r->link[k].inner, r->link[k].intra ? "true" : "false",
+                r->link[k].alpha_s, r->link[k].beta_Bps);
     fprintf(f, "], \"collectives\": [");
     int first = 1;
     for (int k = 0; k < FF_NGROUPS; k++)
@@ -690,12 +815,19 @@ static void print_json_result(FILE *f, const ff_plan_config *cfg, const ff_plan_
             fprintf(f,
                     "%s{\"group\": \"%s\", \"collective\": \"%s\", \"calls\": %llu, "
                     "\"bytes_sent\": %llu, \"bytes_recv\": %llu, \"time_s\": %.9g}",
-                    first ? "" : ", ", group_names[k], ff_coll_name((ff_coll)c),
-                    (unsigned long long)pc->calls, (unsigned long long)pc->bytes_sent,
-                    (unsigned long long)pc->bytes_recv, pc->time_s);
+                    first ? "" : ", ", ff_group_kind_name((ff_group_kind)k),
+                    ff_coll_name((ff_coll)c), (unsigned long long)pc->calls,
+                    (unsigned long long)pc->bytes_sent, (unsigned long long)pc->bytes_recv,
+                    pc->time_s);
             first = 0;
         }
-    fprintf(f, "]}");
+    fprintf(f,
+            "], \"stages\": %d, \"micro_batches\": %d, \"bubble_s\": %.9g, \"p2p_s\": %.9g, "
+            "\"busiest_stage\": %d, \"p2p\": {\"calls\": %llu, \"bytes_sent\": %llu, "
+            "\"bytes_recv\": %llu}}",
+            r->stages, r->micro_batches, r->bubble_s, r->p2p_s, r->busiest_stage,
+            (unsigned long long)r->p2p.calls, (unsigned long long)r->p2p.bytes_sent,
+            (unsigned long long)r->p2p.bytes_recv);
 }
 
 static void print_json_head(FILE *f, const ff_plan_config *cfg)
@@ -713,11 +845,17 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
             "\"padded_vocab\": %lld, \"params\": %lld},\n",
             md->layers, (long long)md->hidden, md->heads, (long long)md->vocab,
             (long long)ff_model_padded_vocab(md), (long long)ff_model_params(md, cfg->seq));
+    char mb[16], st[16];
+    snprintf(mb, sizeof mb, cfg->micro_batches == FF_PLAN_AUTO ? "\"auto\"" : "%d",
+             cfg->micro_batches);
+    snprintf(st, sizeof st, cfg->stages == FF_PLAN_AUTO ? "\"auto\"" : "%d", cfg->stages);
     fprintf(f,
-            " \"batch\": %lld, \"seq\": %lld, \"ranks\": %d, \"micro_batches\": %d, "
+            " \"batch\": %lld, \"seq\": %lld, \"ranks\": %d, \"micro_batches\": %s, "
+            "\"stages\": %s, \"schedule\": \"%s\", \"pipeline_limit\": %d, "
             "\"wire_bytes\": %d, \"overlap\": %u, \"cost\": \"%s\",\n \"machine\": %s,\n",
-            (long long)cfg->batch, (long long)cfg->seq, cfg->ranks, cfg->micro_batches,
-            cfg->wire_bytes, cfg->overlap, ff_cost_name(cfg->cost), machine);
+            (long long)cfg->batch, (long long)cfg->seq, cfg->ranks, mb, st,
+            cfg->schedule ? "1f1b" : "message", cfg->pipe_limit, cfg->wire_bytes, cfg->overlap,
+            ff_cost_name(cfg->cost), machine);
 }
 
 /* ---- per-layer plans ---- */
@@ -995,6 +1133,12 @@ int cmd_plan(int argc, char **argv)
     }
 
     ff_dims grid = {0, 0, 0, 0};
+    const int P = cfg->stages;
+    if (o.grid && P == FF_PLAN_AUTO) {
+        cli_error("--grid with --stages auto: give the number of stages (a grid is one stage's)");
+        ff_layer_plan_free(&given);
+        return CLI_USAGE;
+    }
     if (o.grid) {
         if (o.ranks < 0) {
             if (explicit_grid(o.grid, &grid)) {
@@ -1003,14 +1147,19 @@ int cmd_plan(int argc, char **argv)
                 ff_layer_plan_free(&given);
                 return CLI_USAGE;
             }
-            o.ranks = (long)grid.x * grid.y * grid.z * grid.d;
+            o.ranks = (long)grid.x * grid.y * grid.z * grid.d * P;
         }
-        if (ff_grid_parse(o.grid, (int)o.ranks, cfg->machine.ranks_per_node, &grid, err,
-                          sizeof err) != FF_OK) {
+        if (ff_grid_parse_staged(o.grid, (int)o.ranks, P, cfg->machine.ranks_per_node, &grid, err,
+                                 sizeof err) != FF_OK) {
             cli_error("--grid: %s", err);
             ff_layer_plan_free(&given);
             return CLI_USAGE;
         }
+    }
+    if (o.ranks < 0 && P != 1) {
+        cli_error("--stages: give the job's --ranks (or one stage's --grid)");
+        ff_layer_plan_free(&given);
+        return CLI_USAGE;
     }
     cfg->ranks = o.ranks > 0 ? (int)o.ranks : 1;
 

@@ -2,7 +2,6 @@
  * checkpoints from the command line; a table of every setting at start; one
  * line per step on rank 0 and the same as JSON lines in the output folder;
  * checkpoints that resume on any grid (docs/train.md). */
-#include <errno.h>
 #include <glob.h>
 #include <math.h>
 #include <stdio.h>
@@ -171,29 +170,9 @@ static int parse_pipeline(train_opts *o)
         }
     }
     if (o->stage_layers) {
-        int n = 0;
-        const char *p = o->stage_layers;
-        for (;;) {
-            char *end;
-            errno = 0;
-            long v = strtol(p, &end, 10);
-            if (end == p || errno || v < 1 || v > 100000 || (*end && *end != ',') ||
-                n == (int)(sizeof o->stage_split / sizeof o->stage_split[0])) {
-                cli_error("--stage-layers %s: expected the blocks of each stage, positive "
-                          "numbers separated by commas (e.g. 3,3,2)",
-                          o->stage_layers);
-                return CLI_USAGE;
-            }
-            o->stage_split[n++] = (int)v;
-            if (!*end)
-                break;
-            p = end + 1;
-        }
-        if (n != o->run.stages) {
-            cli_error("--stage-layers %s gives %d stages, but --stages is %d", o->stage_layers, n,
-                      o->run.stages);
+        if (cli_parse_stage_layers(o->stage_layers, o->run.stages, o->stage_split,
+                                   (int)(sizeof o->stage_split / sizeof o->stage_split[0])))
             return CLI_USAGE;
-        }
         o->gpt.pipe.stage_layers = o->stage_split;
     }
     if (o->slow_ms > 0 && o->gpt.pipe.slow_stage < 0) {
@@ -384,6 +363,11 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
     pc.seq = o->seq;
     pc.micro_batches = (int)(o->batch / o->micro);
     MPI_Comm_size(MPI_COMM_WORLD, &pc.ranks);
+    /* with stages: the best grid of one stage for this pipeline */
+    pc.stages = o->run.stages;
+    pc.stage_layers = o->gpt.pipe.stage_layers;
+    pc.schedule = o->gpt.pipe.schedule == FF_PIPE_1F1B;
+    pc.pipe_limit = o->gpt.pipe.limit;
     pc.machine.ranks_per_node = cli_ranks_per_node(MPI_COMM_WORLD);
     const char *k = getenv("FF_RANKS_PER_NODE"); /* as the run's nodes */
     if (k && atoi(k) > 0)
@@ -588,12 +572,6 @@ int cmd_train(int argc, char **argv)
     if ((code = model_config(&o, &cfg)) != CLI_OK)
         return code;
     char auto_grid[64];
-    if (!strcmp(o.run.grid, "auto") && o.run.stages > 1) {
-        cli_error("--grid auto with --stages %d: the planner does not rank pipeline stages yet; "
-                  "give the grid of one stage",
-                  o.run.stages);
-        return CLI_USAGE;
-    }
     if (!strcmp(o.run.grid, "auto") &&
         (code = resolve_auto_grid(&o, &cfg, auto_grid, sizeof auto_grid)) != CLI_OK)
         return code;

@@ -10,8 +10,6 @@
 #include "internal.h" /* ff_ring_volume: the counters' own formula */
 #include "plan/plan_internal.h"
 
-#define GiB (1024.0 * 1024.0 * 1024.0)
-
 void plan_reject(ff_plan_result *r, const char *fmt, ...)
 {
     size_t used = strlen(r->reason);
@@ -37,7 +35,7 @@ int plan_group_size(ff_dims g, ff_group_kind kind)
     case FF_GROUP_D: return g.d;
     case FF_GROUP_ZD: return g.z * g.d;
     case FF_GROUP_TP: return g.x * g.y * g.z;
-    case FF_GROUP_PIPE: return 1; /* the planner models one stage (issue 26) */
+    case FF_GROUP_PIPE: return 1; /* a grid is one stage's; stages.c adds the pipe */
     default: return g.x * g.y * g.z * g.d;
     }
 }
@@ -75,6 +73,15 @@ static int64_t group_inner(ff_dims g, ff_group_kind kind)
  * With a span that does not tile the node (3 ranks of a 4-rank node), some
  * groups straddle two nodes; unless paper_rule is set they are treated as
  * spanning nodes, since a collective is as slow as its slowest group. */
+/* Across nodes: the node's injection bandwidth shared by the groups that
+ * leave it at once, min(ranks_per_node, inner) of them. */
+static void inter_link(const ff_profile *p, ff_plan_link *l)
+{
+    int64_t rpn = p->ranks_per_node;
+    l->alpha_s = p->alpha_inter_s;
+    l->beta_Bps = p->beta_inter_Bps / (double)(l->inner < rpn ? l->inner : rpn);
+}
+
 ff_plan_link plan_link(const ff_profile *p, int ranks, int64_t inner, int size, int paper_rule)
 {
     ff_plan_link l;
@@ -93,8 +100,7 @@ ff_plan_link plan_link(const ff_profile *p, int ranks, int64_t inner, int size, 
             if (p->intra_bw[i].inner == inner && p->intra_bw[i].size == size)
                 l.beta_Bps = p->intra_bw[i].Bps;
     } else {
-        l.alpha_s = p->alpha_inter_s;
-        l.beta_Bps = p->beta_inter_Bps / (double)(inner < rpn ? inner : rpn);
+        inter_link(p, &l);
     }
     return l;
 }
@@ -105,6 +111,24 @@ void plan_links(const ff_profile *p, ff_dims g, int paper_rule, ff_plan_link out
     for (int k = 0; k < FF_NGROUPS; k++)
         out[k] = plan_link(p, ranks, group_inner(g, (ff_group_kind)k),
                            plan_group_size(g, (ff_group_kind)k), paper_rule);
+}
+
+void plan_links_staged(const ff_profile *p, ff_dims g, int P, ff_plan_link out[FF_NGROUPS])
+{
+    const int G = plan_group_size(g, FF_GROUP_WORLD), world = G * P, rpn = p->ranks_per_node;
+    /* stage s is ranks [s G, (s+1) G): its groups tile nodes as a lone
+     * grid's do only if the stages do (G a multiple or divisor of a node) */
+    const int aligned = world <= rpn || G % rpn == 0 || rpn % G == 0;
+    for (int k = 0; k < FF_NGROUPS; k++) {
+        out[k] = plan_link(p, world, group_inner(g, (ff_group_kind)k),
+                           plan_group_size(g, (ff_group_kind)k), 0);
+        if (!aligned && out[k].intra && out[k].size > 1) {
+            out[k].intra = 0;
+            inter_link(p, &out[k]);
+        }
+    }
+    out[FF_GROUP_WORLD] = plan_link(p, world, 1, world, 0);
+    out[FF_GROUP_PIPE] = plan_link(p, world, G, P, 0);
 }
 
 /* Ring algorithms (the collective layer's default): all-gather and
@@ -249,12 +273,11 @@ static int plan_whole(plan_ops *ops, const ff_plan_config *cfg, ff_dims g, ff_di
 
 /* ---- compute ---- */
 
-static double gemm_rate(const ff_profile *p, int ranks)
+double plan_gemm_rate(const ff_profile *p, double busy_ranks)
 {
     double rate = p->gemm_flops;
-    int on_node = ranks < p->ranks_per_node ? ranks : p->ranks_per_node;
-    if (p->cores_per_node > 0 && on_node > p->cores_per_node)
-        rate *= (double)p->cores_per_node / on_node; /* ranks share the cores */
+    if (p->cores_per_node > 0 && busy_ranks > p->cores_per_node)
+        rate *= (double)p->cores_per_node / busy_ranks; /* ranks share the cores */
     return rate;
 }
 
@@ -335,20 +358,23 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
  * (or its plan's, per block and layer). fp32 everywhere: parameters,
  * gradients, AdamW's two moments; gathered weights (only when Gz > 1; with
  * Gz = 1 a layer uses its shard); activations as llm.c keeps them, in the
- * 4D layouts. */
-static void memory(const plan_shape *s, ff_plan_result *r)
+ * 4D layouts. With stages, the stage's blocks; a stage before the last
+ * keeps the activations of K micro-batches (its slots), the last one set
+ * (its backward follows at once) and K inputs (src/nn/gpt.c). */
+void plan_memory(const plan_shape *s, ff_plan_result *r)
 {
     double gx = s->g.x, gy = s->g.y, C = (double)s->C, m = (double)s->m;
+    const int64_t l1 = s->l0 + s->nb;
     /* blocks with checkpointing; the AG-cached layers' gathered weights, in
      * units of C^2/(Gx Gy) (QKV 3, projection 1, MLP 4 and 4: 12 a block) */
-    int64_t n_ckpt = s->checkpoint ? s->L : 0, cached_units = 12 * (int64_t)s->ag_cache;
-    if (s->plan) {
-        static const int units[FF_BLOCK_LAYERS] = {3, 1, 4, 4};
-        n_ckpt = cached_units = 0;
-        for (int64_t l = 0; l < s->L; l++) {
-            n_ckpt += s->plan->blocks[l].checkpoint;
-            for (int i = 0; i < FF_BLOCK_LAYERS; i++)
-                cached_units += s->plan->blocks[l].layer[i].ag_cache ? units[i] : 0;
+    static const int units[FF_BLOCK_LAYERS] = {3, 1, 4, 4};
+    int64_t n_ckpt = 0, cached_units = 0;
+    for (int64_t l = s->l0; l < l1; l++) {
+        n_ckpt += plan_block_checkpoint(s, l);
+        for (int i = 0; i < FF_BLOCK_LAYERS; i++) {
+            ff_layer_opts o;
+            plan_layer_opts(s, l, i, &o);
+            cached_units += o.ag_cache ? units[i] : 0;
         }
     }
     double params = (double)(plan_zsharded_params(s) + plan_other_params(s));
@@ -361,11 +387,11 @@ static void memory(const plan_shape *s, ff_plan_result *r)
         /* gathered weights: the AG-cached blocks (kept from the forward to
          * the backward), the block being recomputed or run backward, and the
          * next one (OAG) */
-        double gathered = fmin((double)cached_units / 12.0 + 2, (double)s->L) * block;
+        double gathered = fmin((double)cached_units / 12.0 + 2, (double)s->nb) * block;
         /* gradients before the reduce-scatter: the LM head's, kept until the
          * embedding's backward adds to it, and two layers in flight (ORS) */
-        double dw = wte + 2 * 4 * C * C / (gx * gy);
-        buffers = 4 * (wte + gathered + dw);
+        double dw = (s->first || s->last ? wte : 0) + 2 * 4 * C * C / (gx * gy);
+        buffers = 4 * ((s->first || s->last ? wte : 0) + gathered + dw);
     }
     r->mem_weight_buffers = buffers;
     /* per block: ln1, projection output, residual, ln2, MLP output, residual
@@ -374,13 +400,22 @@ static void memory(const plan_shape *s, ff_plan_result *r)
      * attention probabilities of the rank's heads (T x T per head) */
     double heads = (double)s->b_mb * (double)(s->NH / s->g.x);
     double block_acts = m * (6 * C / gy + 12 * C / gx + 4) + heads * (double)s->T * (double)s->T;
-    double head = m * (2 * C / gy + 2 + (double)s->Vp / gx); /* encoded, lnf, logits */
+    /* encoded (the first stage), lnf and logits (the last) */
+    double head =
+        m * ((double)s->first * C / gy + (double)s->last * (C / gy + 2 + (double)s->Vp / gx));
     double work = block_acts + m * C / gy; /* one block's gradients, the residual's */
     /* a block with checkpointing keeps its input, and they share one set
-     * of activations for the recompute; the others keep theirs */
-    double stored = (double)n_ckpt * m * C / gy + (double)(s->L - n_ckpt) * block_acts +
+     * of activations for the recompute; the others keep theirs, per slot */
+    double slots = s->P > 1 && !s->last ? s->slots : 1;
+    double stored = slots * ((double)n_ckpt * m * C / gy + (double)(s->nb - n_ckpt) * block_acts) +
                     (n_ckpt > 0 ? block_acts : 0);
-    r->mem_activations = 4 * (stored + head + work);
+    /* with stages, (m, C/Gy) buffers: the gradients to and from the
+     * neighbours, K each way; the block inputs and outputs of K slots
+     * beyond the one set counted above (src/nn/gpt.c: K (nb + 1) sets of
+     * residuals, or K + nb on the last stage) */
+    double K = s->slots, sets = s->P > 1 ? K * (!s->first + !s->last) + (s->last ? K - 1 : K) : 0;
+    double messages = sets * m * C / gy;
+    r->mem_activations = 4 * (stored + head + work + messages);
     r->mem_total = r->mem_params + r->mem_grads + r->mem_optimizer + r->mem_weight_buffers +
                    r->mem_activations;
 }
@@ -399,7 +434,7 @@ int plan_fit_memory(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pla
             s->ag_cache += b->layer[0].ag_cache && b->layer[1].ag_cache && b->layer[2].ag_cache &&
                            b->layer[3].ag_cache;
         }
-        memory(s, r);
+        plan_memory(s, r);
         goto done;
     }
     if (cfg->checkpoint == 0 || cfg->checkpoint == FF_PLAN_AUTO) {
@@ -411,7 +446,7 @@ int plan_fit_memory(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pla
             s->ag_cache = g.z == 1 ? 0 : L;
         else
             s->ag_cache = cfg->ag_cache < L ? cfg->ag_cache : L;
-        memory(s, r);
+        plan_memory(s, r);
         if (r->mem_total <= avail || cfg->checkpoint == 0)
             goto done;
     }
@@ -422,7 +457,7 @@ int plan_fit_memory(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pla
         /* as many blocks as fit: each cached block adds its gathered
          * weights, except the last two, which the recompute holds anyway */
         s->ag_cache = 0;
-        memory(s, r);
+        plan_memory(s, r);
         if (r->mem_total <= avail) {
             double per_block = 4 * 12.0 * (double)s->C * (double)s->C / ((double)g.x * g.y);
             double room = floor((avail - r->mem_total) / per_block);
@@ -431,18 +466,18 @@ int plan_fit_memory(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pla
     } else {
         s->ag_cache = cfg->ag_cache < L ? cfg->ag_cache : L;
     }
-    memory(s, r);
+    plan_memory(s, r);
 done:
     r->checkpoint = s->checkpoint;
     r->ag_cache = s->ag_cache;
     r->micro_batches = s->micro;
     if (r->mem_total > avail) {
         plan_reject(r, "needs %.1f GiB per rank%s, more than the %.1f GiB available",
-                    r->mem_total / GiB,
+                    r->mem_total / PLAN_GIB,
                     s->plan         ? " with the per-layer plan"
                     : s->checkpoint ? " with activation checkpointing"
                                     : " without checkpointing",
-                    avail / GiB);
+                    avail / PLAN_GIB);
         return 0;
     }
     return 1;
@@ -491,7 +526,7 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             tl->cursor += t;
             break;
         case OP_COLL: {
-            if (op->coll == FF_COLL_P2P) /* stages are not timed yet (issue 26) */
+            if (op->coll == FF_COLL_P2P) /* the pipeline's schedule times them (stages.c) */
                 break;
             const ff_plan_link *l = &tl->link[op->group];
             int whole = plan_whole(tl->ops, tl->cfg, tl->g, (ff_dims){0, 0, 0, 0}, op);
@@ -574,9 +609,67 @@ static int count_traffic(const ff_plan_config *cfg, plan_ops *o, ff_dims g, ff_d
     return 0;
 }
 
+int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan_link *link,
+              double rate, ff_plan_result *acc, double weight, double *end_s, double *bg_s)
+{
+    double *tag_end = ops->oom ? NULL : calloc((size_t)ops->tags + 1, sizeof *tag_end);
+    ff_plan_result *t = calloc(1, sizeof *t);
+    int rc = -1;
+    if (tag_end && t) {
+        timeline tl = {.cfg = cfg,
+                       .ops = ops,
+                       .g = g,
+                       .prof = &cfg->machine,
+                       .link = link,
+                       .rate = rate,
+                       .tag_end = tag_end};
+        rc = play(&tl, ops, t);
+        *end_s = tl.cursor;
+        *bg_s = tl.bg_free;
+    }
+    if (rc == 0) {
+        acc->gemm_s += weight * t->gemm_s;
+        acc->attention_s += weight * t->attention_s;
+        acc->elementwise_s += weight * t->elementwise_s;
+        acc->optimizer_s += weight * t->optimizer_s;
+        acc->comm_s += weight * t->comm_s;
+        for (int k = 0; k < FF_NGROUPS; k++)
+            for (int c = 0; c < FF_NCOLL; c++)
+                acc->coll[k][c].time_s += weight * t->coll[k][c].time_s;
+    }
+    free(tag_end);
+    free(t);
+    return rc;
+}
+
+int plan_count_traffic(const ff_plan_config *cfg, plan_ops *ops, ff_dims g, ff_plan_result *r)
+{
+    if (count_traffic(cfg, ops, g, (ff_dims){0, 0, 0, 0}, r->coll, &r->p2p))
+        return -1;
+    for (int k = 0; k < FF_NGROUPS; k++)
+        for (int c = 0; c < FF_NCOLL; c++)
+            r->bytes_recv += r->coll[k][c].bytes_recv;
+    r->bytes_recv += r->p2p.bytes_recv;
+    return 0;
+}
+
+/* exposed, hidden and compute from the step and the parts */
+void plan_finish_times(ff_plan_result *r, double busy_s)
+{
+    r->compute_s = r->gemm_s + r->attention_s + r->elementwise_s + r->optimizer_s;
+    r->exposed_s = busy_s - r->compute_s;
+    if (r->exposed_s < 0) /* rounding */
+        r->exposed_s = 0;
+    r->hidden_s = r->comm_s - r->exposed_s;
+    if (r->hidden_s < 1e-12 * r->step_s) /* rounding of the difference */
+        r->hidden_s = 0;
+}
+
 int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *ops,
                    char *err, size_t err_len)
 {
+    if (cfg->stages > 1)
+        return plan_eval_stages(cfg, g, r, ops, err, err_len);
     plan_links(&cfg->machine, g, 0, r->link);
     if (plan_check_divides(cfg, g, r))
         return FF_OK;
@@ -587,36 +680,17 @@ int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan
     ops->n = 0;
     ops->tags = 0;
     plan_schedule(&s, ops);
-    double *tag_end = ops->oom ? NULL : calloc((size_t)ops->tags + 1, sizeof *tag_end);
-    if (!tag_end)
-        return ff_format_error(err, err_len, FF_ENOMEM, "out of memory planning grid %dx%dx%dx%d",
-                               g.x, g.y, g.z, g.d);
-    int ranks = plan_group_size(g, FF_GROUP_WORLD);
-    timeline tl = {.cfg = cfg,
-                   .ops = ops,
-                   .g = g,
-                   .prof = &cfg->machine,
-                   .link = r->link,
-                   .rate = gemm_rate(&cfg->machine, ranks),
-                   .tag_end = tag_end};
-    int oom = play(&tl, ops, r);
-    free(tag_end);
+    double end, bg;
+    int ranks = plan_group_size(g, FF_GROUP_WORLD), rpn = cfg->machine.ranks_per_node;
+    double rate = plan_gemm_rate(&cfg->machine, ranks < rpn ? ranks : rpn);
+    int oom = plan_play(cfg, g, ops, r->link, rate, r, 1, &end, &bg);
     if (!oom)
-        oom = count_traffic(cfg, ops, g, (ff_dims){0, 0, 0, 0}, r->coll, NULL);
+        oom = plan_count_traffic(cfg, ops, g, r);
     if (oom)
         return ff_format_error(err, err_len, FF_ENOMEM, "out of memory planning grid %dx%dx%dx%d",
                                g.x, g.y, g.z, g.d);
-    for (int k = 0; k < FF_NGROUPS; k++)
-        for (int c = 0; c < FF_NCOLL; c++)
-            r->bytes_recv += r->coll[k][c].bytes_recv;
-    r->step_s = tl.cursor;
-    r->compute_s = r->gemm_s + r->attention_s + r->elementwise_s + r->optimizer_s;
-    r->exposed_s = r->step_s - r->compute_s;
-    if (r->exposed_s < 0) /* rounding */
-        r->exposed_s = 0;
-    r->hidden_s = r->comm_s - r->exposed_s;
-    if (r->hidden_s < 1e-12 * r->step_s) /* rounding of the difference */
-        r->hidden_s = 0;
+    r->step_s = end;
+    plan_finish_times(r, r->step_s);
     return FF_OK;
 }
 
@@ -634,17 +708,13 @@ int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords, int st
     } else {
         plan_shape s;
         plan_shape_init(cfg, g, &s);
-        plan_fit_memory(cfg, g, r, &s); /* resolves the automatic settings */
         plan_ops ops = {0};
-        if (cfg->stages > 1) { /* stage `stage`'s blocks (src/nn/gpt.c's split) */
-            const int P = cfg->stages, L = (int)s.L;
-            int64_t l0 = 0;
-            for (int k = 0; k < stage; k++)
-                l0 += cfg->stage_layers ? cfg->stage_layers[k] : L / P + (k < L % P);
-            s.P = P, s.stage = stage, s.first = stage == 0, s.last = stage == P - 1;
-            s.l0 = l0;
-            s.nb = cfg->stage_layers ? cfg->stage_layers[stage] : L / P + (stage < L % P);
-            ops.P = P, ops.stage = stage;
+        if (cfg->stages > 1) {              /* stage `stage`'s blocks (src/nn/gpt.c's split) */
+            plan_fit_stages(cfg, g, r, &s); /* resolves the automatic settings */
+            plan_shape_stage(cfg, &s, stage);
+            ops.P = cfg->stages, ops.stage = stage;
+        } else {
+            plan_fit_memory(cfg, g, r, &s);
         }
         plan_schedule(&s, &ops);
         if (ops.oom || count_traffic(cfg, &ops, g, coords, out, p2p) < 0)

@@ -94,7 +94,51 @@ static int check_profile(const ff_profile *p, char *err, size_t len)
     return FF_OK;
 }
 
-static int check_config(const ff_plan_config *cfg, char *err, size_t len)
+/* Pipeline stages (docs/pipeline.md) and what the planner takes with them
+ * (traffic_only: bytes, which no cost model changes). */
+static int check_stages(const ff_plan_config *cfg, int traffic_only, char *err, size_t len)
+{
+    const int P = cfg->stages, L = cfg->model.layers;
+    if (P < 1 && P != FF_PLAN_AUTO)
+        return ff_format_error(err, len, FF_EINVAL, "stages must be at least 1 or automatic");
+    if (cfg->schedule != 0 && cfg->schedule != 1)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "schedule %d: expected 0 (message-driven) or 1 (1F1B)",
+                               cfg->schedule);
+    if (cfg->pipe_limit < 0)
+        return ff_format_error(err, len, FF_EINVAL, "the pipeline limit must be >= 0");
+    if ((P != 1 || cfg->micro_batches == FF_PLAN_AUTO) && cfg->cost != FF_COST_FULL &&
+        !traffic_only)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "stages and automatic micro-batches need the full cost model, "
+                               "not %s",
+                               ff_cost_name(cfg->cost));
+    if (P != 1 && cfg->layers)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "a per-layer plan does not take pipeline stages");
+    if (P != 1 && cfg->ag_cache != FF_PLAN_AUTO && cfg->ag_cache != 0 && cfg->ag_cache < L)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "with stages the AG cache holds every block or none, not %d of %d",
+                               cfg->ag_cache, L);
+    if (!cfg->stage_layers)
+        return FF_OK;
+    if (P == FF_PLAN_AUTO)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "blocks per stage need a number of stages, not automatic");
+    int sum = 0;
+    for (int k = 0; k < P; k++) {
+        if (cfg->stage_layers[k] < 1)
+            return ff_format_error(err, len, FF_EINVAL, "stage %d has %d blocks", k,
+                                   cfg->stage_layers[k]);
+        sum += cfg->stage_layers[k];
+    }
+    if (sum != L)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "the stages' blocks add up to %d, but the model has L=%d", sum, L);
+    return FF_OK;
+}
+
+static int check_config_for(const ff_plan_config *cfg, int traffic_only, char *err, size_t len)
 {
     int rc = ff_model_check(&cfg->model, err, len);
     if (rc != FF_OK)
@@ -122,13 +166,10 @@ static int check_config(const ff_plan_config *cfg, char *err, size_t len)
     if (cfg->ag_cache < FF_PLAN_AUTO)
         return ff_format_error(err, len, FF_EINVAL,
                                "AG cache must be a number of blocks or automatic");
-    if (cfg->micro_batches < 1)
+    if (cfg->micro_batches < 1 && cfg->micro_batches != FF_PLAN_AUTO)
         return ff_format_error(err, len, FF_EINVAL, "micro-batches must be at least 1");
-    if (cfg->stages != 1)
-        return ff_format_error(err, len, FF_EINVAL,
-                               "%d pipeline stages: the planner does not rank stages yet "
-                               "(ff_plan_traffic_stage gives a stage's traffic)",
-                               cfg->stages);
+    if ((rc = check_stages(cfg, traffic_only, err, len)) != FF_OK)
+        return rc;
     if (cfg->wire_bytes != 2 && cfg->wire_bytes != 4)
         return ff_format_error(err, len, FF_EINVAL, "wire must be 4 (fp32) or 2 (bf16) bytes");
     if (cfg->overlap > FF_OVERLAP_ALL)
@@ -154,6 +195,11 @@ static int check_config(const ff_plan_config *cfg, char *err, size_t len)
             return rc;
     }
     return check_profile(&cfg->machine, err, len);
+}
+
+static int check_config(const ff_plan_config *cfg, char *err, size_t len)
+{
+    return check_config_for(cfg, 0, err, len);
 }
 
 /* A per-layer plan is for one grid. */
@@ -193,12 +239,14 @@ static double eval_axonn(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r
     return plan_eval_axonn(cfg, gr, gc, gd, gdata, cfg->cost == FF_COST_AXONN_CORRECTED, r);
 }
 
-/* Evaluates one grid; *key is what grids are ranked by. */
-static int evaluate(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *ops,
-                    double *key, char *err, size_t len)
+/* Evaluates one grid for the micro-batches of cfg; *key is what grids are
+ * ranked by. */
+static int evaluate_one(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *ops,
+                        double *key, char *err, size_t len)
 {
     memset(r, 0, sizeof *r);
     r->grid = g;
+    r->stages = cfg->stages;
     r->micro_batches = cfg->micro_batches;
     const ff_model *md = &cfg->model;
     double B = (double)cfg->batch, T = (double)cfg->seq;
@@ -220,9 +268,44 @@ static int evaluate(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pla
     }
     *key = r->step_s;
     if (cfg->cost == FF_COST_FULL && !r->rejected && r->step_s > 0) {
-        r->flops_per_rank_s = r->model_flops / plan_group_size(g, FF_GROUP_WORLD) / r->step_s;
+        r->flops_per_rank_s =
+            r->model_flops / plan_group_size(g, FF_GROUP_WORLD) / cfg->stages / r->step_s;
         r->peak_fraction = r->flops_per_rank_s / cfg->machine.peak_flops;
     }
+    return rc;
+}
+
+/* Evaluates one grid; with automatic micro-batches, every count that
+ * divides the grid's sequences per rank, the fastest that fits kept (if
+ * none fits, the one that needs least memory, rejected). */
+static int evaluate(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *ops,
+                    double *key, char *err, size_t len)
+{
+    if (cfg->micro_batches != FF_PLAN_AUTO)
+        return evaluate_one(cfg, g, r, ops, key, err, len);
+    ff_plan_config one = *cfg;
+    int64_t per_rank = cfg->batch / ((int64_t)g.z * g.d);
+    if (cfg->batch % ((int64_t)g.z * g.d) || per_rank > (1 << 20))
+        per_rank = 1; /* rejected for the batch below, or too many counts to try */
+    ff_plan_result *t = malloc(sizeof *t);
+    if (!t)
+        return ff_format_error(err, len, FF_ENOMEM, "out of memory");
+    int rc = FF_OK, have = 0;
+    for (int64_t M = 1; M <= per_rank && rc == FF_OK; M++) {
+        if (per_rank % M)
+            continue;
+        one.micro_batches = (int)M;
+        double k;
+        rc = evaluate_one(&one, g, t, ops, &k, err, len);
+        int better = !have || (!t->rejected && (r->rejected || k < *key)) ||
+                     (t->rejected && r->rejected && t->mem_total < r->mem_total);
+        if (rc == FF_OK && better) {
+            *r = *t;
+            *key = k;
+            have = 1;
+        }
+    }
+    free(t);
     return rc;
 }
 
@@ -241,6 +324,9 @@ int ff_plan_evaluate(const ff_plan_config *cfg, ff_dims grid, ff_plan_result *ou
                      size_t err_len)
 {
     int rc = check_config(cfg, err, err_len);
+    if (rc == FF_OK && cfg->stages == FF_PLAN_AUTO)
+        rc = ff_format_error(err, err_len, FF_EINVAL,
+                             "one grid is evaluated for a number of stages, not automatic");
     if (rc == FF_OK)
         rc = check_grid(grid, err, err_len);
     if (rc == FF_OK)
@@ -277,10 +363,13 @@ int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
         return rc;
     if ((rc = check_coords(grid, coords, err, err_len)))
         return rc;
-    if (cfg->stages > 1)
+    if (cfg->micro_batches == FF_PLAN_AUTO)
         return ff_format_error(err, err_len, FF_EINVAL,
-                               "%d pipeline stages: ff_plan_traffic_stage gives a stage's traffic",
-                               cfg->stages);
+                               "traffic is for a number of micro-batches, not automatic");
+    if (cfg->stages != 1)
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "with pipeline stages, ff_plan_traffic_stage gives a stage's "
+                               "traffic");
     return plan_traffic_of(cfg, grid, coords, 0, out, NULL, err, err_len);
 }
 
@@ -290,31 +379,22 @@ int ff_plan_traffic_stage(const ff_plan_config *cfg, ff_dims grid, ff_dims coord
 {
     memset(out, 0, sizeof(ff_plan_coll) * FF_NGROUPS * FF_NCOLL);
     memset(p2p, 0, sizeof *p2p);
-    ff_plan_config one = *cfg;
-    one.stages = 1; /* the checks of the grid and the model, as without stages */
-    int rc = check_config(&one, err, err_len);
+    int rc = check_config_for(cfg, 1, err, err_len);
     if (rc == FF_OK)
         rc = check_grid(grid, err, err_len);
     if (rc != FF_OK)
         return rc;
     const int P = cfg->stages, L = cfg->model.layers;
+    if (P == FF_PLAN_AUTO)
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "a stage's traffic is for a number of stages, not automatic");
     if (P < 1 || P > L || stage < 0 || stage >= P)
         return ff_format_error(err, err_len, FF_EINVAL, "stage %d of %d stages for %d blocks",
                                stage, P, L);
-    if (cfg->layers || cfg->checkpoint == FF_PLAN_AUTO || (cfg->ag_cache != 0 && cfg->ag_cache < L))
+    if (cfg->checkpoint == FF_PLAN_AUTO || cfg->micro_batches == FF_PLAN_AUTO)
         return ff_format_error(err, err_len, FF_EINVAL,
-                               "with stages the planner takes checkpointing on or off and the AG "
-                               "cache of every block or none, and no per-layer plan");
-    int sum = 0;
-    for (int k = 0; cfg->stage_layers && k < P; k++) {
-        if (cfg->stage_layers[k] < 1)
-            return ff_format_error(err, err_len, FF_EINVAL, "stage %d has %d blocks", k,
-                                   cfg->stage_layers[k]);
-        sum += cfg->stage_layers[k];
-    }
-    if (cfg->stage_layers && sum != L)
-        return ff_format_error(err, err_len, FF_EINVAL,
-                               "the stages' blocks add up to %d, but the model has L=%d", sum, L);
+                               "a stage's traffic is for checkpointing on or off and a number of "
+                               "micro-batches, not automatic");
     if ((rc = check_coords(grid, coords, err, err_len)))
         return rc;
     return plan_traffic_of(cfg, grid, coords, stage, out, p2p, err, err_len);
@@ -377,25 +457,48 @@ int ff_plan_create(ff_plan **out, const ff_plan_config *cfg)
                              "a per-layer plan is for one grid: evaluate it there "
                              "(ff_plan_evaluate), not on every grid");
     plan->cfg.layers = NULL; /* the caller's, not kept */
+    plan->cfg.stage_layers = NULL;
     if (rc != FF_OK)
         return rc;
     int axonn = cfg->cost == FF_COST_AXONN || cfg->cost == FF_COST_AXONN_CORRECTED;
-    size_t n = axonn ? axonn_grids(cfg->ranks, NULL, 0) : ff_plan_grids(cfg->ranks, NULL, 0);
+    /* the numbers of stages: cfg's, or every one dividing the ranks with a
+     * block or more each; the grids of each's ranks per stage */
+    int P_lo = cfg->stages == FF_PLAN_AUTO ? 1 : cfg->stages;
+    int P_hi = cfg->stages == FF_PLAN_AUTO ? cfg->model.layers : cfg->stages;
+    if (cfg->ranks % P_lo)
+        rc = ff_format_error(plan->err, sizeof plan->err, FF_EINVAL,
+                             "%d ranks do not split into %d stages", cfg->ranks, P_lo);
+    if (rc != FF_OK)
+        return rc;
+    size_t n = 0;
+    for (int P = P_lo; P <= P_hi; P++)
+        if (cfg->ranks % P == 0)
+            n += axonn ? axonn_grids(cfg->ranks / P, NULL, 0)
+                       : ff_plan_grids(cfg->ranks / P, NULL, 0);
     ff_dims *grids = malloc((n ? n : 1) * sizeof *grids);
+    int *stages = malloc((n ? n : 1) * sizeof *stages);
     ff_plan_result *res = calloc(n ? n : 1, sizeof *res);
     rank_entry *order = malloc((n ? n : 1) * sizeof *order);
     plan_ops ops = {0};
-    if (!grids || !res || !order) {
+    if (!grids || !stages || !res || !order) {
         rc =
             ff_format_error(plan->err, sizeof plan->err, FF_ENOMEM, "out of memory (%zu grids)", n);
         goto done;
     }
-    if (axonn)
-        axonn_grids(cfg->ranks, grids, n);
-    else
-        ff_plan_grids(cfg->ranks, grids, n);
+    size_t at = 0;
+    for (int P = P_lo; P <= P_hi; P++) {
+        if (cfg->ranks % P)
+            continue;
+        size_t k = axonn ? axonn_grids(cfg->ranks / P, grids + at, n - at)
+                         : ff_plan_grids(cfg->ranks / P, grids + at, n - at);
+        for (size_t i = 0; i < k; i++)
+            stages[at + i] = P;
+        at += k;
+    }
+    ff_plan_config one = *cfg;
     for (size_t i = 0; i < n && rc == FF_OK; i++) {
-        rc = evaluate(cfg, grids[i], &res[i], &ops, &order[i].key, plan->err, sizeof plan->err);
+        one.stages = stages[i];
+        rc = evaluate(&one, grids[i], &res[i], &ops, &order[i].key, plan->err, sizeof plan->err);
         order[i].index = i;
         order[i].rejected = res[i].rejected;
     }
@@ -416,6 +519,7 @@ int ff_plan_create(ff_plan **out, const ff_plan_config *cfg)
 done:
     plan_ops_free(&ops);
     free(grids);
+    free(stages);
     free(res);
     free(order);
     return rc;

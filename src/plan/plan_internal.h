@@ -9,6 +9,8 @@
 #include "fourfold/plan.h"
 #include "util/file.h" /* ff_format_error */
 
+#define PLAN_GIB (1024.0 * 1024.0 * 1024.0)
+
 /* ---- the step as a list of operations (schedule.c) ----
  *
  * One step of one rank, in execution order: GEMMs, attention, elementwise
@@ -74,6 +76,7 @@ typedef struct {
      * [l0, l0 + nb); P = 1: the whole model */
     int P, stage, first, last;
     int64_t l0, nb;
+    int slots; /* K, micro-batches in flight (activation slots) per stage */
 } plan_shape;
 
 /* The options of block l's linear layer i (FF_BLOCK_QKV ...), or with l < 0
@@ -97,6 +100,16 @@ int plan_chunk_bounds(int decompose, int64_t panel_rows, int64_t m, int64_t n, i
  * OP_COLL on FF_GROUP_PIPE with coll FF_COLL_P2P and mode 0 (send) or 1
  * (receive). */
 void plan_schedule(const plan_shape *s, plan_ops *ops);
+
+/* The pieces of a stage's step that the pipeline's timing plays apart
+ * (stages.c): a micro-batch's forward run (on the last stage with its
+ * backward), a backward run (stages before the last), and the tail after
+ * the last pass. The data-parallel buckets are posted in the last
+ * micro-batch's runs. Fills ops, which must be empty (plan_prefetch
+ * reorders the whole list): gathers prefetched within the piece, as a run
+ * of the layers' program prefetches within itself. */
+typedef enum { PIECE_FORWARD, PIECE_BACKWARD, PIECE_TAIL } plan_piece;
+void plan_schedule_piece(const plan_shape *s, plan_ops *ops, plan_piece piece, int last_micro);
 void plan_ops_free(plan_ops *ops);
 
 /* Elements of the Z-sharded weights (Ŵ) and of the other parameters on one
@@ -111,8 +124,12 @@ int64_t plan_other_params(const plan_shape *s);
  * condition inner*size <= ranks_per_node alone; otherwise the group must also
  * tile the node (so no group straddles two nodes). */
 ff_plan_link plan_link(const ff_profile *p, int ranks, int64_t inner, int size, int paper_rule);
-/* The links of the seven groups of a grid. */
+/* The links of the groups of a grid. */
 void plan_links(const ff_profile *p, ff_dims g, int paper_rule, ff_plan_link out[FF_NGROUPS]);
+/* The same for a stage of P stages of grid g (the job P times its ranks,
+ * stage outermost), with WORLD across the stages and PIPE (a stage's size
+ * apart). */
+void plan_links_staged(const ff_profile *p, ff_dims g, int P, ff_plan_link out[FF_NGROUPS]);
 /* Seconds for one collective on a group of p ranks: the ring's or
  * recursive doubling's (the faster), or with `whole` (an all-reduce that
  * AUTO runs as rec-whole) lg p steps of the whole vector. */
@@ -125,7 +142,24 @@ void plan_topos_free(plan_ops *ops);
 int plan_group_size(ff_dims g, ff_group_kind kind);
 int plan_group_rank(ff_dims g, ff_dims c, ff_group_kind kind);
 
-/* Evaluates one grid with the full model. */
+/* Plays the operations of one rank on a timeline from 0, GEMMs at `rate`
+ * FLOP/s: *end_s when its own thread is done, *bg_s when its background
+ * collectives are; adds weight x the play's compute and collective times
+ * to acc. -1 if out of memory. */
+int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan_link *link,
+              double rate, ff_plan_result *acc, double weight, double *end_s, double *bg_s);
+/* The GEMM rate of one rank where `busy_ranks` ranks compute at once on
+ * a node: they share its cores_per_node cores, if the profile has them. */
+double plan_gemm_rate(const ff_profile *p, double busy_ranks);
+/* Adds the calls and bytes of rank 0 in ops (its collectives and p2p) to
+ * r. -1 if out of memory. */
+int plan_count_traffic(const ff_plan_config *cfg, plan_ops *ops, ff_dims g, ff_plan_result *r);
+/* compute_s, exposed_s (busy_s less compute) and hidden_s of r. */
+void plan_finish_times(ff_plan_result *r, double busy_s);
+/* Memory of one rank for the shape (its stage's blocks and slots). */
+void plan_memory(const plan_shape *s, ff_plan_result *r);
+
+/* Evaluates one grid with the full model (with stages: plan_eval_stages). */
 int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *scratch,
                    char *err, size_t err_len);
 /* The traffic of one rank (ff_plan_traffic without the checks of cfg), of
@@ -141,6 +175,38 @@ int plan_check_divides(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r);
 int plan_fit_memory(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_shape *s);
 void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s);
 void plan_reject(ff_plan_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- pipeline stages (stages.c) ---- */
+
+/* Makes s (from plan_shape_init) stage `stage` of cfg->stages: its blocks
+ * (cfg->stage_layers or src/nn/gpt.c's even split) and its slots. */
+void plan_shape_stage(const ff_plan_config *cfg, plan_shape *s, int stage);
+/* Checkpointing and the AG cache of every stage of cfg->stages in base
+ * (from plan_shape_init): without checkpointing if every stage fits (or
+ * as cfg says), the AG cache of every block if it fits (or none); the
+ * memory of the largest stage into r, rejected if it does not fit.
+ * Returns 1 if the step fits. */
+int plan_fit_stages(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_shape *base);
+/* Evaluates one grid of a stage with cfg->stages > 1. */
+int plan_eval_stages(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *ops,
+                     char *err, size_t err_len);
+
+/* The schedule between the stages: P stages, M micro-batches, limit K,
+ * schedule 0 (message-driven) or 1 (1F1B) as src/nn/gpt_pipe.c runs them.
+ * fwd[2s + lm], bwd[2s + lm]: the time of stage s's forward run (on the
+ * last stage it holds the backward) and backward run of a micro-batch, lm
+ * = 1 for the last micro-batch; a message arrives msg_s after its pass
+ * ends. */
+typedef struct {
+    int P, M, K, schedule;
+    const double *fwd, *bwd;
+    double msg_s;
+} plan_pipe;
+/* Plays the schedule from time 0: per stage, the end of its last pass,
+ * the sum of its passes and the start of its last micro-batch's backward
+ * (on the last stage, its run). -1 if out of memory, -2 if the schedule
+ * waits forever (a bug). */
+int plan_pipe_simulate(const plan_pipe *pp, double *end, double *busy, double *last_start);
 
 /* ---- the search for a per-layer plan (search.c) ---- */
 

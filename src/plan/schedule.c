@@ -445,101 +445,156 @@ static void p2p(sched *c, int64_t count, int recv)
     coll_op(c, FF_GROUP_PIPE, FF_COLL_P2P, count, F32, (coll_mode)recv);
 }
 
-/* One stage's step (docs/pipeline.md; src/nn/gpt_pipe.c). A stage before
- * the last runs each micro-batch's forward and backward as separate runs of
- * its layers (plan_layer_opts: no AG cache across them; the first stage's
- * embedding gathers wte for the lookup and reduce-scatters its gradient at
- * the end of each backward run); the last runs both in one, its LM head
- * gathering wte (no lookup before it) and reduce-scattering its gradient
- * right after the head's backward. Messages: an activation of m C/Gy floats
- * per micro-batch and boundary forward, a gradient back; at the end the
- * first and the last stage exchange their wte gradient shards, and the
- * loss is summed over PIPE. The order of the micro-batches' passes (the
- * schedule) does not change the traffic; for the timeline this list runs
- * them one micro-batch after another. */
-static void plan_schedule_stage(const plan_shape *s, plan_ops *o)
-{
-    sched c = {s, o, s->g.x, s->g.y, s->g.z, s->g.d};
-    const int64_t C = s->C, m = s->m;
-    const linear w[4] = {{0, C, 3 * C}, {1, C, C}, {0, C, 4 * C}, {1, 4 * C, C}};
-    const linear head = {0, C, s->Vp};
-    const int64_t wte_shard = s->Vp * C / (c.gx * c.gy * c.gz);
-    const int64_t block_shard = 12 * C * C / (c.gx * c.gy * c.gz);
-    const int wire = s->wire;
-    const unsigned ov = s->overlap;
-    const int has_wte = s->first || s->last;
-    const double y = (double)(m * C / c.gy), logits = (double)(m * s->Vp / c.gx);
-    const int64_t act = m * C / c.gy;
-    const int64_t l1 = s->l0 + s->nb;
+/* The pieces of one stage's step (docs/pipeline.md; src/nn/gpt_pipe.c). A
+ * stage before the last runs each micro-batch's forward and backward as
+ * separate runs of its layers (plan_layer_opts: no AG cache across them; the
+ * first stage's embedding gathers wte for the lookup and reduce-scatters its
+ * gradient at the end of each backward run); the last runs both in one, its
+ * LM head gathering wte (no lookup before it) and reduce-scattering its
+ * gradient right after the head's backward. Messages: an activation of
+ * m C/Gy floats per micro-batch and boundary forward, a gradient back; at
+ * the end the first and the last stage exchange their wte gradient shards,
+ * and the loss is summed over PIPE. */
+typedef struct {
+    sched c;
+    linear w[4], head;
     ff_layer_opts head_opts;
-    plan_layer_opts(s, -1, 0, &head_opts);
+    int64_t wte_shard, block_shard, act, l1;
+    int has_wte;
+    double y, logits;
+} stage_ctx;
 
-    for (int u = 0; u < s->micro; u++) {
-        int last_micro = u == s->micro - 1;
-        /* the forward (with the last stage's backward in the same run) */
-        if (s->first) {
-            gather(&c, wte_shard, &head_opts);
-            elem(&c, 4, y);
-            coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * C / c.gy, F32, MODE_BLOCKING);
-        } else {
-            p2p(&c, act, 1);
-        }
-        for (int64_t l = s->l0; l < l1; l++)
-            block_forward(&c, w, l, 0);
-        if (!s->last) {
-            p2p(&c, act, 0);
-        } else {
-            layernorm(&c, 0);
-            gather(&c, wte_shard, &head_opts);
-            forward_product(&c, FF_GROUP_Y, s->Vp / c.gx, C / c.gy, &head_opts, 0);
-            elem(&c, 2, logits);
-            coll(&c, FF_GROUP_X, FF_COLL_ALLGATHER, 3 * m, F32, MODE_BLOCKING);
-            elem(&c, 2, logits);
-            linear_backward(&c, &head, 1, &head_opts);
-            layernorm(&c, 1);
-        }
-        /* the backward (a run of its own before the last stage) */
-        if (!s->last)
-            p2p(&c, act, 1);
-        for (int64_t l = l1 - 1; l >= s->l0; l--) {
-            int checkpoint = plan_block_checkpoint(s, l);
-            if (checkpoint)
-                block_forward(&c, w, l, 1);
-            block_backward(&c, w, l, checkpoint);
-            if (last_micro && (ov & FF_OVERLAP_DP) && c.gd > 1)
-                coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, block_shard, wire, MODE_BACKGROUND);
-        }
-        if (s->first) {
-            elem(&c, 3, y);
-            if (c.gz > 1)
-                coll(&c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, wte_shard, head_opts.wire_bytes,
-                     head_opts.ors ? MODE_BACKGROUND : MODE_BLOCKING);
-        } else {
-            p2p(&c, act, 0);
-        }
-        if (last_micro && has_wte && (ov & FF_OVERLAP_DP) && c.gd > 1)
-            coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, wte_shard, wire, MODE_BACKGROUND);
+static void stage_ctx_init(stage_ctx *t, const plan_shape *s, plan_ops *o)
+{
+    const int64_t C = s->C, m = s->m;
+    memset(t, 0, sizeof *t);
+    t->c = (sched){s, o, s->g.x, s->g.y, s->g.z, s->g.d};
+    const linear w[4] = {{0, C, 3 * C}, {1, C, C}, {0, C, 4 * C}, {1, 4 * C, C}};
+    memcpy(t->w, w, sizeof w);
+    t->head = (linear){0, C, s->Vp};
+    plan_layer_opts(s, -1, 0, &t->head_opts);
+    t->wte_shard = s->Vp * C / (t->c.gx * t->c.gy * t->c.gz);
+    t->block_shard = 12 * C * C / (t->c.gx * t->c.gy * t->c.gz);
+    t->act = m * C / t->c.gy;
+    t->l1 = s->l0 + s->nb;
+    t->has_wte = s->first || s->last;
+    t->y = (double)(m * C / t->c.gy);
+    t->logits = (double)(m * s->Vp / t->c.gx);
+}
+
+/* A micro-batch's backward run on a stage before the last, or the backward
+ * half of the last stage's run; the last micro-batch's posts the
+ * data-parallel buckets. */
+static void stage_backward(stage_ctx *t, int last_micro)
+{
+    const plan_shape *s = t->c.s;
+    sched *c = &t->c;
+    const int dp = (s->overlap & FF_OVERLAP_DP) && c->gd > 1;
+    if (!s->last)
+        p2p(c, t->act, 1);
+    for (int64_t l = t->l1 - 1; l >= s->l0; l--) {
+        int checkpoint = plan_block_checkpoint(s, l);
+        if (checkpoint)
+            block_forward(c, t->w, l, 1);
+        block_backward(c, t->w, l, checkpoint);
+        if (last_micro && dp)
+            coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, t->block_shard, s->wire, MODE_BACKGROUND);
     }
-    wait_all(&c);
-    if (!(ov & FF_OVERLAP_DP) && c.gd > 1) {
-        for (int64_t l = l1 - 1; l >= s->l0; l--)
-            coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, block_shard, wire, MODE_BLOCKING);
-        if (has_wte)
-            coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, wte_shard, wire, MODE_BLOCKING);
+    if (s->first) {
+        elem(c, 3, t->y);
+        if (c->gz > 1)
+            coll(c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, t->wte_shard, t->head_opts.wire_bytes,
+                 t->head_opts.ors ? MODE_BACKGROUND : MODE_BLOCKING);
+    } else {
+        p2p(c, t->act, 0);
+    }
+    if (last_micro && t->has_wte && dp)
+        coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, t->wte_shard, s->wire, MODE_BACKGROUND);
+}
+
+/* A micro-batch's forward run (on the last stage with its backward). */
+static void stage_forward(stage_ctx *t, int last_micro)
+{
+    const plan_shape *s = t->c.s;
+    sched *c = &t->c;
+    const int64_t m = s->m;
+    if (s->first) {
+        gather(c, t->wte_shard, &t->head_opts);
+        elem(c, 4, t->y);
+        coll(c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * s->C / c->gy, F32, MODE_BLOCKING);
+    } else {
+        p2p(c, t->act, 1);
+    }
+    for (int64_t l = s->l0; l < t->l1; l++)
+        block_forward(c, t->w, l, 0);
+    if (!s->last) {
+        p2p(c, t->act, 0);
+        return;
+    }
+    layernorm(c, 0);
+    gather(c, t->wte_shard, &t->head_opts);
+    forward_product(c, FF_GROUP_Y, s->Vp / c->gx, s->C / c->gy, &t->head_opts, 0);
+    elem(c, 2, t->logits);
+    coll(c, FF_GROUP_X, FF_COLL_ALLGATHER, 3 * m, F32, MODE_BLOCKING);
+    elem(c, 2, t->logits);
+    linear_backward(c, &t->head, 1, &t->head_opts);
+    layernorm(c, 1);
+    stage_backward(t, last_micro);
+}
+
+/* After the last pass: the gradients' reductions, the tied embedding's two
+ * contributions, the loss, the norm and the optimizer. */
+static void stage_tail(stage_ctx *t)
+{
+    const plan_shape *s = t->c.s;
+    sched *c = &t->c;
+    wait_all(c);
+    if (!(s->overlap & FF_OVERLAP_DP) && c->gd > 1) {
+        for (int64_t l = t->l1 - 1; l >= s->l0; l--)
+            coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, t->block_shard, s->wire, MODE_BLOCKING);
+        if (t->has_wte)
+            coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, t->wte_shard, s->wire, MODE_BLOCKING);
     }
     int64_t others = plan_other_params(s);
-    coll(&c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, others, F32, MODE_BLOCKING);
-    if (has_wte) { /* the tied embedding's two contributions */
-        p2p(&c, wte_shard, 0);
-        p2p(&c, wte_shard, 1);
-        elem(&c, 3, (double)wte_shard);
+    coll(c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, others, F32, MODE_BLOCKING);
+    if (t->has_wte) {
+        p2p(c, t->wte_shard, 0);
+        p2p(c, t->wte_shard, 1);
+        elem(c, 3, (double)t->wte_shard);
     }
-    coll(&c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
-    coll(&c, FF_GROUP_PIPE, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
-    coll(&c, FF_GROUP_WORLD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
-    elem(&c, 8, (double)(plan_zsharded_params(s) + others));
-    if (!o->oom)
-        o->ops[o->n - 1].optimizer = 1;
+    coll(c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
+    coll(c, FF_GROUP_PIPE, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
+    coll(c, FF_GROUP_WORLD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
+    elem(c, 8, (double)(plan_zsharded_params(s) + others));
+    if (!c->o->oom)
+        c->o->ops[c->o->n - 1].optimizer = 1;
+}
+
+void plan_schedule_piece(const plan_shape *s, plan_ops *o, plan_piece piece, int last_micro)
+{
+    stage_ctx t;
+    stage_ctx_init(&t, s, o);
+    switch (piece) {
+    case PIECE_FORWARD: stage_forward(&t, last_micro); break;
+    case PIECE_BACKWARD: stage_backward(&t, last_micro); break;
+    case PIECE_TAIL: stage_tail(&t); return;
+    }
+    plan_prefetch(o);
+}
+
+/* One stage's step: the order of the micro-batches' passes (the schedule)
+ * does not change the traffic, so this list runs them one micro-batch after
+ * another. */
+static void plan_schedule_stage(const plan_shape *s, plan_ops *o)
+{
+    stage_ctx t;
+    stage_ctx_init(&t, s, o);
+    for (int u = 0; u < s->micro; u++) {
+        stage_forward(&t, u == s->micro - 1);
+        if (!s->last)
+            stage_backward(&t, u == s->micro - 1);
+    }
+    stage_tail(&t);
     plan_prefetch(o);
 }
 

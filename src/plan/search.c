@@ -256,6 +256,10 @@ int plan_search(const ff_plan_config *cfg, ff_dims grid, int method, uint64_t se
         return ff_format_error(err, err_len, FF_EINVAL,
                                "a per-layer plan needs the full cost model, not %s",
                                ff_cost_name(cfg->cost));
+    if (cfg->stages != 1 || cfg->micro_batches == FF_PLAN_AUTO)
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "a per-layer plan is for a grid without stages and a number of "
+                               "micro-batches");
     if (sp->n_decompose < 1 || sp->n_decompose > PLAN_MAX_CANDIDATES || sp->max_sweeps < 1 ||
         !(sp->mh_temp > 0))
         return ff_format_error(err, err_len, FF_EINVAL, "a search space without candidates");
