@@ -16,7 +16,8 @@
 # median step time over rounds per variant and its ratio to off; the
 # raw JSON lines go OUTSIDE the source tree, to $OUT (default
 # ${FF_BENCH_OUT:-/tmp/fourfold-bench}/decompose.jsonl). CASES
-# (name:grid:C ...), DELAYS (us), VARIANTS (0 = off, K, plan) and PROGRESS
+# (name:grid:C ...), DELAYS (us), VARIANTS (0 = off, K, plan; nooag = OAG
+# off, cmm = OAG off with the collective matmul) and PROGRESS
 # (poll, the default, or thread: a progress thread) select a subset. Needs
 # root and TB.
 # About 10 minutes with the defaults.
@@ -55,7 +56,12 @@ for delay in $DELAYS; do
             --panel-rows "$PANEL" --per-layer --out "$plan" | grep -A 20 '^per-layer' | sed 's/^/# /'
         for r in $(seq "$ROUNDS"); do
             for v in $VARIANTS; do
-                if [ "$v" = plan ]; then args="--plan $plan"; else args="--decompose $v"; fi
+                case $v in
+                plan) args="--plan $plan" ;;
+                nooag) args="--oag 0" ;;                # every weight gather exposed
+                cmm) args="--oag 0 --cmm 1" ;;          # ... each run as a collective matmul
+                *) args="--decompose $v" ;;
+                esac
                 "$TB" -n 2 -m 2 -r 1gbit -d "$delay" all -- "$BIN" --grid "$grid" --L 2 --C "$C" \
                     --NH 4 --V 512 --maxT 128 --B 8 --T 128 --panel "$PANEL" --progress "$PROGRESS" --reps "$REPS" \
                     $args --label "d$delay $name $grid $v round $r" 2>&1 | grep '^{' |
@@ -66,20 +72,21 @@ for delay in $DELAYS; do
     done
 done
 cat "$OUT.tmp" >> "$OUT"
-python3 - "$OUT.tmp" <<'PY'
+python3 - "$OUT.tmp" $VARIANTS <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+variants = sys.argv[2:]
+base = "0" if "0" in variants else variants[0]
 keys = sorted({(r["delay_us"], r["case"], r["grid"]) for r in rows})
-print("\nstep time, median over rounds of each run's median (ms); ratio to decomposition off")
-print(f"{'delay':>6} {'case':>6} {'grid':>8} " +
-      " ".join(f"{v:>14}" for v in ("off", "K=2", "K=3", "K=4", "plan")))
+print(f"\nstep time, median over rounds of each run's median (ms); ratio to variant {base}")
+print(f"{'delay':>6} {'case':>6} {'grid':>8} " + " ".join(f"{v:>14}" for v in variants))
 for d, c, g in keys:
     med = {}
-    for v in ("0", "2", "3", "4", "plan"):
+    for v in variants:
         t = [r["median_ms"] for r in rows
              if (r["delay_us"], r["case"], r["grid"], r["variant"]) == (d, c, g, v)]
         med[v] = statistics.median(t) if t else float("nan")
-    cells = [f"{med[v]:8.1f} {med[v] / med['0']:5.2f}" for v in ("0", "2", "3", "4", "plan")]
+    cells = [f"{med[v]:8.1f} {med[v] / med[base]:5.2f}" for v in variants]
     print(f"{d:>4}us {c:>6} {g:>8} " + " ".join(cells))
 PY
 rm -f "$OUT.tmp"

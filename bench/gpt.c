@@ -35,7 +35,7 @@
 
 typedef struct {
     const char *grid, *label, *plan, *progress, *schedule;
-    int L, C, NH, V, maxT, B, T, threads, reps, warmup, checkpoint, decompose, panel;
+    int L, C, NH, V, maxT, B, T, threads, reps, warmup, checkpoint, decompose, panel, cmm, oag;
     int micro, stages, limit, slow_stage, slow_ms, pass_ms, jitter;
 } options;
 
@@ -84,7 +84,8 @@ static int parse(int argc, char **argv, options *o)
                    .schedule = "message",
                    .micro = 1,
                    .stages = 1,
-                   .slow_stage = -1};
+                   .slow_stage = -1,
+                   .oag = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         struct {
@@ -101,6 +102,8 @@ static int parse(int argc, char **argv, options *o)
                     {"--reps", &o->reps},
                     {"--warmup", &o->warmup},
                     {"--decompose", &o->decompose},
+                    {"--cmm", &o->cmm},
+                    {"--oag", &o->oag},
                     {"--panel", &o->panel},
                     {"--micro", &o->micro},
                     {"--stages", &o->stages},
@@ -168,6 +171,8 @@ int main(int argc, char **argv)
     ff_gpt_opts_default(&opts);
     opts.checkpoint = o.checkpoint;
     opts.linear.decompose = o.decompose;
+    opts.linear.cmm = o.cmm;
+    opts.linear.oag = o.oag;
     opts.pipe.schedule = !strcmp(o.schedule, "1f1b") ? FF_PIPE_1F1B : FF_PIPE_MESSAGE;
     opts.pipe.limit = o.limit;
     opts.pipe.slow_stage = o.slow_stage;

@@ -48,6 +48,9 @@ typedef struct {
     size_t n, tensor[FF_GPT_NTENSORS]; /* canonical sizes */
     /* all-reduces of the X and Y groups, summed over the ranks */
     unsigned long long calls[2], sent[2], recv[2];
+    /* all-gathers of the Z groups, and the collective matmuls, summed */
+    unsigned long long ag[3];
+    long cmm;
 } result;
 
 static int32_t token_at(int64_t s, int64_t t) { return (int32_t)((s * 131 + t * 17 + 7) % cfg.V); }
@@ -73,8 +76,9 @@ static int run(ff_grid *grid, const ff_gpt_opts *o, result *r)
     for (int t = 0; t < FF_GPT_NTENSORS; t++)
         r->tensor[t] = ff_gpt_tensor_size(g, t);
     r->grads = ff_ctx_rank(ctx) == 0 ? calloc(r->n, sizeof(float)) : NULL;
-    ff_group *groups[2] = {ff_grid_group(grid, FF_GROUP_X), ff_grid_group(grid, FF_GROUP_Y)};
-    for (int i = 0; i < 2; i++)
+    ff_group *groups[3] = {ff_grid_group(grid, FF_GROUP_X), ff_grid_group(grid, FF_GROUP_Y),
+                           ff_grid_group(grid, FF_GROUP_Z)};
+    for (int i = 0; i < 3; i++)
         ff_group_counters_reset(groups[i]);
     ff_gemm_set_panel_rows(ff_linear_seq_gemm(ff_gpt_linear_seq(g)), PANEL);
     rc = ff_gpt_init(g, 99);
@@ -91,6 +95,16 @@ static int run(ff_grid *grid, const ff_gpt_opts *o, result *r)
         r->calls[i] = sum[0];
         r->sent[i] = sum[1];
         r->recv[i] = sum[2];
+    }
+    if (rc == FF_OK) {
+        ff_counters c = ff_group_counters(groups[2], FF_COLL_ALLGATHER);
+        unsigned long long mine[4] = {c.calls, c.bytes_sent, c.bytes_recv,
+                                      (unsigned long long)ff_linear_seq_cmm_uses(
+                                          ff_gpt_linear_seq(g))},
+                           sum[4];
+        MPI_Allreduce(mine, sum, 4, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+        memcpy(r->ag, sum, sizeof r->ag);
+        r->cmm = (long)sum[3];
     }
     if (rc == FF_OK)
         rc = ff_gpt_gather(g, FF_GPT_GRADS, r->grads, 0);
@@ -114,6 +128,33 @@ static int bitwise(const result *a, const result *b)
 {
     return a->n == b->n && memcmp(&a->loss, &b->loss, sizeof a->loss) == 0 &&
            memcmp(a->grads, b->grads, a->n * sizeof(float)) == 0;
+}
+
+/* The gradients of a against b's, each tensor's largest difference
+ * relative to its largest value, within tol, and the loss within 1e-5;
+ * returns the worst ratio to tol. */
+static double within_bound(const result *a, const result *b, double tol, const char *desc,
+                           const char *what)
+{
+    double worst = 0;
+    size_t off = 0;
+    for (int t = 0; t < FF_GPT_NTENSORS; t++) {
+        size_t m = b->tensor[t];
+        double maxref = 0, maxdiff = 0;
+        for (size_t e = 0; e < m; e++) {
+            double d = fabs((double)a->grads[off + e] - b->grads[off + e]);
+            maxdiff = !(d <= maxdiff) ? d : maxdiff;
+            maxref = fabs(b->grads[off + e]) > maxref ? fabs(b->grads[off + e]) : maxref;
+        }
+        double rel = maxref > 0 ? maxdiff / maxref : maxdiff;
+        CHECK(rel <= tol, "%s, %s: gradient %s rel max error %.3e > %.3e", desc, what,
+              ff_gpt_tensor_name(t), rel, tol);
+        worst = !(rel / tol <= worst) ? rel / tol : worst;
+        off += m;
+    }
+    double le = fabs((double)a->loss - b->loss) / fabs((double)b->loss);
+    CHECK(le <= 1e-5, "%s, %s: loss %.9g, without %.9g", desc, what, a->loss, b->loss);
+    return worst;
 }
 
 /* The mixed plan of part 3. */
@@ -220,29 +261,45 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, double tol)
         rc = run(grid, &o, &a3);
     CHECK(rc == FF_OK, "%s, AUTO: %s", desc, ff_ctx_error(ctx));
     if (rc == FF_OK && rank == 0) {
-        double worst = 0;
-        size_t off = 0;
-        for (int t = 0; t < FF_GPT_NTENSORS; t++) {
-            size_t m = a0.tensor[t];
-            double maxref = 0, maxdiff = 0;
-            for (size_t e = 0; e < m; e++) {
-                double d = fabs((double)a3.grads[off + e] - a0.grads[off + e]);
-                maxdiff = !(d <= maxdiff) ? d : maxdiff;
-                maxref = fabs(a0.grads[off + e]) > maxref ? fabs(a0.grads[off + e]) : maxref;
-            }
-            double rel = maxref > 0 ? maxdiff / maxref : maxdiff;
-            CHECK(rel <= tol, "%s, AUTO decompose 3: gradient %s rel max error %.3e > %.3e", desc,
-                  ff_gpt_tensor_name(t), rel, tol);
-            worst = !(rel / tol <= worst) ? rel / tol : worst;
-            off += m;
-        }
-        double le = fabs((double)a3.loss - a0.loss) / fabs((double)a0.loss);
-        CHECK(le <= 1e-5, "%s, AUTO decompose 3: loss %.9g, without %.9g", desc, a3.loss, a0.loss);
+        double worst = within_bound(&a3, &a0, tol, desc, "AUTO decompose 3");
         printf("  %-34s REC k=2,3,4 and mixed plan bitwise; AUTO k=3 %s (error/bound %.3f)\n", desc,
                bitwise(&a3, &a0) ? "bitwise" : "bounded", worst);
     }
-    free(a0.grads);
     free(a3.grads);
+
+    /* 4: the collective matmul, with OAG (the run's first gather) and
+     * without (every forward's), against the same run without it: within
+     * the bound, the same all-gathers (calls and bytes) */
+    for (int oag = 1; shape.z > 1 && oag >= 0; oag--) {
+        result c = {0};
+        ff_gpt_opts_default(&o);
+        o.linear.oag = oag;
+        if (!oag) {
+            free(a0.grads);
+            if ((rc = run(grid, &o, &a0)))
+                break;
+        }
+        o.linear.cmm = 1;
+        rc = run(grid, &o, &c);
+        CHECK(rc == FF_OK, "%s, cmm: %s", desc, ff_ctx_error(ctx));
+        if (rc == FF_OK && rank == 0) {
+            char what[48];
+            snprintf(what, sizeof what, "cmm, OAG %s", oag ? "on" : "off");
+            double worst = within_bound(&c, &a0, tol, desc, what);
+            CHECK(c.ag[0] == a0.ag[0] && c.ag[1] == a0.ag[1] && c.ag[2] == a0.ag[2],
+                  "%s, %s: Z all-gathers %llu calls %llu bytes, without %llu calls %llu bytes",
+                  desc, what, c.ag[0], c.ag[1], a0.ag[0], a0.ag[1]);
+            /* with OAG the run's first gather is the embedding's lookup,
+             * not a product: none may run then */
+            CHECK((oag || c.cmm > 0) && a0.cmm == 0, "%s, %s: %ld collective matmuls (%ld without)",
+                  desc, what, c.cmm, a0.cmm);
+            printf("  %-34s %s: %ld collective matmuls, %s (error/bound %.3f)\n", desc, what, c.cmm,
+                   bitwise(&c, &a0) ? "bitwise" : "bounded", worst);
+        }
+        free(c.grads);
+    }
+    CHECK(rc == FF_OK, "%s, cmm: %s", desc, ff_ctx_error(ctx));
+    free(a0.grads);
     ff_grid_destroy(grid);
 }
 

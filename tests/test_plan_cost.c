@@ -309,6 +309,85 @@ static void test_coll_time(void)
     CHECK(plan_coll_time(&l, FF_COLL_ALLREDUCE, 1, 1000, 4, 1) == 0, "rec-whole on one costs 0");
 }
 
+/* The collective matmul (docs/planner.md, "Overlap: the timeline"): with
+ * OAG every gather but the embedding's is prefetched, so nothing changes;
+ * without it each block layer's forward gather (4 L per micro-batch, the
+ * AG cache keeping them for the backward) runs beside its product. */
+static void test_cmm(void)
+{
+    ff_plan_config cfg;
+    ff_plan_config_default(&cfg);
+    char err[256];
+    CHECK(ff_model_preset("mini", &cfg.model, err, sizeof err) == FF_OK, "%s", err);
+    cfg.batch = 8, cfg.seq = 64, cfg.micro_batches = 2, cfg.checkpoint = 0;
+    /* nodes of one rank: the gathers cross the slow link, so a shard's
+     * product is shorter than a ring step and the saving is the products
+     * but the first shard's (never more than the gathers' time) */
+    cfg.machine.ranks_per_node = 1;
+    const ff_dims g = {1, 1, 4, 1};
+    ff_plan_result off, on;
+    for (int oag = 1; oag >= 0; oag--) {
+        cfg.overlap = oag ? FF_OVERLAP_ALL : FF_OVERLAP_ALL & ~FF_OVERLAP_OAG;
+        cfg.cmm = 0;
+        CHECK(ff_plan_evaluate(&cfg, g, &off, err, sizeof err) == FF_OK, "%s", err);
+        cfg.cmm = 1;
+        CHECK(ff_plan_evaluate(&cfg, g, &on, err, sizeof err) == FF_OK, "%s", err);
+        plan_shape sh;
+        plan_shape_init(&cfg, g, &sh);
+        sh.ag_cache = (int)sh.L;
+        plan_ops ops = {0};
+        plan_schedule(&sh, &ops);
+        long n = 0;
+        for (size_t i = 0; i < ops.n; i++)
+            n += ops.ops[i].cmm;
+        plan_ops_free(&ops);
+        long want = oag ? 0 : 4L * cfg.model.layers * cfg.micro_batches;
+        CHECK(n == want, "OAG %d: %ld collective matmuls listed, want %ld", oag, n, want);
+        double ag = on.coll[FF_GROUP_Z][FF_COLL_ALLGATHER].time_s;
+        if (oag)
+            CHECK(on.step_s == off.step_s, "OAG on: %g with cmm, %g without", on.step_s,
+                  off.step_s);
+        else
+            CHECK(on.step_s < off.step_s && off.step_s - on.step_s <= ag,
+                  "OAG off: %g with cmm, %g without (gathers %g)", on.step_s, off.step_s, ag);
+        CHECK(on.bytes_recv == off.bytes_recv, "the same bytes");
+    }
+}
+
+/* The timeline of one collective matmul, by hand: a gather of t on p ranks
+ * (no CPU share: across nodes) and a product of work W at rate R on shapes
+ * where the efficiency is 1: a shard's product takes g = W/(p R), then
+ * p - 1 ring steps each the longer of g and t/(p-1). Both regimes. */
+static void test_cmm_timeline(void)
+{
+    ff_plan_config cfg;
+    ff_plan_config_default(&cfg);
+    cfg.machine.ranks_per_node = 1;
+    cfg.machine.gemm_half_dim = 0;
+    const ff_dims g = {1, 1, 4, 1};
+    ff_plan_link link[FF_NGROUPS];
+    plan_links(&cfg.machine, g, 0, link);
+    const double rate = 1e10,
+                 t = plan_coll_time(&link[FF_GROUP_Z], FF_COLL_ALLGATHER, 4, 1 << 16, 4, 0);
+    for (int c = 0; c < 2; c++) {
+        double work = c ? 1e8 : 1e6; /* g = 2.5 ms, then 25 us */
+        plan_op ops[3] = {{0}};
+        ops[0].kind = OP_COLL, ops[0].group = FF_GROUP_Z, ops[0].coll = FF_COLL_ALLGATHER;
+        ops[0].mode = MODE_BACKGROUND, ops[0].wire = 4, ops[0].count = 1 << 16, ops[0].cmm = 1;
+        ops[1].kind = OP_WAIT;
+        ops[2].kind = OP_GEMM, ops[2].m = 64, ops[2].n = 64, ops[2].k = 64, ops[2].work = work;
+        plan_ops o = {.ops = ops, .n = 3, .cap = 3, .tags = 1};
+        ff_plan_result acc;
+        memset(&acc, 0, sizeof acc);
+        double end, bg;
+        CHECK(plan_play(&cfg, g, &o, link, rate, &acc, 1, &end, &bg) == 0, "play");
+        double gs = work / 4 / rate, want = gs + 3 * fmax(gs, t / 3);
+        near(c ? "cmm, products longer than ring steps" : "cmm, ring steps longer", end, want);
+        o.ops = NULL; /* the array is on the stack */
+        plan_topos_free(&o);
+    }
+}
+
 int main(void)
 {
     test_paper();
@@ -316,5 +395,7 @@ int main(void)
     test_axonn();
     test_links();
     test_coll_time();
+    test_cmm();
+    test_cmm_timeline();
     return test_finish("test_plan_cost");
 }

@@ -79,19 +79,21 @@ typedef struct {
     int overlaps;   /* 1: every overlap on (the default); 0: every one off */
     int wire;       /* bytes per element of the linear layers' collectives: 4 fp32, 2 bf16 */
     int plan;       /* 1: the per-layer plan of mixed_plan() (the fields above ignored) */
+    int cmm;        /* 1: the collective matmul (its forwards do not decompose) */
 } variant;
 
 enum { PANEL = 4 };
 
 static const variant variants[] = {
-    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0},
-    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0},
-    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0},
-    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0},
-    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0},
-    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0},
-    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0},
-    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1},
+    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0},
+    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0, 0},
+    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0},
+    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0},
+    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0},
+    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0},
+    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0},
+    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0},
+    {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1},
 };
 
 /* A per-layer plan that mixes every option: checkpointing in block 0,
@@ -149,6 +151,7 @@ static void model_opts(const variant *v, ff_gpt_opts *o)
     }
     o->linear.coll.wire = v->wire == 2 ? FF_WIRE_BF16 : FF_WIRE_FP32;
     o->plan = v->plan ? &mixed : NULL;
+    o->linear.cmm = v->cmm;
 }
 
 /* The run's collective model and ranks per node (set in main). */
@@ -175,6 +178,7 @@ static void plan_config(const variant *v, ff_plan_config *pc)
     pc->wire_bytes = v->wire;
     pc->overlap = v->overlaps ? FF_OVERLAP_ALL : 0;
     pc->layers = v->plan ? &mixed : NULL;
+    pc->cmm = v->cmm;
 }
 
 /* This rank's tokens for one step: n_micro micro-batches of its sequences. */
@@ -394,7 +398,8 @@ int main(int argc, char **argv)
             int fresh = !g || va->checkpoint != variants[v - 1].checkpoint ||
                         va->ag_cache != variants[v - 1].ag_cache ||
                         va->overlaps != variants[v - 1].overlaps ||
-                        va->wire != variants[v - 1].wire || va->plan != variants[v - 1].plan;
+                        va->wire != variants[v - 1].wire || va->plan != variants[v - 1].plan ||
+                        va->cmm != variants[v - 1].cmm;
             if (fresh) {
                 ff_gpt_destroy(g);
                 ff_gpt_opts o;

@@ -113,6 +113,14 @@ int ff_iallreduce(ff_group *g, const float *send, float *recv, size_t count,
 int ff_ialltoall(ff_group *g, const float *send, float *recv, size_t count, const ff_coll_opts *opt,
                  ff_request **req);
 
+/* Advances the collectives and sets *ready to the blocks of an all-gather
+ * already in its recv buffer, counted in the order the ring delivers them:
+ * this rank's block r, then r-1, r-2, ... (mod p). Only an all-gather run
+ * by FF_ALGO_RING delivers blocks before it is done; any other request
+ * reports 0 until done, then the group's size. The collective matmul
+ * (docs/linear.md) computes with each block as it arrives. */
+int ff_allgather_ready(ff_request *req, int *ready);
+
 /* Point-to-point messages between two ranks of a group (the pipeline's
  * activations and gradients): `count` floats to or from group rank `peer`,
  * matched by `tag` (0 to 1999) in posting order, as MPI matches them. They

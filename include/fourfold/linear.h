@@ -73,6 +73,11 @@ typedef struct {
     ff_coll_opts coll;   /* wire and algorithm of the layer's collectives */
     int decompose;       /* row chunks of the dependent all-reduces (docs/linear.md,
                             "Decomposition"); 0 or 1: off, at most FF_DECOMPOSE_MAX */
+    int cmm;             /* 1: a forward whose weight gather was not prefetched (OAG
+                            off, or the run's first gather) multiplies each Z-shard as
+                            the ring all-gather delivers it (the collective matmul,
+                            docs/linear.md); where the shards are whole rows of the
+                            stored block. Sums in another order: bounded, not bitwise */
 } ff_linear_opts;
 
 enum { FF_DECOMPOSE_MAX = 64 };
@@ -200,6 +205,8 @@ int ff_linear_seq_wait_grads(ff_linear_seq *s);
  * parallelism; a model with its own bucketing does this itself). */
 int ff_linear_seq_allreduce_grads(ff_linear_seq *s);
 
+/* Forwards run as collective matmuls (ff_linear_opts.cmm) since creation. */
+long ff_linear_seq_cmm_uses(const ff_linear_seq *s);
 /* Bytes of gathered weights, gradient blocks and reduce-scatter outputs held
  * by the sequence now, and at most since creation. */
 void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak);

@@ -171,6 +171,11 @@ typedef struct {
      * a product at panel boundaries (docs/linear.md), so the panels decide
      * how many chunks a product of few rows can have. */
     int64_t panel_rows;
+    /* 1: the run's collective matmul (ff_linear_opts.cmm, `fourfold train
+     * --cmm on`): a forward product whose weight gather was not prefetched
+     * (its layer's OAG off, or a run's first gather) multiplies each Z-shard
+     * as the ring delivers it. Changes time only: the same all-gather. */
+    int cmm;
     /* Pipeline stages (docs/pipeline.md; 1: none). With P > 1, `ranks` is
      * the whole job and a grid is one stage's (ranks / P ranks); the step
      * is the pipeline's: each stage's forward and backward runs timed as

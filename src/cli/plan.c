@@ -36,6 +36,7 @@ static const char help[] =
     "                       or auto (default: as many as fit)\n"
     "  --wire W             fp32 or bf16 for weights, activations, gradients (default fp32)\n"
     "  --overlap LIST       oar,ors,oag,dp, all or none (default all)\n"
+    "  --cmm on|off         the collective matmul of unprefetched gathers (train --cmm)\n"
     "pipeline stages (docs/pipeline.md):\n"
     "  --stages P           stages, each running a grid of ranks/P (default 1), or auto:\n"
     "                       every P that divides the ranks, ranked together\n"
@@ -296,6 +297,13 @@ static int parse_args(int argc, char **argv, plan_opts *o)
         } else if (cli_is(&a, "checkpoint")) {
             if (!(v = cli_value(&a)) || parse_on_off("checkpoint", v, &o->cfg.checkpoint))
                 return CLI_USAGE;
+        } else if (cli_is(&a, "cmm")) {
+            if (!(v = cli_value(&a)) || (strcmp(v, "on") && strcmp(v, "off"))) {
+                if (v)
+                    cli_error("--cmm %s: expected on or off", v);
+                return CLI_USAGE;
+            }
+            o->cfg.cmm = v[1] == 'n';
         } else if (cli_is(&a, "ag-cache")) {
             if (!(v = cli_value(&a)))
                 return CLI_USAGE;

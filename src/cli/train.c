@@ -74,6 +74,8 @@ static const char help[] =
     "  --wire fp32|bf16      element format of the linear layers' collectives (default fp32)\n"
     "  --decompose K         compute each layer's all-reduced product in K chunks of rows,\n"
     "                        each chunk's all-reduce beside the next chunk (default 0 = off)\n"
+    "  --cmm on|off          collective matmul: a forward whose weight all-gather was not\n"
+    "                        prefetched multiplies each Z-shard as it arrives (default off)\n"
     "  --plan FILE           a per-layer plan (`fourfold plan --per-layer --out FILE`): its\n"
     "                        checkpointing and layer options replace the four above\n"
     "  --grid auto           the planner's first choice for this model, batch and job\n"
@@ -246,6 +248,8 @@ static int parse(int argc, char **argv, train_opts *o)
             o->overwrite = 1;
         } else if (cli_is(&a, "checkpoint")) {
             bad = !(v = cli_value(&a)) || parse_onoff("checkpoint", v, &o->gpt.checkpoint);
+        } else if (cli_is(&a, "cmm")) {
+            bad = !(v = cli_value(&a)) || parse_onoff("cmm", v, &o->gpt.linear.cmm);
         } else if (cli_is(&a, "overlap")) {
             bad = !(v = cli_value(&a)) || parse_onoff("overlap", v, &on);
             if (!bad)
@@ -376,6 +380,7 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
         goto fail;
     pc.checkpoint = o->gpt.checkpoint;
     pc.ag_cache = o->ag_cache_blocks < 0 ? cfg->L : (int)o->ag_cache_blocks;
+    pc.cmm = o->gpt.linear.cmm;
     if (!o->gpt.linear.oar || !o->gpt.dp_overlap)
         pc.overlap = 0; /* --overlap off */
     ff_plan *plan = NULL;
@@ -475,6 +480,8 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
     ROW("wire", "%s", o->gpt.linear.coll.wire == FF_WIRE_BF16 ? "bf16" : "fp32");
     if (o->gpt.linear.decompose > 1)
         ROW("decomposition", "%d chunks of rows per all-reduced product", o->gpt.linear.decompose);
+    if (o->gpt.linear.cmm)
+        ROW("collective matmul", "%s", "on: unprefetched gathers multiply shard by shard");
     else
         ROW("decomposition", "off");
     if (o->plan)

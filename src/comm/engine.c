@@ -561,6 +561,23 @@ int ff_test(ff_request *req, int *done)
     return rc;
 }
 
+int ff_allgather_ready(ff_request *req, int *ready)
+{
+    *ready = 0;
+    if (!req)
+        return FF_EINVAL;
+    ff_ctx *ctx = req->group->ctx;
+    pthread_mutex_lock(&ctx->lock);
+    progress_locked(ctx);
+    if (req->done)
+        *ready = req->group->size;
+    else if (req->coll == FF_COLL_ALLGATHER && req->algo == FF_ALGO_RING)
+        *ready = req->step + 1; /* ring.c: step s delivers block r - s - 1 */
+    int rc = req->error;
+    pthread_mutex_unlock(&ctx->lock);
+    return rc;
+}
+
 int ff_wait(ff_request **preq)
 {
     ff_request *req = *preq;

@@ -73,6 +73,7 @@ struct ff_linear_seq {
     int n_pool;
     size_t mem_cur, mem_peak;
     int gathers, reused;
+    long cmm_uses; /* forwards run as collective matmuls, since creation */
 };
 
 void ff_linear_opts_default(ff_linear_opts *o)
@@ -494,6 +495,8 @@ void ff_linear_seq_gather_stats(const ff_linear_seq *s, int *gathers, int *reuse
         *reused = s->reused;
 }
 
+long ff_linear_seq_cmm_uses(const ff_linear_seq *s) { return s->cmm_uses; }
+
 void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak)
 {
     if (current)
@@ -504,15 +507,30 @@ void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak)
 
 /* ---- weight gathers ---------------------------------------------------------------- */
 
-static int post_gather(ff_linear *l)
+/* ring: run by the ring, whose blocks the collective matmul takes as they
+ * arrive (ff_allgather_ready) */
+static int post_gather(ff_linear *l, int ring)
 {
     ff_linear_seq *s = l->seq;
     l->w_gathered = buf_take(s, l->block);
     if (!l->w_gathered)
         return FF_ENOMEM;
     l->held = 1;
+    ff_coll_opts o = l->coll;
+    if (ring)
+        o.algo = FF_ALGO_RING;
     /* W_rc = AllGather_Z(W_shard): piece z lands at offset z * shard */
-    return ff_iallgather(l->grp_z, l->w, l->w_gathered, l->shard, &l->coll, &l->ag);
+    return ff_iallgather(l->grp_z, l->w, l->w_gathered, l->shard, &o, &l->ag);
+}
+
+/* The collective matmul applies to a forward of this layer whose gather is
+ * posted at its use: each Z-shard must be whole rows of the stored block
+ * (rows of W for KN: a slice of the inner dimension; rows of W^T for NK:
+ * a slice of the output's columns). */
+static int cmm_fits(const ff_linear *l)
+{
+    return l->seq->opt.cmm && l->gz > 1 &&
+           (l->layout == FF_WEIGHT_KN ? l->kl % l->gz : l->nl % l->gz) == 0;
 }
 
 static void drop_gathered(ff_linear *l)
@@ -533,7 +551,11 @@ static int prefetch(ff_linear_seq *s, int after)
             continue;
         if (l->held || !l->oag)
             return FF_OK;
-        return post_gather(l);
+        /* the run's first gather: a forward with the collective matmul
+         * gathers it at its use, computing beside the ring */
+        if (after < 0 && s->prog[v].kind <= FF_USE_RECOMPUTE && cmm_fits(l))
+            return FF_OK;
+        return post_gather(l, 0);
     }
     return FF_OK;
 }
@@ -593,8 +615,9 @@ static int reap(ff_linear_seq *s)
 
 /* The program's next use must be (l, kind), where kind FF_USE_FORWARD also
  * accepts a recompute; returns the gathered weight, ready (NULL for a
- * gradient-only use). */
-static int acquire(ff_linear *l, ff_use_kind want, const float **w)
+ * gradient-only use), or, for a product that allows it (allow_cmm), NULL
+ * with the gather in flight on the ring: the collective matmul. */
+static int acquire(ff_linear *l, ff_use_kind want, int allow_cmm, const float **w)
 {
     ff_linear_seq *s = l->seq;
     ff_ctx *ctx = s->ctx;
@@ -623,8 +646,18 @@ static int acquire(ff_linear *l, ff_use_kind want, const float **w)
         *w = l->w;
         return prefetch(s, s->cursor);
     }
-    if (s->need_gather[s->cursor] && !l->held && (rc = post_gather(l)))
-        return rc;
+    if (s->need_gather[s->cursor] && !l->held) {
+        /* not prefetched: a forward with the collective matmul computes
+         * while the ring delivers the shards (ff_linear_forward_rows) */
+        int cmm = allow_cmm && want == FF_USE_FORWARD && cmm_fits(l);
+        if ((rc = post_gather(l, cmm)))
+            return rc;
+        if (cmm) {
+            s->cmm_uses++;
+            *w = NULL;
+            return prefetch(s, s->cursor);
+        }
+    }
     if (!l->held)
         return ff_set_error(ctx, FF_EINVAL, "layer '%s': gathered weight missing (internal)",
                             l->name);
@@ -773,14 +806,53 @@ static void forward_chunk_done(ff_linear *l, float *out, int64_t r0, int64_t r1,
         done(arg, r0, r1 - r0);
 }
 
+/* The collective matmul (docs/linear.md): out = inp W_rc with the gather of
+ * W_rc in flight on the ring, multiplying shard b = z, z-1, ... (the ring's
+ * order, fixed, so the bits do not depend on timing) as soon as it is
+ * there. KN: shard b is rows [b kz, (b+1) kz) of W_rc, a slice of the inner
+ * dimension, and the partial products add up in out; NK: it is rows of
+ * W_rc^T, the output's columns [b nz, (b+1) nz). */
+static int cmm_forward(ff_linear *l, const char *name, float *out, const float *inp, int64_t rows)
+{
+    const int p = l->gz, z = ff_group_rank(l->grp_z), kn = l->layout == FF_WEIGHT_KN;
+    const int64_t piece = (kn ? l->kl : l->nl) / p;
+    int rc = FF_OK;
+    for (int i = 0; i < p && rc == FF_OK; i++) {
+        int b = (z - i + p) % p, ready = 0;
+        while (rc == FF_OK && ready <= i)
+            rc = ff_allgather_ready(l->ag, &ready);
+        if (rc)
+            break;
+        const float *wb = l->w_gathered + (size_t)b * l->shard;
+        if (kn)
+            rc = ff_gemm_run(l->seq->gemm, name, 0, 0, rows, l->nl, piece, 1.0f, inp + b * piece,
+                             l->kl, wb, l->nl, i ? 1.0f : 0.0f, out, l->nl);
+        else
+            rc = ff_gemm_run(l->seq->gemm, name, 0, 1, rows, piece, l->kl, 1.0f, inp, l->kl, wb,
+                             l->kl, 0.0f, out + b * piece, l->nl);
+    }
+    int rc2 = ff_wait(&l->ag);
+    return rc ? rc : rc2;
+}
+
 int ff_linear_forward_rows(ff_linear *l, float *out, const float *inp, int64_t rows,
                            ff_linear_rows_fn done, void *arg)
 {
     const float *w;
-    int rc = acquire(l, FF_USE_FORWARD, &w);
+    int rc = acquire(l, FF_USE_FORWARD, 1, &w);
     if (rc)
         return rc;
     char name[NAME_LEN + 8];
+    if (!w) { /* the collective matmul, then the whole output's all-reduce */
+        snprintf(name, sizeof name, "cmm %s", l->name);
+        ff_request *req = NULL;
+        if ((rc = cmm_forward(l, name, out, inp, rows)) ||
+            (rc = ff_iallreduce(l->grp_r, out, out, (size_t)(rows * l->nl), &l->coll, &req)) ||
+            (rc = ff_wait(&req)))
+            return rc;
+        forward_chunk_done(l, out, 0, rows, done, arg);
+        return release(l);
+    }
     snprintf(name, sizeof name, "fwd %s", l->name);
     /* out (rows, nl) = inp (rows, kl) W_rc, the partial sum over this rank's
      * rows of W, then O = AllReduce_R(O), chunk by chunk: chunk i's GEMM,
@@ -816,7 +888,7 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
     if (!l->dw || (l->has_bias && !l->db))
         return ff_set_error(ctx, FF_EINVAL, "layer '%s' has no bound gradient", l->name);
     const float *w;
-    int rc = acquire(l, FF_USE_BACKWARD, &w);
+    int rc = acquire(l, FF_USE_BACKWARD, 0, &w);
     if (rc)
         return rc;
     char name[NAME_LEN + 8];
@@ -874,7 +946,7 @@ int ff_linear_use_begin(ff_linear *l, const float **w_block, float **dw_block)
     int grad = s->running && s->cursor < s->n_prog && s->prog[s->cursor].kind == FF_USE_GRAD;
     if (grad && !l->dw)
         return ff_set_error(s->ctx, FF_EINVAL, "layer '%s' has no bound gradient", l->name);
-    int rc = acquire(l, grad ? FF_USE_GRAD : FF_USE_FORWARD, w_block);
+    int rc = acquire(l, grad ? FF_USE_GRAD : FF_USE_FORWARD, 0, w_block);
     if (rc || !grad)
         return rc;
     float beta;

@@ -350,6 +350,7 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
     s->panel_rows = cfg->panel_rows > 0 ? cfg->panel_rows
                     : cfg->layers       ? cfg->layers->panel_rows
                                         : 0;
+    s->cmm = cfg->cmm;
     s->P = 1, s->stage = 0, s->first = s->last = 1;
     s->l0 = 0, s->nb = s->L;
 }
@@ -496,7 +497,9 @@ typedef struct {
     double bg_free;    /* when the background channel (weights, gradients) is free */
     double chunk_free; /* when the last chunk of a decomposed all-reduce is done */
     double pending;    /* an OAR collective waiting for its GEMM */
-    double *tag_end;   /* completion of background collectives and chunks */
+    double cmm_s;      /* a collective matmul's gather, for the GEMM that follows */
+    int cmm_p;
+    double *tag_end; /* completion of background collectives and chunks */
 } timeline;
 
 /* Plays the step; -1 if out of memory. */
@@ -514,6 +517,21 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
                 r->gemm_s += t;
             else
                 r->attention_s += t;
+            if (tl->cmm_p > 1 && op->kind == OP_GEMM) {
+                /* the collective matmul: p products of a shard each (the
+                 * model's NK blocks: a p-th of the columns, at that
+                 * shape's efficiency), the ring's p - 1 steps beside all
+                 * but the first */
+                int q = tl->cmm_p;
+                double g =
+                    op->work / q /
+                    (tl->rate * gemm_efficiency(p, op->m, op->n / q > 0 ? op->n / q : 1, op->k));
+                double step = tl->cmm_s / (q - 1);
+                r->gemm_s += q * g - t;
+                tl->cursor += g + (q - 1) * (g > step ? g : step);
+                tl->cmm_p = 0;
+                break;
+            }
             tl->cursor += tl->pending > t ? tl->pending : t; /* OAR: beside this GEMM */
             tl->pending = 0;
             break;
@@ -541,7 +559,11 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
              * the fraction intra_overlap of it can run beside compute */
             double fixed = l->intra ? (1 - p->intra_overlap) * t : 0, free_part = t - fixed;
             tl->cursor += fixed;
-            if (op->mode == MODE_BLOCKING) {
+            if (op->cmm) { /* beside the next GEMM (above); its wait is then free */
+                tl->cmm_s = free_part;
+                tl->cmm_p = l->size;
+                tl->tag_end[op->tag] = 0;
+            } else if (op->mode == MODE_BLOCKING) {
                 tl->cursor += free_part;
             } else if (op->mode == MODE_OAR) {
                 tl->pending = free_part;

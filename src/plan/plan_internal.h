@@ -35,6 +35,7 @@ typedef struct {
     uint8_t wire;      /* bytes per element on the wire (OP_COLL) */
     uint8_t optimizer; /* OP_ELEM: the optimizer's update (reported apart) */
     uint8_t prefetch;  /* Z all-gather: posted during the previous use (the layer's OAG) */
+    uint8_t cmm;       /* Z all-gather run as a collective matmul with the next GEMM */
     int tag;           /* OP_COLL in the background or a chunk, and the OP_WAIT for it */
     int64_t count;     /* OP_COLL: the count argument of ff_i<coll> */
     int64_t m, n, k;   /* OP_GEMM, OP_ATTN: product (m x k) (k x n), for the efficiency */
@@ -72,6 +73,7 @@ typedef struct {
      * has the options above (plan_layer_opts) */
     const ff_layer_plan *plan;
     int64_t panel_rows; /* ff_plan_config.panel_rows */
+    int cmm;            /* ff_plan_config.cmm */
     /* pipeline stages: this is stage `stage` of P, holding blocks
      * [l0, l0 + nb); P = 1: the whole model */
     int P, stage, first, last;

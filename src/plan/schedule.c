@@ -24,6 +24,7 @@ typedef struct {
     const plan_shape *s;
     plan_ops *o;
     int64_t gx, gy, gz, gd;
+    int gathers; /* Z all-gathers of weights listed so far */
 } sched;
 
 /* A linear layer O = I W, W of k x n (docs/design.md §3). */
@@ -155,6 +156,7 @@ static void gather(sched *c, int64_t count, const ff_layer_opts *o)
 {
     if (c->gz == 1)
         return;
+    c->gathers++;
     plan_op *op = coll_op(c, FF_GROUP_Z, FF_COLL_ALLGATHER, count, o->wire_bytes, MODE_BACKGROUND);
     if (!op)
         return;
@@ -202,12 +204,29 @@ static void forward_product(sched *c, ff_group_kind group, int64_t nl, int64_t k
 }
 
 /* forward: W = AllGather_Z(Ŵ); Ô = I W; O = AllReduce_Y(Ô) (N) or
- * AllReduce_X(Ô) (T); O += b */
+ * AllReduce_X(Ô) (T); O += b. With the collective matmul (src/nn/linear.c)
+ * a gather that is not prefetched (the layer's OAG off, or the list's
+ * first gather) runs on the ring beside the product, shard by shard, and
+ * the product is not decomposed. The model's layers store W^T (NK): a
+ * shard is whole rows of it when Gz divides the local output width. */
 static void linear_forward(sched *c, const linear *w, int do_gather, const ff_layer_opts *o)
 {
-    if (do_gather)
+    const int64_t nl = n_local(c, w);
+    int cmm = do_gather && c->s->cmm && c->gz > 1 && nl % c->gz == 0 && (!o->oag || !c->gathers);
+    ff_layer_opts whole = *o;
+    if (cmm) {
+        plan_op *op =
+            coll_op(c, FF_GROUP_Z, FF_COLL_ALLGATHER, shard(c, w), o->wire_bytes, MODE_BACKGROUND);
+        if (op) {
+            op->cmm = 1;
+            wait_for(c, op->tag);
+        }
+        c->gathers++;
+        whole.decompose = 0;
+    } else if (do_gather) {
         gather(c, shard(c, w), o);
-    forward_product(c, w->transposed ? FF_GROUP_X : FF_GROUP_Y, n_local(c, w), k_local(c, w), o, 2);
+    }
+    forward_product(c, w->transposed ? FF_GROUP_X : FF_GROUP_Y, nl, k_local(c, w), &whole, 2);
 }
 
 /* backward: db = column sums of dO; dÎ = dO Wᵀ; dI = AllReduce_X(dÎ) (N) or
@@ -468,7 +487,7 @@ static void stage_ctx_init(stage_ctx *t, const plan_shape *s, plan_ops *o)
 {
     const int64_t C = s->C, m = s->m;
     memset(t, 0, sizeof *t);
-    t->c = (sched){s, o, s->g.x, s->g.y, s->g.z, s->g.d};
+    t->c = (sched){s, o, s->g.x, s->g.y, s->g.z, s->g.d, 0};
     const linear w[4] = {{0, C, 3 * C}, {1, C, C}, {0, C, 4 * C}, {1, 4 * C, C}};
     memcpy(t->w, w, sizeof w);
     t->head = (linear){0, C, s->Vp};
@@ -590,7 +609,9 @@ static void plan_schedule_stage(const plan_shape *s, plan_ops *o)
     stage_ctx t;
     stage_ctx_init(&t, s, o);
     for (int u = 0; u < s->micro; u++) {
+        t.c.gathers = 0; /* each run begins anew (the collective matmul's first gather) */
         stage_forward(&t, u == s->micro - 1);
+        t.c.gathers = 0;
         if (!s->last)
             stage_backward(&t, u == s->micro - 1);
     }
@@ -604,7 +625,7 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
         plan_schedule_stage(s, o);
         return;
     }
-    sched c = {s, o, s->g.x, s->g.y, s->g.z, s->g.d};
+    sched c = {s, o, s->g.x, s->g.y, s->g.z, s->g.d, 0};
     const int64_t C = s->C, m = s->m;
     const linear w[4] = {{0, C, 3 * C}, {1, C, C}, {0, C, 4 * C}, {1, 4 * C, C}};
     const linear head = {0, C, s->Vp}; /* the tied LM head: block (y, x) of wte, transposed */
@@ -623,6 +644,7 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
 
     for (int u = 0; u < s->micro; u++) {
         int last = u == s->micro - 1;
+        c.gathers = 0; /* a micro-batch is a run of the layers' program */
         /* embedding: the gathered wte block serves the lookup and the LM
          * head; in the AG cache it stays from the lookup to the head's
          * backward (one gather per micro-batch), else the head gathers it
