@@ -1,0 +1,345 @@
+/* The mixture-of-experts feed-forward layer, serial (moe.h; docs/moe.md). */
+#include "moe.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_ops.h"   /* ff_gelu_forward, ff_gelu_backward */
+#include "internal.h"  /* ff_set_error */
+#include "util/file.h" /* ff_format_error */
+
+struct ff_moe_state {
+    int64_t m, cap; /* tokens of the last forward; allocated for */
+    int E, k;
+    float *probs;          /* m E: the router's softmax */
+    int *choice;           /* m k: expert of each assignment */
+    int64_t *row;          /* m k: its row in the experts' buffers, -1 dropped */
+    float *gate;           /* m k */
+    int64_t *start;        /* E + 1: expert e's rows are [start[e], start[e+1]) */
+    int64_t *row_token;    /* the token of each row */
+    float *X, *Hp, *A, *O; /* rows: input, pre-GELU, post-GELU, output */
+    float *dO, *dA, *dp;   /* backward scratch: rows C, rows H, m E */
+    double *f, *P;         /* E: first-choice fractions, mean probabilities */
+    float aux;
+    double dropped;
+};
+
+void ff_moe_sizes(const ff_moe_shape *s, int64_t sizes[5])
+{
+    sizes[0] = s->C * s->E;
+    sizes[1] = (int64_t)s->E * s->C * s->H;
+    sizes[2] = (int64_t)s->E * s->H;
+    sizes[3] = (int64_t)s->E * s->H * s->C;
+    sizes[4] = (int64_t)s->E * s->C;
+}
+
+int64_t ff_moe_capacity(const ff_moe_shape *s)
+{
+    return (int64_t)ceil(s->factor * s->top_k * (double)s->T / s->E);
+}
+
+int ff_moe_check(const ff_moe_shape *s, char *err, size_t err_len)
+{
+    if (s->E < 1 || s->E > 4096)
+        return ff_format_error(err, err_len, FF_EINVAL, "%d experts: expected 1 to 4096", s->E);
+    if (s->top_k < 1 || s->top_k > 2 || s->top_k > s->E)
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "top-%d routing with %d experts: expected top-1 or top-2, at "
+                               "most the number of experts",
+                               s->top_k, s->E);
+    if (!(s->factor > 0) || s->factor > 1e6)
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "capacity factor %g: expected a positive number", s->factor);
+    if (!(s->aux_coef >= 0) || !isfinite(s->aux_coef))
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "auxiliary loss coefficient %g: expected >= 0", s->aux_coef);
+    if (s->C < 1 || s->H < 1 || s->T < 1)
+        return ff_format_error(err, err_len, FF_EINVAL, "MoE sizes C=%lld H=%lld T=%lld",
+                               (long long)s->C, (long long)s->H, (long long)s->T);
+    return FF_OK;
+}
+
+void ff_moe_state_free(ff_moe_state *st)
+{
+    if (!st)
+        return;
+    void *p[] = {st->probs, st->choice, st->row, st->gate, st->start, st->row_token, st->X, st->Hp,
+                 st->A,     st->O,      st->dO,  st->dA,   st->dp,    st->f,         st->P};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        free(p[i]);
+    free(st);
+}
+
+/* Room for m tokens (rows: at most m k assignments). */
+static int reserve(ff_moe_state **pst, const ff_moe_shape *s, int64_t m)
+{
+    ff_moe_state *st = *pst;
+    if (st && st->cap >= m && st->E == s->E && st->k == s->top_k)
+        return FF_OK;
+    ff_moe_state_free(st);
+    *pst = st = calloc(1, sizeof *st);
+    if (!st)
+        return FF_ENOMEM;
+    const size_t E = (size_t)s->E, k = (size_t)s->top_k, M = (size_t)m, rows = M * k;
+    const size_t C = (size_t)s->C, H = (size_t)s->H;
+    st->cap = m, st->E = s->E, st->k = s->top_k;
+    st->probs = malloc(M * E * sizeof(float));
+    st->choice = malloc(rows * sizeof(int));
+    st->row = malloc(rows * sizeof(int64_t));
+    st->gate = malloc(rows * sizeof(float));
+    st->start = malloc((E + 1) * sizeof(int64_t));
+    st->row_token = malloc((rows + 1) * sizeof(int64_t));
+    st->X = malloc((rows * C + 1) * sizeof(float));
+    st->Hp = malloc((rows * H + 1) * sizeof(float));
+    st->A = malloc((rows * H + 1) * sizeof(float));
+    st->O = malloc((rows * C + 1) * sizeof(float));
+    st->dO = malloc((rows * C + 1) * sizeof(float));
+    st->dA = malloc((rows * H + 1) * sizeof(float));
+    st->dp = malloc(M * E * sizeof(float));
+    st->f = malloc(E * sizeof(double));
+    st->P = malloc(E * sizeof(double));
+    if (!st->probs || !st->choice || !st->row || !st->gate || !st->start || !st->row_token ||
+        !st->X || !st->Hp || !st->A || !st->O || !st->dO || !st->dA || !st->dp || !st->f ||
+        !st->P) {
+        ff_moe_state_free(st);
+        *pst = NULL;
+        return FF_ENOMEM;
+    }
+    return FF_OK;
+}
+
+/* The router: probabilities, choices (ties to the lower index), gates. */
+static void route(const ff_moe_shape *s, ff_moe_state *st, int64_t m)
+{
+    const int E = s->E, k = s->top_k;
+    for (int64_t t = 0; t < m; t++) {
+        float *p = st->probs + t * E, mx = p[0];
+        for (int e = 1; e < E; e++)
+            mx = p[e] > mx ? p[e] : mx;
+        float sum = 0;
+        for (int e = 0; e < E; e++)
+            sum += p[e] = expf(p[e] - mx);
+        for (int e = 0; e < E; e++)
+            p[e] /= sum;
+        int *c = st->choice + t * k;
+        c[0] = 0;
+        for (int e = 1; e < E; e++)
+            c[0] = p[e] > p[c[0]] ? e : c[0];
+        if (k == 2) {
+            c[1] = c[0] == 0 ? 1 : 0;
+            for (int e = 0; e < E; e++)
+                if (e != c[0] && p[e] > p[c[1]])
+                    c[1] = e;
+            float s2 = p[c[0]] + p[c[1]];
+            st->gate[t * 2] = p[c[0]] / s2;
+            st->gate[t * 2 + 1] = p[c[1]] / s2;
+        } else {
+            st->gate[t] = p[c[0]];
+        }
+    }
+}
+
+/* Capacity per expert and sequence: first choices before second ones, in
+ * position order; then the rows, expert by expert in token order. */
+static void place(const ff_moe_shape *s, ff_moe_state *st, int64_t m)
+{
+    const int E = s->E, k = s->top_k;
+    const int64_t cap = ff_moe_capacity(s), T = s->T;
+    int64_t count[4096], dropped = 0;
+    for (int64_t q = 0; q < m; q += T) {
+        memset(count, 0, (size_t)E * sizeof count[0]);
+        for (int j = 0; j < k; j++)
+            for (int64_t t = q; t < q + T; t++) {
+                int e = st->choice[t * k + j];
+                int keep = count[e] < cap;
+                count[e] += keep;
+                st->row[t * k + j] = keep ? 0 : -1;
+                dropped += !keep;
+            }
+    }
+    int64_t r = 0;
+    for (int e = 0; e < E; e++) {
+        st->start[e] = r;
+        for (int64_t t = 0; t < m; t++)
+            for (int j = 0; j < k; j++)
+                if (st->choice[t * k + j] == e && st->row[t * k + j] >= 0) {
+                    st->row[t * k + j] = r;
+                    st->row_token[r++] = t;
+                }
+    }
+    st->start[E] = r;
+    st->dropped = m ? (double)dropped / (double)(m * k) : 0;
+}
+
+int ff_moe_forward(ff_ctx *ctx, ff_gemm *g, const ff_moe_shape *s, const ff_moe_params *p,
+                   const float *x, int64_t m, float *y, ff_moe_state **pst)
+{
+    char err[256];
+    int rc = ff_moe_check(s, err, sizeof err);
+    if (rc)
+        return ff_set_error(ctx, rc, "%s", err);
+    if (m < 0 || m % s->T)
+        return ff_set_error(ctx, FF_EINVAL,
+                            "MoE layer: %lld tokens are not whole sequences of %lld", (long long)m,
+                            (long long)s->T);
+    if ((rc = reserve(pst, s, m)))
+        return ff_set_error(ctx, rc, "out of memory for the MoE layer's %lld tokens", (long long)m);
+    ff_moe_state *st = *pst;
+    const int E = s->E, k = s->top_k;
+    const int64_t C = s->C, H = s->H;
+    st->m = m;
+    if ((rc =
+             ff_gemm_run(g, "moe router", 0, 0, m, E, C, 1.0f, x, C, p->wr, E, 0.0f, st->probs, E)))
+        return rc;
+    route(s, st, m);
+    place(s, st, m);
+    /* the experts, each on its rows */
+    for (int e = 0; e < E; e++) {
+        int64_t r0 = st->start[e], n = st->start[e + 1] - r0;
+        if (n == 0)
+            continue;
+        float *X = st->X + r0 * C, *Hp = st->Hp + r0 * H, *A = st->A + r0 * H, *O = st->O + r0 * C;
+        for (int64_t i = 0; i < n; i++)
+            memcpy(X + i * C, x + st->row_token[r0 + i] * C, (size_t)C * sizeof(float));
+        const float *w1 = p->w1 + (int64_t)e * C * H, *b1 = p->b1 + (int64_t)e * H;
+        const float *w2 = p->w2 + (int64_t)e * H * C, *b2 = p->b2 + (int64_t)e * C;
+        for (int64_t i = 0; i < n; i++)
+            memcpy(Hp + i * H, b1, (size_t)H * sizeof(float));
+        if ((rc = ff_gemm_run(g, "moe w1", 0, 0, n, H, C, 1.0f, X, C, w1, H, 1.0f, Hp, H)))
+            return rc;
+        ff_gelu_forward(ctx, A, Hp, n * H);
+        for (int64_t i = 0; i < n; i++)
+            memcpy(O + i * C, b2, (size_t)C * sizeof(float));
+        if ((rc = ff_gemm_run(g, "moe w2", 0, 0, n, C, H, 1.0f, A, H, w2, C, 1.0f, O, C)))
+            return rc;
+    }
+    /* combine: each token's kept outputs, weighted by their gates, in slot order */
+    memset(y, 0, (size_t)(m * C) * sizeof(float));
+    for (int64_t t = 0; t < m; t++)
+        for (int j = 0; j < k; j++) {
+            int64_t r = st->row[t * k + j];
+            if (r < 0)
+                continue;
+            float gt = st->gate[t * k + j], *yt = y + t * C;
+            const float *o = st->O + r * C;
+            for (int64_t c = 0; c < C; c++)
+                yt[c] += gt * o[c];
+        }
+    /* load balancing (Switch Transformer): coef E sum_e f_e P_e */
+    double aux = 0;
+    for (int e = 0; e < E; e++)
+        st->f[e] = st->P[e] = 0;
+    for (int64_t t = 0; t < m; t++) {
+        st->f[st->choice[t * k]] += 1;
+        for (int e = 0; e < E; e++)
+            st->P[e] += st->probs[t * E + e];
+    }
+    for (int e = 0; e < E; e++) {
+        st->f[e] /= (double)m;
+        st->P[e] /= (double)m;
+        aux += st->f[e] * st->P[e];
+    }
+    st->aux = (float)(s->aux_coef * E * aux);
+    return FF_OK;
+}
+
+float ff_moe_aux_loss(const ff_moe_state *st) { return st ? st->aux : 0; }
+double ff_moe_dropped(const ff_moe_state *st) { return st ? st->dropped : 0; }
+
+void ff_moe_choices(const ff_moe_state *st, int *choice)
+{
+    for (int64_t i = 0; st && i < st->m * st->k; i++)
+        choice[i] = st->row[i] < 0 ? -1 : st->choice[i];
+}
+
+/* Column sums of a (n, w) into acc (w). */
+static void add_colsums(float *acc, const float *a, int64_t n, int64_t w)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < w; c++)
+            acc[c] += a[i * w + c];
+}
+
+int ff_moe_backward(ff_ctx *ctx, ff_gemm *g, const ff_moe_shape *s, const ff_moe_params *p,
+                    const float *x, const float *dy, float *dx, const ff_moe_params *grad,
+                    ff_moe_state *st)
+{
+    if (!st || st->E != s->E || st->k != s->top_k)
+        return ff_set_error(ctx, FF_EINVAL, "MoE backward without its forward");
+    const int E = s->E, k = s->top_k;
+    const int64_t C = s->C, H = s->H, m = st->m;
+    int rc;
+    /* the gates' gradients and each row's output gradient */
+    memset(st->dp, 0, (size_t)(m * E) * sizeof(float));
+    memset(dx, 0, (size_t)(m * C) * sizeof(float));
+    float dgate[2];
+    for (int64_t t = 0; t < m; t++) {
+        const float *dyt = dy + t * C, *pt = st->probs + t * E;
+        for (int j = 0; j < k; j++) {
+            int64_t r = st->row[t * k + j];
+            dgate[j] = 0;
+            if (r < 0)
+                continue;
+            const float *o = st->O + r * C;
+            float gt = st->gate[t * k + j], *dO = st->dO + r * C;
+            for (int64_t c = 0; c < C; c++) {
+                dgate[j] += dyt[c] * o[c];
+                dO[c] = gt * dyt[c];
+            }
+        }
+        float *dpt = st->dp + t * E;
+        const int *ch = st->choice + t * k;
+        if (k == 1) {
+            dpt[ch[0]] += dgate[0];
+        } else { /* g0 = p0 / (p0 + p1), g1 = p1 / (p0 + p1) */
+            float p0 = pt[ch[0]], p1 = pt[ch[1]], s2 = (p0 + p1) * (p0 + p1);
+            dpt[ch[0]] += (dgate[0] - dgate[1]) * p1 / s2;
+            dpt[ch[1]] += (dgate[1] - dgate[0]) * p0 / s2;
+        }
+        for (int e = 0; e < E; e++) /* aux = coef E sum_e f_e mean_t p_te */
+            dpt[e] += (float)(s->aux_coef * E * st->f[e] / (double)m);
+    }
+    /* the experts backward */
+    for (int e = 0; e < E; e++) {
+        int64_t r0 = st->start[e], n = st->start[e + 1] - r0;
+        if (n == 0)
+            continue;
+        const float *X = st->X + r0 * C, *Hp = st->Hp + r0 * H, *A = st->A + r0 * H;
+        float *dO = st->dO + r0 * C, *dA = st->dA + r0 * H;
+        const float *w1 = p->w1 + (int64_t)e * C * H, *w2 = p->w2 + (int64_t)e * H * C;
+        float *gw1 = grad->w1 + (int64_t)e * C * H, *gb1 = grad->b1 + (int64_t)e * H;
+        float *gw2 = grad->w2 + (int64_t)e * H * C, *gb2 = grad->b2 + (int64_t)e * C;
+        if ((rc = ff_gemm_run(g, "moe dw2", 1, 0, H, C, n, 1.0f, A, H, dO, C, 1.0f, gw2, C)))
+            return rc;
+        add_colsums(gb2, dO, n, C);
+        if ((rc = ff_gemm_run(g, "moe dA", 0, 1, n, H, C, 1.0f, dO, C, w2, C, 0.0f, dA, H)))
+            return rc;
+        ff_gelu_backward(ctx, dA, Hp, dA, n * H);
+        if ((rc = ff_gemm_run(g, "moe dw1", 1, 0, C, H, n, 1.0f, X, C, dA, H, 1.0f, gw1, H)))
+            return rc;
+        add_colsums(gb1, dA, n, H);
+        /* dX into the row buffer (X is no longer needed), then into dx */
+        float *dX = st->dO + r0 * C;
+        if ((rc = ff_gemm_run(g, "moe dX", 0, 1, n, C, H, 1.0f, dA, H, w1, H, 0.0f, dX, C)))
+            return rc;
+        for (int64_t i = 0; i < n; i++) {
+            float *d = dx + st->row_token[r0 + i] * C;
+            for (int64_t c = 0; c < C; c++)
+                d[c] += dX[i * C + c];
+        }
+    }
+    /* the softmax, then the router */
+    for (int64_t t = 0; t < m; t++) {
+        const float *pt = st->probs + t * E;
+        float *dpt = st->dp + t * E, dot = 0;
+        for (int e = 0; e < E; e++)
+            dot += pt[e] * dpt[e];
+        for (int e = 0; e < E; e++)
+            dpt[e] = pt[e] * (dpt[e] - dot);
+    }
+    if ((rc = ff_gemm_run(g, "moe dwr", 1, 0, C, E, m, 1.0f, x, C, st->dp, E, 1.0f, grad->wr, E)))
+        return rc;
+    return ff_gemm_run(g, "moe dx", 0, 1, m, C, E, 1.0f, st->dp, E, p->wr, E, 1.0f, dx, C);
+}
