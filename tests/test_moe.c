@@ -130,6 +130,18 @@ static void test_routing(void)
         double aux = 3 * (0.75 * P[0] + 0.25 * P[1]);
         CHECK(fabs(ff_moe_aux_loss(st) - aux) < 1e-6, "aux %.9g, want %.9g", ff_moe_aux_loss(st),
               aux);
+        /* the state reused: the same again; for a wider layer, reallocated */
+        float y2[12];
+        CHECK(ff_moe_forward(ctx, gemm, &s, &c.p, c.x, 4, y2, &st) == FF_OK &&
+                  !memcmp(y2, c.y, sizeof y2),
+              "a second forward on the same state differs");
+        moe_case w;
+        ff_moe_shape sw = s;
+        sw.C = 6, sw.H = 12;
+        case_alloc(&w, sw, 8);
+        CHECK(ff_moe_forward(ctx, gemm, &sw, &w.p, w.x, 8, w.y, &st) == FF_OK,
+              "a wider layer on the state: %s", ff_ctx_error(ctx));
+        case_free(&w);
     }
     ff_moe_state_free(st);
     st = NULL;
@@ -142,6 +154,12 @@ static void test_routing(void)
     CHECK(ff_moe_forward(ctx, gemm, &s, &c.p, c.x, 3, c.y, &st) == FF_EINVAL &&
               strstr(ff_ctx_error(ctx), "whole sequences"),
           "3 tokens of sequences of 4: %s", ff_ctx_error(ctx));
+    CHECK(ff_moe_forward(ctx, gemm, &s, &c.p, c.x, 0, c.y, &st) == FF_EINVAL, "no tokens");
+    /* capacity: 1.1 x 1 x 10 / 1 is 11 (in doubles 11.000000000000002) */
+    ff_moe_shape q = {.C = 1, .H = 1, .E = 1, .top_k = 1, .factor = 1.1, .T = 10};
+    CHECK(ff_moe_capacity(&q) == 11, "capacity of 1.1 x 10: %lld", (long long)ff_moe_capacity(&q));
+    q.factor = 1.15;
+    CHECK(ff_moe_capacity(&q) == 12, "capacity of 1.15 x 10: %lld", (long long)ff_moe_capacity(&q));
     ff_moe_state_free(st);
     case_free(&c);
 }

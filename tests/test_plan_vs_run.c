@@ -98,8 +98,8 @@ static const variant variants[] = {
 
 /* A per-layer plan that mixes every option: checkpointing in block 0,
  * decomposition 0, 2, 3 and 4 (cut at panels of PANEL rows), each overlap
- * switch and the AG cache off somewhere, one layer on bf16; for the grid
- * being run (set before each grid). */
+ * switch and the AG cache off somewhere (the LM head's OAG and AG cache
+ * too), one layer on bf16; for the grid being run (set before each grid). */
 static ff_block_opts mixed_blocks[8];
 static ff_layer_plan mixed = {.blocks = mixed_blocks};
 
@@ -112,6 +112,7 @@ static void mixed_plan(ff_dims grid)
     ff_layer_opts o = {
         .decompose = 3, .oar = 1, .ors = 1, .oag = 1, .ag_cache = 1, .wire_bytes = 4};
     mixed.head = o;
+    mixed.head.oag = mixed.head.ag_cache = 0; /* the LM head gathers wte at its use */
     for (int l = 0; l < model_cfg.L; l++) {
         mixed.blocks[l].checkpoint = l == 0;
         for (int i = 0; i < FF_BLOCK_LAYERS; i++) {

@@ -18,6 +18,7 @@ gradients), recomputes each in float64 from the layer's definition
 Exit status 1 if anything differs."""
 import math
 import struct
+from fractions import Fraction
 import sys
 
 import numpy as np
@@ -82,7 +83,9 @@ def oracle(c):
         order = sorted(range(E), key=lambda e: (-p[i, e], e))
         choice[i] = order[:k]
     # capacity per expert and sequence, first choices before second ones
-    cap = math.ceil(c["factor"] * k * T / E)
+    # exact arithmetic on the factor as written (fourfold rounds F k T / E
+    # up, treating a rounding above an integer as that integer)
+    cap = math.ceil(Fraction(repr(c["factor"])) * k * T / E)
     kept = np.zeros((m, k), dtype=bool)
     for q in range(0, m, T):
         count = [0] * E

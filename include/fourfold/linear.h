@@ -73,11 +73,12 @@ typedef struct {
     ff_coll_opts coll;   /* wire and algorithm of the layer's collectives */
     int decompose;       /* row chunks of the dependent all-reduces (docs/linear.md,
                             "Decomposition"); 0 or 1: off, at most FF_DECOMPOSE_MAX */
-    int cmm;             /* 1: a forward whose weight gather was not prefetched (OAG
-                            off, or the run's first gather) multiplies each Z-shard as
-                            the ring all-gather delivers it (the collective matmul,
-                            docs/linear.md); where the shards are whole rows of the
-                            stored block. Sums in another order: bounded, not bitwise */
+    int cmm;             /* 1: the collective matmul (docs/linear.md): a layer whose
+                            Z-shards are whole rows of its stored block computes its
+                            forwards shard by shard, undecomposed, and one whose gather
+                            was not prefetched (OAG off, or the run's first gather)
+                            multiplies each shard as the ring all-gather (forced for
+                            it) delivers it. Other BLAS calls: bounded, not bitwise */
 } ff_linear_opts;
 
 enum { FF_DECOMPOSE_MAX = 64 };

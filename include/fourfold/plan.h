@@ -172,9 +172,11 @@ typedef struct {
      * how many chunks a product of few rows can have. */
     int64_t panel_rows;
     /* 1: the run's collective matmul (ff_linear_opts.cmm, `fourfold train
-     * --cmm on`): a forward product whose weight gather was not prefetched
-     * (its layer's OAG off, or a run's first gather) multiplies each Z-shard
-     * as the ring delivers it. Changes time only: the same all-gather. */
+     * --cmm on`): the forwards of a layer whose Z-shards are whole rows are
+     * computed in Gz column slices and not decomposed (so the forward
+     * all-reduces are whole), and one whose weight gather was not
+     * prefetched (its layer's OAG off, or a run's first gather) runs beside
+     * the ring that delivers the shards. The gathers are the same. */
     int cmm;
     /* Pipeline stages (docs/pipeline.md; 1: none). With P > 1, `ranks` is
      * the whole job and a grid is one stage's (ranks / P ranks); the step

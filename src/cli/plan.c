@@ -1039,8 +1039,8 @@ static int run_per_layer(plan_opts *o, ff_dims grid, int have_grid)
         cfg->layers = NULL;
         print_layer_plan(&p, o->method ? "Metropolis-Hastings" : "coordinate descent", &u, &r);
         if (o->out)
-            cli_print("wrote %s (fourfold train --grid %s --plan %s)\n", o->out,
-                      fmt_grid(g, sizeof g, grid), o->out);
+            cli_print("wrote %s (fourfold train --grid %s --plan %s%s)\n", o->out,
+                      fmt_grid(g, sizeof g, grid), o->out, o->cfg.cmm ? " --cmm on" : "");
     }
     ff_layer_plan_free(&p);
     return CLI_OK;

@@ -480,10 +480,10 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
     ROW("wire", "%s", o->gpt.linear.coll.wire == FF_WIRE_BF16 ? "bf16" : "fp32");
     if (o->gpt.linear.decompose > 1)
         ROW("decomposition", "%d chunks of rows per all-reduced product", o->gpt.linear.decompose);
-    if (o->gpt.linear.cmm)
-        ROW("collective matmul", "%s", "on: unprefetched gathers multiply shard by shard");
     else
         ROW("decomposition", "off");
+    if (o->gpt.linear.cmm)
+        ROW("collective matmul", "%s", "on: forwards multiply shard by shard");
     if (o->plan)
         ROW("per-layer plan",
             "%s (its checkpointing, overlaps, AG cache, wire and "

@@ -5,7 +5,11 @@
  * is computed: results are bitwise identical with any switch combination.
  * Decomposition also cuts the dependent all-reduces into chunks, which is
  * bitwise identical where the all-reduce's order of additions does not
- * depend on the vector's length (docs/linear.md, "Decomposition"). */
+ * depend on the vector's length (docs/linear.md, "Decomposition"). The
+ * collective matmul (opts.cmm) computes a layer's forwards in Z-shard
+ * slices: other BLAS calls, so bounded rather than bitwise against it off,
+ * but the same for every forward and recompute of the layer, prefetched or
+ * not. */
 #include "fourfold/linear.h"
 
 #include <limits.h>
@@ -553,7 +557,9 @@ static int prefetch(ff_linear_seq *s, int after)
             return FF_OK;
         /* the run's first gather: a forward with the collective matmul
          * gathers it at its use, computing beside the ring */
-        if (after < 0 && s->prog[v].kind <= FF_USE_RECOMPUTE && cmm_fits(l))
+        if (after < 0 &&
+            (s->prog[v].kind == FF_USE_FORWARD || s->prog[v].kind == FF_USE_RECOMPUTE) &&
+            cmm_fits(l))
             return FF_OK;
         return post_gather(l, 0);
     }
@@ -812,18 +818,19 @@ static void forward_chunk_done(ff_linear *l, float *out, int64_t r0, int64_t r1,
  * there. KN: shard b is rows [b kz, (b+1) kz) of W_rc, a slice of the inner
  * dimension, and the partial products add up in out; NK: it is rows of
  * W_rc^T, the output's columns [b nz, (b+1) nz). */
-static int cmm_forward(ff_linear *l, const char *name, float *out, const float *inp, int64_t rows)
+static int cmm_forward(ff_linear *l, const char *name, const float *w, float *out, const float *inp,
+                       int64_t rows)
 {
     const int p = l->gz, z = ff_group_rank(l->grp_z), kn = l->layout == FF_WEIGHT_KN;
     const int64_t piece = (kn ? l->kl : l->nl) / p;
     int rc = FF_OK;
     for (int i = 0; i < p && rc == FF_OK; i++) {
-        int b = (z - i + p) % p, ready = 0;
+        int b = (z - i + p) % p, ready = l->ag ? 0 : p;
         while (rc == FF_OK && ready <= i)
             rc = ff_allgather_ready(l->ag, &ready);
         if (rc)
             break;
-        const float *wb = l->w_gathered + (size_t)b * l->shard;
+        const float *wb = w + (size_t)b * l->shard;
         if (kn)
             rc = ff_gemm_run(l->seq->gemm, name, 0, 0, rows, l->nl, piece, 1.0f, inp + b * piece,
                              l->kl, wb, l->nl, i ? 1.0f : 0.0f, out, l->nl);
@@ -843,10 +850,14 @@ int ff_linear_forward_rows(ff_linear *l, float *out, const float *inp, int64_t r
     if (rc)
         return rc;
     char name[NAME_LEN + 8];
-    if (!w) { /* the collective matmul, then the whole output's all-reduce */
+    /* With the collective matmul every forward of the layer is computed
+     * shard by shard, whether its gather is in flight (w NULL) or done, so
+     * that its bits (a forward's and its recompute's alike) do not depend
+     * on prefetching; then the whole output's all-reduce. */
+    if (cmm_fits(l)) {
         snprintf(name, sizeof name, "cmm %s", l->name);
         ff_request *req = NULL;
-        if ((rc = cmm_forward(l, name, out, inp, rows)) ||
+        if ((rc = cmm_forward(l, name, w ? w : l->w_gathered, out, inp, rows)) ||
             (rc = ff_iallreduce(l->grp_r, out, out, (size_t)(rows * l->nl), &l->coll, &req)) ||
             (rc = ff_wait(&req)))
             return rc;

@@ -13,6 +13,7 @@
 struct ff_moe_state {
     int64_t m, cap; /* tokens of the last forward; allocated for */
     int E, k;
+    int64_t C, H;
     float *probs;          /* m E: the router's softmax */
     int *choice;           /* m k: expert of each assignment */
     int64_t *row;          /* m k: its row in the experts' buffers, -1 dropped */
@@ -37,7 +38,10 @@ void ff_moe_sizes(const ff_moe_shape *s, int64_t sizes[5])
 
 int64_t ff_moe_capacity(const ff_moe_shape *s)
 {
-    return (int64_t)ceil(s->factor * s->top_k * (double)s->T / s->E);
+    /* F k T / E rounded up; a product a rounding above an integer (1.1 x 10
+     * is 11.000000000000002) is that integer */
+    double x = s->factor * s->top_k * (double)s->T / s->E;
+    return (int64_t)ceil(x - 1e-9 * x);
 }
 
 int ff_moe_check(const ff_moe_shape *s, char *err, size_t err_len)
@@ -51,7 +55,8 @@ int ff_moe_check(const ff_moe_shape *s, char *err, size_t err_len)
                                s->top_k, s->E);
     if (!(s->factor > 0) || s->factor > 1e6)
         return ff_format_error(err, err_len, FF_EINVAL,
-                               "capacity factor %g: expected a positive number", s->factor);
+                               "capacity factor %g: expected a number above 0, at most 1e6",
+                               s->factor);
     if (!(s->aux_coef >= 0) || !isfinite(s->aux_coef))
         return ff_format_error(err, err_len, FF_EINVAL,
                                "auxiliary loss coefficient %g: expected >= 0", s->aux_coef);
@@ -76,7 +81,7 @@ void ff_moe_state_free(ff_moe_state *st)
 static int reserve(ff_moe_state **pst, const ff_moe_shape *s, int64_t m)
 {
     ff_moe_state *st = *pst;
-    if (st && st->cap >= m && st->E == s->E && st->k == s->top_k)
+    if (st && st->cap >= m && st->E == s->E && st->k == s->top_k && st->C == s->C && st->H == s->H)
         return FF_OK;
     ff_moe_state_free(st);
     *pst = st = calloc(1, sizeof *st);
@@ -84,7 +89,7 @@ static int reserve(ff_moe_state **pst, const ff_moe_shape *s, int64_t m)
         return FF_ENOMEM;
     const size_t E = (size_t)s->E, k = (size_t)s->top_k, M = (size_t)m, rows = M * k;
     const size_t C = (size_t)s->C, H = (size_t)s->H;
-    st->cap = m, st->E = s->E, st->k = s->top_k;
+    st->cap = m, st->E = s->E, st->k = s->top_k, st->C = s->C, st->H = s->H;
     st->probs = malloc(M * E * sizeof(float));
     st->choice = malloc(rows * sizeof(int));
     st->row = malloc(rows * sizeof(int64_t));
@@ -159,17 +164,23 @@ static void place(const ff_moe_shape *s, ff_moe_state *st, int64_t m)
                 dropped += !keep;
             }
     }
-    int64_t r = 0;
-    for (int e = 0; e < E; e++) {
-        st->start[e] = r;
-        for (int64_t t = 0; t < m; t++)
-            for (int j = 0; j < k; j++)
-                if (st->choice[t * k + j] == e && st->row[t * k + j] >= 0) {
-                    st->row[t * k + j] = r;
-                    st->row_token[r++] = t;
-                }
-    }
-    st->start[E] = r;
+    /* rows expert by expert, each expert's in token order: count, then
+     * place (a token has at most one assignment per expert) */
+    for (int e = 0; e <= E; e++)
+        st->start[e] = 0;
+    for (int64_t a = 0; a < m * k; a++)
+        if (st->row[a] >= 0)
+            st->start[st->choice[a] + 1]++;
+    for (int e = 0; e < E; e++)
+        st->start[e + 1] += st->start[e];
+    for (int e = 0; e < E; e++)
+        count[e] = st->start[e];
+    for (int64_t a = 0; a < m * k; a++)
+        if (st->row[a] >= 0) {
+            int64_t r = count[st->choice[a]]++;
+            st->row[a] = r;
+            st->row_token[r] = a / k;
+        }
     st->dropped = m ? (double)dropped / (double)(m * k) : 0;
 }
 
@@ -180,7 +191,7 @@ int ff_moe_forward(ff_ctx *ctx, ff_gemm *g, const ff_moe_shape *s, const ff_moe_
     int rc = ff_moe_check(s, err, sizeof err);
     if (rc)
         return ff_set_error(ctx, rc, "%s", err);
-    if (m < 0 || m % s->T)
+    if (m < 1 || m % s->T)
         return ff_set_error(ctx, FF_EINVAL,
                             "MoE layer: %lld tokens are not whole sequences of %lld", (long long)m,
                             (long long)s->T);
@@ -266,8 +277,8 @@ int ff_moe_backward(ff_ctx *ctx, ff_gemm *g, const ff_moe_shape *s, const ff_moe
                     const float *x, const float *dy, float *dx, const ff_moe_params *grad,
                     ff_moe_state *st)
 {
-    if (!st || st->E != s->E || st->k != s->top_k)
-        return ff_set_error(ctx, FF_EINVAL, "MoE backward without its forward");
+    if (!st || st->E != s->E || st->k != s->top_k || st->C != s->C || st->H != s->H)
+        return ff_set_error(ctx, FF_EINVAL, "MoE backward without its forward's shape");
     const int E = s->E, k = s->top_k;
     const int64_t C = s->C, H = s->H, m = st->m;
     int rc;
@@ -320,7 +331,8 @@ int ff_moe_backward(ff_ctx *ctx, ff_gemm *g, const ff_moe_shape *s, const ff_moe
         if ((rc = ff_gemm_run(g, "moe dw1", 1, 0, C, H, n, 1.0f, X, C, dA, H, 1.0f, gw1, H)))
             return rc;
         add_colsums(gb1, dA, n, H);
-        /* dX into the row buffer (X is no longer needed), then into dx */
+        /* dX into this expert's dO rows (dw2, db2 and dA have read them),
+         * then into dx */
         float *dX = st->dO + r0 * C;
         if ((rc = ff_gemm_run(g, "moe dX", 0, 1, n, C, H, 1.0f, dA, H, w1, H, 0.0f, dX, C)))
             return rc;

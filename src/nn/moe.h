@@ -49,8 +49,8 @@ typedef struct ff_moe_state ff_moe_state;
 /* Checks the shape (FF_EINVAL with one sentence in err otherwise). */
 int ff_moe_check(const ff_moe_shape *s, char *err, size_t err_len);
 
-/* y (m, C) = the layer on x (m, C), m a multiple of T; keeps what the
- * backward needs in *st (created here, or reused when given again). */
+/* y (m, C) = the layer on x (m, C), m a positive multiple of T; keeps what
+ * the backward needs in *st (created here, or reused when given again). */
 int ff_moe_forward(ff_ctx *ctx, ff_gemm *g, const ff_moe_shape *s, const ff_moe_params *p,
                    const float *x, int64_t m, float *y, ff_moe_state **st);
 /* The forward's load-balancing loss (already times aux_coef), the fraction
@@ -60,7 +60,8 @@ float ff_moe_aux_loss(const ff_moe_state *st);
 double ff_moe_dropped(const ff_moe_state *st);
 void ff_moe_choices(const ff_moe_state *st, int *choice);
 /* dx (m, C) = dL/dx for dL/dy = dy and the aux loss added to L with weight
- * 1; the parameters' gradients are added into grad. */
+ * 1; the parameters' gradients are added into grad. dx must not alias x or
+ * dy (it is zeroed first). */
 int ff_moe_backward(ff_ctx *ctx, ff_gemm *g, const ff_moe_shape *s, const ff_moe_params *p,
                     const float *x, const float *dy, float *dx, const ff_moe_params *grad,
                     ff_moe_state *st);

@@ -511,23 +511,20 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
         double t;
         switch (op->kind) {
         case OP_GEMM:
-        case OP_ATTN:
-            t = op->work / (tl->rate * gemm_efficiency(p, op->m, op->n, op->k));
+        case OP_ATTN: {
+            /* a product in column slices (the collective matmul's shards)
+             * runs at the efficiency of a slice's thinner shape */
+            int64_t n = op->slices > 1 ? op->n / op->slices : op->n;
+            t = op->work / (tl->rate * gemm_efficiency(p, op->m, n > 0 ? n : 1, op->k));
             if (op->kind == OP_GEMM)
                 r->gemm_s += t;
             else
                 r->attention_s += t;
             if (tl->cmm_p > 1 && op->kind == OP_GEMM) {
-                /* the collective matmul: p products of a shard each (the
-                 * model's NK blocks: a p-th of the columns, at that
-                 * shape's efficiency), the ring's p - 1 steps beside all
-                 * but the first */
+                /* the collective matmul: p slices' products, the ring's
+                 * p - 1 steps beside all but the first */
                 int q = tl->cmm_p;
-                double g =
-                    op->work / q /
-                    (tl->rate * gemm_efficiency(p, op->m, op->n / q > 0 ? op->n / q : 1, op->k));
-                double step = tl->cmm_s / (q - 1);
-                r->gemm_s += q * g - t;
+                double g = t / q, step = tl->cmm_s / (q - 1);
                 tl->cursor += g + (q - 1) * (g > step ? g : step);
                 tl->cmm_p = 0;
                 break;
@@ -535,6 +532,7 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             tl->cursor += tl->pending > t ? tl->pending : t; /* OAR: beside this GEMM */
             tl->pending = 0;
             break;
+        }
         case OP_ELEM:
             t = op->work / p->mem_Bps;
             if (op->optimizer)
@@ -551,6 +549,8 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             if (whole < 0)
                 return -1;
             t = plan_coll_time(l, (ff_coll)op->coll, l->size, op->count, op->wire, whole);
+            if (op->cmm) /* the engine runs it on the ring: p - 1 steps of a shard */
+                t = (l->size - 1) * (l->alpha_s + (double)op->count * op->wire / l->beta_Bps);
             if (t <= 0)
                 break;
             r->coll[op->group][op->coll].time_s += t;
@@ -559,8 +559,12 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
              * the fraction intra_overlap of it can run beside compute */
             double fixed = l->intra ? (1 - p->intra_overlap) * t : 0, free_part = t - fixed;
             tl->cursor += fixed;
-            if (op->cmm) { /* beside the next GEMM (above); its wait is then free */
-                tl->cmm_s = free_part;
+            if (op->cmm) {
+                /* beside the next GEMM (above), once the background
+                 * channel (the Z links) is free; its wait is then free */
+                double start = tl->cursor > tl->bg_free ? tl->cursor : tl->bg_free;
+                tl->bg_free = start + free_part;
+                tl->cmm_s = tl->bg_free - tl->cursor;
                 tl->cmm_p = l->size;
                 tl->tag_end[op->tag] = 0;
             } else if (op->mode == MODE_BLOCKING) {

@@ -37,6 +37,8 @@ typedef struct {
     uint8_t prefetch;  /* Z all-gather: posted during the previous use (the layer's OAG) */
     uint8_t cmm;       /* Z all-gather run as a collective matmul with the next GEMM */
     int tag;           /* OP_COLL in the background or a chunk, and the OP_WAIT for it */
+    int slices;        /* OP_GEMM: computed in this many column slices (the collective
+                          matmul's shards); 0 or 1: whole */
     int64_t count;     /* OP_COLL: the count argument of ff_i<coll> */
     int64_t m, n, k;   /* OP_GEMM, OP_ATTN: product (m x k) (k x n), for the efficiency */
     double work;       /* OP_GEMM, OP_ATTN: flops; OP_ELEM: bytes of memory traffic */

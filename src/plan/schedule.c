@@ -176,13 +176,15 @@ int plan_chunk_bounds(int decompose, int64_t panel_rows, int64_t m, int64_t n, i
  * (src/nn/linear.c): GEMM 0, post AR 0, GEMM 1, post AR 1, wait AR 0 (and
  * its bias), GEMM 2, ...; the last chunk's all-reduce is exposed. */
 static void forward_product(sched *c, ff_group_kind group, int64_t nl, int64_t kl,
-                            const ff_layer_opts *o, double passes)
+                            const ff_layer_opts *o, double passes, int slices)
 {
     const int64_t m = c->s->m;
     int64_t at[FF_DECOMPOSE_MAX + 1];
     const int k = plan_chunk_bounds(o->decompose, c->s->panel_rows, m, nl, kl, at);
     if (k == 1) {
         gemm(c, m, nl, kl);
+        if (!c->o->oom)
+            c->o->ops[c->o->n - 1].slices = slices;
         coll(c, group, FF_COLL_ALLREDUCE, m * nl, o->wire_bytes, MODE_BLOCKING);
         if (passes > 0)
             elem(c, passes, (double)(m * nl));
@@ -203,30 +205,40 @@ static void forward_product(sched *c, ff_group_kind group, int64_t nl, int64_t k
     }
 }
 
-/* forward: W = AllGather_Z(Ŵ); Ô = I W; O = AllReduce_Y(Ô) (N) or
- * AllReduce_X(Ô) (T); O += b. With the collective matmul (src/nn/linear.c)
- * a gather that is not prefetched (the layer's OAG off, or the list's
- * first gather) runs on the ring beside the product, shard by shard, and
- * the product is not decomposed. The model's layers store W^T (NK): a
- * shard is whole rows of it when Gz divides the local output width. */
-static void linear_forward(sched *c, const linear *w, int do_gather, const ff_layer_opts *o)
+/* A forward product of nl output and kl input columns, after its weight's
+ * gather (if do_gather). With the collective matmul (src/nn/linear.c)
+ * every forward of a layer whose Z-shards are whole rows of its stored
+ * block (the model's blocks store W^T: Gz divides nl) is computed in Gz
+ * column slices and not decomposed, and a gather that is not prefetched
+ * (the layer's OAG off, or the run's first gather) runs on the ring beside
+ * those slices. */
+static void product(sched *c, ff_group_kind group, int64_t nl, int64_t kl, int64_t count,
+                    int do_gather, const ff_layer_opts *o, double passes)
 {
-    const int64_t nl = n_local(c, w);
-    int cmm = do_gather && c->s->cmm && c->gz > 1 && nl % c->gz == 0 && (!o->oag || !c->gathers);
+    const int sliced = c->s->cmm && c->gz > 1 && nl % c->gz == 0;
     ff_layer_opts whole = *o;
-    if (cmm) {
+    if (sliced)
+        whole.decompose = 0;
+    if (do_gather && sliced && (!o->oag || !c->gathers)) {
         plan_op *op =
-            coll_op(c, FF_GROUP_Z, FF_COLL_ALLGATHER, shard(c, w), o->wire_bytes, MODE_BACKGROUND);
+            coll_op(c, FF_GROUP_Z, FF_COLL_ALLGATHER, count, o->wire_bytes, MODE_BACKGROUND);
         if (op) {
             op->cmm = 1;
             wait_for(c, op->tag);
         }
         c->gathers++;
-        whole.decompose = 0;
     } else if (do_gather) {
-        gather(c, shard(c, w), o);
+        gather(c, count, o);
     }
-    forward_product(c, w->transposed ? FF_GROUP_X : FF_GROUP_Y, nl, k_local(c, w), &whole, 2);
+    forward_product(c, group, nl, kl, &whole, passes, sliced ? (int)c->gz : 1);
+}
+
+/* forward: W = AllGather_Z(Ŵ); Ô = I W; O = AllReduce_Y(Ô) (N) or
+ * AllReduce_X(Ô) (T); O += b */
+static void linear_forward(sched *c, const linear *w, int do_gather, const ff_layer_opts *o)
+{
+    product(c, w->transposed ? FF_GROUP_X : FF_GROUP_Y, n_local(c, w), k_local(c, w), shard(c, w),
+            do_gather, o, 2);
 }
 
 /* backward: db = column sums of dO; dÎ = dO Wᵀ; dI = AllReduce_X(dÎ) (N) or
@@ -551,8 +563,7 @@ static void stage_forward(stage_ctx *t, int last_micro)
         return;
     }
     layernorm(c, 0);
-    gather(c, t->wte_shard, &t->head_opts);
-    forward_product(c, FF_GROUP_Y, s->Vp / c->gx, s->C / c->gy, &t->head_opts, 0);
+    product(c, FF_GROUP_Y, s->Vp / c->gx, s->C / c->gy, t->wte_shard, 1, &t->head_opts, 0);
     elem(c, 2, t->logits);
     coll(c, FF_GROUP_X, FF_COLL_ALLGATHER, 3 * m, F32, MODE_BLOCKING);
     elem(c, 2, t->logits);
@@ -656,11 +667,11 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
         for (int64_t l = 0; l < s->L; l++)
             block_forward(&c, w, l, 0);
         layernorm(&c, 0); /* final LayerNorm */
-        if (!head_opts.ag_cache)
-            gather(&c, wte_shard, &head_opts);
         /* the logits: the LM head's forward (decomposed as the layer is; the
-         * embedding's all-reduce above is not a linear forward) */
-        forward_product(&c, FF_GROUP_Y, s->Vp / c.gx, C / c.gy, &head_opts, 0);
+         * embedding's all-reduce above is not a linear forward), gathering
+         * wte again outside the AG cache */
+        product(&c, FF_GROUP_Y, s->Vp / c.gx, C / c.gy, wte_shard, !head_opts.ag_cache, &head_opts,
+                0);
         /* vocab-parallel cross-entropy over X, as the model does it: each
          * rank forms per row its local max, its sum of exp(logit - local
          * max) and its target logit (0 outside its vocabulary block), and
