@@ -132,6 +132,13 @@ enum {
 
 enum { FF_PLAN_AUTO = -1 };
 
+/* The number formats a planned run trains in. FF_PLAN_FP32: everything fp32,
+ * as fourfold's CPU program trains. FF_PLAN_BF16_MIXED (Micikevicius et
+ * al.): bf16 weights, activations, gradients and transfers, fp32 master
+ * weights and AdamW moments, as the GPU runs of the papers; its bytes and
+ * memory are a prediction for such a run, not for fourfold's program. */
+enum { FF_PLAN_FP32 = 0, FF_PLAN_BF16_MIXED = 1 };
+
 typedef struct {
     ff_model model;
     int64_t batch; /* global batch, in sequences */
@@ -141,6 +148,7 @@ typedef struct {
     ff_cost cost;
     int checkpoint;    /* 0, 1, or FF_PLAN_AUTO: off where the step fits without it */
     int ag_cache;      /* blocks whose gathered weights are kept; FF_PLAN_AUTO: as many as fit */
+    int precision;     /* FF_PLAN_FP32 (fourfold's own training) or FF_PLAN_BF16_MIXED */
     int micro_batches; /* per step, >= 1; FF_PLAN_AUTO (full cost model): for each
                           grid, the fastest count that divides its sequences per rank
                           (with more than 2^20 of them, 1) */

@@ -35,6 +35,8 @@ static const char help[] =
     "  --ag-cache N         blocks whose gathered weights are kept for the recompute,\n"
     "                       or auto (default: as many as fit)\n"
     "  --wire W             fp32 or bf16 for weights, activations, gradients (default fp32)\n"
+    "  --precision P        fp32 (fourfold's own training, default) or bf16-mixed (bf16\n"
+    "                       values and transfers, fp32 master weights and moments)\n"
     "  --overlap LIST       oar,ors,oag,dp, all or none (default all)\n"
     "  --cmm on|off         the collective matmul of unprefetched gathers (train --cmm)\n"
     "pipeline stages (docs/pipeline.md):\n"
@@ -297,6 +299,15 @@ static int parse_args(int argc, char **argv, plan_opts *o)
         } else if (cli_is(&a, "checkpoint")) {
             if (!(v = cli_value(&a)) || parse_on_off("checkpoint", v, &o->cfg.checkpoint))
                 return CLI_USAGE;
+        } else if (cli_is(&a, "precision")) {
+            if (!(v = cli_value(&a)))
+                return CLI_USAGE;
+            if (!strcmp(v, "fp32") || !strcmp(v, "bf16-mixed"))
+                o->cfg.precision = v[0] == 'b' ? FF_PLAN_BF16_MIXED : FF_PLAN_FP32;
+            else {
+                cli_error("--precision %s: expected fp32 or bf16-mixed", v);
+                return CLI_USAGE;
+            }
         } else if (cli_is(&a, "cmm")) {
             if (!(v = cli_value(&a)) || (strcmp(v, "on") && strcmp(v, "off"))) {
                 if (v)
@@ -506,8 +517,9 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
     else
         snprintf(mb, sizeof mb, "%d micro-batch%s", cfg->micro_batches,
                  cfg->micro_batches > 1 ? "es" : "");
-    cli_print("batch %lld sequences x %lld tokens, %s; %d ranks, %d per node\n",
-              (long long)cfg->batch, (long long)cfg->seq, mb, cfg->ranks, p->ranks_per_node);
+    cli_print("batch %lld sequences x %lld tokens, %s; %d ranks, %d per node; %s\n",
+              (long long)cfg->batch, (long long)cfg->seq, mb, cfg->ranks, p->ranks_per_node,
+              cfg->precision == FF_PLAN_BF16_MIXED ? "bf16-mixed precision" : "fp32");
     if (cfg->stages != 1) {
         if (cfg->stages == FF_PLAN_AUTO)
             snprintf(mb, sizeof mb, "every number of stages");
@@ -860,9 +872,11 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
     fprintf(f,
             " \"batch\": %lld, \"seq\": %lld, \"ranks\": %d, \"micro_batches\": %s, "
             "\"stages\": %s, \"schedule\": \"%s\", \"pipeline_limit\": %d, "
-            "\"wire_bytes\": %d, \"overlap\": %u, \"cost\": \"%s\",\n \"machine\": %s,\n",
+            "\"wire_bytes\": %d, \"precision\": \"%s\", \"overlap\": %u, \"cost\": \"%s\",\n "
+            "\"machine\": %s,\n",
             (long long)cfg->batch, (long long)cfg->seq, cfg->ranks, mb, st,
-            cfg->schedule ? "1f1b" : "message", cfg->pipe_limit, cfg->wire_bytes, cfg->overlap,
+            cfg->schedule ? "1f1b" : "message", cfg->pipe_limit, cfg->wire_bytes,
+            cfg->precision == FF_PLAN_BF16_MIXED ? "bf16-mixed" : "fp32", cfg->overlap,
             ff_cost_name(cfg->cost), machine);
 }
 

@@ -343,7 +343,8 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
     s->micro = cfg->micro_batches;
     s->b_mb = cfg->batch / ((int64_t)g.z * g.d) / cfg->micro_batches;
     s->m = s->b_mb * s->T;
-    s->wire = cfg->wire_bytes;
+    s->act = cfg->precision == FF_PLAN_BF16_MIXED ? 2 : 4;
+    s->wire = s->act == 2 ? 2 : cfg->wire_bytes; /* bf16-mixed sends bf16 */
     s->overlap = cfg->overlap;
     s->plan = cfg->layers;
     /* the run's panels: forced by the configuration, else the plan's */
@@ -378,9 +379,11 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
             cached_units += o.ag_cache ? units[i] : 0;
         }
     }
-    double params = (double)(plan_zsharded_params(s) + plan_other_params(s));
-    r->mem_params = 4 * params;
-    r->mem_grads = 4 * params;
+    /* fp32: parameter, gradient, two moments; bf16-mixed: a bf16 working
+     * copy and an fp32 master, a bf16 gradient, two fp32 moments */
+    double params = (double)(plan_zsharded_params(s) + plan_other_params(s)), a = s->act;
+    r->mem_params = (a == 2 ? 6 : 4) * params;
+    r->mem_grads = a * params;
     r->mem_optimizer = 8 * params;
     double buffers = 0;
     if (s->g.z > 1) {
@@ -392,7 +395,7 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
         /* gradients before the reduce-scatter: the LM head's, kept until the
          * embedding's backward adds to it, and two layers in flight (ORS) */
         double dw = (s->first || s->last ? wte : 0) + 2 * 4 * C * C / (gx * gy);
-        buffers = 4 * ((s->first || s->last ? wte : 0) + gathered + dw);
+        buffers = a * ((s->first || s->last ? wte : 0) + gathered + dw);
     }
     r->mem_weight_buffers = buffers;
     /* per block: ln1, projection output, residual, ln2, MLP output, residual
@@ -416,7 +419,7 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
      * residuals, or K + nb on the last stage) */
     double K = s->slots, sets = s->P > 1 ? K * (!s->first + !s->last) + (s->last ? K - 1 : K) : 0;
     double messages = sets * m * C / gy;
-    r->mem_activations = 4 * (stored + head + work + messages);
+    r->mem_activations = a * (stored + head + work + messages);
     r->mem_total = r->mem_params + r->mem_grads + r->mem_optimizer + r->mem_weight_buffers +
                    r->mem_activations;
 }
@@ -460,7 +463,7 @@ int plan_fit_memory(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pla
         s->ag_cache = 0;
         plan_memory(s, r);
         if (r->mem_total <= avail) {
-            double per_block = 4 * 12.0 * (double)s->C * (double)s->C / ((double)g.x * g.y);
+            double per_block = s->act * 12.0 * (double)s->C * (double)s->C / ((double)g.x * g.y);
             double room = floor((avail - r->mem_total) / per_block);
             s->ag_cache = room >= L - 2 ? L : (int)room;
         }

@@ -170,6 +170,13 @@ static int check_config_for(const ff_plan_config *cfg, int traffic_only, char *e
         return ff_format_error(err, len, FF_EINVAL, "micro-batches must be at least 1");
     if ((rc = check_stages(cfg, traffic_only, err, len)) != FF_OK)
         return rc;
+    if (cfg->precision != FF_PLAN_FP32 && cfg->precision != FF_PLAN_BF16_MIXED)
+        return ff_format_error(err, len, FF_EINVAL, "precision %d: expected fp32 or bf16-mixed",
+                               cfg->precision);
+    if (cfg->precision != FF_PLAN_FP32 && cfg->cost != FF_COST_FULL)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "bf16-mixed precision needs the full cost model, not %s",
+                               ff_cost_name(cfg->cost));
     if (cfg->wire_bytes != 2 && cfg->wire_bytes != 4)
         return ff_format_error(err, len, FF_EINVAL, "wire must be 4 (fp32) or 2 (bf16) bytes");
     if (cfg->overlap > FF_OVERLAP_ALL)

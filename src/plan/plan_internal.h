@@ -70,6 +70,7 @@ typedef struct {
     int checkpoint; /* 0 or 1 */
     int ag_cache;   /* blocks, 0..L */
     int wire;       /* bytes */
+    int act;        /* bytes of an activation, weight or gradient value: 4, or 2 (bf16-mixed) */
     unsigned overlap;
     /* A per-layer plan (ff_plan_config.layers), or NULL: then every layer
      * has the options above (plan_layer_opts) */

@@ -18,7 +18,7 @@
 #include "fourfold/linear.h" /* FF_DECOMPOSE_MAX */
 #include "plan/plan_internal.h"
 
-enum { F32 = 4 }; /* statistics, losses and non-Z-sharded gradients stay fp32 */
+enum { F32 = 4 }; /* statistics and losses stay fp32 */
 
 typedef struct {
     const plan_shape *s;
@@ -86,14 +86,29 @@ static void attention(sched *c, double flops)
     op->work = flops;
 }
 
-/* Elementwise work: `passes` passes over `elems` fp32 values. */
+/* Elementwise work: `passes` passes over `elems` values of the run's
+ * format (fp32, or bf16 in bf16-mixed). */
 static void elem(sched *c, double passes, double elems)
 {
     plan_op *op = push(c->o);
     if (!op)
         return;
     op->kind = OP_ELEM;
-    op->work = passes * elems * 4.0;
+    op->work = passes * elems * c->s->act;
+}
+
+/* AdamW over n parameters, the gradients zeroed: fp32 reads parameter,
+ * gradient and two moments and writes three of them and the zeroed
+ * gradient (32 bytes); bf16-mixed reads the fp32 master, the bf16 gradient
+ * and the moments and writes master, moments and the bf16 copy (28). */
+static void optimizer(sched *c, double n)
+{
+    plan_op *op = push(c->o);
+    if (!op)
+        return;
+    op->kind = OP_ELEM;
+    op->optimizer = 1;
+    op->work = (c->s->act == 2 ? 28.0 : 32.0) * n;
 }
 
 static plan_op *coll_op(sched *c, ff_group_kind g, ff_coll kind, int64_t count, int wire,
@@ -473,7 +488,7 @@ static void plan_prefetch(plan_ops *o)
 /* A point-to-point message of the pipeline (PIPE; mode 0 send, 1 receive). */
 static void p2p(sched *c, int64_t count, int recv)
 {
-    coll_op(c, FF_GROUP_PIPE, FF_COLL_P2P, count, F32, (coll_mode)recv);
+    coll_op(c, FF_GROUP_PIPE, FF_COLL_P2P, count, c->s->act, (coll_mode)recv);
 }
 
 /* The pieces of one stage's step (docs/pipeline.md; src/nn/gpt_pipe.c). A
@@ -552,7 +567,7 @@ static void stage_forward(stage_ctx *t, int last_micro)
     if (s->first) {
         gather(c, t->wte_shard, &t->head_opts);
         elem(c, 4, t->y);
-        coll(c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * s->C / c->gy, F32, MODE_BLOCKING);
+        coll(c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * s->C / c->gy, s->act, MODE_BLOCKING);
     } else {
         p2p(c, t->act, 1);
     }
@@ -586,7 +601,7 @@ static void stage_tail(stage_ctx *t)
             coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, t->wte_shard, s->wire, MODE_BLOCKING);
     }
     int64_t others = plan_other_params(s);
-    coll(c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, others, F32, MODE_BLOCKING);
+    coll(c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, others, s->act, MODE_BLOCKING);
     if (t->has_wte) {
         p2p(c, t->wte_shard, 0);
         p2p(c, t->wte_shard, 1);
@@ -595,9 +610,7 @@ static void stage_tail(stage_ctx *t)
     coll(c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     coll(c, FF_GROUP_PIPE, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     coll(c, FF_GROUP_WORLD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
-    elem(c, 8, (double)(plan_zsharded_params(s) + others));
-    if (!c->o->oom)
-        c->o->ops[c->o->n - 1].optimizer = 1;
+    optimizer(c, (double)(plan_zsharded_params(s) + others));
 }
 
 void plan_schedule_piece(const plan_shape *s, plan_ops *o, plan_piece piece, int last_micro)
@@ -663,7 +676,8 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
          * AllReduce_X gives layout Y */
         gather(&c, wte_shard, &head_opts);
         elem(&c, 4, y); /* lookup rows, zeros elsewhere, add positions */
-        coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * C / c.gy, F32, MODE_BLOCKING); /* exact: fp32 */
+        coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * C / c.gy, s->act,
+             MODE_BLOCKING); /* exact in fp32 (one nonzero term per element) */
         for (int64_t l = 0; l < s->L; l++)
             block_forward(&c, w, l, 0);
         layernorm(&c, 0); /* final LayerNorm */
@@ -716,13 +730,11 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
      * over ZD (one flat buffer); the loss (a sum over ZD); the gradient norm
      * for clipping (a sum of squares over every rank) */
     int64_t others = plan_other_params(s);
-    coll(&c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, others, F32, MODE_BLOCKING);
+    coll(&c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, others, s->act, MODE_BLOCKING);
     coll(&c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     coll(&c, FF_GROUP_WORLD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     /* AdamW reads parameter, gradient and two moments and writes three of
      * them; the gradients are zeroed: 8 passes */
-    elem(&c, 8, (double)(plan_zsharded_params(s) + others));
-    if (!o->oom)
-        o->ops[o->n - 1].optimizer = 1;
+    optimizer(&c, (double)(plan_zsharded_params(s) + others));
     plan_prefetch(o); /* the gathers of the layers with OAG */
 }
