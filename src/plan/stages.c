@@ -260,7 +260,7 @@ static int play_pipeline(const ff_plan_config *cfg, ff_dims g, const ff_plan_lin
     const int P = cfg->stages;
     const ff_plan_link *pl = &link[FF_GROUP_PIPE];
     const plan_shape *base = &shapes[0];
-    const double act_bytes = 4.0 * (double)(base->m * base->C / g.y);
+    const double act_bytes = (double)base->act * (double)(base->m * base->C / g.y);
     const double msg = pl->alpha_s + act_bytes / pl->beta_Bps;
     const double copy = pl->intra ? (1 - cfg->machine.intra_overlap) * msg : 0; /* the sender's */
     double *fwd = times, *bwd = times + 2 * P, *end = times + 4 * P, *busy = times + 5 * P,
@@ -290,8 +290,8 @@ static int play_pipeline(const ff_plan_config *cfg, ff_dims g, const ff_plan_lin
         return rc;
     /* the tied embedding's exchange between the first and the last stage */
     const double wte_msg =
-        pl->alpha_s +
-        4.0 * (double)(base->Vp * base->C / ((int64_t)g.x * g.y * g.z)) / pl->beta_Bps;
+        pl->alpha_s + (double)base->act *
+                          (double)(base->Vp * base->C / ((int64_t)g.x * g.y * g.z)) / pl->beta_Bps;
     memset(out, 0, sizeof *out);
     out->most = -1;
     for (int k = 0; k < P; k++) {
@@ -390,7 +390,7 @@ int plan_eval_stages(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pl
     r->bubble_s = fmax(0, ps.step - ps.most);
     r->busiest_stage = ps.busiest;
     r->p2p_s = r->link[FF_GROUP_PIPE].alpha_s +
-               4.0 * (double)(base.m * base.C / g.y) / r->link[FF_GROUP_PIPE].beta_Bps;
+               (double)base.act * (double)(base.m * base.C / g.y) / r->link[FF_GROUP_PIPE].beta_Bps;
     plan_finish_times(r, ps.most);
     ops->n = 0;
     ops->tags = 0;
