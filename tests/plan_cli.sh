@@ -192,6 +192,16 @@ if command -v python3 > /dev/null; then
         "$WORK/pipe.json" || fail "--stages 4 --json: not 4 grids of 2 ranks with their messages"
 fi
 
+# --explain: the first choice's time budget, whose parts add up to the step
+"$FF" plan --model tiny --ranks 4 --batch 8 --seq 64 --explain > "$WORK/explain" 2> "$WORK/err" ||
+    fail "plan --explain: exit $?: $(cat "$WORK/err")"
+grep -q "time budget of a step" "$WORK/explain" || fail "--explain: no time budget"
+sum=$(awk '/time budget of a step/ {on = 1; next} on && $1 != "step" {
+    for (i = 1; i <= NF; i++) if ($i ~ /^[0-9.]+%$/) {sub("%", "", $i); s += $i; break}}
+    END {print s}' "$WORK/explain")
+awk -v s="$sum" 'BEGIN {exit !(s > 99.5 && s < 100.5)}' ||
+    fail "--explain: the parts add up to $sum% of the step"
+
 # under a launcher, without MPI_Init, only rank 0 prints
 if "$MPIEXEC" -np 2 --oversubscribe "$FF" plan --model tiny --ranks 4 --batch 4 --seq 32 \
     > "$WORK/mpi" 2>&1; then

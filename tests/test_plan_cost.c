@@ -439,6 +439,41 @@ static void test_bf16_mixed(void)
     CHECK(b.step_s < f.step_s, "bf16-mixed is faster: %g, fp32 %g", b.step_s, f.step_s);
 }
 
+/* Each collective's exposed time (the rank's waits for it) adds up to the
+ * step's exposed communication, and none exceeds the collective's time, on
+ * grids with every group, overlaps on and off, checkpointing and the
+ * collective matmul. */
+static void test_exposed(void)
+{
+    ff_plan_config cfg;
+    ff_plan_config_default(&cfg);
+    char err[256];
+    CHECK(ff_model_preset("mini", &cfg.model, err, sizeof err) == FF_OK, "%s", err);
+    cfg.batch = 16, cfg.seq = 64, cfg.micro_batches = 2;
+    cfg.machine.ranks_per_node = 2;
+    const ff_dims grids[3] = {{2, 1, 2, 2}, {1, 2, 4, 1}, {2, 2, 1, 2}};
+    for (int i = 0; i < 3; i++)
+        for (int v = 0; v < 4; v++) {
+            cfg.overlap = v & 1 ? 0 : FF_OVERLAP_ALL;
+            cfg.checkpoint = v & 2 ? 1 : 0;
+            cfg.cmm = v == 3;
+            ff_plan_result r;
+            CHECK(ff_plan_evaluate(&cfg, grids[i], &r, err, sizeof err) == FF_OK && !r.rejected,
+                  "%s %s", err, r.reason);
+            double sum = 0;
+            for (int k = 0; k < FF_NGROUPS; k++)
+                for (int c = 0; c < FF_NCOLL; c++) {
+                    sum += r.coll[k][c].exposed_s;
+                    CHECK(r.coll[k][c].exposed_s <= r.coll[k][c].time_s * (1 + 1e-12) + 1e-15,
+                          "grid %d variant %d: group %d collective %d exposed %g of %g", i, v, k, c,
+                          r.coll[k][c].exposed_s, r.coll[k][c].time_s);
+                }
+            CHECK(fabs(sum - r.exposed_s) <= 1e-9 * r.step_s,
+                  "grid %d variant %d: collectives' exposed %.12g, the step's %.12g", i, v, sum,
+                  r.exposed_s);
+        }
+}
+
 /* The 4D paper's Table III (AxoNN on Perlmutter, bf16 mixed precision):
  * the planner's best grid for each model, at 2048 sequences of 2048 tokens
  * (the paper gives no batch; AxoNN's own tool plans GPT-80B with it), its
@@ -492,6 +527,7 @@ int main(void)
     test_cmm();
     test_cmm_timeline();
     test_bf16_mixed();
+    test_exposed();
     test_table3();
     return test_finish("test_plan_cost");
 }

@@ -212,7 +212,8 @@ typedef struct {
     uint64_t calls;      /* posted on a group of more than one rank */
     uint64_t bytes_sent; /* what fourfold's counters would record */
     uint64_t bytes_recv;
-    double time_s; /* predicted time of these collectives (hidden or not) */
+    double time_s;    /* predicted time of these collectives (hidden or not) */
+    double exposed_s; /* of which on the rank's critical path (full cost model) */
 } ff_plan_coll;
 
 /* Where a group lies and the link the model gives it. */

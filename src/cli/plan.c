@@ -60,6 +60,8 @@ static const char help[] =
     "  --grid GxxGyxGzxGd   explain one grid in detail (axonn: Gr x Gc x Gd x Gdata;\n"
     "                       with --stages, one stage's grid)\n"
     "  --rejected           list the rejected grids and why (also --why-rejected)\n"
+    "  --explain            the first grid in detail, with its time budget: compute by kind,\n"
+    "                       each collective's exposed and hidden time, the bubble\n"
     "  --min-tp N           axonn: minimum Gr*Gc*Gd (default: the tool's value per model)\n"
     "  --grad-acc N         axonn: gradient accumulation steps (default 1)\n"
     "per-layer plans (full cost model; docs/planner.md, \"Per-layer plans\"):\n"
@@ -157,7 +159,7 @@ typedef struct {
     long layers, hidden, heads, vocab, positions; /* -1: not given */
     long ranks, rpn;
     size_t memory;
-    int have_memory, top, json, rejected, print_machine;
+    int have_memory, top, json, rejected, print_machine, explain;
     /* per-layer plans */
     int per_layer, method, have_search; /* method: 0 descent, 1 mh */
     long seed;
@@ -377,6 +379,8 @@ static int parse_args(int argc, char **argv, plan_opts *o)
             o->json = 1;
         } else if (cli_is(&a, "rejected") || cli_is(&a, "why-rejected")) {
             o->rejected = 1;
+        } else if (cli_is(&a, "explain")) {
+            o->explain = 1;
         } else if (cli_is(&a, "print-machine")) {
             o->print_machine = 1;
         } else if (cli_is(&a, "per-layer")) {
@@ -787,6 +791,48 @@ static void print_detail(const ff_plan_config *cfg, const ff_plan_result *r)
                   fmt_flops(t[1], 24, cfg->machine.peak_flops));
 }
 
+/* The time budget of a step (full cost model): every part, summing to the
+ * step (for the busiest stage with stages). */
+static void print_budget(const ff_plan_result *r)
+{
+    char t[2][24];
+    double step = r->step_s > 0 ? r->step_s : 1;
+    cli_print("\n  time budget of a step%s        time   of step\n",
+              r->stages > 1 ? " (busiest stage)" : "");
+    const struct {
+        const char *name;
+        double s;
+    } parts[] = {{"GEMM", r->gemm_s},
+                 {"attention", r->attention_s},
+                 {"elementwise", r->elementwise_s},
+                 {"optimizer", r->optimizer_s}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        cli_print("  %-34s %10s %7.1f%%\n", parts[i].name, fmt_time(t[0], 24, parts[i].s),
+                  100 * parts[i].s / step);
+    double booked = 0;
+    for (int k = 0; k < FF_NGROUPS; k++)
+        for (int c = 0; c < FF_NCOLL; c++) {
+            const ff_plan_coll *pc = &r->coll[k][c];
+            if (pc->time_s <= 0)
+                continue;
+            char name[64];
+            snprintf(name, sizeof name, "%s %s exposed", ff_group_kind_name((ff_group_kind)k),
+                     ff_coll_name((ff_coll)c));
+            cli_print("  %-34s %10s %7.1f%%   (hidden %s)\n", name,
+                      fmt_time(t[0], 24, pc->exposed_s), 100 * pc->exposed_s / step,
+                      fmt_time(t[1], 24, pc->time_s - pc->exposed_s));
+            booked += pc->exposed_s;
+        }
+    double rest = r->exposed_s - booked; /* with stages: message copies, the wte exchange */
+    if (rest > 1e-9 * step)
+        cli_print("  %-34s %10s %7.1f%%\n", "point-to-point messages", fmt_time(t[0], 24, rest),
+                  100 * rest / step);
+    if (r->stages > 1)
+        cli_print("  %-34s %10s %7.1f%%\n", "bubble (waiting for other stages)",
+                  fmt_time(t[0], 24, r->bubble_s), 100 * r->bubble_s / step);
+    cli_print("  %-34s %10s %7.1f%%\n", "step", fmt_time(t[0], 24, r->step_s), 100.0);
+}
+
 static void print_json_result(FILE *f, const ff_plan_config *cfg, const ff_plan_result *r)
 {
     char g[48];
@@ -834,11 +880,12 @@ static void print_json_result(FILE *f, const ff_plan_config *cfg, const ff_plan_
                 continue;
             fprintf(f,
                     "%s{\"group\": \"%s\", \"collective\": \"%s\", \"calls\": %llu, "
-                    "\"bytes_sent\": %llu, \"bytes_recv\": %llu, \"time_s\": %.9g}",
+                    "\"bytes_sent\": %llu, \"bytes_recv\": %llu, \"time_s\": %.9g, "
+                    "\"exposed_s\": %.9g}",
                     first ? "" : ", ", ff_group_kind_name((ff_group_kind)k),
                     ff_coll_name((ff_coll)c), (unsigned long long)pc->calls,
                     (unsigned long long)pc->bytes_sent, (unsigned long long)pc->bytes_recv,
-                    pc->time_s);
+                    pc->time_s, pc->exposed_s);
             first = 0;
         }
     fprintf(f,
@@ -1083,6 +1130,8 @@ static int run_ranking(plan_opts *o, ff_dims grid, int have_grid)
         }
         print_header(cfg, 0, 0);
         print_detail(cfg, &r);
+        if (cfg->cost == FF_COST_FULL && !r.rejected)
+            print_budget(&r);
         return CLI_OK;
     }
 
@@ -1104,6 +1153,11 @@ static int run_ranking(plan_opts *o, ff_dims grid, int have_grid)
         print_table(plan, o->top);
         if (o->rejected)
             print_rejected(plan);
+        if (o->explain && ff_plan_accepted(plan) > 0 && cfg->cost == FF_COST_FULL) {
+            cli_print("\nthe first choice explained:");
+            print_detail(cfg, ff_plan_get(plan, 0));
+            print_budget(ff_plan_get(plan, 0));
+        }
     }
     ff_plan_destroy(plan);
     return CLI_OK;

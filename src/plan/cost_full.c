@@ -502,8 +502,44 @@ typedef struct {
     double pending;    /* an OAR collective waiting for its GEMM */
     double cmm_s;      /* a collective matmul's gather, for the GEMM that follows */
     int cmm_p;
+    /* which collective (group FF_NCOLL + kind) each wait is for, to book
+     * the time the rank waits as that collective's exposed time */
+    struct channel {
+        double *start, *end; /* its transfers in posting order (= running order) */
+        int *gc, n;
+    } ch[2];              /* 0: the background channel, 1: the chunks' */
+    int *tag_ch, *tag_at; /* each tag's channel and index there */
+    int pending_gc, cmm_gc, cmm_prev_gc;
+    double cmm_own;
     double *tag_end; /* completion of background collectives and chunks */
 } timeline;
+
+static void expose(ff_plan_result *r, int gc, double dt)
+{
+    if (gc >= 0 && dt > 0)
+        r->coll[gc / FF_NCOLL][gc % FF_NCOLL].exposed_s += dt;
+}
+
+/* A transfer on channel c over [start, end); returns its index. */
+static int channel_add(timeline *tl, int c, double start, double end, int gc)
+{
+    struct channel *h = &tl->ch[c];
+    h->start[h->n] = start, h->end[h->n] = end, h->gc[h->n] = gc;
+    return h->n++;
+}
+
+/* The rank waits from `from` until `until` for transfer `at` of channel c:
+ * books the wait to the transfers moving on the channel then, those queued
+ * before it included (a channel runs one at a time, in posting order). */
+static void expose_wait(timeline *tl, ff_plan_result *r, int c, int at, double from, double until)
+{
+    const struct channel *h = &tl->ch[c];
+    for (int i = at; i >= 0 && h->end[i] > from; i--) {
+        double a = h->start[i] > from ? h->start[i] : from;
+        double b = h->end[i] < until ? h->end[i] : until;
+        expose(r, h->gc[i], b - a);
+    }
+}
 
 /* Plays the step; -1 if out of memory. */
 static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
@@ -529,10 +565,18 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
                 int q = tl->cmm_p;
                 double g = t / q, step = tl->cmm_s / (q - 1);
                 tl->cursor += g + (q - 1) * (g > step ? g : step);
+                /* its own steps first, the channel's queue before it after */
+                double wait = (q - 1) * (step - g);
+                if (wait > 0) {
+                    double own = wait < tl->cmm_own ? wait : tl->cmm_own;
+                    expose(r, tl->cmm_gc, own);
+                    expose(r, tl->cmm_prev_gc, wait - own);
+                }
                 tl->cmm_p = 0;
                 break;
             }
             tl->cursor += tl->pending > t ? tl->pending : t; /* OAR: beside this GEMM */
+            expose(r, tl->pending_gc, tl->pending - t);
             tl->pending = 0;
             break;
         }
@@ -561,43 +605,62 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             /* over shared memory the transfer is the CPU's own copy: only
              * the fraction intra_overlap of it can run beside compute */
             double fixed = l->intra ? (1 - p->intra_overlap) * t : 0, free_part = t - fixed;
+            const int gc = op->group * FF_NCOLL + op->coll;
             tl->cursor += fixed;
+            expose(r, gc, fixed);
             if (op->cmm) {
+                struct channel *h = &tl->ch[0];
+                tl->cmm_gc = gc;
+                tl->cmm_prev_gc = h->n ? h->gc[h->n - 1] : -1;
+                tl->cmm_own = free_part;
                 /* beside the next GEMM (above), once the background
                  * channel (the Z links) is free; its wait is then free */
                 double start = tl->cursor > tl->bg_free ? tl->cursor : tl->bg_free;
                 tl->bg_free = start + free_part;
+                channel_add(tl, 0, start, tl->bg_free, gc);
                 tl->cmm_s = tl->bg_free - tl->cursor;
                 tl->cmm_p = l->size;
                 tl->tag_end[op->tag] = 0;
             } else if (op->mode == MODE_BLOCKING) {
                 tl->cursor += free_part;
+                expose(r, gc, free_part);
             } else if (op->mode == MODE_OAR) {
                 tl->pending = free_part;
+                tl->pending_gc = gc;
             } else if (op->mode == MODE_CHUNK) {
                 /* decomposition: a layer's chunks follow one another on
                  * its X or Y links, beside the GEMMs until their waits */
                 double start = tl->cursor > tl->chunk_free ? tl->cursor : tl->chunk_free;
                 tl->chunk_free = start + free_part;
                 tl->tag_end[op->tag] = tl->chunk_free;
+                tl->tag_ch[op->tag] = 1;
+                tl->tag_at[op->tag] = channel_add(tl, 1, start, tl->chunk_free, gc);
             } else {
                 double start = tl->cursor > tl->bg_free ? tl->cursor : tl->bg_free;
                 tl->bg_free = start + free_part;
                 tl->tag_end[op->tag] = tl->bg_free;
+                tl->tag_ch[op->tag] = 0;
+                tl->tag_at[op->tag] = channel_add(tl, 0, start, tl->bg_free, gc);
             }
             break;
         }
         case OP_WAIT:
-            if (tl->tag_end[op->tag] > tl->cursor)
+            if (tl->tag_end[op->tag] > tl->cursor) {
+                expose_wait(tl, r, tl->tag_ch[op->tag], tl->tag_at[op->tag], tl->cursor,
+                            tl->tag_end[op->tag]);
                 tl->cursor = tl->tag_end[op->tag];
+            }
             break;
         case OP_WAIT_ALL:
-            if (tl->bg_free > tl->cursor)
+            if (tl->bg_free > tl->cursor) {
+                expose_wait(tl, r, 0, tl->ch[0].n - 1, tl->cursor, tl->bg_free);
                 tl->cursor = tl->bg_free;
+            }
             break;
         }
     }
     tl->cursor += tl->pending;
+    expose(r, tl->pending_gc, tl->pending);
     return 0;
 }
 
@@ -641,17 +704,27 @@ static int count_traffic(const ff_plan_config *cfg, plan_ops *o, ff_dims g, ff_d
 int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan_link *link,
               double rate, ff_plan_result *acc, double weight, double *end_s, double *bg_s)
 {
-    double *tag_end = ops->oom ? NULL : calloc((size_t)ops->tags + 1, sizeof *tag_end);
+    const size_t nt = (size_t)ops->tags + 1;
+    double *tag_end = ops->oom ? NULL : calloc(nt, sizeof *tag_end);
+    double *times = ops->oom ? NULL : malloc(4 * nt * sizeof *times);
+    int *ints = ops->oom ? NULL : malloc(4 * nt * sizeof *ints);
     ff_plan_result *t = calloc(1, sizeof *t);
     int rc = -1;
-    if (tag_end && t) {
-        timeline tl = {.cfg = cfg,
-                       .ops = ops,
-                       .g = g,
-                       .prof = &cfg->machine,
-                       .link = link,
-                       .rate = rate,
-                       .tag_end = tag_end};
+    if (tag_end && times && ints && t) {
+        timeline tl = {
+            .cfg = cfg,
+            .ops = ops,
+            .g = g,
+            .prof = &cfg->machine,
+            .link = link,
+            .rate = rate,
+            .tag_end = tag_end,
+            .ch = {{times, times + nt, ints, 0}, {times + 2 * nt, times + 3 * nt, ints + nt, 0}},
+            .tag_ch = ints + 2 * nt,
+            .tag_at = ints + 3 * nt,
+            .pending_gc = -1,
+            .cmm_gc = -1,
+            .cmm_prev_gc = -1};
         rc = play(&tl, ops, t);
         *end_s = tl.cursor;
         *bg_s = tl.bg_free;
@@ -663,10 +736,14 @@ int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan
         acc->optimizer_s += weight * t->optimizer_s;
         acc->comm_s += weight * t->comm_s;
         for (int k = 0; k < FF_NGROUPS; k++)
-            for (int c = 0; c < FF_NCOLL; c++)
+            for (int c = 0; c < FF_NCOLL; c++) {
                 acc->coll[k][c].time_s += weight * t->coll[k][c].time_s;
+                acc->coll[k][c].exposed_s += weight * t->coll[k][c].exposed_s;
+            }
     }
     free(tag_end);
+    free(times);
+    free(ints);
     free(t);
     return rc;
 }
