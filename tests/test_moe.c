@@ -115,6 +115,10 @@ static void test_routing(void)
                   want[i]);
         CHECK(fabs(ff_moe_dropped(st) - 3.0 / 8) < 1e-12, "dropped %g, want 3/8",
               ff_moe_dropped(st));
+        printf("  hand case (E=3, top-2, T=4, capacity 2): assignments %d %d | %d %d | %d %d | "
+               "%d %d, dropped %.3f (want 0.375)\n",
+               c.choice[0], c.choice[1], c.choice[2], c.choice[3], c.choice[4], c.choice[5],
+               c.choice[6], c.choice[7], ff_moe_dropped(st));
         for (int i = 0; i < 3; i++)
             CHECK(c.y[2 * 3 + i] == 0, "token 2 (every assignment dropped) leaves as %g",
                   c.y[2 * 3 + i]);
@@ -130,6 +134,8 @@ static void test_routing(void)
         double aux = 3 * (0.75 * P[0] + 0.25 * P[1]);
         CHECK(fabs(ff_moe_aux_loss(st) - aux) < 1e-6, "aux %.9g, want %.9g", ff_moe_aux_loss(st),
               aux);
+        printf("  load-balancing loss %.9g, by hand %.9g (tolerance 1e-6)\n", ff_moe_aux_loss(st),
+               aux);
         /* the state reused: the same again; for a wider layer, reallocated */
         float y2[12];
         CHECK(ff_moe_forward(ctx, gemm, &s, &c.p, c.x, 4, y2, &st) == FF_OK &&

@@ -65,6 +65,9 @@ static void test_simulation(void)
                       "P=%d M=%d K=1 schedule %d: makespan %g, want M P (f+b) = %g", P, M, schedule,
                       makespan(P, end), want);
             }
+            printf("  P=%d %-8s M=1,P,2P+1 makespans (M+P-1)(f+b), K=1 M P (f+b): %s "
+                   "(tolerance 1e-12)\n",
+                   P, schedule ? "1F1B" : "message", test_failures ? "FAILED" : "ok");
             const double msg = 0.25;
             CHECK(simulate(P, 1, P, schedule, f, b, msg, end, busy) == 0, "simulate msg");
             double want = P * (f + b) + 2 * (P - 1) * msg;
@@ -159,6 +162,10 @@ static void test_evaluate(void)
                     }
                 CHECK(recv == r.bytes_recv, "bytes received %llu, want %llu",
                       (unsigned long long)r.bytes_recv, (unsigned long long)recv);
+                printf("  P=%d %-8s grid %dx%dx%dx%d: step %.4g s, bubble %.4g s; rank 0's "
+                       "traffic = ff_plan_traffic_stage (exact)\n",
+                       P, schedule ? "1F1B" : "message", grids[i].x, grids[i].y, grids[i].z,
+                       grids[i].d, r.step_s, r.bubble_s);
                 CHECK(r.step_s > 0 && r.bubble_s >= 0 && r.p2p_s > 0,
                       "P=%d: step %g, bubble %g, message %g", P, r.step_s, r.bubble_s, r.p2p_s);
                 /* one micro-batch in flight: no two stages compute at once */

@@ -140,6 +140,14 @@ void plan_links_staged(const ff_profile *p, ff_dims g, int P, ff_plan_link out[F
  * changes. The faster of the two is the prediction, unless AUTO runs the
  * all-reduce as rec-whole (`whole`, plan_whole): lg p steps of the whole
  * vector, two more for the fold of a p that is not a power of two. */
+double plan_ring_time(const ff_plan_link *l, ff_coll coll, int p, int64_t count, int wire)
+{
+    int ar = coll == FF_COLL_ALLREDUCE;
+    double step_elems = ar ? (double)((count + p - 1) / p) : (double)count;
+    double steps = ar ? 2.0 * (p - 1) : (double)(p - 1);
+    return steps * (l->alpha_s + step_elems * wire / l->beta_Bps);
+}
+
 double plan_coll_time(const ff_plan_link *l, ff_coll coll, int p, int64_t count, int wire,
                       int whole)
 {
@@ -155,7 +163,7 @@ double plan_coll_time(const ff_plan_link *l, ff_coll coll, int p, int64_t count,
     }
     double step_elems = ar ? (double)((count + p - 1) / p) : (double)count;
     double steps = ar ? 2.0 * (p - 1) : (double)(p - 1);
-    double ring = steps * (l->alpha_s + step_elems * wire / l->beta_Bps);
+    double ring = plan_ring_time(l, coll, p, count, wire);
     if ((p & (p - 1)) == 0 && (!ar || count % p == 0)) {
         int lg = 0;
         while ((1 << lg) < p)
@@ -596,8 +604,8 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             if (whole < 0)
                 return -1;
             t = plan_coll_time(l, (ff_coll)op->coll, l->size, op->count, op->wire, whole);
-            if (op->cmm) /* the engine runs it on the ring: p - 1 steps of a shard */
-                t = (l->size - 1) * (l->alpha_s + (double)op->count * op->wire / l->beta_Bps);
+            if (op->cmm) /* the engine runs it on the ring */
+                t = plan_ring_time(l, (ff_coll)op->coll, l->size, op->count, op->wire);
             if (t <= 0)
                 break;
             r->coll[op->group][op->coll].time_s += t;

@@ -140,6 +140,9 @@ void plan_links_staged(const ff_profile *p, ff_dims g, int P, ff_plan_link out[F
  * AUTO runs as rec-whole) lg p steps of the whole vector. */
 double plan_coll_time(const ff_plan_link *l, ff_coll coll, int p, int64_t count, int wire,
                       int whole);
+/* The ring's time alone (p - 1 steps of count, or 2(p - 1) of a p-th for
+ * an all-reduce), for a collective the engine forces onto the ring. */
+double plan_ring_time(const ff_plan_link *l, ff_coll coll, int p, int64_t count, int wire);
 /* Frees ops->topos (plan_ops_free calls it). */
 void plan_topos_free(plan_ops *ops);
 

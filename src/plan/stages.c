@@ -141,6 +141,12 @@ out:
 
 /* ---- one grid ---- */
 
+/* A point-to-point message of `bytes` on link l. */
+static double message_s(const ff_plan_link *l, double bytes)
+{
+    return l->alpha_s + bytes / l->beta_Bps;
+}
+
 void plan_shape_stage(const ff_plan_config *cfg, plan_shape *s, int stage)
 {
     const int P = cfg->stages, L = (int)s->L;
@@ -260,8 +266,7 @@ static int play_pipeline(const ff_plan_config *cfg, ff_dims g, const ff_plan_lin
     const int P = cfg->stages;
     const ff_plan_link *pl = &link[FF_GROUP_PIPE];
     const plan_shape *base = &shapes[0];
-    const double act_bytes = (double)base->act * (double)(base->m * base->C / g.y);
-    const double msg = pl->alpha_s + act_bytes / pl->beta_Bps;
+    const double msg = message_s(pl, (double)base->act * (double)(base->m * base->C / g.y));
     const double copy = pl->intra ? (1 - cfg->machine.intra_overlap) * msg : 0; /* the sender's */
     double *fwd = times, *bwd = times + 2 * P, *end = times + 4 * P, *busy = times + 5 * P,
            *last_start = times + 6 * P;
@@ -289,9 +294,8 @@ static int play_pipeline(const ff_plan_config *cfg, ff_dims g, const ff_plan_lin
     if (rc)
         return rc;
     /* the tied embedding's exchange between the first and the last stage */
-    const double wte_msg =
-        pl->alpha_s + (double)base->act *
-                          (double)(base->Vp * base->C / ((int64_t)g.x * g.y * g.z)) / pl->beta_Bps;
+    const double wte_msg = message_s(
+        pl, (double)base->act * (double)(base->Vp * base->C / ((int64_t)g.x * g.y * g.z)));
     memset(out, 0, sizeof *out);
     out->most = -1;
     for (int k = 0; k < P; k++) {
@@ -391,8 +395,8 @@ int plan_eval_stages(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pl
     r->step_s = ps.step;
     r->bubble_s = fmax(0, ps.step - ps.most);
     r->busiest_stage = ps.busiest;
-    r->p2p_s = r->link[FF_GROUP_PIPE].alpha_s +
-               (double)base.act * (double)(base.m * base.C / g.y) / r->link[FF_GROUP_PIPE].beta_Bps;
+    r->p2p_s =
+        message_s(&r->link[FF_GROUP_PIPE], (double)base.act * (double)(base.m * base.C / g.y));
     plan_finish_times(r, ps.most);
     ops->n = 0;
     ops->tags = 0;
