@@ -166,7 +166,7 @@ int main(int argc, char **argv)
         die(rank, err);
     if (ff_grid_create_staged(ctx, shape, o.stages, &grid) != FF_OK)
         die(rank, ff_ctx_error(ctx));
-    ff_gpt_config cfg = {o.L, o.C, o.NH, o.V, 0, o.maxT};
+    ff_gpt_config cfg = {.L = o.L, .C = o.C, .NH = o.NH, .V = o.V, .Vp = 0, .maxT = o.maxT};
     ff_gpt_opts opts;
     ff_gpt_opts_default(&opts);
     opts.checkpoint = o.checkpoint;

@@ -42,7 +42,7 @@ int main(int argc, char **argv)
     ff_ctx *ctx;
     ff_grid *grid = NULL;
     ff_gpt *g = NULL;
-    const ff_gpt_config cfg = {2, 32, 2, 64, 0, T};
+    const ff_gpt_config cfg = {.L = 2, .C = 32, .NH = 2, .V = 64, .Vp = 0, .maxT = T};
     int rc = ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL);
     if (rc == FF_OK)
         rc = ff_grid_create(ctx, (ff_dims){1, 2, 1, size / 2}, &grid);

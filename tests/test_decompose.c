@@ -39,7 +39,7 @@
 
 enum { MAX_GRIDS = 64, PANEL = 8 };
 
-static const ff_gpt_config cfg = {2, 64, 8, 500, 0, 32};
+static const ff_gpt_config cfg = {.L = 2, .C = 64, .NH = 8, .V = 500, .Vp = 0, .maxT = 32};
 static const int B = 8, T = 32;
 
 typedef struct {

@@ -109,16 +109,47 @@ typedef struct {
 
 static const test_config configs[] = {
     /* every grid of 8: NH and C divisible by 8, Vp = 512 by 8 */
-    {"small8", {2, 64, 8, 500, 0, 32}, 8, 32},
+    {"small8", {.L = 2, .C = 64, .NH = 8, .V = 500, .Vp = 0, .maxT = 32}, 8, 32},
     /* grids with a 3: NH = 6, C = 96, Vp = 384 divisible by 3; B = 6 */
-    {"small6", {2, 96, 6, 380, 0, 32}, 6, 32},
+    {"small6", {.L = 2, .C = 96, .NH = 6, .V = 380, .Vp = 0, .maxT = 32}, 6, 32},
     /* the oracle's model (1 rank) */
-    {"oracle", {2, 64, 4, 500, 0, 32}, 4, 32},
+    {"oracle", {.L = 2, .C = 64, .NH = 4, .V = 500, .Vp = 0, .maxT = 32}, 4, 32},
+    /* mixture of experts (docs/moe.md): block 1 of 2 has 8 experts, top-2,
+     * capacity factor 1, so that tokens are dropped (8 per expert and
+     * sequence of 32); 8 experts, so that up to 8 ranks can share them */
+    {"moe8",
+     {.L = 2,
+      .C = 64,
+      .NH = 8,
+      .V = 500,
+      .maxT = 32,
+      .experts = 8,
+      .expert_every = 2,
+      .top_k = 2,
+      .capacity_factor = 1.0f,
+      .aux_coef = 0.01f},
+     8,
+     32},
+    /* the MoE oracle's model (1 rank): block 1 of 3 has 4 experts */
+    {"oracle-moe",
+     {.L = 3,
+      .C = 64,
+      .NH = 4,
+      .V = 500,
+      .maxT = 32,
+      .experts = 4,
+      .expert_every = 2,
+      .top_k = 2,
+      .capacity_factor = 1.0f,
+      .aux_coef = 0.1f},
+     4,
+     32},
 };
 
 typedef struct {
     float loss[STEPS], norm;
-    float *grads, *params, *init; /* canonical, rank 0 only */
+    float aux[STEPS], dropped[STEPS]; /* MoE: load-balancing loss, fraction dropped */
+    float *grads, *params, *init;     /* canonical, rank 0 only */
     /* the steps with eps = 1e-8 (variant 0 only): state[e] = parameters and
      * AdamW's m and v before extra step e (e = EXTRA: after the last); the
      * serial run's gradients, norm and rate of each (the bound's inputs) */
@@ -268,6 +299,7 @@ static int run(ff_grid *grid, const test_config *tc, const ff_gpt_opts *o, resul
     float norm = 0;
     if (rc == FF_OK)
         rc = ff_gpt_finish_grads(g, &r->loss[0]);
+    ff_gpt_moe_stats(g, &r->aux[0], &r->dropped[0]);
     if (rc == FF_OK)
         rc = ff_gpt_gather(g, FF_GPT_GRADS, r->grads, 0);
     if (rc == FF_OK)
@@ -281,6 +313,8 @@ static int run(ff_grid *grid, const test_config *tc, const ff_gpt_opts *o, resul
         ff_gpt_step_info info;
         rc = ff_gpt_step(g, tok + s * per_step, tgt + s * per_step, MICRO, &h, s, &info);
         r->loss[s] = info.loss;
+        r->aux[s] = info.aux_loss;
+        r->dropped[s] = info.dropped;
     }
     if (rc == FF_OK)
         rc = ff_gpt_gather(g, FF_GPT_PARAMS, r->params, 0);
@@ -300,7 +334,10 @@ static double tol_bound(const test_config *tc)
         kmax = 4.0 * tc->cfg.C;
     if ((double)tc->cfg.V > kmax) /* the softmax over the vocabulary */
         kmax = tc->cfg.V;
-    double gamma = kmax * u / (1 - kmax * u), depth = 4.0 * tc->cfg.L + 4;
+    /* an MoE block has two reductions more: the router's logits (C terms
+     * split over Y) and each gate's gradient (the same) */
+    double moe_blocks = tc->cfg.experts ? tc->cfg.L / tc->cfg.expert_every : 0;
+    double gamma = kmax * u / (1 - kmax * u), depth = 4.0 * tc->cfg.L + 4 + 2 * moe_blocks;
     return 2 * depth * gamma;
 }
 
@@ -363,7 +400,8 @@ static double adam_r_max(double b1, double b2, int t)
 
 static int is_decayed(const char *name)
 {
-    static const char *const decayed[] = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"};
+    static const char *const decayed[] = {"wte",     "wpe",     "qkvw", "attprojw", "fcw",
+                                          "fcprojw", "routerw", "efcw", "efcprojw"};
     for (size_t i = 0; i < sizeof decayed / sizeof *decayed; i++)
         if (strcmp(name, decayed[i]) == 0)
             return 1;
@@ -531,6 +569,15 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
                 lw = e > lw ? e : lw;
                 CHECK(e <= 1e-5, "%s, %s: step %d loss %.8f, serial %.8f (rel %.2e > 1e-5)", desc,
                       variant_name(v), s, r.loss[s], ref->loss[s], e);
+                /* MoE: the same tokens dropped (a count: exact), the
+                 * load-balancing loss as the loss */
+                double ae = fabs((double)r.aux[s] - ref->aux[s]) / fmax(fabs(ref->aux[s]), 1e-30);
+                CHECK(r.dropped[s] == ref->dropped[s] && ae <= 1e-5,
+                      "%s, %s: step %d dropped %.6f, serial %.6f (must be equal); aux loss %.8f, "
+                      "serial %.8f (rel %.2e > 1e-5)",
+                      desc, variant_name(v), s, r.dropped[s], ref->dropped[s], r.aux[s],
+                      ref->aux[s], ae);
+                lw = ae > lw ? ae : lw;
             }
             if (v == 0) {
                 double gw = compare_tensors(tshape, r.grads, ref->grads, NULL, "gradient", tol, 0);
@@ -597,6 +644,46 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
     if (rank == 0)
         printf("  %-40s %d variants bitwise identical\n", "", VARIANTS);
     result_free(&first);
+    /* expert parallelism: each Ge > 1 dividing Gd and E, overlaps on and
+     * checkpointing on (the all-to-alls run again in the recompute),
+     * against the serial program with the same bounds. Not bitwise equal to
+     * Ge = 1: an expert's weight gradient sums its rows from several ranks. */
+    for (int ge = 2; tc->cfg.experts && ge <= shape.d; ge *= 2) {
+        if (shape.d % ge || tc->cfg.experts % ge)
+            continue;
+        ff_gpt_opts o;
+        variant_opts(1, &o);
+        o.expert_parallel = ge;
+        result r = {0};
+        int rc = run(grid, tc, &o, &r, 0, ref);
+        CHECK(rc == FF_OK, "%s, expert parallelism %d: %s", desc, ge, ff_ctx_error(ctx));
+        if (rc == FF_OK && rank == 0) {
+            double lw = 0;
+            for (int s = 0; s < STEPS; s++) {
+                double e = fabs((double)r.loss[s] - ref->loss[s]) / fabs((double)ref->loss[s]);
+                double ae = fabs((double)r.aux[s] - ref->aux[s]) / fmax(fabs(ref->aux[s]), 1e-30);
+                lw = fmax(lw, fmax(e, ae));
+                CHECK(e <= 1e-5 && ae <= 1e-5 && r.dropped[s] == ref->dropped[s],
+                      "%s, expert parallelism %d: step %d loss %.8f (serial %.8f), aux %.8f "
+                      "(%.8f), dropped %.6f (%.6f)",
+                      desc, ge, s, r.loss[s], ref->loss[s], r.aux[s], ref->aux[s], r.dropped[s],
+                      ref->dropped[s]);
+            }
+            double gw = compare_tensors(tshape, r.grads, ref->grads, NULL, "gradient", tol, 0);
+            double pw = compare_tensors(tshape, r.params, ref->params, ref->init, "update", tol, 0);
+            double ne = fabs((double)r.norm - ref->norm) / ref->norm;
+            CHECK(ne <= tol, "%s, expert parallelism %d: gradient norm %.8f, serial %.8f", desc, ge,
+                  r.norm, ref->norm);
+            check_padding(tshape, r.params, "parameters");
+            printf("  %-40s expert parallelism %d (checkpointing): loss rel err %.1e, "
+                   "error/bound gradients %.3f, updates %.3f\n",
+                   "", ge, lw, fmax(gw, ne / tol), pw);
+            worst[0] = fmax(worst[0], lw);
+            worst[1] = fmax(worst[1], fmax(gw, ne / tol));
+            worst[2] = fmax(worst[2], pw);
+        }
+        result_free(&r);
+    }
     ff_grid_destroy(grid);
 }
 
@@ -619,6 +706,26 @@ static void check_refusals(ff_ctx *ctx, const test_config *tc, int world)
           world, ff_strerror(rc), ff_ctx_error(ctx));
     if (ff_ctx_rank(ctx) == 0)
         printf("refused on every rank: %s\n", ff_ctx_error(ctx));
+    /* MoE options out of range */
+    struct {
+        const char *why;
+        int experts, top_k;
+        float factor;
+    } moe_bad[] = {{"top-3", 4, 3, 1.0f},
+                   {"top-2 routing with 1 experts", 1, 2, 1.0f},
+                   {"capacity factor 0", 4, 1, 0.0f},
+                   {"-2 experts", -2, 1, 1.0f}};
+    for (size_t i = 0; tc->cfg.experts && i < sizeof moe_bad / sizeof *moe_bad; i++) {
+        bad = tc->cfg;
+        bad.experts = moe_bad[i].experts, bad.top_k = moe_bad[i].top_k;
+        bad.capacity_factor = moe_bad[i].factor;
+        rc = ff_gpt_create(grid, &bad, NULL, tc->B, tc->T, &g);
+        CHECK(rc == FF_EINVAL && strstr(ff_ctx_error(ctx), moe_bad[i].why),
+              "MoE %s: got %s '%s' on rank %d", moe_bad[i].why, ff_strerror(rc), ff_ctx_error(ctx),
+              ff_ctx_rank(ctx));
+        if (ff_ctx_rank(ctx) == 0)
+            printf("refused on every rank: %s\n", ff_ctx_error(ctx));
+    }
     if (ff_gpt_create(grid, &tc->cfg, NULL, tc->B, tc->T, &g) == FF_OK) {
         int32_t *tok, *tgt;
         local_batch(tc, g, 1, 1, &tok, &tgt);
@@ -651,37 +758,55 @@ static int write_raw(const char *dir, const char *name, const void *p, size_t by
 
 enum { ORACLE_STEPS = 10 };
 
+/* The start of an oracle's files (1 rank): the model of `tc` initialised
+ * with `seed` into DIR/model.bin, and `n` micro-batches of its sequences
+ * into DIR/batch.bin (their tokens and targets in *tok, *tgt). Returns 1 if
+ * the job is not one rank, else the model's outcome. */
+static int dump_begin(const test_config *tc, uint64_t seed, int n, const char *dir, ff_ctx **ctx,
+                      ff_grid **grid, ff_gpt **g, int32_t **tok, int32_t **tgt)
+{
+    ff_dims one = {1, 1, 1, 1};
+    *g = NULL;
+    *tok = *tgt = NULL;
+    if (ff_ctx_create(ctx, MPI_COMM_WORLD, NULL) || ff_grid_create(*ctx, one, grid)) {
+        fprintf(stderr, "dump: needs 1 rank\n");
+        return 1;
+    }
+    int rc = ff_gpt_create(*grid, &tc->cfg, NULL, tc->B, tc->T, g);
+    if (rc == FF_OK)
+        rc = ff_gpt_init(*g, seed);
+    char path[512];
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    if (rc == FF_OK)
+        rc = ff_gpt_save(*g, FF_GPT_PARAMS, path);
+    if (rc)
+        return rc;
+    local_batch(tc, *g, n, 1, tok, tgt);
+    const size_t n_tok = (size_t)n * tc->B * tc->T;
+    int32_t hdr[256] = {20241122, 1, n * tc->B, tc->T};
+    size_t hb = sizeof hdr, tb = n_tok * sizeof(int32_t);
+    char *batch = malloc(hb + 2 * tb);
+    memcpy(batch, hdr, hb);
+    memcpy(batch + hb, *tok, tb);
+    memcpy(batch + hb + tb, *tgt, tb);
+    if (write_raw(dir, "batch.bin", batch, hb + 2 * tb))
+        rc = FF_EIO;
+    free(batch);
+    return rc;
+}
+
 static int dump(const char *dir)
 {
     const test_config *tc = &configs[2];
     ff_ctx *ctx;
     ff_grid *grid;
-    ff_dims one = {1, 1, 1, 1};
-    if (ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL) || ff_grid_create(ctx, one, &grid)) {
-        fprintf(stderr, "dump: needs 1 rank\n");
-        return 1;
-    }
     ff_gpt *g;
-    int rc = ff_gpt_create(grid, &tc->cfg, NULL, tc->B, tc->T, &g);
-    if (rc == FF_OK)
-        rc = ff_gpt_init(g, 42);
-    char path[512];
-    mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/model.bin", dir);
-    if (rc == FF_OK)
-        rc = ff_gpt_save(g, FF_GPT_PARAMS, path);
     int32_t *tok, *tgt;
-    local_batch(tc, g, ORACLE_STEPS, 1, &tok, &tgt);
-    const size_t n_tok = (size_t)ORACLE_STEPS * tc->B * tc->T;
-    int32_t hdr[256] = {20241122, 1, ORACLE_STEPS * tc->B, tc->T};
-    size_t hb = sizeof hdr, tb = n_tok * sizeof(int32_t);
-    char *batch = malloc(hb + 2 * tb);
-    memcpy(batch, hdr, hb);
-    memcpy(batch + hb, tok, tb);
-    memcpy(batch + hb + tb, tgt, tb);
-    if (rc == FF_OK && write_raw(dir, "batch.bin", batch, hb + 2 * tb))
-        rc = FF_EIO;
-    free(batch);
+    char path[512];
+    int rc = dump_begin(tc, 42, ORACLE_STEPS, dir, &ctx, &grid, &g, &tok, &tgt);
+    if (rc == 1 && !g)
+        return 1;
     /* logits and loss of step 0's batch, before any update */
     float loss0 = 0, losses[ORACLE_STEPS] = {0};
     if (rc == FF_OK)
@@ -760,6 +885,55 @@ static int dump(const char *dir)
     return rc ? 1 : 0;
 }
 
+/* The MoE oracle's files (model "oracle-moe", 1 rank): the model (fourfold's
+ * MoE format), a batch of two micro-batches, and the gradients of one step
+ * over them with its loss, load-balancing loss and fraction dropped;
+ * tests/gpt_moe_oracle.sh. */
+static int dump_moe(const char *dir)
+{
+    const test_config *tc = &configs[4];
+    enum { M = 2 };
+    ff_ctx *ctx;
+    ff_grid *grid;
+    ff_gpt *g;
+    int32_t *tok, *tgt;
+    char path[512];
+    int rc = dump_begin(tc, 43, M, dir, &ctx, &grid, &g, &tok, &tgt);
+    if (rc == 1 && !g)
+        return 1;
+    float loss = 0, aux = 0, dropped = 0;
+    if (rc == FF_OK)
+        rc = ff_gpt_grads(g, tok, tgt, M, &loss);
+    ff_gpt_moe_stats(g, &aux, &dropped);
+    snprintf(path, sizeof path, "%s/ff_grads.bin", dir);
+    if (rc == FF_OK)
+        rc = ff_gpt_save(g, FF_GPT_GRADS, path);
+    if (rc == FF_OK) {
+        snprintf(path, sizeof path, "%s/ff.json", dir);
+        FILE *f = fopen(path, "w");
+        if (!f || fprintf(f,
+                          "{\"loss\": %.9g, \"aux\": %.9g, \"dropped\": %.9g, \"B\": %d, "
+                          "\"T\": %d, \"micro\": %d}\n",
+                          loss, aux, dropped, tc->B, tc->T, M) < 0)
+            rc = FF_EIO;
+        if (f && fclose(f))
+            rc = FF_EIO;
+    }
+    if (rc)
+        fprintf(stderr, "dump: %s (%s)\n", ff_ctx_error(ctx), ff_strerror(rc));
+    else
+        printf("dump: MoE model L=%d C=%d E=%d top-%d, %d micro-batches of B=%d T=%d written to "
+               "%s; loss %.6f, aux %.6f, dropped %.4f\n",
+               tc->cfg.L, tc->cfg.C, tc->cfg.experts, tc->cfg.top_k, M, tc->B, tc->T, dir, loss,
+               aux, dropped);
+    free(tok);
+    free(tgt);
+    ff_gpt_destroy(g);
+    ff_grid_destroy(grid);
+    ff_ctx_destroy(ctx);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -767,8 +941,8 @@ int main(int argc, char **argv)
     int world_size, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (argc >= 3 && strcmp(argv[1], "--dump") == 0) {
-        int code = dump(argv[2]);
+    if (argc >= 3 && (strcmp(argv[1], "--dump") == 0 || strcmp(argv[1], "--dump-moe") == 0)) {
+        int code = argv[1][6] ? dump_moe(argv[2]) : dump(argv[2]);
         MPI_Finalize();
         return code;
     }
@@ -778,7 +952,8 @@ int main(int argc, char **argv)
             tc = &configs[i];
     if (!tc || argc < 3) {
         if (rank == 0)
-            fprintf(stderr, "usage: test_gpt small8|small6 GRID...|all, or --dump DIR\n");
+            fprintf(stderr,
+                    "usage: test_gpt small8|small6|moe8 GRID...|all, or --dump|--dump-moe DIR\n");
         MPI_Finalize();
         return 2;
     }
@@ -796,6 +971,15 @@ int main(int argc, char **argv)
         printf("serial 1x1x1x1: losses");
         for (int s = 0; s < STEPS; s++)
             printf(" %.6f", ref.loss[s]);
+        if (tc->cfg.experts) {
+            printf(", load-balancing losses");
+            for (int s = 0; s < STEPS; s++)
+                printf(" %.6f", ref.aux[s]);
+            printf(", dropped");
+            for (int s = 0; s < STEPS; s++)
+                printf(" %.4f", ref.dropped[s]);
+            CHECK(ref.dropped[0] > 0, "the MoE test drops no token: it cannot test dropping");
+        }
         printf(", eps 1e-8 steps");
         for (int e = 0; e < EXTRA; e++)
             printf(" %.6f", ref.xloss[e]);

@@ -69,7 +69,7 @@ enum { MAX_GRIDS = 32, DETAIL = 2048, MAX_B = 12, T = 8, MAX_MICRO = 2 };
 static int world, batch;
 
 /* L C NH V Vp maxT; on 6 ranks the sizes that split three ways (set in main) */
-static ff_gpt_config model_cfg = {2, 64, 8, 500, 0, 24};
+static ff_gpt_config model_cfg = {.L = 2, .C = 64, .NH = 8, .V = 500, .Vp = 0, .maxT = 24};
 
 typedef struct {
     const char *name;
@@ -319,7 +319,7 @@ int main(int argc, char **argv)
     world = size;
     batch = size == 8 ? 8 : 12;
     if (size == 6)
-        model_cfg = (ff_gpt_config){2, 96, 6, 700, 0, 24};
+        model_cfg = (ff_gpt_config){.L = 2, .C = 96, .NH = 6, .V = 700, .Vp = 0, .maxT = 24};
     if (size != 8 && size != 6) {
         if (rank == 0)
             fprintf(stderr, "test_plan_vs_run: run under mpirun -np 8 or 6 (got %d)\n", size);

@@ -29,7 +29,7 @@ static int run(int threads, run_result *res)
     ff_ctx *ctx;
     ff_grid *grid = NULL;
     ff_gpt *g = NULL;
-    const ff_gpt_config cfg = {2, 64, 4, 300, 0, T};
+    const ff_gpt_config cfg = {.L = 2, .C = 64, .NH = 4, .V = 300, .Vp = 0, .maxT = T};
     int rc = ff_ctx_create(&ctx, MPI_COMM_WORLD, &o);
     if (rc == FF_OK)
         rc = ff_grid_create(ctx, (ff_dims){2, 1, 1, 1}, &grid);

@@ -173,5 +173,59 @@ for g in "1 2x2x1x1" "4 1x1x1x1 --schedule 1f1b" "2 auto"; do # P GRID [OPTIONS]
         "saved with 2 stages, resumed with $p stages of $grid${*:+ $*}" || fail "resume with $p stages"
 done
 
+# 7. a mixture of experts (docs/moe.md): 4 experts in block 1 of 2, top-2,
+# capacity factor 1 (tokens dropped). Saved on 2x2x2x1; resumed there
+# bit-exactly and on 1x2x1x2 within the cross-grid tolerance of 2.; the
+# model file is fourfold's MoE format (its header and size from the shape);
+# eval gives the same loss on two grids; a dense resume of it is refused
+# (tests/train_fail.sh).
+MOE="$MODEL --experts 4 --expert-every 2 --router-top-k 2 --capacity-factor 1"
+TRAINM="$MOE --data $WORK/docs_train.bin --steps 10 --lr 3e-3 --warmup 2 --val-every 5 --val-batches 2 --log-every 5"
+run 8 train --grid 2x2x2x1 $TRAINM --save-every 5 --keep 0 --out "$WORK/m" || { cat "$WORK/out"; fail "MoE run"; }
+grep -q '"aux_loss"' "$WORK/m/log.jsonl" || fail "the MoE run's log has no aux_loss"
+resume_from_5 "$WORK/m2" "$WORK/m"
+run 8 train --grid 2x2x2x1 $TRAINM --save-every 5 --out "$WORK/m2" --resume || { cat "$WORK/out"; fail "MoE resume"; }
+resumed "$WORK/m2"
+compare "$WORK/m/log.jsonl" "$WORK/m2/log.jsonl" 6 0 "MoE: resume on 2x2x2x1 (same grid)" || fail "bit-exact MoE resume"
+same_files "$WORK/m" "$WORK/m2"
+resume_from_5 "$WORK/m4" "$WORK/m"
+run 4 train --grid 1x2x1x2 $TRAINM --out "$WORK/m4" --resume || { cat "$WORK/out"; fail "MoE resume on 1x2x1x2"; }
+resumed "$WORK/m4"
+compare "$WORK/m/log.jsonl" "$WORK/m4/log.jsonl" 6 1e-5 "MoE: saved on 2x2x2x1, resumed on 1x2x1x2" || fail "MoE resume on 1x2x1x2"
+# ... and with expert parallelism (4 ranks of D share the 4 experts)
+resume_from_5 "$WORK/m5" "$WORK/m"
+run 4 train --grid 1x1x1x4 --expert-parallel 4 $TRAINM --out "$WORK/m5" --resume || { cat "$WORK/out"; fail "MoE resume with expert parallelism"; }
+resumed "$WORK/m5"
+compare "$WORK/m/log.jsonl" "$WORK/m5/log.jsonl" 6 1e-5 "MoE: saved on 2x2x2x1, resumed on 1x1x1x4 with expert parallelism 4" || fail "MoE resume with expert parallelism"
+python3 - "$WORK/m/model_00000010.bin" <<'EOF2' || fail "MoE model file format"
+import struct, sys, os
+p = sys.argv[1]
+h = struct.unpack("256i", open(p, "rb").read(1024))
+maxT, V, L, NH, C, Vp = h[2:8]
+E, every, k = h[8:11]
+want = [20261125, 1, 32, 257, 2, 4, 64, 384, 4, 2, 2]
+Lm = L // every
+Ld = L - Lm
+n = (Vp*C + maxT*C + L*C*2 + L*3*C*C + L*3*C + L*C*C + L*C + L*C*2 + Ld*(8*C*C + 5*C) + 2*C
+     + Lm*E*C + Lm*E*(8*C*C + 5*C))
+size = os.path.getsize(p)
+ok = list(h[:11]) == want and size == 1024 + 4 * n
+print(f"MoE model file: header {list(h[:11])} (want {want}), {size} bytes (want {1024 + 4*n}): {'ok' if ok else 'FAILED'}")
+sys.exit(0 if ok else 1)
+EOF2
+for g in "1 1x1x1x1" "8 2x2x2x1"; do
+    set -- $g
+    run "$1" eval --grid "$2" --checkpoint "$WORK/m/model_00000010.bin" --data "$WORK/docs_val.bin" --batch 8 --seq 32 ||
+        { cat "$WORK/out"; fail "MoE eval on $2"; }
+    grep '^loss' "$WORK/out" | sed 's/,.*//' > "$WORK/eval.$2"
+done
+python3 - "$WORK/eval.1x1x1x1" "$WORK/eval.2x2x2x1" <<'EOF2' || fail "MoE eval differs between grids"
+import sys
+a, b = (float(open(p).read().split()[1]) for p in sys.argv[1:3])
+ok = abs(a - b) / abs(a) <= 1e-5
+print(f"MoE eval: 1x1x1x1 {a}, 2x2x2x1 {b} (tolerance 1e-5 relative): {'ok' if ok else 'FAILED'}")
+sys.exit(0 if ok else 1)
+EOF2
+
 echo "train_check: $failures failures"
 [ "$failures" = 0 ]

@@ -61,6 +61,25 @@ def read(path):
     return case
 
 
+def assignments(p, k, T, cap):
+    """Each token's k choices, the largest probabilities of p (m, E) with
+    ties to the lower index, and which are kept: capacity cap per expert and
+    sequence of T tokens, first choices before second ones, each in position
+    order. Returns (choice (m, k), kept (m, k) bool)."""
+    m, E = p.shape
+    choice = np.array([sorted(range(E), key=lambda e: (-p[i, e], e))[:k] for i in range(m)])
+    kept = np.zeros((m, k), dtype=bool)
+    for q in range(0, m, T):
+        count = [0] * E
+        for j in range(k):
+            for i in range(q, q + T):
+                e = choice[i, j]
+                if count[e] < cap:
+                    kept[i, j] = True
+                    count[e] += 1
+    return choice, kept
+
+
 def gelu(x):
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
 
@@ -76,25 +95,10 @@ def oracle(c):
     w2 = t(c["w2"], E, H, C)
     b2 = t(c["b2"], E, C)
     probs = torch.softmax(x @ wr, dim=1)
-    # choices: the largest probabilities, ties to the lower index
-    p = probs.detach().numpy()
-    choice = np.zeros((m, k), dtype=int)
-    for i in range(m):
-        order = sorted(range(E), key=lambda e: (-p[i, e], e))
-        choice[i] = order[:k]
-    # capacity per expert and sequence, first choices before second ones
     # exact arithmetic on the factor as written (fourfold rounds F k T / E
     # up, treating a rounding above an integer as that integer)
     cap = math.ceil(Fraction(repr(c["factor"])) * k * T / E)
-    kept = np.zeros((m, k), dtype=bool)
-    for q in range(0, m, T):
-        count = [0] * E
-        for j in range(k):
-            for i in range(q, q + T):
-                e = choice[i, j]
-                if count[e] < cap:
-                    kept[i, j] = True
-                    count[e] += 1
+    choice, kept = assignments(probs.detach().numpy(), k, T, cap)
     if k == 1:
         gates = probs.gather(1, torch.tensor(choice))
     else:

@@ -40,7 +40,22 @@ typedef struct {
     int V;    /* vocabulary */
     int Vp;   /* padded vocabulary; 0: V rounded up to a multiple of 128 (llm.c) */
     int maxT; /* positions */
+    /* Mixture of experts (docs/moe.md; experts 0: a dense model, the rest
+     * ignored). Block l's MLP is E experts, each an MLP of the dense shape,
+     * where (l + 1) % expert_every == 0, behind a router C -> E (softmax)
+     * that sends each token to its top_k (1 or 2) experts; an expert takes at
+     * most ceil(capacity_factor top_k T / E) tokens of a sequence, the rest
+     * are dropped (the residual carries them). aux_coef weighs the Switch
+     * Transformer's load-balancing loss, added to the loss of each MoE block. */
+    int experts, expert_every, top_k;
+    float capacity_factor, aux_coef;
 } ff_gpt_config;
+
+/* Sets the MoE fields to E experts in every second block, top-1, capacity
+ * factor 1.25 and aux_coef 0.01 (Switch Transformer's defaults); E 0: dense. */
+void ff_gpt_config_moe(ff_gpt_config *c, int E);
+/* 1 if block l of the model is a mixture of experts. */
+int ff_gpt_block_is_moe(const ff_gpt_config *c, int l);
 
 /* Pipeline stages (docs/pipeline.md): the grid's stages (ff_grid_create_staged)
  * each hold a contiguous range of blocks, the first also the embedding, the
@@ -84,6 +99,10 @@ typedef struct {
      * a plan for another model or grid. */
     const ff_layer_plan *plan;
     ff_pipe_opts pipe; /* used when the grid has stages */
+    /* Expert parallelism (docs/moe.md; 0 or 1: none): Ge ranks of D share a
+     * mixture of experts' experts, E/Ge each, tokens sent to their experts
+     * and back by all-to-all; Ge divides Gd and E. */
+    int expert_parallel;
 } ff_gpt_opts;
 
 void ff_gpt_opts_default(ff_gpt_opts *o);
@@ -150,7 +169,15 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
 
 typedef struct {
     float loss, grad_norm, lr;
+    /* MoE models (0 otherwise): the load-balancing loss (summed over the MoE
+     * blocks, mean over the micro-batches; the gradient includes it, `loss`
+     * does not) and the fraction of token-expert assignments dropped */
+    float aux_loss, dropped;
 } ff_gpt_step_info;
+/* The aux_loss and dropped of the micro-batches since the last
+ * ff_gpt_zero_grad (or, after ff_gpt_eval, of its forward), the same on
+ * every rank once ff_gpt_finish_grads or ff_gpt_eval returned. */
+void ff_gpt_moe_stats(const ff_gpt *g, float *aux_loss, float *dropped);
 /* A whole step: zero, n_micro micro-batches (tokens/targets hold this
  * rank's sequences of micro-batch u at offset u * count * T), finish,
  * clip, AdamW. A NaN or Inf loss or norm stops before the update with
@@ -168,9 +195,14 @@ const float *ff_gpt_logits(const ff_gpt *g, int64_t *rows, int64_t *cols);
 /* ---- canonical layout (llm.c gpt2_*.bin v3, fp32) -------------------------------
  * Tensors in llm.c's order: wte (Vp,C), wpe (maxT,C), ln1w (L,C), ln1b,
  * qkvw (L,3C,C), qkvb (L,3C), attprojw (L,C,C), attprojb, ln2w, ln2b,
- * fcw (L,4C,C), fcb (L,4C), fcprojw (L,C,4C), fcprojb (L,C), lnfw (C), lnfb. */
+ * fcw (L,4C,C), fcb (L,4C), fcprojw (L,C,4C), fcprojb (L,C), lnfw (C), lnfb.
+ * A mixture-of-experts model (docs/moe.md) has Ld dense and Lm MoE blocks:
+ * fcw, fcb, fcprojw, fcprojb hold the Ld dense blocks only, and five tensors
+ * follow, each over the MoE blocks in order, experts one after another:
+ * routerw (Lm,E,C), efcw (Lm,E,4C,C), efcb (Lm,E,4C), efcprojw (Lm,E,C,4C),
+ * efcprojb (Lm,E,C). A dense model's are empty: its layout is llm.c's. */
 
-enum { FF_GPT_NTENSORS = 16 };
+enum { FF_GPT_NTENSORS = 21 };
 const char *ff_gpt_tensor_name(int i);
 /* Elements of canonical tensor i and of the whole canonical model. */
 size_t ff_gpt_tensor_size(const ff_gpt *g, int i);
@@ -189,6 +221,11 @@ int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
  * fourfold's files add a CRC-32 of header and parameters in two slots llm.c leaves
  * zero and ignores. */
 enum { FF_GPT_SLOT_CRC_TAG = 252, FF_GPT_SLOT_CRC = 253, FF_GPT_CRC_TAG = 0x46463031 /* "FF01" */ };
+/* A mixture-of-experts model's file (docs/moe.md) has its own magic and
+ * version 1 (llm.c refuses it), the same slots 2-7, then experts,
+ * expert_every, top_k, and capacity_factor and aux_coef as float bits in
+ * slots 8-12; the canonical layout above; the CRC as for v3. */
+enum { FF_GPT_MAGIC_MOE = 20261125 };
 void ff_gpt_header(const ff_gpt *g, int32_t header[256]);
 /* Writes the parameters (or another buffer of the same shape, e.g. the
  * gradients) as a v3 file: written by rank 0 to a temporary file, fsync,
@@ -196,11 +233,13 @@ void ff_gpt_header(const ff_gpt *g, int32_t header[256]);
  * in free header slots 252-253 (tag "FF01", then the CRC), which llm.c
  * ignores; ff_gpt_load verifies it when the tag is there. Collective. */
 int ff_gpt_save(ff_gpt *g, ff_gpt_buffer which, const char *path);
-/* The model shape in a v3 file's header (read on rank 0, broadcast).
+/* The model shape in a v3 or MoE file's header (read on rank 0, broadcast).
  * Collective over the context; the outcome agrees on every rank. */
 int ff_gpt_read_config(ff_ctx *ctx, const char *path, ff_gpt_config *cfg);
-/* Loads a v3 fp32 file written by fourfold or llm.c: header checked against
- * the model (a different shape is refused naming the field), size checked.
+/* Loads a v3 fp32 file written by fourfold or llm.c, or fourfold's MoE
+ * file: header checked against the model (a different shape, a dense file
+ * for an MoE model or the reverse, is refused naming the field; top_k,
+ * capacity_factor and aux_coef may differ), size checked.
  * Collective; the outcome agrees on every rank. */
 int ff_gpt_load(ff_gpt *g, const char *path);
 
@@ -230,8 +269,10 @@ void ff_gpt_stage_blocks(const ff_gpt *g, int *first, int *count);
 /* Parameters of the canonical model without the padded vocabulary rows. */
 int64_t ff_gpt_num_params(const ff_gpt *g);
 /* Model FLOPs of one token's forward and backward: 6 N (N without the
- * positions) plus attention, 12 L C T for QK^T and AV forward and backward
- * (the causal half not taken off), as the PaLM paper and nanoGPT count. */
+ * positions; in a mixture of experts the parameters a token uses: top_k of
+ * each MoE block's experts) plus attention, 12 L C T for QK^T and AV
+ * forward and backward (the causal half not taken off), as the PaLM paper
+ * and nanoGPT count. */
 double ff_gpt_flops_per_token(const ff_gpt *g, int T);
 ff_linear_seq *ff_gpt_linear_seq(ff_gpt *g);
 

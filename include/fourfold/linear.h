@@ -232,6 +232,15 @@ int ff_linear_scatter(ff_linear *l, const float *w_canon, const float *b_canon, 
  * ranks that own it (d = 0) into canonical layout on `root`. */
 int ff_linear_gather(ff_linear *l, const float *w_shard, const float *b, float *w_canon,
                      float *b_canon, int root);
+/* The same for a layer replicated over D in ge slots (expert parallelism,
+ * docs/moe.md): the ranks with d mod ge == slot hold the layer, the others
+ * another of the same shape (`l` stands for the shape there). A gather
+ * takes the first replica's shards (d == slot); a scatter fills every
+ * replica's. ge 1 and slot 0 are the two functions above. */
+int ff_linear_scatter_slot(ff_linear *l, const float *w_canon, const float *b_canon, float *w_shard,
+                           float *b, int root, int ge, int slot);
+int ff_linear_gather_slot(ff_linear *l, const float *w_shard, const float *b, float *w_canon,
+                          float *b_canon, int root, int slot);
 /* Fills the bound weight shard with N(0, std^2) values that depend only on
  * (seed, desc.rng_stream, canonical index), and the bias with zeros. No rank
  * materializes more than its shard. */

@@ -42,6 +42,9 @@ typedef struct {
     double compute_ms, wait_ms; /* ms = compute + blocked in collectives */
     double hidden_ms;           /* collectives in flight beside compute */
     double eta_s; /* to the last step: this run's elapsed time / steps done x steps left */
+    /* mixture of experts (0 for a dense model): the load-balancing loss (in
+     * the gradient, not in `loss`) and the fraction of assignments dropped */
+    float aux_loss, dropped;
 } ff_train_step_info;
 
 typedef enum {

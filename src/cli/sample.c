@@ -114,12 +114,13 @@ typedef struct {
     cli_run_opts run;
     const char *checkpoint, *prompt, *data;
     long tokens, samples, seq, batch, batches, seed, top_k;
-    double temperature;
+    double temperature, capacity_factor; /* capacity_factor 0: the checkpoint's */
 } sample_opts;
 
 static const char help_sample[] =
     "usage: mpirun -np N fourfold sample --checkpoint FILE [options]\n\n"
-    "Generates text from an llm.c gpt2_*.bin v3 checkpoint (fourfold's or llm.c's) on\n"
+    "Generates text from an llm.c gpt2_*.bin v3 checkpoint (fourfold's or llm.c's), or\n"
+    "fourfold's mixture-of-experts checkpoint, on\n"
     "any grid; the draws depend on the seed, not the grid (docs/train.md). A byte-level model\n"
     "(vocabulary 257) prints text; others print token ids.\n\n"
     "options:\n"
@@ -130,7 +131,9 @@ static const char help_sample[] =
     "  --top-k N          draw among the N likeliest, 0 = all (default 40)\n"
     "  --samples N        sequences to print (default 1)\n"
     "  --seq N            context window (default: the model's positions)\n"
-    "  --seed N           (default 1337)\n";
+    "  --seed N           (default 1337)\n"
+    "  --capacity-factor F  an MoE model's expert capacity (default: the checkpoint's;\n"
+    "                     docs/moe.md)\n";
 
 static const char help_eval[] =
     "usage: mpirun -np N fourfold eval --checkpoint FILE --data GLOB [options]\n\n"
@@ -141,7 +144,9 @@ static const char help_eval[] =
     "  --data GLOB        token shards (llm.c .bin)\n"
     "  --batch N          sequences per batch, whole grid (default: Gz*Gd)\n"
     "  --seq N            tokens per sequence (default: the model's positions)\n"
-    "  --batches N        batches averaged (default 1)\n";
+    "  --batches N        batches averaged (default 1)\n"
+    "  --capacity-factor F  an MoE model's expert capacity (default: the checkpoint's;\n"
+    "                     docs/moe.md)\n";
 
 /* Returns CLI_OK, CLI_USAGE, or -1 for --help. */
 static int parse(int argc, char **argv, sample_opts *o, const char *command)
@@ -175,6 +180,9 @@ static int parse(int argc, char **argv, sample_opts *o, const char *command)
             bad = !(v = cli_value(&a)) || cli_parse_int("batches", v, 1, 1 << 24, &o->batches);
         else if (cli_is(&a, "seed"))
             bad = !(v = cli_value(&a)) || cli_parse_int("seed", v, 0, 0x7fffffffL, &o->seed);
+        else if (cli_is(&a, "capacity-factor"))
+            bad = !(v = cli_value(&a)) ||
+                  cli_parse_double("capacity-factor", v, 1e-6, 1e6, &o->capacity_factor);
         else if (cli_is(&a, "top-k"))
             bad = !(v = cli_value(&a)) || cli_parse_int("top-k", v, 0, 1 << 24, &o->top_k);
         else if (cli_is(&a, "temperature"))
@@ -207,6 +215,8 @@ static int load_model(ff_ctx *ctx, ff_grid *grid, const sample_opts *o, long bat
     if (rc)
         return rc;
     *T = o->seq ? (int)o->seq : cfg.maxT;
+    if (o->capacity_factor > 0 && cfg.experts > 0)
+        cfg.capacity_factor = (float)o->capacity_factor;
     if (*T > cfg.maxT)
         return ff_ctx_agree(ctx,
                             ff_ctx_set_error(ctx, FF_EINVAL,

@@ -11,6 +11,7 @@
 #include "fourfold/rng.h"
 #include "gpt_internal.h"
 #include "gpt_ops.h"
+#include "moe.h"
 
 void ff_gpt_opts_default(ff_gpt_opts *o)
 {
@@ -21,6 +22,20 @@ void ff_gpt_opts_default(ff_gpt_opts *o)
 }
 
 ff_gpt_config ff_gpt_get_config(const ff_gpt *g) { return g->cfg; }
+
+void ff_gpt_config_moe(ff_gpt_config *c, int E)
+{
+    c->experts = E;
+    c->expert_every = 2;
+    c->top_k = 1;
+    c->capacity_factor = 1.25f;
+    c->aux_coef = 0.01f;
+}
+
+int ff_gpt_block_is_moe(const ff_gpt_config *c, int l)
+{
+    return c->experts > 0 && c->expert_every > 0 && (l + 1) % c->expert_every == 0;
+}
 ff_ctx *ff_gpt_ctx(const ff_gpt *g) { return g->ctx; }
 ff_linear_seq *ff_gpt_linear_seq(ff_gpt *g) { return g->seq; }
 
@@ -31,6 +46,10 @@ void ff_gpt_local_sequences(const ff_gpt *g, int *first, int *count)
 }
 
 /* ---- creation ------------------------------------------------------------------- */
+
+/* The per-block arrays of an ff_gpt_views: 13 of L entries (routerw last),
+ * then 4 of L E (the experts'). */
+enum { VIEW_ARRAYS = 17 };
 
 static int check_shape(ff_ctx *ctx, const ff_gpt_config *c, ff_dims s, int B, int T)
 {
@@ -61,11 +80,33 @@ static int check_shape(ff_ctx *ctx, const ff_gpt_config *c, ff_dims s, int B, in
         return ff_set_error(ctx, FF_EDIVIDE,
                             "the micro-batch of B=%d sequences is not divisible by Gz*Gd=%d", B,
                             s.z * s.d);
+    if (c->experts < 0)
+        return ff_set_error(ctx, FF_EINVAL, "%d experts: expected 0 (dense) or more", c->experts);
+    if (c->experts > 0) {
+        if (c->expert_every < 1)
+            return ff_set_error(ctx, FF_EINVAL, "experts in one block of every %d: expected 1 or more",
+                                c->expert_every);
+        ff_moe_shape ms = {.C = c->C,
+                           .H = 4 * (int64_t)c->C,
+                           .E = c->experts,
+                           .top_k = c->top_k,
+                           .factor = c->capacity_factor,
+                           .aux_coef = c->aux_coef,
+                           .T = T};
+        char why[256];
+        int rc = ff_moe_check(&ms, why, sizeof why);
+        if (rc)
+            return ff_set_error(ctx, rc, "%s", why);
+    }
     return FF_OK;
 }
 
-/* stream: the layer's RNG stream, its index in the whole model's order plus
- * one (wte 1, block l's layer i 2 + 4l + i), the same on every stage */
+/* RNG streams: wte 1, block l's layer i 2 + 4l + i, expert e of MoE block
+ * l: STREAM_EXPERTS + 2 (l E + e) + {0 up, 1 down}; positions STREAM_WPE,
+ * block l's router STREAM_ROUTER + l. The same on every grid and stage. */
+enum { STREAM_WPE = 1u << 20, STREAM_ROUTER = 1u << 21, STREAM_EXPERTS = 1u << 24 };
+
+/* stream: the layer's RNG stream (above) */
 static int add_layer(ff_gpt *g, const char *name, ff_linear_kind kind, int64_t k, int64_t n,
                      int bias, const int64_t *perm, uint32_t stream, ff_linear **out)
 {
@@ -116,8 +157,17 @@ static int alloc_buffers(ff_gpt *g)
     A(g->grad_in, g->last ? 0 : (int64_t)g->n_slots * mc, act);
     A(g->grad_out, g->first ? 0 : (int64_t)g->n_slots * mc, act);
     A(g->emb_peer, g->P > 1 && g->wte ? (int64_t)ff_linear_local_sizes(g->wte).w_shard : 0, scr);
+    /* which kinds of block use each set: a block's own sets, and the shared
+     * one of the blocks under checkpointing */
     for (int s = 0; s < g->n_sets; s++) {
         ff_gpt_acts *a = &g->acts[s];
+        int uses_dense = 0, uses_moe = 0;
+        for (int l = 0; l < g->nb; l++) {
+            int mine = g->ckpt[l] ? s == g->act_slots * g->n_own
+                                  : s < g->act_slots * g->n_own && s % g->n_own == g->set_of[l];
+            uses_dense |= mine && !g->is_moe[l];
+            uses_moe |= mine && g->is_moe[l];
+        }
         A(a->ln1, m * g->cy, act);
         A(a->ln1_mean, m, act);
         A(a->ln1_rstd, m, act);
@@ -128,8 +178,10 @@ static int alloc_buffers(ff_gpt *g)
         A(a->ln2, m * g->cy, act);
         A(a->ln2_mean, m, act);
         A(a->ln2_rstd, m, act);
-        A(a->fch, m * g->fx, act);
-        A(a->fch_gelu, m * g->fx, act);
+        A(a->fch, uses_dense ? m * g->fx : 0, act);
+        A(a->fch_gelu, uses_dense ? m * g->fx : 0, act);
+        if (uses_moe && ff_gpt_moe_alloc(g, &a->moe, act))
+            ok = 0;
     }
     A(g->lnf, hm * g->cy, act);
     A(g->lnf_mean, hm, act);
@@ -146,79 +198,146 @@ static int alloc_buffers(ff_gpt *g)
     A(g->att_scratch, T * T * threads, scr);
     A(g->ce_scratch, g->last ? 3 * m + (int64_t)g->gx * 3 * m + g->vx * threads : 0, scr);
     A(g->ln_scratch, FF_LN_SCRATCH(m, g->cy), scr);
+    if (g->E) {
+        const int64_t rows = m * g->top_k, w = g->E > g->top_k ? g->E : g->top_k;
+        A(g->moe_part, m * w, scr);
+        A(g->moe_gather, g->gy > 1 ? g->gy * m * w : 0, scr);
+        A(g->moe_stats, 2 * g->E + 1, scr);
+        /* with expert parallelism: the local experts' rows, at most E R,
+         * and one expert's, at most ge R */
+        const int64_t own = g->ge > 1 ? g->E * g->moe_R : rows;
+        const int64_t one = g->ge > 1 && g->ge * g->moe_R > m ? g->ge * g->moe_R : m;
+        A(g->moe_dO, own * g->cy, scr);
+        A(g->moe_dA, one * g->fx, scr);
+        A(g->moe_dX, m * g->cy, scr);
+        A(g->moe_dgate, rows, scr);
+        A(g->moe_send, g->ge > 1 ? g->E * g->moe_R * g->cy : 0, scr);
+        A(g->moe_recv, g->ge > 1 ? g->E * g->moe_R * g->cy : 0, scr);
+    }
 #undef A
     return ok ? FF_OK : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model's buffers");
 }
 
-/* Views into the flat buffers: Z-sharded weights first (wte, then each
- * block's four shards: one data-parallel bucket per block), then positions,
- * the final LayerNorm and each block's LayerNorms and biases. */
-static void bind_views(ff_gpt *g)
+/* Block l's linear layers in the order of its forward: QKV, projection,
+ * then the MLP's up and down, or each expert's. */
+int ff_gpt_block_nlin(const ff_gpt *g, int l) { return g->is_moe[l] ? 2 + 2 * g->el : 4; }
+
+ff_linear *ff_gpt_block_lin(const ff_gpt *g, int l, int i)
 {
-    const int L = g->nb;
-    size_t off = 0;
-    for (int b = 0; b < 2; b++) { /* params, then grads */
-        float *base = b ? g->grads : g->params;
-        ff_gpt_views *v = b ? &g->gv : &g->pv;
-        off = 0;
-        v->wte = g->wte ? base + off : NULL;
-        off += g->wte ? ff_linear_local_sizes(g->wte).w_shard : 0;
-        for (int l = 0; l < L; l++) {
-            g->bucket_off[l] = off;
-            ff_linear *ls[4] = {g->qkv[l], g->attproj[l], g->fc[l], g->fcproj[l]};
-            float **w[4] = {&v->qkvw[l], &v->attprojw[l], &v->fcw[l], &v->fcprojw[l]};
-            for (int i = 0; i < 4; i++) {
-                *w[i] = base + off;
-                off += ff_linear_local_sizes(ls[i]).w_shard;
-            }
-            g->bucket_len[l] = off - g->bucket_off[l];
-        }
-        g->n_zsharded = off;
-        v->wpe = g->first ? base + off : NULL;
-        off += g->first ? (size_t)g->cfg.maxT * g->cy : 0;
-        g->n_decay = off; /* weight decay: the Z-sharded weights and the positions */
-        v->lnfw = g->last ? base + off : NULL;
-        off += g->last ? g->cy : 0;
-        v->lnfb = g->last ? base + off : NULL;
-        off += g->last ? g->cy : 0;
-        for (int l = 0; l < L; l++) {
-            v->ln1w[l] = base + off, off += g->cy;
-            v->ln1b[l] = base + off, off += g->cy;
-            v->ln2w[l] = base + off, off += g->cy;
-            v->ln2b[l] = base + off, off += g->cy;
-            v->attprojb[l] = base + off, off += g->cy;
-            v->fcprojb[l] = base + off, off += g->cy;
-        }
-        g->n_ytype = off; /* up to here: layout Y (or Z-sharded); then layout X */
-        for (int l = 0; l < L; l++) {
-            v->qkvb[l] = base + off, off += g->c3x;
-            v->fcb[l] = base + off, off += g->fx;
-        }
-    }
-    g->n_params = off;
-    if (g->wte)
-        ff_linear_bind(g->wte, g->pv.wte, NULL, g->gv.wte, NULL);
-    for (int l = 0; l < L; l++) {
-        ff_linear_bind(g->qkv[l], g->pv.qkvw[l], g->pv.qkvb[l], g->gv.qkvw[l], g->gv.qkvb[l]);
-        ff_linear_bind(g->attproj[l], g->pv.attprojw[l], g->pv.attprojb[l], g->gv.attprojw[l],
-                       g->gv.attprojb[l]);
-        ff_linear_bind(g->fc[l], g->pv.fcw[l], g->pv.fcb[l], g->gv.fcw[l], g->gv.fcb[l]);
-        ff_linear_bind(g->fcproj[l], g->pv.fcprojw[l], g->pv.fcprojb[l], g->gv.fcprojw[l],
-                       g->gv.fcprojb[l]);
-    }
+    if (i < 2)
+        return i ? g->attproj[l] : g->qkv[l];
+    if (!g->is_moe[l])
+        return i == 2 ? g->fc[l] : g->fcproj[l];
+    int e = (i - 2) / 2;
+    return (i % 2 ? g->efcproj : g->efc)[(int64_t)l * g->el + e];
 }
 
-/* Counts the flat buffer's size with a dry run of the layout. */
-static size_t flat_size(const ff_gpt *g)
+/* Where block l's layer i keeps its weight shard and bias in views v. */
+void ff_gpt_lin_views(const ff_gpt *g, ff_gpt_views *v, int l, int i, float ***w, float ***b)
 {
-    size_t n = g->wte ? ff_linear_local_sizes(g->wte).w_shard : 0;
+    const int64_t x = (int64_t)l * g->el + (i - 2) / 2;
+    if (i < 2)
+        *w = i ? &v->attprojw[l] : &v->qkvw[l], *b = i ? &v->attprojb[l] : &v->qkvb[l];
+    else if (!g->is_moe[l])
+        *w = i == 2 ? &v->fcw[l] : &v->fcprojw[l], *b = i == 2 ? &v->fcb[l] : &v->fcprojb[l];
+    else
+        *w = i % 2 ? &v->efcprojw[x] : &v->efcw[x], *b = i % 2 ? &v->efcprojb[x] : &v->efcb[x];
+}
+
+/* The flat buffers' layout, as views into base (NULL: only counted):
+ * Z-sharded weights first (wte, then each block's shards other than its
+ * experts': one data-parallel bucket per block; then the local experts'
+ * shards, one bucket per MoE block, all-reduced over the experts' own
+ * replicas), then positions and the routers (decayed), the final LayerNorm
+ * and each block's LayerNorms and layout-Y biases, then the layout-X
+ * biases. Returns the size. */
+static size_t layout(ff_gpt *g, float *base, ff_gpt_views *v)
+{
+    const int L = g->nb, E = g->E;
+    size_t off = 0;
+    float **w, **b;
+#define VIEW(field, n) ((field) = base ? base + off : NULL, off += (size_t)(n))
+    if (g->wte)
+        VIEW(v->wte, ff_linear_local_sizes(g->wte).w_shard);
+    for (int pass = 0; pass < 2; pass++) /* the blocks' own layers, then the experts */
+        for (int l = 0; l < L; l++) {
+            size_t *boff = pass ? g->ebucket_off : g->bucket_off;
+            size_t *blen = pass ? g->ebucket_len : g->bucket_len;
+            boff[l] = off;
+            for (int i = 0; i < ff_gpt_block_nlin(g, l); i++) {
+                if ((i >= 2 && g->is_moe[l]) != pass)
+                    continue;
+                ff_gpt_lin_views(g, v, l, i, &w, &b);
+                VIEW(*w, ff_linear_local_sizes(ff_gpt_block_lin(g, l, i)).w_shard);
+            }
+            blen[l] = off - boff[l];
+            g->n_dense_z = pass ? g->n_dense_z : off;
+        }
+    g->n_zsharded = off;
+    if (g->first)
+        VIEW(v->wpe, (size_t)g->cfg.maxT * g->cy);
+    for (int l = 0; l < L; l++)
+        if (g->is_moe[l])
+            VIEW(v->routerw[l], (size_t)E * g->cy);
+    g->n_decay = off; /* weight decay: the Z-sharded weights, positions and routers */
+    if (g->last) {
+        VIEW(v->lnfw, g->cy);
+        VIEW(v->lnfb, g->cy);
+    }
+    for (int l = 0; l < L; l++) {
+        VIEW(v->ln1w[l], g->cy);
+        VIEW(v->ln1b[l], g->cy);
+        VIEW(v->ln2w[l], g->cy);
+        VIEW(v->ln2b[l], g->cy);
+        for (int i = 1; i < ff_gpt_block_nlin(g, l); i += 2) { /* the T layers' biases */
+            if (i >= 2 && g->is_moe[l])
+                continue;
+            ff_gpt_lin_views(g, v, l, i, &w, &b);
+            VIEW(*b, g->cy);
+        }
+    }
+    g->n_ytype = off; /* up to here: layout Y (or Z-sharded); then layout X */
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < ff_gpt_block_nlin(g, l); i += 2) { /* the N layers' biases */
+            if (i >= 2 && g->is_moe[l])
+                continue;
+            ff_gpt_lin_views(g, v, l, i, &w, &b);
+            VIEW(*b, i ? g->fx : g->c3x);
+        }
+    /* the local experts' biases, replicated over Z and the experts' own
+     * replicas (EDP): layout Y (down layers), then layout X (up layers) */
+    for (int x = 0; x < 2; x++) {
+        if (x)
+            g->n_ebx = off;
+        else
+            g->n_eby = off;
+        for (int l = 0; l < L; l++)
+            for (int i = 2 + !x; g->is_moe[l] && i < ff_gpt_block_nlin(g, l); i += 2) {
+                ff_gpt_lin_views(g, v, l, i, &w, &b);
+                VIEW(*b, x ? g->fx : g->cy);
+            }
+    }
+#undef VIEW
+    return off;
+}
+
+static void bind_views(ff_gpt *g)
+{
+    layout(g, g->params, &g->pv);
+    layout(g, g->grads, &g->gv);
+    int n = 0;
     for (int l = 0; l < g->nb; l++)
-        n += ff_linear_local_sizes(g->qkv[l]).w_shard +
-             ff_linear_local_sizes(g->attproj[l]).w_shard +
-             ff_linear_local_sizes(g->fc[l]).w_shard + ff_linear_local_sizes(g->fcproj[l]).w_shard;
-    n += (g->first ? (size_t)g->cfg.maxT * g->cy : 0) + (g->last ? 2 * (size_t)g->cy : 0);
-    n += (size_t)g->nb * (6 * (size_t)g->cy + (size_t)g->c3x + (size_t)g->fx);
-    return n;
+        for (int e = 0; g->is_moe[l] && e < g->E; e++)
+            g->router_rows[n++] = g->pv.routerw[l] + (int64_t)e * g->cy;
+    if (g->wte)
+        ff_linear_bind(g->wte, g->pv.wte, NULL, g->gv.wte, NULL);
+    float **w, **b, **dw, **db;
+    for (int l = 0; l < g->nb; l++)
+        for (int i = 0; i < ff_gpt_block_nlin(g, l); i++) {
+            ff_gpt_lin_views(g, &g->pv, l, i, &w, &b);
+            ff_gpt_lin_views(g, &g->gv, l, i, &dw, &db);
+            ff_linear_bind(ff_gpt_block_lin(g, l, i), *w, *b, *dw, *db);
+        }
 }
 
 static int create_layers(ff_gpt *g)
@@ -242,6 +361,19 @@ static int create_layers(ff_gpt *g)
         snprintf(name, sizeof name, "h%d.attproj", gl);
         if (rc == FF_OK)
             rc = add_layer(g, name, FF_LINEAR_T, C, C, 1, NULL, stream + 1, &g->attproj[l]);
+        if (g->is_moe[l]) {
+            for (int le = 0; le < g->el && rc == FF_OK; le++) {
+                /* local expert le: the model's expert e */
+                const int64_t x = (int64_t)l * g->el + le, e = (int64_t)g->eslot * g->el + le;
+                uint32_t es = STREAM_EXPERTS + 2 * (uint32_t)((int64_t)gl * g->E + e);
+                snprintf(name, sizeof name, "h%d.e%d.fc", gl, (int)e);
+                rc = add_layer(g, name, FF_LINEAR_N, C, 4 * C, 1, NULL, es, &g->efc[x]);
+                snprintf(name, sizeof name, "h%d.e%d.fcproj", gl, (int)e);
+                if (rc == FF_OK)
+                    rc = add_layer(g, name, FF_LINEAR_T, 4 * C, C, 1, NULL, es + 1, &g->efcproj[x]);
+            }
+            continue;
+        }
         snprintf(name, sizeof name, "h%d.fc", gl);
         if (rc == FF_OK)
             rc = add_layer(g, name, FF_LINEAR_N, C, 4 * C, 1, NULL, stream + 2, &g->fc[l]);
@@ -249,26 +381,32 @@ static int create_layers(ff_gpt *g)
         if (rc == FF_OK)
             rc = add_layer(g, name, FF_LINEAR_T, 4 * C, C, 1, NULL, stream + 3, &g->fcproj[l]);
     }
+    /* the program's numbering: wte 0 where the stage has it, then each
+     * block's layers in the order added */
+    for (int l = 0, n = g->wte != NULL; l < L; l++)
+        g->layer0[l] = n, n += ff_gpt_block_nlin(g, l);
     free(perm);
     return rc;
 }
 
 /* The programs of weight uses (layer index: wte 0 where the stage has it,
- * then block l's layers w + 4l + {qkv, attproj, fc, fcproj}, w = 1 or 0).
+ * then block l's layers from layer0[l] in the order of block_lin).
  * PROG_WHOLE, a micro-batch on the last stage (everything without stages):
  * the lookup, the blocks, the LM head's forward and backward, the blocks
- * backward (under checkpointing each recomputes QKV, projection and MLP up
- * first: the MLP down's output is the next block's input, which is kept),
- * the lookup's gradient. PROG_FORWARD and PROG_BACKWARD: the two halves of
- * it on the other stages, run apart because other micro-batches' passes
- * come between. PROG_EVAL: the forward only. */
+ * backward (under checkpointing each recomputes its forward first, a dense
+ * block only up to the MLP's up layer), the lookup's gradient. PROG_FORWARD and PROG_BACKWARD: the
+ * two halves of it on the other stages, run apart because other micro-batches' passes come between.
+ * PROG_EVAL: the forward only. */
 enum { PROG_WHOLE = 0, PROG_FORWARD, PROG_BACKWARD, PROG_EVAL };
 
 static int build_programs(ff_gpt *g)
 {
-    const int L = g->nb, w = g->wte != NULL;
+    const int L = g->nb;
+    int uses = 4;
+    for (int l = 0; l < L; l++)
+        uses += 3 * ff_gpt_block_nlin(g, l);
     for (int p = 0; p < 4; p++)
-        if (!(g->progs[p] = malloc((size_t)(11 * L + 4) * sizeof(ff_linear_use))))
+        if (!(g->progs[p] = malloc((size_t)uses * sizeof(ff_linear_use))))
             return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model's program");
     int n[4] = {0, 0, 0, 0};
 #define USE(p, layer, kind)                                                                        \
@@ -278,18 +416,21 @@ static int build_programs(ff_gpt *g)
         if (fwd && g->first)
             USE(p, 0, FF_USE_FORWARD);
         for (int l = 0; fwd && l < L; l++)
-            for (int i = 0; i < 4; i++)
-                USE(p, w + 4 * l + i, FF_USE_FORWARD);
+            for (int i = 0; i < ff_gpt_block_nlin(g, l); i++)
+                USE(p, g->layer0[l] + i, FF_USE_FORWARD);
         if (fwd && g->last && p != PROG_FORWARD)
             USE(p, 0, FF_USE_FORWARD);
         if (bwd && g->last)
             USE(p, 0, FF_USE_BACKWARD);
         for (int l = L - 1; bwd && l >= 0; l--) {
-            if (g->ckpt[l])
-                for (int i = 0; i < 3; i++)
-                    USE(p, w + 4 * l + i, FF_USE_RECOMPUTE);
-            for (int i = 3; i >= 0; i--)
-                USE(p, w + 4 * l + i, FF_USE_BACKWARD);
+            /* a dense block recomputes up to the MLP's up layer (its down
+             * layer's output is the next block's input, which is kept); an
+             * MoE block every layer (its backward needs the experts' outputs) */
+            int nl = ff_gpt_block_nlin(g, l), nr = g->is_moe[l] ? nl : 3;
+            for (int i = 0; g->ckpt[l] && i < nr; i++)
+                USE(p, g->layer0[l] + i, FF_USE_RECOMPUTE);
+            for (int i = nl - 1; i >= 0; i--)
+                USE(p, g->layer0[l] + i, FF_USE_BACKWARD);
         }
         if (bwd && g->first)
             USE(p, 0, FF_USE_GRAD);
@@ -350,11 +491,11 @@ static int plan_layers(ff_gpt *g)
     int rc = p && g->wte ? ff_linear_set_options(g->wte, &p->head) : FF_OK;
     if (p && p->panel_rows > 0) /* the panels it was planned with: they set the chunks */
         ff_gemm_set_panel_rows(ff_linear_seq_gemm(g->seq), p->panel_rows);
-    for (int l = 0; p && l < g->nb && rc == FF_OK; l++) {
-        ff_linear *ls[FF_BLOCK_LAYERS] = {g->qkv[l], g->attproj[l], g->fc[l], g->fcproj[l]};
-        for (int i = 0; i < FF_BLOCK_LAYERS && rc == FF_OK; i++)
-            rc = ff_linear_set_options(ls[i], &p->blocks[g->l0 + l].layer[i]);
-    }
+    /* an expert's layers take the options of the MLP's */
+    for (int l = 0; p && l < g->nb && rc == FF_OK; l++)
+        for (int i = 0; i < ff_gpt_block_nlin(g, l) && rc == FF_OK; i++)
+            rc = ff_linear_set_options(ff_gpt_block_lin(g, l, i),
+                                       &p->blocks[g->l0 + l].layer[i < 2 ? i : 2 + i % 2]);
     g->opt.plan = NULL; /* the caller's; not kept */
     return rc;
 }
@@ -409,6 +550,40 @@ static int plan_stages(ff_gpt *g)
     return FF_OK;
 }
 
+/* Expert parallelism: checks Ge against the grid and the model, and builds
+ * the EP and EDP groups out of D (every rank of D calls this). */
+static int expert_groups(ff_gpt *g)
+{
+    const int ge = g->opt.expert_parallel > 1 ? g->opt.expert_parallel : 1;
+    if (g->opt.expert_parallel < 0 || (ge > 1 && !g->E))
+        return ff_set_error(g->ctx, FF_EINVAL,
+                            "expert parallelism %d: expected 1 or more, and a model with experts",
+                            g->opt.expert_parallel);
+    if (g->gd % ge)
+        return ff_set_error(g->ctx, FF_EDIVIDE,
+                            "expert parallelism %d does not divide the data-parallel size Gd=%d",
+                            ge, g->gd);
+    if (g->E % ge)
+        return ff_set_error(g->ctx, FF_EDIVIDE,
+                            "expert parallelism %d does not divide the %d experts", ge, g->E);
+    g->ge = ge;
+    g->el = g->E / ge;
+    g->eslot = g->me.d % ge;
+    MPI_Comm dcomm = ff_group_comm(g->grp_d), ep, edp;
+    if (MPI_Comm_split(dcomm, g->me.d / ge, g->me.d, &ep) != MPI_SUCCESS)
+        return ff_set_error(g->ctx, FF_EMPI, "MPI_Comm_split (the expert group) failed");
+    if (MPI_Comm_split(dcomm, g->eslot, g->me.d, &edp) != MPI_SUCCESS) {
+        MPI_Comm_free(&ep);
+        return ff_set_error(g->ctx, FF_EMPI, "MPI_Comm_split (the experts' replicas) failed");
+    }
+    int rc = ff_group_create(g->ctx, ep, "EP", &g->grp_ep);
+    if (rc == FF_OK)
+        rc = ff_group_create(g->ctx, edp, "EDP", &g->grp_edp);
+    MPI_Comm_free(&ep);
+    MPI_Comm_free(&edp);
+    return rc;
+}
+
 static int gpt_create_local(ff_gpt *g)
 {
     const ff_gpt_config *c = &g->cfg;
@@ -425,34 +600,58 @@ static int gpt_create_local(ff_gpt *g)
     g->nhx = c->NH / g->gx;
     g->hs = c->C / c->NH;
     const size_t L = (size_t)g->nb;
+    g->E = c->experts;
+    g->top_k = c->experts ? c->top_k : 0;
+    g->is_moe = calloc(L ? L : 1, sizeof(int));
+    g->layer0 = calloc(L ? L : 1, sizeof(int));
+    g->router_rows = calloc(L * (size_t)g->E + 1, sizeof(float *));
+    if (!g->is_moe || !g->layer0 || !g->router_rows)
+        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
+    for (int l = 0; l < g->nb; l++)
+        g->is_moe[l] = ff_gpt_block_is_moe(c, g->l0 + l);
+    if (g->E) {
+        ff_moe_shape ms = {.E = g->E, .top_k = g->top_k, .factor = c->capacity_factor, .T = g->T};
+        g->moe_cap = ff_moe_capacity(&ms);
+        g->moe_R = g->Bl * g->moe_cap;
+    }
+    if ((rc = expert_groups(g)))
+        return rc;
     if ((rc = plan_blocks(g)))
         return rc;
-    ff_linear ***lists[4] = {&g->qkv, &g->attproj, &g->fc, &g->fcproj};
-    for (int i = 0; i < 4; i++)
-        if (!(*lists[i] = calloc(L, sizeof(ff_linear *))))
+    const size_t LE = L * (size_t)g->el;
+    ff_linear ***lists[6] = {&g->qkv, &g->attproj, &g->fc, &g->fcproj, &g->efc, &g->efcproj};
+    for (int i = 0; i < 6; i++)
+        if (!(*lists[i] = calloc(i < 4 ? L : LE + 1, sizeof(ff_linear *))))
             return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
     ff_gpt_views *vs[2] = {&g->pv, &g->gv};
     for (int b = 0; b < 2; b++) {
-        float ***arrs[12] = {&vs[b]->qkvw,     &vs[b]->attprojw, &vs[b]->fcw,  &vs[b]->fcprojw,
-                             &vs[b]->ln1w,     &vs[b]->ln1b,     &vs[b]->ln2w, &vs[b]->ln2b,
-                             &vs[b]->attprojb, &vs[b]->fcprojb,  &vs[b]->qkvb, &vs[b]->fcb};
-        for (int i = 0; i < 12; i++)
-            if (!(*arrs[i] = calloc(L, sizeof(float *))))
+        float ***arrs[VIEW_ARRAYS] = {
+            &vs[b]->qkvw,     &vs[b]->attprojw, &vs[b]->fcw,     &vs[b]->fcprojw,  &vs[b]->ln1w,
+            &vs[b]->ln1b,     &vs[b]->ln2w,     &vs[b]->ln2b,    &vs[b]->attprojb, &vs[b]->fcprojb,
+            &vs[b]->qkvb,     &vs[b]->fcb,      &vs[b]->routerw, &vs[b]->efcw,     &vs[b]->efcprojw,
+            &vs[b]->efcprojb, &vs[b]->efcb};
+        for (int i = 0; i < VIEW_ARRAYS; i++)
+            if (!(*arrs[i] = calloc(i < 13 ? L : LE + 1, sizeof(float *))))
                 return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
     }
     g->acts = calloc((size_t)g->n_sets, sizeof *g->acts);
-    g->bucket_off = calloc(L, sizeof(size_t));
-    g->bucket_len = calloc(L, sizeof(size_t));
+    g->bucket_off = calloc(L + 1, sizeof(size_t));
+    g->bucket_len = calloc(L + 1, sizeof(size_t));
     g->bucket_req = calloc(L + 1, sizeof(ff_request *));
+    g->ebucket_off = calloc(L + 1, sizeof(size_t));
+    g->ebucket_len = calloc(L + 1, sizeof(size_t));
+    g->ebucket_req = calloc(L + 1, sizeof(ff_request *));
     ff_request ***reqs[4] = {&g->req_act_in, &g->req_act_out, &g->req_grad_in, &g->req_grad_out};
     for (int i = 0; i < 4; i++)
         if (!(*reqs[i] = calloc((size_t)g->n_slots, sizeof(ff_request *))))
             return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
-    if (!g->acts || !g->bucket_off || !g->bucket_len || !g->bucket_req)
+    if (!g->acts || !g->bucket_off || !g->bucket_len || !g->bucket_req || !g->ebucket_off ||
+        !g->ebucket_len || !g->ebucket_req)
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
     if ((rc = create_layers(g)) || (rc = plan_layers(g)) || (rc = build_programs(g)))
         return rc;
-    g->n_params = flat_size(g);
+    ff_gpt_views counted = g->pv; /* the same arrays; pointers are reset by bind_views */
+    g->n_params = layout(g, NULL, &counted);
     if ((rc = alloc_buffers(g)))
         return rc;
     bind_views(g);
@@ -509,6 +708,8 @@ void ff_gpt_destroy(ff_gpt *g)
         return;
     for (int l = 0; g->bucket_req && l <= g->nb; l++)
         ff_wait(&g->bucket_req[l]);
+    for (int l = 0; g->ebucket_req && l < g->nb; l++)
+        ff_wait(&g->ebucket_req[l]);
     /* Messages still in flight (a step stopped by an error): left to
      * ff_ctx_destroy, which cancels them; their buffers are not freed. */
     ff_request **reqs[4] = {g->req_act_in, g->req_act_out, g->req_grad_in, g->req_grad_out};
@@ -532,25 +733,33 @@ void ff_gpt_destroy(ff_gpt *g)
                       a->mid, a->ln2,      a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu};
         for (size_t i = 0; i < sizeof p / sizeof *p; i++)
             free(p[i]);
+        ff_gpt_moe_free(&a->moe);
     }
     free(g->acts);
     free(g->ckpt);
     free(g->set_of);
-    float *bufs[] = {g->lnf,  g->lnf_mean,    g->lnf_rstd,   g->logits,    g->losses,
-                     g->dres, g->dln,         g->tmp,        g->dqkv,      g->datty,
-                     g->dfch, g->att_scratch, g->ce_scratch, g->ln_scratch};
+    float *bufs[] = {g->lnf,        g->lnf_mean,    g->lnf_rstd,   g->logits,     g->losses,
+                     g->dres,       g->dln,         g->tmp,        g->dqkv,       g->datty,
+                     g->dfch,       g->att_scratch, g->ce_scratch, g->ln_scratch, g->moe_part,
+                     g->moe_gather, g->moe_stats,   g->moe_dO,     g->moe_dA,     g->moe_dX,
+                     g->moe_dgate,  g->moe_send,    g->moe_recv};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     ff_gpt_views *vs[2] = {&g->pv, &g->gv};
     for (int b = 0; b < 2; b++) {
-        float **arrs[12] = {vs[b]->qkvw,     vs[b]->attprojw, vs[b]->fcw,  vs[b]->fcprojw,
-                            vs[b]->ln1w,     vs[b]->ln1b,     vs[b]->ln2w, vs[b]->ln2b,
-                            vs[b]->attprojb, vs[b]->fcprojb,  vs[b]->qkvb, vs[b]->fcb};
-        for (int i = 0; i < 12; i++)
+        float **arrs[VIEW_ARRAYS] = {
+            vs[b]->qkvw,     vs[b]->attprojw, vs[b]->fcw,     vs[b]->fcprojw,  vs[b]->ln1w,
+            vs[b]->ln1b,     vs[b]->ln2w,     vs[b]->ln2b,    vs[b]->attprojb, vs[b]->fcprojb,
+            vs[b]->qkvb,     vs[b]->fcb,      vs[b]->routerw, vs[b]->efcw,     vs[b]->efcprojw,
+            vs[b]->efcprojb, vs[b]->efcb};
+        for (int i = 0; i < VIEW_ARRAYS; i++)
             free(arrs[i]);
     }
-    free(g->qkv), free(g->attproj), free(g->fc), free(g->fcproj);
+    free(g->qkv), free(g->attproj), free(g->fc), free(g->fcproj), free(g->efc), free(g->efcproj);
+    free(g->is_moe), free(g->layer0), free(g->router_rows);
     free(g->bucket_off), free(g->bucket_len), free(g->bucket_req);
+    free(g->ebucket_off), free(g->ebucket_len), free(g->ebucket_req);
+    ff_group_destroy(g->grp_ep), ff_group_destroy(g->grp_edp);
     for (int p = 0; p < 4; p++)
         free(g->progs[p]);
     free(g->stage_l0);
@@ -558,8 +767,6 @@ void ff_gpt_destroy(ff_gpt *g)
 }
 
 /* ---- initialization -------------------------------------------------------------- */
-
-enum { STREAM_WPE = 1u << 20 }; /* linear layers use streams 1.. */
 
 int ff_gpt_init(ff_gpt *g, uint64_t seed)
 {
@@ -572,11 +779,19 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
         if (ff_linear_canonical_index(g->wte, e) / c->C >= c->V)
             g->pv.wte[e] = 0.0f;
     for (int l = 0; l < g->nb && rc == FF_OK; l++) {
-        if ((rc = ff_linear_init(g->qkv[l], seed, std)) ||
-            (rc = ff_linear_init(g->attproj[l], seed, resid_std)) ||
-            (rc = ff_linear_init(g->fc[l], seed, std)) ||
-            (rc = ff_linear_init(g->fcproj[l], seed, resid_std)))
+        /* the up layers (QKV, MLP or expert up) N(0, std), the residual
+         * projections (odd i) N(0, resid_std) */
+        for (int i = 0; i < ff_gpt_block_nlin(g, l) && rc == FF_OK; i++)
+            rc = ff_linear_init(ff_gpt_block_lin(g, l, i), seed, i % 2 ? resid_std : std);
+        if (rc)
             break;
+        /* the router N(0, std): canonical (E, C), this rank's columns */
+        for (int64_t e = 0; g->is_moe[l] && e < g->E; e++)
+            for (int64_t j = 0; j < g->cy; j++) {
+                uint64_t canon = (uint64_t)(e * c->C + g->me.y * g->cy + j);
+                g->pv.routerw[l][e * g->cy + j] =
+                    std * ff_rng_normal(seed, STREAM_ROUTER + (uint32_t)(g->l0 + l), canon);
+            }
         for (int64_t j = 0; j < g->cy; j++)
             g->pv.ln1w[l][j] = g->pv.ln2w[l][j] = 1.0f, g->pv.ln1b[l][j] = g->pv.ln2b[l][j] = 0.0f;
     }
@@ -652,8 +867,11 @@ static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
     rows_work act = {g, a->fch_gelu, a->fch, NULL, g->fx};
     if ((rc = ff_ln_forward(g->grp_y, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, g->pv.ln2w[l],
                             g->pv.ln2b[l], m, cy, C)) ||
-        (rc = ff_linear_forward_rows(g->fc[l], a->fch, a->ln2, m, rows_gelu, &act)))
+        (!g->is_moe[l] &&
+         (rc = ff_linear_forward_rows(g->fc[l], a->fch, a->ln2, m, rows_gelu, &act))))
         return rc;
+    if (g->is_moe[l]) // resid[l+1] = mid + the experts' output (gpt_moe.c)
+        return ff_gpt_moe_forward(g, l, a, resid_at(g, l + 1), recompute);
     if (recompute)
         return FF_OK;
     // resid[l+1] (m, C/Gy) = mid + fch_gelu Wfcproj + b
@@ -667,11 +885,17 @@ static int block_backward(ff_gpt *g, int l, ff_gpt_acts *a)
     const int64_t m = g->m, cy = g->cy, C = g->cfg.C;
     int rc;
     // MLP: dfch (m, 4C/Gx) = dres Wfcproj^T, then through GELU; dln (m, C/Gy)
-    if ((rc = ff_linear_backward(g->fcproj[l], g->dfch, g->dres, a->fch_gelu, m)))
-        return rc;
-    ff_gelu_backward(g->ctx, g->dfch, a->fch, g->dfch, m * g->fx);
-    if ((rc = ff_linear_backward(g->fc[l], g->dln, g->dfch, a->ln2, m)) ||
-        (rc = ff_ln_backward(g->grp_y, g->dres, g->gv.ln2w[l], g->gv.ln2b[l], g->dln, a->mid,
+    if (g->is_moe[l]) {
+        if ((rc = ff_gpt_moe_backward(g, l, a)))
+            return rc;
+    } else {
+        if ((rc = ff_linear_backward(g->fcproj[l], g->dfch, g->dres, a->fch_gelu, m)))
+            return rc;
+        ff_gelu_backward(g->ctx, g->dfch, a->fch, g->dfch, m * g->fx);
+        if ((rc = ff_linear_backward(g->fc[l], g->dln, g->dfch, a->ln2, m)))
+            return rc;
+    }
+    if ((rc = ff_ln_backward(g->grp_y, g->dres, g->gv.ln2w[l], g->gv.ln2b[l], g->dln, a->mid,
                              g->pv.ln2w[l], a->ln2_mean, a->ln2_rstd, m, cy, C, g->ln_scratch)))
         return rc;
     // attention: datty (m, C/Gy) = dres Wproj^T; dqkv (m, 3C/Gx)
@@ -695,6 +919,8 @@ static int forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets, flo
 {
     const int64_t m = g->m, v0 = (int64_t)g->me.x * g->vx;
     int rc;
+    /* the load-balancing loss weighs as the micro-batch's mean loss does */
+    g->moe_aux_wt = dscale * (float)g->B * (float)g->T;
     if (g->first) {
         const float *wte_block;
         float *unused;
@@ -819,12 +1045,18 @@ static int post_bucket(ff_gpt *g, int l)
         return ff_iallreduce(g->grp_d, g->gv.wte, g->gv.wte, ff_linear_local_sizes(g->wte).w_shard,
                              &g->opt.linear.coll, &g->bucket_req[l]);
     }
-    ff_linear *ls[4] = {g->qkv[l], g->attproj[l], g->fc[l], g->fcproj[l]};
-    for (int i = 0; i < 4; i++)
-        if ((rc = ff_linear_wait_grad(ls[i])))
+    for (int i = 0; i < ff_gpt_block_nlin(g, l); i++)
+        if ((rc = ff_linear_wait_grad(ff_gpt_block_lin(g, l, i))))
             return rc;
-    float *p = g->grads + g->bucket_off[l];
-    return ff_iallreduce(g->grp_d, p, p, g->bucket_len[l], &g->opt.linear.coll, &g->bucket_req[l]);
+    float *p = g->grads + g->bucket_off[l], *q = g->grads + g->ebucket_off[l];
+    if ((rc = ff_iallreduce(g->grp_d, p, p, g->bucket_len[l], &g->opt.linear.coll,
+                            &g->bucket_req[l])))
+        return rc;
+    /* the local experts' gradients: over their own replicas (EDP, D/Ge) */
+    return g->ebucket_len[l] && ff_group_size(g->grp_edp) > 1
+               ? ff_iallreduce(g->grp_edp, q, q, g->ebucket_len[l], &g->opt.linear.coll,
+                               &g->ebucket_req[l])
+               : FF_OK;
 }
 
 int ff_gpt_zero_grad(ff_gpt *g)
@@ -832,8 +1064,11 @@ int ff_gpt_zero_grad(ff_gpt *g)
     int rc = ff_linear_seq_wait_grads(g->seq);
     for (int l = 0; l <= g->nb; l++)
         ff_wait(&g->bucket_req[l]);
+    for (int l = 0; l < g->nb; l++)
+        ff_wait(&g->ebucket_req[l]);
     ff_zero(g->ctx, g->grads, (int64_t)g->n_params);
     g->loss_sum = 0;
+    g->moe_aux_sum = g->moe_dropped_sum = g->moe_assign_sum = 0;
     g->micro_done = 0;
     return rc;
 }
@@ -957,15 +1192,22 @@ int ff_gpt_finish_grads(ff_gpt *g, float *loss)
         /* without the overlap: after the backward, block by block, then wte */
         for (int i = 0; !g->opt.dp_overlap && i <= L; i++) {
             int l = i < L ? L - 1 - i : L;
-            if ((rc = post_bucket(g, l)) || (rc = ff_wait(&g->bucket_req[l])))
+            if ((rc = post_bucket(g, l)) || (rc = ff_wait(&g->bucket_req[l])) ||
+                (l < L && (rc = ff_wait(&g->ebucket_req[l]))))
                 return rc;
         }
-        if ((rc = ff_waitall(g->bucket_req, L + 1)))
+        if ((rc = ff_waitall(g->bucket_req, L + 1)) || (rc = ff_waitall(g->ebucket_req, L)))
             return rc;
     }
-    /* everything that is not Z-sharded: one all-reduce over ZD */
-    float *others = g->grads + g->n_zsharded;
-    if ((rc = ff_allreduce(g->grp_zd, others, others, g->n_params - g->n_zsharded, NULL)))
+    /* everything that is not Z-sharded: one all-reduce over ZD; the local
+     * experts' biases over Z and over their own replicas */
+    float *others = g->grads + g->n_zsharded, *eb = g->grads + g->n_eby;
+    if ((rc = ff_allreduce(g->grp_zd, others, others, g->n_eby - g->n_zsharded, NULL)))
+        return rc;
+    if (g->n_params > g->n_eby &&
+        ((rc = ff_allreduce(ff_grid_group(g->grid, FF_GROUP_Z), eb, eb, g->n_params - g->n_eby,
+                            NULL)) ||
+         (rc = ff_allreduce(g->grp_edp, eb, eb, g->n_params - g->n_eby, NULL))))
         return rc;
     if ((rc = tie_embedding(g)))
         return rc;
@@ -977,7 +1219,19 @@ int ff_gpt_finish_grads(ff_gpt *g, float *loss)
         return rc;
     if (loss)
         *loss = l_sum / ((float)(g->micro_done ? g->micro_done : 1) * (float)g->B * (float)g->T);
-    return FF_OK;
+    return ff_gpt_moe_finish(g, g->micro_done ? g->micro_done : 1);
+}
+
+/* The step's MoE statistics (ff_gpt_moe_stats): the blocks of every stage,
+ * mean over n_micro micro-batches. The sums are the same on every rank of a
+ * stage (the forward all-reduced them over ZD). */
+int ff_gpt_moe_finish(ff_gpt *g, int n_micro)
+{
+    float s[3] = {(float)g->moe_aux_sum, (float)g->moe_dropped_sum, (float)g->moe_assign_sum};
+    int rc = g->E && g->P > 1 ? ff_allreduce(g->grp_pipe, s, s, 3, NULL) : FF_OK;
+    g->moe_aux = s[0] / (float)n_micro;
+    g->moe_dropped = s[2] > 0 ? s[1] / s[2] : 0.0f;
+    return rc;
 }
 
 void ff_pipe_split(int L, int P, int *blocks)

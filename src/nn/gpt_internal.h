@@ -14,7 +14,29 @@ typedef struct {
     float **qkvw, **attprojw, **fcw, **fcprojw;
     float **ln1w, **ln1b, **ln2w, **ln2b, **attprojb, **fcprojb; /* layout Y */
     float **qkvb, **fcb;                                         /* layout X */
+    /* mixture of experts (NULL entries for dense blocks): the router (E,
+     * C/Gy) per block; each expert's layers, index l E + e */
+    float **routerw;
+    float **efcw, **efcprojw, **efcprojb /* layout Y */, **efcb /* layout X */;
 } ff_gpt_views;
+
+/* What an MoE block keeps for its backward (gpt_moe.c); rows: the kept
+ * token-expert assignments, at most m k, expert by expert. */
+typedef struct {
+    float *probs;             /* (m, E): the router's softmax */
+    int *choice;              /* (m k) */
+    int64_t *row, *row_token; /* (m k): each assignment's row (-1: dropped); each row's token */
+    float *gate;              /* (m k) */
+    int64_t *start;           /* E + 1: expert e's rows */
+    double *f_over_n;         /* E: first-choice fraction over the micro-batch, / its tokens */
+    float *X, *O;             /* (rows, C/Gy): the experts' inputs and outputs */
+    float *Hp, *A;            /* (rows, 4C/Gx): before and after GELU */
+    /* expert parallelism: rows are the local experts' (from every rank of
+     * EP, expert by expert, source by source), and O is the outputs of this
+     * rank's assignments as they came back, (E R, C/Gy): expert e's at e R */
+    float *count_in; /* (ge el): rows from source j for local expert le at j el + le */
+    int64_t *own0;   /* el + 1: local expert le's rows */
+} ff_gpt_moe_acts;
 
 /* What a block keeps for its backward (rows m = B/(Gz*Gd) * T). */
 typedef struct {
@@ -24,7 +46,8 @@ typedef struct {
     float *atty;                      /* (m, C/Gx) */
     float *mid;                       /* (m, C/Gy): the residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd; /* (m, C/Gy), (m), (m) */
-    float *fch, *fch_gelu;            /* (m, 4C/Gx) */
+    float *fch, *fch_gelu;            /* (m, 4C/Gx); NULL in a set only MoE blocks use */
+    ff_gpt_moe_acts moe;              /* a set MoE blocks use */
 } ff_gpt_acts;
 
 struct ff_gpt {
@@ -47,7 +70,32 @@ struct ff_gpt {
     ff_group *grp_x, *grp_y, *grp_d, *grp_zd, *grp_world;
 
     ff_linear_seq *seq;
-    ff_linear *wte, **qkv, **attproj, **fc, **fcproj;
+    ff_linear *wte, **qkv, **attproj, **fc, **fcproj; /* fc, fcproj NULL in MoE blocks */
+    /* mixture of experts: E experts (0: dense), top-k, capacity per
+     * sequence; is_moe per block; expert e of block l's layers at l E + e */
+    int E, top_k;
+    int64_t moe_cap;
+    /* expert parallelism (ff_gpt_opts.expert_parallel): ge ranks of D share
+     * the experts, el = E / ge each: this rank holds experts
+     * [eslot el, (eslot + 1) el), eslot = d mod ge. EP: the ge ranks of D
+     * with the same d / ge (all-to-all); EDP: those with the same eslot (the
+     * experts' gradients) */
+    int ge, el, eslot;
+    ff_group *grp_ep, *grp_edp;
+    size_t n_dense_z;    /* [0, n_dense_z) Z-sharded weights other than the experts' */
+    size_t n_eby, n_ebx; /* [n_eby, n_ebx) the local experts' layout-Y biases, then to
+                            n_params their layout-X ones */
+    size_t *ebucket_off, *ebucket_len; /* block l's expert shards */
+    ff_request **ebucket_req;
+    int64_t moe_R;              /* rows per (rank, expert) block of the all-to-all */
+    float *moe_send, *moe_recv; /* (E R, C/Gy) each */
+    int *is_moe, *layer0;       /* layer0: block l's first layer in the program's numbering */
+    float **router_rows;        /* the routers' rows (C/Gy each), MoE blocks in order, experts */
+    ff_linear **efc, **efcproj;
+    float *moe_part, *moe_gather, *moe_stats, *moe_dO, *moe_dA, *moe_dX, *moe_dgate;
+    float moe_aux_wt; /* the load-balancing loss's weight in this micro-batch's loss */
+    double moe_aux_sum, moe_dropped_sum, moe_assign_sum; /* since zero_grad */
+    float moe_aux, moe_dropped;                          /* ff_gpt_moe_stats */
     /* programs of weight uses: a whole micro-batch (the last stage), its
      * forward and its backward (the other stages), evaluation */
     ff_linear_use *progs[4];
@@ -111,6 +159,24 @@ int ff_gpt_pipeline_run(ff_gpt *g, const int32_t *tokens, const int32_t *targets
 int ff_gpt_eval_forward_stage(ff_gpt *g, const int32_t *tokens, const int32_t *targets);
 /* The forward of evaluation through the stages, losses on the last one. */
 int ff_gpt_pipeline_eval(ff_gpt *g, const int32_t *tokens, const int32_t *targets);
+/* Block l's linear layers in the order of its forward (QKV, projection,
+ * then the MLP's up and down or each expert's), their number, and where
+ * layer i keeps its weight shard and bias in views v. */
+int ff_gpt_block_nlin(const ff_gpt *g, int l);
+ff_linear *ff_gpt_block_lin(const ff_gpt *g, int l, int i);
+void ff_gpt_lin_views(const ff_gpt *g, ff_gpt_views *v, int l, int i, float ***w, float ***b);
+/* Block l's MoE activations (sizes from g); FF_ENOMEM. bytes into *acc. */
+int ff_gpt_moe_alloc(ff_gpt *g, ff_gpt_moe_acts *a, size_t *acc);
+void ff_gpt_moe_free(ff_gpt_moe_acts *a);
+/* An MoE block's MLP from act->ln2 (gpt_moe.c): out = act->mid + the
+ * experts' combined output; under recompute only what the backward needs. */
+int ff_gpt_moe_forward(ff_gpt *g, int l, ff_gpt_acts *act, float *out, int recompute);
+/* From g->dres (d loss / d out) to g->dln (d loss / d ln2), parameter
+ * gradients added. */
+int ff_gpt_moe_backward(ff_gpt *g, int l, ff_gpt_acts *act);
+/* The step's or evaluation's MoE statistics from the sums since they were
+ * reset, over the stages; collective over PIPE when the model has experts. */
+int ff_gpt_moe_finish(ff_gpt *g, int n_micro);
 /* Allocates AdamW's moments (zero) if they are not yet. */
 int ff_gpt_adam_ensure(ff_gpt *g);
 /* A token or target outside [0, V) among this rank's `rows` rows: FF_EINVAL

@@ -11,6 +11,11 @@
 #include "util/file.h"
 
 enum { MAGIC = 20240326, VERSION_FP32 = 3, VERSION_BF16 = 5, HEADER_INTS = 256 };
+/* fourfold's format for mixture-of-experts models (docs/moe.md), which llm.c's
+ * v3 has no room for: the same header and canonical layout with its own
+ * magic and version, slots 8-12 the MoE fields (experts, expert_every,
+ * top_k, then capacity_factor and aux_coef as float bits), the CRC as in v3. */
+enum { MAGIC_MOE = FF_GPT_MAGIC_MOE, VERSION_MOE = 1 };
 /* llm.c reads header slots 0-7 and writes zeros in the rest; fourfold keeps
  * a CRC-32 of header and parameters in two of the free slots, so its files still
  * load in llm.c, and a file that carries the tag is verified when read
@@ -28,30 +33,69 @@ static uint32_t file_crc(const int32_t *header, const float *canon, size_t n)
 }
 
 static const char *const tensor_names[FF_GPT_NTENSORS] = {
-    "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
+    "wte",      "wpe",  "ln1w",    "ln1b", "qkvw", "qkvb",     "attprojw",
+    "attprojb", "ln2w", "ln2b",    "fcw",  "fcb",  "fcprojw",  "fcprojb",
+    "lnfw",     "lnfb", "routerw", "efcw", "efcb", "efcprojw", "efcprojb"};
+
+/* MoE blocks among the first l blocks of the model. */
+static int moe_before(const ff_gpt_config *c, int l)
+{
+    return c->experts > 0 ? l / c->expert_every : 0;
+}
+
+/* The entries of canonical tensor i (one per block, dense block, expert or
+ * none) and the entry of model block gl's (for an expert tensor: expert 0's). */
+static size_t tensor_entries(const ff_gpt *g, int i)
+{
+    const size_t L = (size_t)g->cfg.L, Lm = (size_t)moe_before(&g->cfg, g->cfg.L);
+    if (i >= 2 && i <= 9)
+        return L;
+    if (i >= 10 && i <= 13)
+        return L - Lm;
+    if (i == 16)
+        return Lm;
+    return i > 16 ? Lm * (size_t)g->cfg.experts : 1;
+}
+
+static size_t tensor_entry_of(const ff_gpt *g, int i, int gl)
+{
+    const int mb = moe_before(&g->cfg, gl);
+    if (i >= 10 && i <= 13)
+        return (size_t)(gl - mb);
+    if (i >= 16)
+        return (size_t)mb * (i == 16 ? 1 : (size_t)g->cfg.experts);
+    return (size_t)gl;
+}
 
 const char *ff_gpt_tensor_name(int i)
 {
     return i >= 0 && i < FF_GPT_NTENSORS ? tensor_names[i] : "?";
 }
 
-size_t ff_gpt_tensor_size(const ff_gpt *g, int i)
+/* Elements of one entry of canonical tensor i. */
+static size_t entry_size(const ff_gpt *g, int i)
 {
-    const size_t L = (size_t)g->cfg.L, C = (size_t)g->cfg.C;
+    const size_t C = (size_t)g->cfg.C;
     switch (i) {
     case 0: return (size_t)g->cfg.Vp * C;
     case 1: return (size_t)g->cfg.maxT * C;
-    case 4: return L * 3 * C * C;
-    case 5: return L * 3 * C;
-    case 6: return L * C * C;
+    case 4: return 3 * C * C;
+    case 5: return 3 * C;
+    case 6: return C * C;
     case 10:
-    case 12: return L * 4 * C * C;
-    case 11: return L * 4 * C;
-    case 14:
-    case 15: return C;
-    default: return i >= 0 && i < FF_GPT_NTENSORS ? L * C : 0;
+    case 12:
+    case 17:
+    case 19: return 4 * C * C;
+    case 11:
+    case 18: return 4 * C;
+    case 16: return (size_t)g->cfg.experts * C;
+    default: return i >= 0 && i < FF_GPT_NTENSORS ? C : 0;
     }
+}
+
+size_t ff_gpt_tensor_size(const ff_gpt *g, int i)
+{
+    return i >= 0 && i < FF_GPT_NTENSORS ? tensor_entries(g, i) * entry_size(g, i) : 0;
 }
 
 static size_t tensor_offset(const ff_gpt *g, int i)
@@ -75,6 +119,11 @@ double ff_gpt_flops_per_token(const ff_gpt *g, int T)
      * not multiplied; wte counted once, as the LM head), and 12 L C T for
      * QK^T and AV forward (4 L C T) and backward (8 L C T) */
     double n = (double)ff_gpt_num_params(g) - (double)g->cfg.maxT * g->cfg.C;
+    /* a mixture of experts: a token passes through top_k of each MoE block's
+     * E experts (8C^2 + 5C parameters each), the router included (dropped
+     * assignments still counted, as model FLOPs count the model's work) */
+    const double C = g->cfg.C, Lm = moe_before(&g->cfg, g->cfg.L);
+    n -= Lm * (g->cfg.experts - g->cfg.top_k) * (8 * C * C + 5 * C);
     return 6.0 * n + 12.0 * g->cfg.L * (double)g->cfg.C * T;
 }
 
@@ -112,9 +161,12 @@ typedef struct {
     float **block; /* per-block views */
 } yparam;
 
-static int yparams(ff_gpt *g, yparam out[7])
+static int yparams(ff_gpt *g, yparam out[8])
 {
-    const int64_t L = g->nb, l0 = g->l0;
+    const int64_t L = g->nb, l0 = g->l0, E = g->E;
+    int64_t local_moe = 0;
+    for (int l = 0; l < g->nb; l++)
+        local_moe += g->is_moe[l];
     out[0] = (yparam){1, g->first ? g->cfg.maxT : 0, 0, g->pv.wpe, NULL};
     out[1] = (yparam){2, L, l0, NULL, g->pv.ln1w};
     out[2] = (yparam){3, L, l0, NULL, g->pv.ln1b};
@@ -122,14 +174,16 @@ static int yparams(ff_gpt *g, yparam out[7])
     out[4] = (yparam){9, L, l0, NULL, g->pv.ln2b};
     out[5] = (yparam){14, g->last, 0, g->pv.lnfw, NULL};
     out[6] = (yparam){15, g->last, 0, g->pv.lnfb, NULL};
-    return 7;
+    /* the routers: rows of C, E per MoE block */
+    out[7] = (yparam){16, local_moe * E, moe_before(&g->cfg, g->l0) * E, NULL, g->router_rows};
+    return 8;
 }
 
 /* Copies between the flat buffer `flat` and the packed vector `packed` (the
  * layout-Y tensors concatenated), for this rank's slice y. */
 static void ycopy(ff_gpt *g, float *flat, float *packed, int to_canon)
 {
-    yparam yp[7];
+    yparam yp[8];
     int n = yparams(g, yp);
     const int64_t C = g->cfg.C, cy = g->cy, y0 = (int64_t)g->me.y * cy;
     size_t base = 0;
@@ -152,39 +206,41 @@ static void ycopy(ff_gpt *g, float *flat, float *packed, int to_canon)
  * gathered from the first stage and scattered to the first and the last. */
 static int for_each_linear(ff_gpt *g, float *flat, float *canon, int root, int gather)
 {
-    struct {
-        ff_linear **layers;
-        int wt, bt;
-        float **w, **b;
-    } kinds[4] = {{g->qkv, 4, 5, g->pv.qkvw, g->pv.qkvb},
-                  {g->attproj, 6, 7, g->pv.attprojw, g->pv.attprojb},
-                  {g->fc, 10, 11, g->pv.fcw, g->pv.fcb},
-                  {g->fcproj, 12, 13, g->pv.fcprojw, g->pv.fcprojb}};
     int rc = FF_OK;
     if (g->wte && (g->first || !gather)) {
         float *wte_l = flat + (g->pv.wte - g->params);
         rc = gather ? ff_linear_gather(g->wte, wte_l, NULL, canon, NULL, root)
                     : ff_linear_scatter(g->wte, canon, NULL, wte_l, NULL, root);
     }
+    /* an expert's layers: for each slot s of expert parallelism, local
+     * expert le of the ranks of slot s is the model's expert s el + le;
+     * every rank takes part for every slot (its own layer stands for the
+     * shape where it holds another expert) */
     for (int l = 0; l < g->nb && rc == FF_OK; l++)
-        for (int k = 0; k < 4 && rc == FF_OK; k++) {
-            ff_linear *lin = kinds[k].layers[l];
-            size_t wn = ff_gpt_tensor_size(g, kinds[k].wt) / (size_t)g->cfg.L;
-            size_t bn = ff_gpt_tensor_size(g, kinds[k].bt) / (size_t)g->cfg.L;
-            size_t gl = (size_t)(g->l0 + l);
-            float *wc = canon ? canon + tensor_offset(g, kinds[k].wt) + gl * wn : NULL;
-            float *bc = canon ? canon + tensor_offset(g, kinds[k].bt) + gl * bn : NULL;
-            float *wl = flat + (kinds[k].w[l] - g->params);
-            float *bl = flat + (kinds[k].b[l] - g->params);
-            rc = gather ? ff_linear_gather(lin, wl, bl, wc, bc, root)
-                        : ff_linear_scatter(lin, wc, bc, wl, bl, root);
-        }
+        for (int i = 0; i < ff_gpt_block_nlin(g, l) && rc == FF_OK; i++)
+            for (int s = 0; s < (i < 2 || !g->is_moe[l] ? 1 : g->ge) && rc == FF_OK; s++) {
+                /* the weight's canonical tensor and entry (the bias's is next) */
+                const int gl = g->l0 + l, up = i % 2 == 0, expert = i >= 2 && g->is_moe[l];
+                int wt = i < 2 ? (up ? 4 : 6) : !expert ? (up ? 10 : 12) : (up ? 17 : 19);
+                size_t entry = tensor_entry_of(g, wt, gl) +
+                               (expert ? (size_t)s * g->el + (size_t)(i - 2) / 2 : 0);
+                float *wc = canon ? canon + tensor_offset(g, wt) + entry * entry_size(g, wt) : NULL;
+                float *bc =
+                    canon ? canon + tensor_offset(g, wt + 1) + entry * entry_size(g, wt + 1) : NULL;
+                float **w, **b;
+                ff_gpt_lin_views(g, &g->pv, l, i, &w, &b);
+                float *wl = flat + (*w - g->params), *bl = flat + (*b - g->params);
+                ff_linear *lin = ff_gpt_block_lin(g, l, i);
+                int ge = expert ? g->ge : 1;
+                rc = gather ? ff_linear_gather_slot(lin, wl, bl, wc, bc, root, s)
+                            : ff_linear_scatter_slot(lin, wc, bc, wl, bl, root, ge, s);
+            }
     return rc;
 }
 
 static size_t ysize(ff_gpt *g)
 {
-    yparam yp[7];
+    yparam yp[8];
     int k = yparams(g, yp);
     size_t n = 0;
     for (int i = 0; i < k; i++)
@@ -195,7 +251,7 @@ static size_t ysize(ff_gpt *g)
 /* Between the packed layout-Y vector and the canonical model. */
 static void ypack(ff_gpt *g, float *packed, float *canon, int to_canon)
 {
-    yparam yp[7];
+    yparam yp[8];
     int k = yparams(g, yp);
     size_t p = 0;
     for (int i = 0; i < k; i++) {
@@ -233,17 +289,21 @@ enum { TAG_STAGE = 77, MAX_MSG = 1 << 28 };
 /* The canonical ranges of the linear layers' tensors stage s holds: wte on
  * the first (and, for a scatter, on the last: its tied copy), then each
  * per-block tensor's rows of its blocks. */
-static int stage_ranges(const ff_gpt *g, int s, int gather, size_t off[9], size_t len[9])
+enum { MAX_RANGES = 13 };
+
+static int stage_ranges(const ff_gpt *g, int s, int gather, size_t off[MAX_RANGES],
+                        size_t len[MAX_RANGES])
 {
-    static const int per_block[8] = {4, 5, 6, 7, 10, 11, 12, 13};
-    const size_t L = (size_t)g->cfg.L, l0 = (size_t)g->stage_l0[s];
-    const size_t nb = (size_t)g->stage_l0[s + 1] - l0;
+    static const int per_block[12] = {4, 5, 6, 7, 10, 11, 12, 13, 17, 18, 19, 20};
+    const int l0 = g->stage_l0[s], l1 = g->stage_l0[s + 1];
     int n = 0;
     if (s == 0 || (!gather && s == g->P - 1))
         off[n] = tensor_offset(g, 0), len[n++] = ff_gpt_tensor_size(g, 0);
-    for (int i = 0; i < 8; i++) {
-        size_t per = ff_gpt_tensor_size(g, per_block[i]) / L;
-        off[n] = tensor_offset(g, per_block[i]) + l0 * per, len[n++] = nb * per;
+    for (int i = 0; i < 12; i++) {
+        const int t = per_block[i];
+        size_t per = entry_size(g, t), e0 = tensor_entry_of(g, t, l0);
+        size_t e1 = l1 < g->cfg.L ? tensor_entry_of(g, t, l1) : tensor_entries(g, t);
+        off[n] = tensor_offset(g, t) + e0 * per, len[n++] = (e1 - e0) * per;
     }
     return n;
 }
@@ -252,7 +312,7 @@ static int stage_ranges(const ff_gpt *g, int s, int gather, size_t off[9], size_
 static int move_ranges(ff_gpt *g, float *buf, int s, int rs, int send, int gather)
 {
     MPI_Comm comm = ff_group_comm(g->grp_pipe);
-    size_t off[9], len[9];
+    size_t off[MAX_RANGES], len[MAX_RANGES];
     int n = stage_ranges(g, s, gather, off, len);
     for (int i = 0; i < n; i++)
         for (size_t k = 0; k < len[i]; k += MAX_MSG) {
@@ -395,6 +455,36 @@ void ff_gpt_header(const ff_gpt *g, int32_t h[256])
     h[5] = g->cfg.NH;
     h[6] = g->cfg.C;
     h[7] = g->cfg.Vp;
+    if (g->cfg.experts > 0) {
+        h[0] = MAGIC_MOE;
+        h[1] = VERSION_MOE;
+        h[8] = g->cfg.experts;
+        h[9] = g->cfg.expert_every;
+        h[10] = g->cfg.top_k;
+        memcpy(&h[11], &g->cfg.capacity_factor, sizeof(float));
+        memcpy(&h[12], &g->cfg.aux_coef, sizeof(float));
+    }
+}
+
+/* Checks a header's magic and version: FF_OK for a v3 or MoE v1 file. */
+static int check_kind(ff_ctx *ctx, const char *path, const int32_t *h)
+{
+    if (h[0] == MAGIC_MOE)
+        return h[1] == VERSION_MOE
+                   ? FF_OK
+                   : ff_set_error(ctx, FF_EUNSUPPORTED,
+                                  "MoE checkpoint '%s' has version %d; fourfold reads version %d",
+                                  path, h[1], VERSION_MOE);
+    if (h[0] != MAGIC)
+        return ff_set_error(ctx, FF_ECORRUPT,
+                            "'%s' is not a GPT-2 checkpoint (magic %d, expected %d, or %d for "
+                            "fourfold's MoE format)",
+                            path, h[0], MAGIC, MAGIC_MOE);
+    if (h[1] != VERSION_FP32)
+        return ff_set_error(ctx, FF_EUNSUPPORTED,
+                            "checkpoint '%s' has version %d%s; fourfold reads version 3 (fp32)",
+                            path, h[1], h[1] == VERSION_BF16 ? " (bf16)" : "");
+    return FF_OK;
 }
 
 static int write_file(ff_gpt *g, const char *path, const float *canon)
@@ -443,18 +533,23 @@ static int read_file(ff_gpt *g, const char *path, float **out)
     int rc = FF_OK;
     if (fread(h, sizeof h, 1, f) != 1)
         rc = ff_set_error(g->ctx, FF_ECORRUPT, "checkpoint '%s': shorter than its header", path);
-    else if (h[0] != MAGIC)
-        rc = ff_set_error(g->ctx, FF_ECORRUPT,
-                          "'%s' is not a GPT-2 checkpoint (magic %d, expected %d)", path, h[0],
-                          MAGIC);
-    else if (h[1] != VERSION_FP32)
-        rc = ff_set_error(g->ctx, FF_EUNSUPPORTED,
-                          "checkpoint '%s' has version %d%s; fourfold reads version 3 (fp32)", path,
-                          h[1], h[1] == VERSION_BF16 ? " (bf16)" : "");
+    else
+        rc = check_kind(g->ctx, path, h);
+    ff_gpt_header(g, want);
+    if (rc == FF_OK && (h[0] == MAGIC_MOE) != (want[0] == MAGIC_MOE))
+        rc = h[0] == MAGIC_MOE
+                 ? ff_set_error(g->ctx, FF_EINVAL,
+                                "checkpoint '%s' is a mixture of experts (%d experts), the model "
+                                "is dense",
+                                path, h[8])
+                 : ff_set_error(g->ctx, FF_EINVAL,
+                                "checkpoint '%s' is a dense model (llm.c v3), the model has %d "
+                                "experts",
+                                path, g->cfg.experts);
     if (rc == FF_OK) {
-        static const char *const fields[8] = {"", "", "maxT", "V", "L", "NH", "C", "Vp"};
-        ff_gpt_header(g, want);
-        for (int i = 2; i < 8 && rc == FF_OK; i++)
+        static const char *const fields[10] = {"",   "",  "maxT", "V",       "L",
+                                               "NH", "C", "Vp",   "experts", "expert_every"};
+        for (int i = 2; i < (h[0] == MAGIC_MOE ? 10 : 8) && rc == FF_OK; i++)
             if (h[i] != want[i])
                 rc = ff_set_error(g->ctx, FF_EINVAL,
                                   "checkpoint '%s' has %s=%d, the model has %s=%d", path, fields[i],
@@ -505,28 +600,29 @@ int ff_gpt_load(ff_gpt *g, const char *path)
 int ff_gpt_read_config(ff_ctx *ctx, const char *path, ff_gpt_config *cfg)
 {
     int rc = FF_OK;
-    int32_t h[HEADER_INTS] = {0}; /* rank 0 reads it; slots 2-7 are broadcast */
+    int32_t h[HEADER_INTS] = {0}; /* rank 0 reads it; slots 0-12 are broadcast */
     if (ff_ctx_rank(ctx) == 0) {
         FILE *f = fopen(path, "rb");
         if (!f)
             rc = ff_set_error(ctx, FF_EIO, "cannot open the checkpoint '%s'", path);
         else if (fread(h, sizeof h, 1, f) != 1)
             rc = ff_set_error(ctx, FF_ECORRUPT, "checkpoint '%s': shorter than its header", path);
-        else if (h[0] != MAGIC)
-            rc = ff_set_error(ctx, FF_ECORRUPT,
-                              "'%s' is not a GPT-2 checkpoint (magic %d, expected %d)", path, h[0],
-                              MAGIC);
-        else if (h[1] != VERSION_FP32)
-            rc = ff_set_error(ctx, FF_EUNSUPPORTED,
-                              "checkpoint '%s' has version %d; fourfold reads version 3 (fp32)",
-                              path, h[1]);
+        else
+            rc = check_kind(ctx, path, h);
         if (f)
             fclose(f);
     }
     if ((rc = ff_ctx_agree(ctx, rc)))
         return rc;
-    if (MPI_Bcast(&h[2], 6, MPI_INT32_T, 0, ff_ctx_comm(ctx)) != MPI_SUCCESS)
+    if (MPI_Bcast(h, 13, MPI_INT32_T, 0, ff_ctx_comm(ctx)) != MPI_SUCCESS)
         return ff_ctx_agree(ctx, ff_set_error(ctx, FF_EMPI, "MPI_Bcast of a header failed"));
     *cfg = (ff_gpt_config){.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6], .Vp = h[7]};
+    if (h[0] == MAGIC_MOE) {
+        cfg->experts = h[8];
+        cfg->expert_every = h[9];
+        cfg->top_k = h[10];
+        memcpy(&cfg->capacity_factor, &h[11], sizeof(float));
+        memcpy(&cfg->aux_coef, &h[12], sizeof(float));
+    }
     return FF_OK;
 }

@@ -80,18 +80,28 @@ static int sumsq(ff_gpt *g, const float *p, size_t n, double *out)
 int ff_gpt_grad_norm(ff_gpt *g, float *norm)
 {
     /* each parameter once: a weight element lives on one (x, y, z) of each
-     * D replica; layout-Y parameters are replicated over X and Z, layout-X
-     * ones over Y and Z. Only d = 0 (and x = 0 or y = 0, z = 0) count. */
+     * D replica (an expert's, of each replica of its slot); layout-Y parameters are replicated over
+     * X and Z, layout-X ones over Y and Z. Only d = 0 (and x = 0 or y = 0, z = 0) count. */
     double s = 0;
     int rc = FF_OK;
     /* the tied embedding's second copy (the last of several stages) does not count */
     size_t skip = g->P > 1 && g->last && !g->first ? ff_linear_local_sizes(g->wte).w_shard : 0;
-    if (g->me.d == 0) {
-        rc = sumsq(g, g->grads + skip, g->n_zsharded - skip, &s);
+    /* the experts' shards (with expert parallelism each slot's): the first
+     * replica, d = the slot */
+    if (g->me.d == g->eslot && g->n_zsharded > g->n_dense_z)
+        rc = sumsq(g, g->grads + g->n_dense_z, g->n_zsharded - g->n_dense_z, &s);
+    if (g->me.d == 0 && rc == FF_OK) {
+        rc = sumsq(g, g->grads + skip, g->n_dense_z - skip, &s);
         if (rc == FF_OK && g->me.z == 0 && g->me.x == 0)
             rc = sumsq(g, g->grads + g->n_zsharded, g->n_ytype - g->n_zsharded, &s);
         if (rc == FF_OK && g->me.z == 0 && g->me.y == 0)
-            rc = sumsq(g, g->grads + g->n_ytype, g->n_params - g->n_ytype, &s);
+            rc = sumsq(g, g->grads + g->n_ytype, g->n_eby - g->n_ytype, &s);
+    }
+    if (rc == FF_OK && g->me.d == g->eslot && g->me.z == 0) { /* the experts' biases */
+        if (g->me.x == 0)
+            rc = sumsq(g, g->grads + g->n_eby, g->n_ebx - g->n_eby, &s);
+        if (rc == FF_OK && g->me.y == 0)
+            rc = sumsq(g, g->grads + g->n_ebx, g->n_params - g->n_ebx, &s);
     }
     /* (a local failure here is out of memory; the step's collectives
      * cannot be skipped on one rank, so the norm goes on and reports it) */
@@ -226,6 +236,7 @@ int ff_gpt_step_agreed(ff_gpt *g, int local_rc, const int32_t *tokens, const int
         info->loss = loss;
         info->grad_norm = norm;
         info->lr = ff_adamw_lr(h, step);
+        ff_gpt_moe_stats(g, &info->aux_loss, &info->dropped);
     }
     /* the loss and the norm are the same on every rank: so is this outcome */
     if (!isfinite(loss) || !isfinite(norm))
@@ -246,8 +257,9 @@ int ff_gpt_step_agreed(ff_gpt *g, int local_rc, const int32_t *tokens, const int
 int ff_gpt_eval(ff_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss)
 {
     int rc;
+    g->moe_aux_sum = g->moe_dropped_sum = g->moe_assign_sum = 0;
     if ((rc = ff_gpt_check_tokens(g, tokens, targets)) ||
-        (rc = ff_gpt_run_forward(g, tokens, targets)))
+        (rc = ff_gpt_run_forward(g, tokens, targets)) || (rc = ff_gpt_moe_finish(g, 1)))
         return rc;
     double s = 0;
     for (int64_t i = 0; g->last && i < g->m; i++)

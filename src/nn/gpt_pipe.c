@@ -145,10 +145,12 @@ static int schedule_1f1b(pipe_run *r)
  * has arrived (the maximum over the group): one rank's gradient of
  * micro-batch v means the next stage's group ran v's backward on all its
  * ranks, so every rank's gradient is on its way, and the same for inputs.
+ * A mixture of experts all-reduces its routing statistics over ZD in every
+ * forward (gpt_moe.c), so there the whole stage (TP and D) agrees.
  * A blocking MPI_Allreduce of two ints per poll, outside the counters. */
 static int agree_arrivals(ff_gpt *g, int got[2])
 {
-    ff_group *tp = ff_grid_group(g->grid, FF_GROUP_TP);
+    ff_group *tp = ff_grid_group(g->grid, g->E ? FF_GROUP_STAGE : FF_GROUP_TP);
     if (ff_group_size(tp) == 1)
         return FF_OK;
     int mrc = MPI_Allreduce(MPI_IN_PLACE, got, 2, MPI_INT, MPI_MAX, ff_group_comm(tp));

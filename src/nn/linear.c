@@ -1136,8 +1136,12 @@ static int check_transfer(ff_linear *l, int root, int is_root, const void *canon
     return rc;
 }
 
-int ff_linear_scatter(ff_linear *l, const float *w_canon, const float *b_canon, float *w_shard,
-                      float *b, int root)
+/* The ranks that hold slot `slot` of a layer replicated over D in ge slots
+ * (expert parallelism): d mod ge == slot. The first replica: d == slot. */
+static int in_slot(ff_dims c, int ge, int slot) { return c.d % ge == slot; }
+
+int ff_linear_scatter_slot(ff_linear *l, const float *w_canon, const float *b_canon, float *w_shard,
+                           float *b, int root, int ge, int slot)
 {
     ff_ctx *ctx = l->seq->ctx;
     MPI_Comm comm = ff_group_comm(stage_group(l));
@@ -1146,16 +1150,20 @@ int ff_linear_scatter(ff_linear *l, const float *w_canon, const float *b_canon, 
     int rc = check_transfer(l, root, is_root, w_canon, w_shard, b_canon, b, &buf);
     if (rc)
         return rc;
+    ff_dims shape = ff_grid_shape(l->seq->grid), mine = ff_grid_coords(l->seq->grid);
     if (!is_root) {
+        if (!in_slot(mine, ge, slot))
+            return FF_OK;
         if ((rc = recv_floats(ctx, comm, w_shard, l->shard, root, TAG_SHARD)))
             return rc;
         if (l->has_bias)
             rc = recv_floats(ctx, comm, b, (size_t)l->nl, root, TAG_BIAS);
         return rc;
     }
-    ff_dims shape = ff_grid_shape(l->seq->grid);
     for (int r = 0; r < ff_group_size(stage_group(l)) && rc == FF_OK; r++) {
         ff_dims c = ff_grid_coords_of(shape, r);
+        if (!in_slot(c, ge, slot))
+            continue;
         float *dst = r == root ? w_shard : buf;
         for (size_t e = 0; e < l->shard; e++)
             dst[e] = w_canon[canon_index_at(l, c, e)];
@@ -1173,15 +1181,21 @@ int ff_linear_scatter(ff_linear *l, const float *w_canon, const float *b_canon, 
     return rc;
 }
 
-/* The rank that sends a bias slice in a gather: d = z = 0 and the coordinate
- * of the group that replicates it (R) = 0. */
-static int bias_owner(const ff_linear *l, ff_dims c)
+int ff_linear_scatter(ff_linear *l, const float *w_canon, const float *b_canon, float *w_shard,
+                      float *b, int root)
 {
-    return c.d == 0 && c.z == 0 && (l->kind == FF_LINEAR_N ? c.y : c.x) == 0;
+    return ff_linear_scatter_slot(l, w_canon, b_canon, w_shard, b, root, 1, 0);
 }
 
-int ff_linear_gather(ff_linear *l, const float *w_shard, const float *b, float *w_canon,
-                     float *b_canon, int root)
+/* The rank that sends a bias slice in a gather: the first replica (d =
+ * slot), z = 0 and the coordinate of the group that replicates it (R) = 0. */
+static int bias_owner(const ff_linear *l, ff_dims c, int slot)
+{
+    return c.d == slot && c.z == 0 && (l->kind == FF_LINEAR_N ? c.y : c.x) == 0;
+}
+
+int ff_linear_gather_slot(ff_linear *l, const float *w_shard, const float *b, float *w_canon,
+                          float *b_canon, int root, int slot)
 {
     ff_ctx *ctx = l->seq->ctx;
     MPI_Comm comm = ff_group_comm(stage_group(l));
@@ -1192,15 +1206,15 @@ int ff_linear_gather(ff_linear *l, const float *w_shard, const float *b, float *
         return rc;
     ff_dims shape = ff_grid_shape(l->seq->grid), mine = ff_grid_coords(l->seq->grid);
     if (!is_root) {
-        if (mine.d == 0 && (rc = send_floats(ctx, comm, w_shard, l->shard, root, TAG_SHARD)))
+        if (mine.d == slot && (rc = send_floats(ctx, comm, w_shard, l->shard, root, TAG_SHARD)))
             return rc;
-        if (l->has_bias && bias_owner(l, mine))
+        if (l->has_bias && bias_owner(l, mine, slot))
             rc = send_floats(ctx, comm, b, (size_t)l->nl, root, TAG_BIAS);
         return rc;
     }
     for (int r = 0; r < ff_group_size(stage_group(l)) && rc == FF_OK; r++) {
         ff_dims c = ff_grid_coords_of(shape, r);
-        if (c.d == 0) {
+        if (c.d == slot) {
             const float *src = w_shard;
             if (r != root) {
                 rc = recv_floats(ctx, comm, buf, l->shard, r, TAG_SHARD);
@@ -1209,7 +1223,7 @@ int ff_linear_gather(ff_linear *l, const float *w_shard, const float *b, float *
             for (size_t e = 0; rc == FF_OK && e < l->shard; e++)
                 w_canon[canon_index_at(l, c, e)] = src[e];
         }
-        if (rc == FF_OK && l->has_bias && bias_owner(l, c)) {
+        if (rc == FF_OK && l->has_bias && bias_owner(l, c, slot)) {
             const float *src = b;
             if (r != root) {
                 rc = recv_floats(ctx, comm, buf, (size_t)l->nl, r, TAG_BIAS);
@@ -1221,6 +1235,12 @@ int ff_linear_gather(ff_linear *l, const float *w_shard, const float *b, float *
     }
     free(buf);
     return rc;
+}
+
+int ff_linear_gather(ff_linear *l, const float *w_shard, const float *b, float *w_canon,
+                     float *b_canon, int root)
+{
+    return ff_linear_gather_slot(l, w_shard, b, w_canon, b_canon, root, 0);
 }
 
 int ff_linear_init(ff_linear *l, uint64_t seed, float std)

@@ -22,6 +22,7 @@ struct ff_moe_state {
     int64_t *row_token;    /* the token of each row */
     float *X, *Hp, *A, *O; /* rows: input, pre-GELU, post-GELU, output */
     float *dO, *dA, *dp;   /* backward scratch: rows C, rows H, m E */
+    float *dgate;          /* m k */
     double *f, *P;         /* E: first-choice fractions, mean probabilities */
     float aux;
     double dropped;
@@ -46,8 +47,9 @@ int64_t ff_moe_capacity(const ff_moe_shape *s)
 
 int ff_moe_check(const ff_moe_shape *s, char *err, size_t err_len)
 {
-    if (s->E < 1 || s->E > 4096)
-        return ff_format_error(err, err_len, FF_EINVAL, "%d experts: expected 1 to 4096", s->E);
+    if (s->E < 1 || s->E > FF_MOE_MAX_EXPERTS)
+        return ff_format_error(err, err_len, FF_EINVAL, "%d experts: expected 1 to %d", s->E,
+                               FF_MOE_MAX_EXPERTS);
     if (s->top_k < 1 || s->top_k > 2 || s->top_k > s->E)
         return ff_format_error(err, err_len, FF_EINVAL,
                                "top-%d routing with %d experts: expected top-1 or top-2, at "
@@ -70,8 +72,9 @@ void ff_moe_state_free(ff_moe_state *st)
 {
     if (!st)
         return;
-    void *p[] = {st->probs, st->choice, st->row, st->gate, st->start, st->row_token, st->X, st->Hp,
-                 st->A,     st->O,      st->dO,  st->dA,   st->dp,    st->f,         st->P};
+    void *p[] = {st->probs, st->choice, st->row, st->gate, st->start, st->row_token,
+                 st->X,     st->Hp,     st->A,   st->O,    st->dO,    st->dA,
+                 st->dp,    st->f,      st->P,   st->dgate};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(p[i]);
     free(st);
@@ -103,11 +106,12 @@ static int reserve(ff_moe_state **pst, const ff_moe_shape *s, int64_t m)
     st->dO = malloc((rows * C + 1) * sizeof(float));
     st->dA = malloc((rows * H + 1) * sizeof(float));
     st->dp = malloc(M * E * sizeof(float));
+    st->dgate = malloc(rows * sizeof(float));
     st->f = malloc(E * sizeof(double));
     st->P = malloc(E * sizeof(double));
     if (!st->probs || !st->choice || !st->row || !st->gate || !st->start || !st->row_token ||
         !st->X || !st->Hp || !st->A || !st->O || !st->dO || !st->dA || !st->dp || !st->f ||
-        !st->P) {
+        !st->dgate || !st->P) {
         ff_moe_state_free(st);
         *pst = NULL;
         return FF_ENOMEM;
@@ -115,12 +119,10 @@ static int reserve(ff_moe_state **pst, const ff_moe_shape *s, int64_t m)
     return FF_OK;
 }
 
-/* The router: probabilities, choices (ties to the lower index), gates. */
-static void route(const ff_moe_shape *s, ff_moe_state *st, int64_t m)
+void ff_moe_route(int E, int k, int64_t m, float *probs, int *choice, float *gate)
 {
-    const int E = s->E, k = s->top_k;
     for (int64_t t = 0; t < m; t++) {
-        float *p = st->probs + t * E, mx = p[0];
+        float *p = probs + t * E, mx = p[0];
         for (int e = 1; e < E; e++)
             mx = p[e] > mx ? p[e] : mx;
         float sum = 0;
@@ -128,7 +130,7 @@ static void route(const ff_moe_shape *s, ff_moe_state *st, int64_t m)
             sum += p[e] = expf(p[e] - mx);
         for (int e = 0; e < E; e++)
             p[e] /= sum;
-        int *c = st->choice + t * k;
+        int *c = choice + t * k;
         c[0] = 0;
         for (int e = 1; e < E; e++)
             c[0] = p[e] > p[c[0]] ? e : c[0];
@@ -138,50 +140,76 @@ static void route(const ff_moe_shape *s, ff_moe_state *st, int64_t m)
                 if (e != c[0] && p[e] > p[c[1]])
                     c[1] = e;
             float s2 = p[c[0]] + p[c[1]];
-            st->gate[t * 2] = p[c[0]] / s2;
-            st->gate[t * 2 + 1] = p[c[1]] / s2;
+            gate[t * 2] = p[c[0]] / s2;
+            gate[t * 2 + 1] = p[c[1]] / s2;
         } else {
-            st->gate[t] = p[c[0]];
+            gate[t] = p[c[0]];
         }
     }
 }
 
-/* Capacity per expert and sequence: first choices before second ones, in
- * position order; then the rows, expert by expert in token order. */
-static void place(const ff_moe_shape *s, ff_moe_state *st, int64_t m)
+int64_t ff_moe_place(int E, int k, int64_t cap, int64_t T, int64_t m, const int *choice,
+                     int64_t *row, int64_t *start, int64_t *row_token)
 {
-    const int E = s->E, k = s->top_k;
-    const int64_t cap = ff_moe_capacity(s), T = s->T;
-    int64_t count[4096], dropped = 0;
+    int64_t count[FF_MOE_MAX_EXPERTS], dropped = 0;
     for (int64_t q = 0; q < m; q += T) {
         memset(count, 0, (size_t)E * sizeof count[0]);
         for (int j = 0; j < k; j++)
             for (int64_t t = q; t < q + T; t++) {
-                int e = st->choice[t * k + j];
+                int e = choice[t * k + j];
                 int keep = count[e] < cap;
                 count[e] += keep;
-                st->row[t * k + j] = keep ? 0 : -1;
+                row[t * k + j] = keep ? 0 : -1;
                 dropped += !keep;
             }
     }
     /* rows expert by expert, each expert's in token order: count, then
      * place (a token has at most one assignment per expert) */
     for (int e = 0; e <= E; e++)
-        st->start[e] = 0;
+        start[e] = 0;
     for (int64_t a = 0; a < m * k; a++)
-        if (st->row[a] >= 0)
-            st->start[st->choice[a] + 1]++;
+        if (row[a] >= 0)
+            start[choice[a] + 1]++;
     for (int e = 0; e < E; e++)
-        st->start[e + 1] += st->start[e];
+        start[e + 1] += start[e];
     for (int e = 0; e < E; e++)
-        count[e] = st->start[e];
+        count[e] = start[e];
     for (int64_t a = 0; a < m * k; a++)
-        if (st->row[a] >= 0) {
-            int64_t r = count[st->choice[a]]++;
-            st->row[a] = r;
-            st->row_token[r] = a / k;
+        if (row[a] >= 0) {
+            int64_t r = count[choice[a]]++;
+            row[a] = r;
+            row_token[r] = a / k;
         }
-    st->dropped = m ? (double)dropped / (double)(m * k) : 0;
+    return dropped;
+}
+
+void ff_moe_gate_backward(int E, int k, int64_t m, const float *probs, const int *choice,
+                          const int64_t *row, const float *dgate, const double *f_over_n,
+                          double aux_scale, float *dp)
+{
+    for (int64_t t = 0; t < m; t++) {
+        const float *pt = probs + t * E, *dg = dgate + t * k;
+        const int *ch = choice + t * k;
+        float *dpt = dp + t * E, d0 = row[t * k] < 0 ? 0 : dg[0];
+        for (int e = 0; e < E; e++)
+            dpt[e] = 0;
+        if (k == 1) {
+            dpt[ch[0]] += d0;
+        } else { /* g0 = p0 / (p0 + p1), g1 = p1 / (p0 + p1) */
+            float d1 = row[t * k + 1] < 0 ? 0 : dg[1];
+            float p0 = pt[ch[0]], p1 = pt[ch[1]], s2 = (p0 + p1) * (p0 + p1);
+            dpt[ch[0]] += (d0 - d1) * p1 / s2;
+            dpt[ch[1]] += (d1 - d0) * p0 / s2;
+        }
+        for (int e = 0; e < E; e++) /* aux = scale sum_e f_e sum_t p_te / n */
+            dpt[e] += (float)(aux_scale * f_over_n[e]);
+        /* through the softmax */
+        float dot = 0;
+        for (int e = 0; e < E; e++)
+            dot += pt[e] * dpt[e];
+        for (int e = 0; e < E; e++)
+            dpt[e] = pt[e] * (dpt[e] - dot);
+    }
 }
 
 int ff_moe_forward(ff_ctx *ctx, ff_gemm *g, const ff_moe_shape *s, const ff_moe_params *p,
@@ -204,8 +232,10 @@ int ff_moe_forward(ff_ctx *ctx, ff_gemm *g, const ff_moe_shape *s, const ff_moe_
     if ((rc =
              ff_gemm_run(g, "moe router", 0, 0, m, E, C, 1.0f, x, C, p->wr, E, 0.0f, st->probs, E)))
         return rc;
-    route(s, st, m);
-    place(s, st, m);
+    ff_moe_route(E, k, m, st->probs, st->choice, st->gate);
+    int64_t dropped = ff_moe_place(E, k, ff_moe_capacity(s), s->T, m, st->choice, st->row,
+                                   st->start, st->row_token);
+    st->dropped = (double)dropped / (double)(m * k);
     /* the experts, each on its rows */
     for (int e = 0; e < E; e++) {
         int64_t r0 = st->start[e], n = st->start[e + 1] - r0;
@@ -283,35 +313,30 @@ int ff_moe_backward(ff_ctx *ctx, ff_gemm *g, const ff_moe_shape *s, const ff_moe
     const int64_t C = s->C, H = s->H, m = st->m;
     int rc;
     /* the gates' gradients and each row's output gradient */
-    memset(st->dp, 0, (size_t)(m * E) * sizeof(float));
     memset(dx, 0, (size_t)(m * C) * sizeof(float));
-    float dgate[2];
+    float *dgate = st->dgate;
     for (int64_t t = 0; t < m; t++) {
-        const float *dyt = dy + t * C, *pt = st->probs + t * E;
+        const float *dyt = dy + t * C;
         for (int j = 0; j < k; j++) {
             int64_t r = st->row[t * k + j];
-            dgate[j] = 0;
+            dgate[t * k + j] = 0;
             if (r < 0)
                 continue;
             const float *o = st->O + r * C;
-            float gt = st->gate[t * k + j], *dO = st->dO + r * C;
+            float gt = st->gate[t * k + j], *dO = st->dO + r * C, d = 0;
             for (int64_t c = 0; c < C; c++) {
-                dgate[j] += dyt[c] * o[c];
+                d += dyt[c] * o[c];
                 dO[c] = gt * dyt[c];
             }
+            dgate[t * k + j] = d;
         }
-        float *dpt = st->dp + t * E;
-        const int *ch = st->choice + t * k;
-        if (k == 1) {
-            dpt[ch[0]] += dgate[0];
-        } else { /* g0 = p0 / (p0 + p1), g1 = p1 / (p0 + p1) */
-            float p0 = pt[ch[0]], p1 = pt[ch[1]], s2 = (p0 + p1) * (p0 + p1);
-            dpt[ch[0]] += (dgate[0] - dgate[1]) * p1 / s2;
-            dpt[ch[1]] += (dgate[1] - dgate[0]) * p0 / s2;
-        }
-        for (int e = 0; e < E; e++) /* aux = coef E sum_e f_e mean_t p_te */
-            dpt[e] += (float)(s->aux_coef * E * st->f[e] / (double)m);
     }
+    for (int e = 0; e < E; e++) /* f_e / m */
+        st->f[e] /= (double)m;
+    ff_moe_gate_backward(E, k, m, st->probs, st->choice, st->row, dgate, st->f, s->aux_coef * E,
+                         st->dp);
+    for (int e = 0; e < E; e++)
+        st->f[e] *= (double)m;
     /* the experts backward */
     for (int e = 0; e < E; e++) {
         int64_t r0 = st->start[e], n = st->start[e + 1] - r0;
@@ -342,15 +367,7 @@ int ff_moe_backward(ff_ctx *ctx, ff_gemm *g, const ff_moe_shape *s, const ff_moe
                 d[c] += dX[i * C + c];
         }
     }
-    /* the softmax, then the router */
-    for (int64_t t = 0; t < m; t++) {
-        const float *pt = st->probs + t * E;
-        float *dpt = st->dp + t * E, dot = 0;
-        for (int e = 0; e < E; e++)
-            dot += pt[e] * dpt[e];
-        for (int e = 0; e < E; e++)
-            dpt[e] = pt[e] * (dpt[e] - dot);
-    }
+    /* the router */
     if ((rc = ff_gemm_run(g, "moe dwr", 1, 0, C, E, m, 1.0f, x, C, st->dp, E, 1.0f, grad->wr, E)))
         return rc;
     return ff_gemm_run(g, "moe dx", 0, 1, m, C, E, 1.0f, st->dp, E, p->wr, E, 1.0f, dx, C);

@@ -67,4 +67,26 @@ int ff_moe_backward(ff_ctx *ctx, ff_gemm *g, const ff_moe_shape *s, const ff_moe
                     ff_moe_state *st);
 void ff_moe_state_free(ff_moe_state *st);
 
+/* ---- the routing steps, shared with the GPT's MoE blocks (gpt_moe.c) ---- */
+
+enum { FF_MOE_MAX_EXPERTS = 4096 };
+/* probs (m, E): the router's logits in, its softmax out; each token's k
+ * choices (ties to the lower index) and gates (m k). */
+void ff_moe_route(int E, int k, int64_t m, float *probs, int *choice, float *gate);
+/* Capacity `cap` per expert and sequence of T tokens (m a multiple of T):
+ * row (m k) the assignment's row in the experts' buffers, -1 dropped;
+ * expert e's rows are [start[e], start[e + 1]) (E + 1), in token order;
+ * row_token (at most m k) the token of each row. Returns the number
+ * dropped. */
+int64_t ff_moe_place(int E, int k, int64_t cap, int64_t T, int64_t m, const int *choice,
+                     int64_t *row, int64_t *start, int64_t *row_token);
+/* dp (m, E) = d loss / d logits, from dgate (m k: d loss / d gate, read
+ * only where kept) and the load-balancing loss aux_scale sum_e f_e P_e,
+ * f_e the fraction of the n tokens counted whose first choice is e and P_e
+ * their mean probability of e: d aux / d p_te = aux_scale f_over_n[e] with
+ * f_over_n[e] = f_e / n. */
+void ff_moe_gate_backward(int E, int k, int64_t m, const float *probs, const int *choice,
+                          const int64_t *row, const float *dgate, const double *f_over_n,
+                          double aux_scale, float *dp);
+
 #endif

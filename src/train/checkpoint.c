@@ -33,6 +33,7 @@ enum {
     S_MODEL_CRC = 21,
     S_COUNT = 22, /* floats per moment array */
     S_LR = 24,    /* 24..32: lr, min_lr_frac, warmup, steps, beta1, beta2, eps, wd, clip */
+    S_MOE = 34,   /* 34..35: experts, expert_every as in an MoE model's header; 0 dense */
 };
 
 static void put64(int32_t *h, int slot, uint64_t v) { memcpy(&h[slot], &v, sizeof v); }
@@ -91,6 +92,8 @@ static void state_header(const ff_gpt *g, const ff_train_state *st, int32_t h[HE
     h[S_MAGIC] = FF_STATE_MAGIC;
     h[S_VERSION] = FF_STATE_VERSION;
     memcpy(&h[S_SHAPE], &model[2], 6 * sizeof(int32_t));
+    if (model[0] == FF_GPT_MAGIC_MOE)
+        memcpy(&h[S_MOE], &model[8], 2 * sizeof(int32_t));
     put64(h, S_STEP, (uint64_t)st->step);
     put64(h, S_SEED, st->seed);
     put64(h, S_SHARD, (uint64_t)st->data.shard);
@@ -370,6 +373,13 @@ static int open_state(ff_gpt *g, const char *path, int32_t h[HEADER_INTS], FILE 
                           "this one has maxT=%d V=%d L=%d NH=%d C=%d",
                           path, h[2], h[3], h[4], h[5], h[6], model[2], model[3], model[4],
                           model[5], model[6]);
+    else if (h[S_MOE] != (model[0] == FF_GPT_MAGIC_MOE ? model[8] : 0) ||
+             h[S_MOE + 1] != (model[0] == FF_GPT_MAGIC_MOE ? model[9] : 0))
+        rc = ff_set_error(ctx, FF_EINVAL,
+                          "training state '%s' is of a model with %d experts in one block of "
+                          "every %d, this one has %d (one block of every %d)",
+                          path, h[S_MOE], h[S_MOE + 1], model[0] == FF_GPT_MAGIC_MOE ? model[8] : 0,
+                          model[0] == FF_GPT_MAGIC_MOE ? model[9] : 0);
     else if (get64(h, S_COUNT) != n)
         rc = ff_set_error(ctx, FF_ECORRUPT,
                           "training state '%s' holds %llu floats per moment, "

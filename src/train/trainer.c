@@ -442,7 +442,9 @@ int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
                              .loss = gi.loss,
                              .lr = gi.lr,
                              .grad_norm = gi.grad_norm,
-                             .ms = dt * 1e3};
+                             .ms = dt * 1e3,
+                             .aux_loss = gi.aux_loss,
+                             .dropped = gi.dropped};
     in.tokens_per_s = (double)c->batch * c->seq / dt;
     in.model_flops_per_s = t->flops_step / dt;
     in.sgemm_fraction = in.model_flops_per_s / (t->sgemm_rate * ff_ctx_size(t->ctx));
@@ -455,14 +457,17 @@ int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
     in.eta_s =
         (now - t->run_t0) / (double)(step + 1 - t->start_step) * (double)(c->steps - step - 1);
     push(&t->loss, (double)(step + 1), gi.loss);
+    char moe[96] = ""; /* a mixture of experts: the step's MoE figures too */
+    if (t->shape.experts > 0)
+        snprintf(moe, sizeof moe, ",\"aux_loss\":%.9g,\"dropped\":%.6f", in.aux_loss, in.dropped);
     log_line(t,
              "{\"type\":\"step\",\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,"
              "\"ms\":%.3f,\"tokens_per_s\":%.1f,\"model_flops_per_s\":%.4g,"
              "\"sgemm_fraction\":%.4f,\"compute_ms\":%.3f,\"wait_ms\":%.3f,"
-             "\"hidden_ms\":%.3f,\"eta_s\":%.1f}\n",
+             "\"hidden_ms\":%.3f,\"eta_s\":%.1f%s}\n",
              (long long)in.step, in.loss, in.lr, in.grad_norm, in.ms, in.tokens_per_s,
              in.model_flops_per_s, in.sgemm_fraction, in.compute_ms, in.wait_ms, in.hidden_ms,
-             in.eta_s);
+             in.eta_s, moe);
     if (out)
         *out = in;
     emit(t, (ff_train_event){.kind = FF_TRAIN_STEP, .step = &in});
