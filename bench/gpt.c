@@ -12,6 +12,8 @@
  *          [--panel ROWS] [--progress poll|thread] [--micro M]
  *          [--stages P --schedule message|1f1b --limit K --slow-stage S --slow-ms T
  *          --pass-ms E --slow-jitter 0|1]
+ *          [--experts E --expert-every K --top-k 1|2 --capacity F --ep Ge --dtd 0|1
+ *          --cac 0|1]
  * (--decompose: every linear layer's all-reduced products in K chunks;
  * --plan: a per-layer plan file; --panel: GEMM panel height, 0 = by shape;
  * --micro: micro-batches of B sequences per step (default 1); --stages:
@@ -19,10 +21,15 @@
  * their schedule, limit, a straggler (stage S sleeps T ms after each pass)
  * and E ms of sleep after every stage's every pass: compute emulated by
  * sleeping, for more stages than cores; --slow-jitter 1: the straggler's
- * delay uniform in [0, 2T] per pass.)
+ * delay uniform in [0, 2T] per pass; --experts: a mixture of experts
+ * (docs/moe.md), every K-th block (default 2), top-k (default 1), capacity
+ * factor F (default 1.25, or a percentage given as an integer: --capacity
+ * 125), expert parallelism Ge, DTD (default 1) and CAC (with --checkpoint).)
  * Prints a line per step, a summary and one JSON line; with stages the JSON
  * has each stage's mean time per step in its forward and backward passes
- * (ff_gpt_pipeline_times: 1 - busy / step is the stage's bubble). */
+ * (ff_gpt_pipeline_times: 1 - busy / step is the stage's bubble), and for
+ * a mixture of experts the ms per step rank 0 waited in the expert group's
+ * all-to-alls and in the X group's all-gathers (DTD's). */
 #include "fourfold/gpt.h"
 
 #include <cblas.h>
@@ -37,6 +44,7 @@ typedef struct {
     const char *grid, *label, *plan, *progress, *schedule;
     int L, C, NH, V, maxT, B, T, threads, reps, warmup, checkpoint, decompose, panel, cmm, oag;
     int micro, stages, limit, slow_stage, slow_ms, pass_ms, jitter;
+    int experts, expert_every, top_k, capacity_pct, ep, dtd, cac;
 } options;
 
 static void die(int rank, const char *msg)
@@ -85,7 +93,12 @@ static int parse(int argc, char **argv, options *o)
                    .micro = 1,
                    .stages = 1,
                    .slow_stage = -1,
-                   .oag = 1};
+                   .oag = 1,
+                   .expert_every = 2,
+                   .top_k = 1,
+                   .capacity_pct = 125,
+                   .ep = 1,
+                   .dtd = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         struct {
@@ -111,7 +124,14 @@ static int parse(int argc, char **argv, options *o)
                     {"--slow-stage", &o->slow_stage},
                     {"--slow-ms", &o->slow_ms},
                     {"--pass-ms", &o->pass_ms},
-                    {"--slow-jitter", &o->jitter}};
+                    {"--slow-jitter", &o->jitter},
+                    {"--experts", &o->experts},
+                    {"--expert-every", &o->expert_every},
+                    {"--top-k", &o->top_k},
+                    {"--capacity", &o->capacity_pct},
+                    {"--ep", &o->ep},
+                    {"--dtd", &o->dtd},
+                    {"--cac", &o->cac}};
         int done = 0;
         for (size_t k = 0; k < sizeof ints / sizeof *ints && !done; k++)
             if (strcmp(a, ints[k].name) == 0 && v) {
@@ -167,8 +187,15 @@ int main(int argc, char **argv)
     if (ff_grid_create_staged(ctx, shape, o.stages, &grid) != FF_OK)
         die(rank, ff_ctx_error(ctx));
     ff_gpt_config cfg = {.L = o.L, .C = o.C, .NH = o.NH, .V = o.V, .Vp = 0, .maxT = o.maxT};
+    ff_gpt_config_moe(&cfg, o.experts);
+    cfg.expert_every = o.expert_every;
+    cfg.top_k = o.top_k;
+    cfg.capacity_factor = (float)o.capacity_pct / 100.0f;
     ff_gpt_opts opts;
     ff_gpt_opts_default(&opts);
+    opts.expert_parallel = o.ep;
+    opts.dtd = o.dtd;
+    opts.cac = o.cac;
     opts.checkpoint = o.checkpoint;
     opts.linear.decompose = o.decompose;
     opts.linear.cmm = o.cmm;
@@ -203,7 +230,14 @@ int main(int argc, char **argv)
 
     double t[100], busy = 0; /* seconds in the stage's passes over the measured steps */
     ff_gpt_step_info info = {0};
+    ff_group *ep = ff_gpt_expert_group(g, 0), *gx = ff_grid_group(grid, FF_GROUP_X);
+    double a2a_wait = 0, ag_wait = 0; /* rank 0's, over the measured steps */
     for (int s = 0; s < o.warmup + o.reps; s++) {
+        if (s == o.warmup) {
+            if (ep)
+                ff_group_counters_reset(ep);
+            ff_group_counters_reset(gx);
+        }
         MPI_Barrier(MPI_COMM_WORLD);
         ff_pipe_times p0, p1;
         ff_gpt_pipeline_times(g, &p0);
@@ -221,6 +255,9 @@ int main(int argc, char **argv)
             printf("step %d: %.1f ms, loss %.4f%s\n", s, dt * 1e3, info.loss,
                    s < o.warmup ? " (warm-up)" : "");
     }
+    if (ep)
+        a2a_wait = ff_group_counters(ep, FF_COLL_ALLTOALL).wait_s / o.reps * 1e3;
+    ag_wait = ff_group_counters(gx, FF_COLL_ALLGATHER).wait_s / o.reps * 1e3;
     double runs[100];
     memcpy(runs, t, sizeof(double) * (size_t)o.reps);
     double step_s = ff_median(t, o.reps);
@@ -265,8 +302,10 @@ int main(int argc, char **argv)
         for (int k = 0; k < o.stages && k < 64; k++)
             printf("%s%.2f", k ? "," : "", stage_busy[k]);
         printf("],\"tokens_per_s\":%.1f,\"model_gflops\":%.3f,\"sgemm_gflops_per_rank\":%.3f,"
-               "\"fraction\":%.4f}\n",
-               o.B * o.T * o.micro / step_s, flops / step_s / 1e9, rate / 1e9, frac);
+               "\"fraction\":%.4f,\"experts\":%d,\"ep\":%d,\"dtd\":%d,\"cac\":%d,"
+               "\"alltoall_wait_ms\":%.3f,\"x_allgather_wait_ms\":%.3f,\"dropped\":%.4f}\n",
+               o.B * o.T * o.micro / step_s, flops / step_s / 1e9, rate / 1e9, frac, o.experts,
+               o.ep, o.dtd, o.cac, a2a_wait, ag_wait, info.dropped);
     }
     free(tok), free(tgt);
     ff_gpt_destroy(g);

@@ -3,16 +3,18 @@
  *
  *   test_gpt CONFIG GRID... | all   serial equality on the grids
  *   test_gpt --dump DIR              files for the PyTorch oracle (1 rank)
+ *   test_gpt --dump-moe DIR          files for the MoE oracle (1 rank)
  *
  * Serial equality: rank 0 alone runs the 1x1x1x1 program (the same code on
  * MPI_COMM_SELF); then every grid runs the same three AdamW steps of two
  * micro-batches each, in four variants (activation checkpointing on/off x
- * every overlap on/off, the AG cache partial under checkpointing). Compared
- * on rank 0, gathered to canonical layout:
+ * every overlap on/off, the AG cache partial under checkpointing), and for
+ * the MoE model (one dense block, one MoE) a fifth, checkpointing with CAC.
+ * Compared on rank 0, gathered to canonical layout:
  *  - the loss of each step: relative error <= 1e-5 (issue 4);
  *  - every gradient tensor of step 0 and every parameter tensor after the
  *    three steps: max|a - ref| / max|ref| <= the bound derived below;
- *  - the four variants of one grid: bitwise identical (overlaps and
+ *  - the variants of one grid: bitwise identical (overlaps and
  *    recomputation change when things happen, never what is computed);
  *  - padded vocabulary rows: exactly zero;
  *  - then (first variant) EXTRA = 2 more steps with AdamW's default eps 1e-8,
@@ -87,6 +89,7 @@
  * (ff.json, with the hyperparameters), and after the steps the parameters
  * and both moments (ff_params.bin, ff_adam_m.bin, ff_adam_v.bin; not
  * bias-corrected, as torch's exp_avg and exp_avg_sq); tests/gpt_oracle.sh. */
+#include <float.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -99,7 +102,7 @@
 #include "fourfold/rng.h"
 #include "test_util.h"
 
-enum { STEPS = 3, EXTRA = 2, MICRO = 2, VARIANTS = 4, MAX_GRIDS = 64 };
+enum { STEPS = 3, EXTRA = 2, MICRO = 2, VARIANTS = 5, MAX_GRIDS = 64 };
 
 typedef struct {
     const char *name;
@@ -174,17 +177,19 @@ static const char *variant_name(int v)
 {
     static const char *const names[VARIANTS] = {
         "overlaps on, no checkpointing", "overlaps on, checkpointing (AG cache 2 layers)",
-        "overlaps off, no checkpointing", "overlaps off, checkpointing"};
+        "overlaps off, no checkpointing", "overlaps off, checkpointing",
+        "overlaps on, checkpointing with CAC"};
     return names[v];
 }
 
 static void variant_opts(int v, ff_gpt_opts *o)
 {
     ff_gpt_opts_default(o);
-    o->checkpoint = v & 1;
+    o->checkpoint = v & 1 || v == 4;
+    o->cac = v == 4;
     if (v == 1)
         o->linear.ag_cache_layers = 2;
-    if (v >= 2) {
+    if (v == 2 || v == 3) {
         o->linear.oar = o->linear.ors = o->linear.oag = 0;
         o->linear.ag_cache_layers = 0;
         o->dp_overlap = 0;
@@ -556,7 +561,8 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
     }
     ff_grid_describe(grid, desc, sizeof desc);
     result first = {0};
-    for (int v = 0; v < VARIANTS; v++) {
+    const int n_variants = tc->cfg.experts ? VARIANTS : VARIANTS - 1; /* CAC: the MoE model's */
+    for (int v = 0; v < n_variants; v++) {
         ff_gpt_opts o;
         variant_opts(v, &o);
         result r = {0};
@@ -642,7 +648,7 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
         result_free(&r);
     }
     if (rank == 0)
-        printf("  %-40s %d variants bitwise identical\n", "", VARIANTS);
+        printf("  %-40s %d variants bitwise identical\n", "", n_variants);
     result_free(&first);
     /* expert parallelism: each Ge > 1 dividing Gd and E, overlaps on and
      * checkpointing on (the all-to-alls run again in the recompute),
@@ -652,7 +658,7 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
         if (shape.d % ge || tc->cfg.experts % ge)
             continue;
         ff_gpt_opts o;
-        variant_opts(1, &o);
+        variant_opts(ge == 2 ? 4 : 1, &o); /* checkpointing, with CAC for Ge = 2 */
         o.expert_parallel = ge;
         result r = {0};
         int rc = run(grid, tc, &o, &r, 0, ref);
@@ -675,15 +681,190 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
             CHECK(ne <= tol, "%s, expert parallelism %d: gradient norm %.8f, serial %.8f", desc, ge,
                   r.norm, ref->norm);
             check_padding(tshape, r.params, "parameters");
-            printf("  %-40s expert parallelism %d (checkpointing): loss rel err %.1e, "
+            printf("  %-40s expert parallelism %d (checkpointing%s): loss rel err %.1e, "
                    "error/bound gradients %.3f, updates %.3f\n",
-                   "", ge, lw, fmax(gw, ne / tol), pw);
+                   "", ge, ge == 2 ? ", CAC" : "", lw, fmax(gw, ne / tol), pw);
             worst[0] = fmax(worst[0], lw);
             worst[1] = fmax(worst[1], fmax(gw, ne / tol));
             worst[2] = fmax(worst[2], pw);
         }
         result_free(&r);
     }
+    ff_grid_destroy(grid);
+}
+
+/* DTD (duplicate token dropping, docs/moe.md) on a grid with Gx > 1 and
+ * expert parallelism ge: one step's gradients with it on and off, bitwise
+ * equal; the expert group's all-to-all bytes and the X group's all-gathers
+ * exactly as derived. Per MoE block and micro-batch (no checkpointing): one
+ * all-to-all of the counts, el floats to each of the ge - 1 others, and
+ * four of rows (dispatch and return, forward and backward), el blocks of
+ * R rows of C/Gy floats to each other rank; with DTD, blocks of
+ * ch = ceil(R / Gx) rows, and one all-gather over X of E ch rows after
+ * each, (Gx - 1) E ch C/Gy floats sent. */
+static void check_dtd(ff_ctx *ctx, ff_dims shape, int ge, const test_config *tc, ff_gpt *tshape)
+{
+    ff_grid *grid;
+    if (ff_grid_create(ctx, shape, &grid) != FF_OK) {
+        CHECK(0, "grid: %s", ff_ctx_error(ctx));
+        return;
+    }
+    const int root = ff_ctx_rank(ctx) == 0;
+    float *grads[2] = {NULL, NULL};
+    ff_counters a2a[2], ag[2];
+    for (int on = 0; on < 2; on++) {
+        ff_gpt_opts o;
+        ff_gpt_opts_default(&o);
+        o.expert_parallel = ge;
+        o.dtd = on;
+        ff_gpt *g = NULL;
+        int rc = ff_gpt_create(grid, &tc->cfg, &o, tc->B, tc->T, &g);
+        int32_t *tok = NULL, *tgt = NULL;
+        if (rc == FF_OK) {
+            local_batch(tc, g, 1, MICRO, &tok, &tgt);
+            rc = ff_gpt_init(g, 1234);
+        }
+        ff_group *ep = rc == FF_OK ? ff_gpt_expert_group(g, 0) : NULL;
+        ff_group *gx = ff_grid_group(grid, FF_GROUP_X);
+        if (rc == FF_OK) {
+            ff_group_counters_reset(ep);
+            ff_group_counters_reset(gx);
+            float loss;
+            rc = ff_gpt_grads(g, tok, tgt, MICRO, &loss);
+            a2a[on] = ff_group_counters(ep, FF_COLL_ALLTOALL);
+            ag[on] = ff_group_counters(gx, FF_COLL_ALLGATHER);
+        }
+        grads[on] = gather_new(g, FF_GPT_GRADS, root, &rc);
+        CHECK(rc == FF_OK, "DTD %s: %s", on ? "on" : "off", ff_ctx_error(ctx));
+        free(tok);
+        free(tgt);
+        ff_gpt_destroy(g);
+        if (rc)
+            break;
+    }
+    ff_dims c = ff_grid_coords(grid);
+    const int64_t Bl = tc->B / (shape.z * shape.d), cy = tc->cfg.C / shape.y;
+    const double x = (double)tc->cfg.capacity_factor * tc->cfg.top_k * tc->T / tc->cfg.experts;
+    const int64_t cap0 = (int64_t)ceil(x - 4 * FLT_EPSILON * x), cap = cap0 < tc->T ? cap0 : tc->T;
+    const int64_t E = tc->cfg.experts, el = E / ge, Lm = tc->cfg.L / tc->cfg.expert_every;
+    const int64_t R = Bl * cap, ch = (R + shape.x - 1) / shape.x;
+    const uint64_t data = 4 * (uint64_t)Lm * MICRO, counts = (uint64_t)Lm * MICRO;
+    const uint64_t off_bytes = (uint64_t)(ge - 1) * el * 4 * (data * R * cy + counts);
+    const uint64_t on_bytes = (uint64_t)(ge - 1) * el * 4 * (data * ch * cy + counts);
+    const uint64_t ag_bytes = data * (uint64_t)(shape.x - 1) * E * ch * cy * 4;
+    CHECK(a2a[0].calls == data + counts && a2a[1].calls == data + counts &&
+              a2a[0].bytes_sent == off_bytes && a2a[1].bytes_sent == on_bytes &&
+              ag[1].calls - ag[0].calls == data && ag[1].bytes_sent - ag[0].bytes_sent == ag_bytes,
+          "DTD on %dx%dx%dx%d, expert parallelism %d, rank (%d,%d,%d,%d): all-to-all %llu/%llu "
+          "calls, %llu/%llu B (want %llu, %llu/%llu B); X all-gathers +%llu calls +%llu B (want "
+          "%llu, %llu B)",
+          shape.x, shape.y, shape.z, shape.d, ge, c.x, c.y, c.z, c.d,
+          (unsigned long long)a2a[0].calls, (unsigned long long)a2a[1].calls,
+          (unsigned long long)a2a[0].bytes_sent, (unsigned long long)a2a[1].bytes_sent,
+          (unsigned long long)(data + counts), (unsigned long long)off_bytes,
+          (unsigned long long)on_bytes, (unsigned long long)(ag[1].calls - ag[0].calls),
+          (unsigned long long)(ag[1].bytes_sent - ag[0].bytes_sent), (unsigned long long)data,
+          (unsigned long long)ag_bytes);
+    if (root && grads[0] && grads[1]) {
+        int same = memcmp(grads[0], grads[1], ff_gpt_canonical_size(tshape) * sizeof(float)) == 0;
+        CHECK(same, "DTD on %dx%dx%dx%d, expert parallelism %d: gradients not bitwise equal",
+              shape.x, shape.y, shape.z, shape.d, ge);
+        printf("  DTD %dx%dx%dx%d, expert parallelism %d: gradients bitwise equal on and off; "
+               "all-to-all %llu B -> %llu B (blocks of %lld rows -> %lld), plus X all-gathers "
+               "%llu B, as derived\n",
+               shape.x, shape.y, shape.z, shape.d, ge, (unsigned long long)a2a[0].bytes_sent,
+               (unsigned long long)a2a[1].bytes_sent, (long long)R, (long long)ch,
+               (unsigned long long)ag_bytes);
+    }
+    free(grads[0]);
+    free(grads[1]);
+    ff_grid_destroy(grid);
+}
+
+/* CAC (docs/moe.md) on `shape` (expert parallelism ge for an MoE model):
+ * one step with checkpointing off, on, and on with CAC. With CAC the
+ * recompute runs no collective, so the counters of every group and
+ * collective (calls and bytes) equal those without checkpointing exactly;
+ * without CAC there are more; gradients bitwise equal. Prints the
+ * activation memory of each. */
+static void check_cac(ff_ctx *ctx, ff_dims shape, int ge, const test_config *tc, ff_gpt *tshape)
+{
+    ff_grid *grid;
+    if (ff_grid_create(ctx, shape, &grid) != FF_OK) {
+        CHECK(0, "grid: %s", ff_ctx_error(ctx));
+        return;
+    }
+    enum { NG = FF_GROUP_ZD + 2 }; /* X, Y, Z, D, ZD and the expert group */
+    ff_counters cnt[3][NG][FF_NCOLL + 1];
+    float *grads[3] = {NULL, NULL, NULL};
+    size_t act[3] = {0, 0, 0};
+    const int root = ff_ctx_rank(ctx) == 0;
+    int rc = FF_OK;
+    for (int v = 0; v < 3 && rc == FF_OK; v++) {
+        ff_gpt_opts o;
+        ff_gpt_opts_default(&o);
+        o.checkpoint = v > 0;
+        o.cac = v == 2;
+        o.expert_parallel = ge;
+        ff_gpt *g = NULL;
+        int32_t *tok = NULL, *tgt = NULL;
+        rc = ff_gpt_create(grid, &tc->cfg, &o, tc->B, tc->T, &g);
+        if (rc == FF_OK) {
+            local_batch(tc, g, 1, MICRO, &tok, &tgt);
+            rc = ff_gpt_init(g, 1234);
+        }
+        ff_group *groups[NG];
+        for (int k = 0; k < NG; k++)
+            groups[k] = k < NG - 1 ? ff_grid_group(grid, (ff_group_kind)k)
+                        : g        ? ff_gpt_expert_group(g, 0)
+                                   : NULL;
+        for (int k = 0; k < NG; k++)
+            if (groups[k])
+                ff_group_counters_reset(groups[k]);
+        float loss;
+        if (rc == FF_OK)
+            rc = ff_gpt_grads(g, tok, tgt, MICRO, &loss);
+        for (int k = 0; k < NG; k++)
+            for (int c = 0; c <= FF_NCOLL; c++)
+                cnt[v][k][c] = groups[k] ? ff_group_counters(groups[k], (ff_coll)c)
+                                         : (ff_counters){0, 0, 0, 0, 0};
+        if (g) {
+            ff_gpt_memory mem;
+            ff_gpt_memory_report(g, &mem);
+            act[v] = mem.activations;
+        }
+        grads[v] = gather_new(g, FF_GPT_GRADS, root, &rc);
+        CHECK(rc == FF_OK, "CAC variant %d: %s", v, ff_ctx_error(ctx));
+        free(tok);
+        free(tgt);
+        ff_gpt_destroy(g);
+    }
+    int equal = 1, more = 0;
+    for (int k = 0; rc == FF_OK && k < NG; k++)
+        for (int c = 0; c <= FF_NCOLL; c++) {
+            const ff_counters *a = &cnt[0][k][c], *b = &cnt[1][k][c], *x = &cnt[2][k][c];
+            equal &= a->calls == x->calls && a->bytes_sent == x->bytes_sent &&
+                     a->bytes_recv == x->bytes_recv;
+            more |= b->calls > a->calls;
+        }
+    CHECK(rc || (equal && more),
+          "CAC on %dx%dx%dx%d (expert parallelism %d): counters %s those without "
+          "checkpointing; checkpointing without CAC %s more collectives",
+          shape.x, shape.y, shape.z, shape.d, ge, equal ? "equal" : "differ from",
+          more ? "runs" : "does not run");
+    if (root && grads[0] && grads[1] && grads[2]) {
+        size_t n = ff_gpt_canonical_size(tshape) * sizeof(float);
+        CHECK(!memcmp(grads[0], grads[1], n) && !memcmp(grads[0], grads[2], n),
+              "CAC on %dx%dx%dx%d: gradients not bitwise equal", shape.x, shape.y, shape.z,
+              shape.d);
+        printf("  CAC %dx%dx%dx%d, expert parallelism %d: the counters of every group equal "
+               "those without checkpointing; gradients bitwise equal; activations %.2f MiB "
+               "without checkpointing, %.2f with, %.2f with CAC (rank 0)\n",
+               shape.x, shape.y, shape.z, shape.d, ge, act[0] / 1048576.0, act[1] / 1048576.0,
+               act[2] / 1048576.0);
+    }
+    for (int v = 0; v < 3; v++)
+        free(grads[v]);
     ff_grid_destroy(grid);
 }
 
@@ -712,7 +893,7 @@ static void check_refusals(ff_ctx *ctx, const test_config *tc, int world)
         int experts, top_k;
         float factor;
     } moe_bad[] = {{"top-3", 4, 3, 1.0f},
-                   {"top-2 routing with 1 experts", 1, 2, 1.0f},
+                   {"top-2 routing with 1 expert:", 1, 2, 1.0f},
                    {"capacity factor 0", 4, 1, 0.0f},
                    {"-2 experts", -2, 1, 1.0f}};
     for (size_t i = 0; tc->cfg.experts && i < sizeof moe_bad / sizeof *moe_bad; i++) {
@@ -1011,6 +1192,19 @@ int main(int argc, char **argv)
             }
             run_grid(ctx, s, tc, &ref, tshape, tol, worst);
         }
+    }
+    /* DTD: X of 2 and 4 with expert parallelism 2 and 4 (8 ranks) */
+    const struct {
+        ff_dims shape;
+        int ge;
+    } dtd_cases[] = {{{2, 1, 1, 4}, 2}, {{2, 1, 1, 4}, 4}, {{4, 1, 1, 2}, 2}, {{2, 2, 1, 2}, 2}};
+    for (size_t i = 0; tc->cfg.experts && world_size == 8 && i < 4; i++)
+        check_dtd(ctx, dtd_cases[i].shape, dtd_cases[i].ge, tc, tshape);
+    /* CAC: a grid with every dimension, and one with expert parallelism */
+    if (world_size == 8) {
+        check_cac(ctx, (ff_dims){2, 2, 2, 1}, 1, tc, tshape);
+        if (tc->cfg.experts)
+            check_cac(ctx, (ff_dims){2, 1, 1, 4}, 4, tc, tshape);
     }
     check_refusals(ctx, tc, world_size);
     if (rank == 0)

@@ -87,9 +87,10 @@ def moe_layer(cfg, x, wr, w1, b1, w2, b2, T):
     E, k = cfg["E"], cfg["k"]
     m = x.shape[0]
     probs = torch.softmax(x @ wr.t(), dim=1)
-    # the factor as the float fourfold holds; a product a rounding above an
-    # integer counts as that integer, as fourfold's ceil does
-    cap = math.ceil(Fraction(cfg["factor"]) * k * T / E - Fraction(1, 10**6))
+    # the factor as the float fourfold holds; a product within 4 float
+    # epsilons above an integer counts as that integer, as fourfold's does
+    fkt = Fraction(cfg["factor"]) * k * T / E
+    cap = math.ceil(fkt - fkt * Fraction(4, 2**23))
     choice, kept = mo.assignments(probs.detach().numpy(), k, T, cap)
     sel = probs.gather(1, torch.tensor(choice))
     gates = sel if k == 1 else sel / sel.sum(dim=1, keepdim=True)

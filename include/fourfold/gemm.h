@@ -37,6 +37,10 @@ typedef enum {
  * transposed explicitly first, FF_GEMM_MODE_TPROD = transposed product. */
 enum { FF_GEMM_MODE_DIRECT = 0, FF_GEMM_MODE_TPROD = 4, FF_GEMM_NMODES = 5 };
 
+/* Shapes a tuner times at most; later new shapes run the direct call
+ * (mixture-of-experts layers see a new row count almost every step). */
+enum { FF_GEMM_TUNE_MAX_SHAPES = 256 };
+
 typedef struct ff_gemm ff_gemm;
 
 int ff_gemm_create(ff_ctx *ctx, ff_gemm_tune tune, ff_gemm **out);

@@ -88,6 +88,13 @@ typedef struct {
 typedef struct {
     int checkpoint;        /* activation checkpointing: keep each block's input,
                               recompute the block before its backward */
+    int cac;               /* communication-aware checkpointing (dissertation §7.3.2;
+                              default off): a checkpointed block also keeps what its
+                              collectives produced (LayerNorm statistics, QKV, the
+                              residual after attention, the MLP's or experts'
+                              all-reduced and all-to-all outputs) and its recompute
+                              runs only the local work between them, with no
+                              collective; bitwise the same results */
     int dp_overlap;        /* post the D all-reduce of a block's gradients during the
                               backward, as soon as they are complete (one bucket per block) */
     ff_linear_opts linear; /* overlaps of the linear layers, AG cache, wire, decomposition */
@@ -103,6 +110,11 @@ typedef struct {
      * mixture of experts' experts, E/Ge each, tokens sent to their experts
      * and back by all-to-all; Ge divides Gd and E. */
     int expert_parallel;
+    /* Duplicate token dropping (DTD, dissertation §7.3.1; default on): with
+     * expert parallelism and Gx > 1, each X rank sends 1/Gx of the tokens
+     * through each all-to-all and the X group all-gathers them. Results are
+     * bitwise the same either way. */
+    int dtd;
 } ff_gpt_opts;
 
 void ff_gpt_opts_default(ff_gpt_opts *o);
@@ -178,6 +190,11 @@ typedef struct {
  * ff_gpt_zero_grad (or, after ff_gpt_eval, of its forward), the same on
  * every rank once ff_gpt_finish_grads or ff_gpt_eval returned. */
 void ff_gpt_moe_stats(const ff_gpt *g, float *aux_loss, float *dropped);
+/* The expert group of a mixture of experts (its all-to-alls, counted like
+ * the grid's groups' collectives: ff_group_counters), or the experts'
+ * replicas (replicas 1: their gradients' all-reduces). NULL for a dense
+ * model. */
+ff_group *ff_gpt_expert_group(const ff_gpt *g, int replicas);
 /* A whole step: zero, n_micro micro-batches (tokens/targets hold this
  * rank's sequences of micro-batch u at offset u * count * T), finish,
  * clip, AdamW. A NaN or Inf loss or norm stops before the update with

@@ -68,7 +68,10 @@ typedef struct {
 typedef void (*ff_train_hook)(const ff_train_event *ev, void *user);
 
 typedef struct {
-    ff_gpt_config model; /* the shape (ignored with init_from: the file's) */
+    ff_gpt_config model; /* the shape (with init_from the file's; a mixture of experts
+                            here, experts > 0, must match the file's experts and
+                            expert_every, and its top_k, capacity_factor and
+                            aux_coef replace the file's) */
     ff_gpt_opts gpt;     /* checkpointing, overlaps, wire */
     int batch;           /* sequences per step, whole grid */
     int micro_batch;     /* sequences per micro-batch; must divide batch */

@@ -49,7 +49,10 @@ static const char help[] =
     "  --capacity-factor F  an expert takes ceil(F k T / E) tokens of a sequence (default 1.25)\n"
     "  --aux-loss-coef A    weight of the load-balancing loss (default 0.01)\n"
     "  --expert-parallel G  G ranks of D share the experts, E/G each (default 1)\n"
-    "  --init-from FILE  start from an llm.c gpt2_*.bin v3 checkpoint (its shape)\n"
+    "  --dtd on|off      duplicate token dropping: with Gx > 1, each X rank sends 1/Gx of\n"
+    "                    the tokens through the all-to-alls (default on)\n"
+    "  --init-from FILE  start from an llm.c gpt2_*.bin v3 checkpoint or an MoE one (its\n"
+    "                    shape; an MoE file's routing options may be changed)\n"
     "";
 
 static const char help_rest[] =
@@ -83,6 +86,8 @@ static const char help_rest[] =
     "  --top-k N         sample from the N most likely tokens (default 40; 0 = all)\n"
     "parallelism:\n"
     "  --checkpoint on|off   activation checkpointing (default off)\n"
+    "  --cac on|off          with it, keep what each block's collectives produced, so the\n"
+    "                        recompute communicates nothing (default off)\n"
     "  --overlap on|off      all overlaps: OAR, ORS, OAG, data-parallel buckets (default on)\n"
     "  --ag-cache N          the last N blocks keep their gathered weights from the forward\n"
     "                        to the backward (-1: every layer and wte; default -1)\n"
@@ -271,6 +276,10 @@ static int parse(int argc, char **argv, train_opts *o)
             o->overwrite = 1;
         } else if (cli_is(&a, "checkpoint")) {
             bad = !(v = cli_value(&a)) || parse_onoff("checkpoint", v, &o->gpt.checkpoint);
+        } else if (cli_is(&a, "cac")) {
+            bad = !(v = cli_value(&a)) || parse_onoff("cac", v, &o->gpt.cac);
+        } else if (cli_is(&a, "dtd")) {
+            bad = !(v = cli_value(&a)) || parse_onoff("dtd", v, &o->gpt.dtd);
         } else if (cli_is(&a, "cmm")) {
             bad = !(v = cli_value(&a)) || parse_onoff("cmm", v, &o->gpt.linear.cmm);
         } else if (cli_is(&a, "overlap")) {
@@ -327,8 +336,9 @@ static int parse(int argc, char **argv, train_opts *o)
     if (parse_pipeline(o) != CLI_OK)
         return CLI_USAGE;
     o->hyper.steps = (int)o->steps;
-    /* the model counts layers (four per block; wte is cached only with "all") */
-    o->gpt.linear.ag_cache_layers = o->ag_cache_blocks < 0 ? -1 : (int)(4 * o->ag_cache_blocks);
+    /* the model counts layers (set from blocks in cmd_train, once the model's
+     * shape is known; wte is cached only with "all") */
+    o->gpt.linear.ag_cache_layers = -1;
     return CLI_OK;
 }
 
@@ -345,8 +355,36 @@ static int model_config(const train_opts *o, ff_gpt_config *cfg)
     }
     memset(cfg, 0, sizeof *cfg);
     ff_gpt_config_moe(cfg, moe_preset ? 4 : 0);
+    const int moe_opts = o->expert_every > 0 || o->router_top_k > 0 || o->capacity_factor > 0 ||
+                         o->aux_coef >= 0 || o->gpt.expert_parallel > 1;
+    if (o->init_from) {
+        /* the checkpoint's experts, and its routing unless given here (read
+         * on every rank; the trainer checks the file properly) */
+        int32_t h[13] = {0};
+        FILE *f = fopen(o->init_from, "rb");
+        if (f && fread(h, sizeof h, 1, f) == 1 && h[0] == FF_GPT_MAGIC_MOE) {
+            cfg->experts = h[8];
+            cfg->expert_every = h[9];
+            cfg->top_k = h[10];
+            memcpy(&cfg->capacity_factor, &h[11], sizeof(float));
+            memcpy(&cfg->aux_coef, &h[12], sizeof(float));
+        } else if (f && h[0] != FF_GPT_MAGIC_MOE && (moe_opts || o->experts > 0)) {
+            fclose(f);
+            cli_error("--init-from %s is a dense model: the mixture-of-experts options need "
+                      "an MoE checkpoint (or no --init-from)",
+                      o->init_from);
+            return CLI_USAGE;
+        }
+        if (f)
+            fclose(f);
+    }
     if (o->experts >= 0)
         cfg->experts = (int)o->experts;
+    if (cfg->experts == 0 && moe_opts) {
+        cli_error("--expert-every, --router-top-k, --capacity-factor, --aux-loss-coef and "
+                  "--expert-parallel need a model with experts (--experts E or --model mini-moe)");
+        return CLI_USAGE;
+    }
     if (o->expert_every > 0)
         cfg->expert_every = (int)o->expert_every;
     if (o->router_top_k > 0)
@@ -519,7 +557,10 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
         o->val_every, o->val_batches);
     ROW("output", "%s (checkpoint every %ld, keep %ld)", o->out, o->save_every, o->keep);
     ROW("seed", "%ld", o->seed);
-    ROW("activation ckpt", "%s", o->gpt.checkpoint ? "on" : "off");
+    ROW("activation ckpt", "%s",
+        !o->gpt.checkpoint ? "off"
+        : o->gpt.cac       ? "on, communication-aware (CAC: no collective in the recompute)"
+                           : "on");
     char agc[32] = "all";
     if (o->ag_cache_blocks >= 0)
         snprintf(agc, sizeof agc, "last %ld blocks", o->ag_cache_blocks);
@@ -631,6 +672,15 @@ int cmd_train(int argc, char **argv)
     ff_gpt_config cfg;
     if ((code = model_config(&o, &cfg)) != CLI_OK)
         return code;
+    /* --ag-cache N: the layers of the last N blocks (four, or an MoE block's
+     * QKV, projection and its local experts' two each) */
+    if (o.ag_cache_blocks >= 0) {
+        const int ge = o.gpt.expert_parallel > 1 ? o.gpt.expert_parallel : 1;
+        o.gpt.linear.ag_cache_layers = 0;
+        for (long i = 0, l = cfg.L - 1; i < o.ag_cache_blocks && i < 1 << 20; i++, l--)
+            o.gpt.linear.ag_cache_layers +=
+                l >= 0 && ff_gpt_block_is_moe(&cfg, (int)l) ? 2 + 2 * (cfg.experts / ge) : 4;
+    }
     char auto_grid[64];
     if (!strcmp(o.run.grid, "auto") &&
         (code = resolve_auto_grid(&o, &cfg, auto_grid, sizeof auto_grid)) != CLI_OK)

@@ -278,9 +278,12 @@ int ff_gemm_run(ff_gemm *g, const char *name, int trans_a, int trans_b, int64_t 
         mode = g->forced;
     } else if (g->tune != FF_GEMM_TUNE_OFF && k > 0) {
         tuned_shape *s = find_shape(g, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k);
-        if (!s)
+        /* beyond FF_GEMM_TUNE_MAX_SHAPES shapes (an expert's rows change
+         * with the routing, docs/moe.md) new ones run direct: the same bits
+         * as a tuned mode, which must equal it */
+        if (!s && g->n_shapes < FF_GEMM_TUNE_MAX_SHAPES)
             rc = tune_shape(g, name, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k, a, lda, b, ldb, &s);
-        if (rc == FF_OK) {
+        if (rc == FF_OK && s) {
             mode = s->mode;
             s->calls++;
         }

@@ -17,6 +17,7 @@ void ff_gpt_opts_default(ff_gpt_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->dp_overlap = 1;
+    o->dtd = 1;
     o->pipe.slow_stage = -1;
     ff_linear_opts_default(&o->linear);
 }
@@ -83,9 +84,10 @@ static int check_shape(ff_ctx *ctx, const ff_gpt_config *c, ff_dims s, int B, in
     if (c->experts < 0)
         return ff_set_error(ctx, FF_EINVAL, "%d experts: expected 0 (dense) or more", c->experts);
     if (c->experts > 0) {
-        if (c->expert_every < 1)
-            return ff_set_error(ctx, FF_EINVAL, "experts in one block of every %d: expected 1 or more",
-                                c->expert_every);
+        if (c->expert_every < 1 || c->expert_every > c->L)
+            return ff_set_error(ctx, FF_EINVAL,
+                                "experts in one block of every %d: expected 1 to the %d blocks",
+                                c->expert_every, c->L);
         ff_moe_shape ms = {.C = c->C,
                            .H = 4 * (int64_t)c->C,
                            .E = c->experts,
@@ -158,29 +160,45 @@ static int alloc_buffers(ff_gpt *g)
     A(g->grad_out, g->first ? 0 : (int64_t)g->n_slots * mc, act);
     A(g->emb_peer, g->P > 1 && g->wte ? (int64_t)ff_linear_local_sizes(g->wte).w_shard : 0, scr);
     /* which kinds of block use each set: a block's own sets, and the shared
-     * one of the blocks under checkpointing */
-    for (int s = 0; s < g->n_sets; s++) {
-        ff_gpt_acts *a = &g->acts[s];
+     * one of the blocks under checkpointing. The shared set first: under
+     * CAC a checkpointed block's own sets keep what its communication
+     * produced and take the rest (what its recompute recomputes) from it. */
+    const int shared = g->act_slots * g->n_own;
+    for (int k = 0; k < g->n_sets; k++) {
+        const int s = (k + shared) % g->n_sets; /* the shared set (if any) first */
+        ff_gpt_acts *a = &g->acts[s], *sh = &g->acts[shared];
         int uses_dense = 0, uses_moe = 0;
         for (int l = 0; l < g->nb; l++) {
-            int mine = g->ckpt[l] ? s == g->act_slots * g->n_own
-                                  : s < g->act_slots * g->n_own && s % g->n_own == g->set_of[l];
+            int mine = s == shared ? g->ckpt[l] : g->set_of[l] >= 0 && s % g->n_own == g->set_of[l];
             uses_dense |= mine && !g->is_moe[l];
             uses_moe |= mine && g->is_moe[l];
+            a->aliased |= mine && s != shared && g->ckpt[l]; /* a CAC block's */
         }
-        A(a->ln1, m * g->cy, act);
-        A(a->ln1_mean, m, act);
-        A(a->ln1_rstd, m, act);
-        A(a->qkv, m * g->c3x, act);
-        A(a->att, (int64_t)g->Bl * g->nhx * T * T, act);
-        A(a->atty, m * g->cx, act);
-        A(a->mid, m * g->cy, act);
-        A(a->ln2, m * g->cy, act);
-        A(a->ln2_mean, m, act);
-        A(a->ln2_rstd, m, act);
-        A(a->fch, uses_dense ? m * g->fx : 0, act);
-        A(a->fch_gelu, uses_dense ? m * g->fx : 0, act);
-        if (uses_moe && ff_gpt_moe_alloc(g, &a->moe, act))
+#define LOCAL(field, n)                                                                            \
+    do {                                                                                           \
+        if (a->aliased)                                                                            \
+            a->field = sh->field;                                                                  \
+        else                                                                                       \
+            A(a->field, n, act);                                                                   \
+    } while (0)
+        /* under CAC the shared set holds only what a recompute recomputes */
+        const int64_t kept = s == shared && g->opt.cac ? 0 : 1;
+        LOCAL(ln1, m * g->cy);
+        A(a->ln1_mean, kept * m, act);
+        A(a->ln1_rstd, kept * m, act);
+        A(a->qkv, kept * m * g->c3x, act);
+        LOCAL(att, (int64_t)g->Bl * g->nhx * T * T);
+        LOCAL(atty, m * g->cx);
+        A(a->mid, kept * m * g->cy, act);
+        LOCAL(ln2, m * g->cy);
+        A(a->ln2_mean, kept * m, act);
+        A(a->ln2_rstd, kept * m, act);
+        A(a->fch, uses_dense ? kept * m * g->fx : 0, act);
+        LOCAL(fch_gelu, uses_dense ? m * g->fx : 0);
+#undef LOCAL
+        if (uses_moe && !kept)
+            A(a->moe.A, ff_gpt_moe_rows(g) * g->fx, act);
+        else if (uses_moe && ff_gpt_moe_alloc(g, &a->moe, a->aliased ? sh->moe.A : NULL, act))
             ok = 0;
     }
     A(g->lnf, hm * g->cy, act);
@@ -213,6 +231,7 @@ static int alloc_buffers(ff_gpt *g)
         A(g->moe_dgate, rows, scr);
         A(g->moe_send, g->ge > 1 ? g->E * g->moe_R * g->cy : 0, scr);
         A(g->moe_recv, g->ge > 1 ? g->E * g->moe_R * g->cy : 0, scr);
+        A(g->moe_gath, g->moe_dtd ? g->gx * g->E * g->moe_ch * g->cy : 0, scr);
     }
 #undef A
     return ok ? FF_OK : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model's buffers");
@@ -425,9 +444,10 @@ static int build_programs(ff_gpt *g)
         for (int l = L - 1; bwd && l >= 0; l--) {
             /* a dense block recomputes up to the MLP's up layer (its down
              * layer's output is the next block's input, which is kept); an
-             * MoE block every layer (its backward needs the experts' outputs) */
+             * MoE block every layer (its backward needs the experts' outputs);
+             * under CAC none: their outputs were kept */
             int nl = ff_gpt_block_nlin(g, l), nr = g->is_moe[l] ? nl : 3;
-            for (int i = 0; g->ckpt[l] && i < nr; i++)
+            for (int i = 0; g->ckpt[l] && !g->opt.cac && i < nr; i++)
                 USE(p, g->layer0[l] + i, FF_USE_RECOMPUTE);
             for (int i = nl - 1; i >= 0; i--)
                 USE(p, g->layer0[l] + i, FF_USE_BACKWARD);
@@ -472,7 +492,9 @@ static int plan_blocks(ff_gpt *g)
     for (int l = 0; l < g->nb; l++) {
         g->ckpt[l] = p ? p->blocks[g->l0 + l].checkpoint : g->opt.checkpoint != 0;
         shared |= g->ckpt[l];
-        g->set_of[l] = g->ckpt[l] ? -1 : g->n_own++;
+        /* under CAC a checkpointed block keeps what its communication
+         * produced in sets of its own, and recomputes into the shared one */
+        g->set_of[l] = g->ckpt[l] && !g->opt.cac ? -1 : g->n_own++;
     }
     g->n_sets = g->act_slots * g->n_own + shared;
     return FF_OK;
@@ -481,7 +503,7 @@ static int plan_blocks(ff_gpt *g)
 ff_gpt_acts *ff_gpt_acts_of(ff_gpt *g, int l)
 {
     int slot = g->act_slots > 1 ? g->slot : 0;
-    return &g->acts[g->ckpt[l] ? g->act_slots * g->n_own : slot * g->n_own + g->set_of[l]];
+    return &g->acts[g->set_of[l] < 0 ? g->act_slots * g->n_own : slot * g->n_own + g->set_of[l]];
 }
 
 /* The plan's options of each linear layer. */
@@ -569,6 +591,12 @@ static int expert_groups(ff_gpt *g)
     g->ge = ge;
     g->el = g->E / ge;
     g->eslot = g->me.d % ge;
+    g->moe_dtd = g->opt.dtd && ge > 1 && g->gx > 1;
+    g->moe_ch = (g->moe_R + g->gx - 1) / g->gx;
+    g->grp_edp = g->grp_d; /* without expert parallelism: all of D, no group of its own */
+    if (ge == 1)
+        return FF_OK;
+    g->grp_edp = NULL;
     MPI_Comm dcomm = ff_group_comm(g->grp_d), ep, edp;
     if (MPI_Comm_split(dcomm, g->me.d / ge, g->me.d, &ep) != MPI_SUCCESS)
         return ff_set_error(g->ctx, FF_EMPI, "MPI_Comm_split (the expert group) failed");
@@ -587,9 +615,14 @@ static int expert_groups(ff_gpt *g)
 static int gpt_create_local(ff_gpt *g)
 {
     const ff_gpt_config *c = &g->cfg;
+    /* every rank passes exactly one of the two agreements below before any
+     * collective: the checks give the same answer everywhere, but an
+     * allocation (plan_stages', or the arrays here) may fail on one rank */
     int rc = check_shape(g->ctx, c, g->shape, g->B, g->T);
-    if (rc || (rc = plan_stages(g)))
-        return rc;
+    if (rc == FF_OK)
+        rc = plan_stages(g);
+    if (rc)
+        return ff_ctx_agree(g->ctx, rc);
     g->Bl = g->B / (g->gz * g->gd);
     g->m = (int64_t)g->Bl * g->T;
     g->cy = c->C / g->gy;
@@ -605,14 +638,19 @@ static int gpt_create_local(ff_gpt *g)
     g->is_moe = calloc(L ? L : 1, sizeof(int));
     g->layer0 = calloc(L ? L : 1, sizeof(int));
     g->router_rows = calloc(L * (size_t)g->E + 1, sizeof(float *));
-    if (!g->is_moe || !g->layer0 || !g->router_rows)
-        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
+    rc = !g->is_moe || !g->layer0 || !g->router_rows
+             ? ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model")
+             : FF_OK;
+    if ((rc = ff_ctx_agree(g->ctx, rc)))
+        return rc;
     for (int l = 0; l < g->nb; l++)
         g->is_moe[l] = ff_gpt_block_is_moe(c, g->l0 + l);
     if (g->E) {
         ff_moe_shape ms = {.E = g->E, .top_k = g->top_k, .factor = c->capacity_factor, .T = g->T};
         g->moe_cap = ff_moe_capacity(&ms);
-        g->moe_R = g->Bl * g->moe_cap;
+        /* a rank sends an expert at most its capacity of each sequence, and
+         * no more than the sequence (a token picks distinct experts) */
+        g->moe_R = g->Bl * (g->moe_cap < g->T ? g->moe_cap : g->T);
     }
     if ((rc = expert_groups(g)))
         return rc;
@@ -665,8 +703,10 @@ int ff_gpt_create(ff_grid *grid, const ff_gpt_config *cfg, const ff_gpt_opts *op
     ff_ctx *ctx = ff_grid_ctx(grid);
     ff_gpt *g = calloc(1, sizeof *g);
     int rc = FF_OK;
-    if (!g)
+    if (!g) { /* (the agreement gpt_create_local's peers reach first) */
         rc = ff_set_error(ctx, FF_ENOMEM, "out of memory for the model");
+        ff_ctx_agree(ctx, rc);
+    }
     if (rc == FF_OK) {
         g->grid = grid;
         g->ctx = ctx;
@@ -692,7 +732,9 @@ int ff_gpt_create(ff_grid *grid, const ff_gpt_config *cfg, const ff_gpt_opts *op
         g->stage = ff_grid_stage(grid);
         rc = gpt_create_local(g);
     }
-    /* the checks give the same answer everywhere; allocation may not */
+    /* the checks give the same answer everywhere; allocation may not.
+     * Every rank has passed exactly one agreement in gpt_create_local (or
+     * above) before this one. */
     rc = ff_ctx_agree(ctx, rc);
     if (rc) {
         ff_gpt_destroy(g);
@@ -729,6 +771,8 @@ void ff_gpt_destroy(ff_gpt *g)
     free(g->resid), free(g->grad_in), free(g->grad_out), free(g->emb_peer);
     for (int s = 0; g->acts && s < g->n_sets; s++) {
         ff_gpt_acts *a = &g->acts[s];
+        if (a->aliased) /* the shared set's */
+            a->ln1 = a->att = a->atty = a->ln2 = a->fch_gelu = NULL;
         float *p[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv,      a->att, a->atty,
                       a->mid, a->ln2,      a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu};
         for (size_t i = 0; i < sizeof p / sizeof *p; i++)
@@ -742,7 +786,7 @@ void ff_gpt_destroy(ff_gpt *g)
                      g->dres,       g->dln,         g->tmp,        g->dqkv,       g->datty,
                      g->dfch,       g->att_scratch, g->ce_scratch, g->ln_scratch, g->moe_part,
                      g->moe_gather, g->moe_stats,   g->moe_dO,     g->moe_dA,     g->moe_dX,
-                     g->moe_dgate,  g->moe_send,    g->moe_recv};
+                     g->moe_dgate,  g->moe_send,    g->moe_recv,   g->moe_gath};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     ff_gpt_views *vs[2] = {&g->pv, &g->gv};
@@ -759,7 +803,8 @@ void ff_gpt_destroy(ff_gpt *g)
     free(g->is_moe), free(g->layer0), free(g->router_rows);
     free(g->bucket_off), free(g->bucket_len), free(g->bucket_req);
     free(g->ebucket_off), free(g->ebucket_len), free(g->ebucket_req);
-    ff_group_destroy(g->grp_ep), ff_group_destroy(g->grp_edp);
+    if (g->grp_ep) /* (created with expert parallelism only) */
+        ff_group_destroy(g->grp_ep), ff_group_destroy(g->grp_edp);
     for (int p = 0; p < 4; p++)
         free(g->progs[p]);
     free(g->stage_l0);
@@ -852,6 +897,18 @@ static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
     const int64_t m = g->m, cy = g->cy, C = g->cfg.C;
     const float *h = resid_at(g, l);
     int rc;
+    if (recompute && g->opt.cac) { /* only the local work, from what was kept */
+        ff_ln_apply(g->ctx, a->ln1, a->ln1_mean, a->ln1_rstd, h, g->pv.ln1w[l], g->pv.ln1b[l], m,
+                    cy);
+        ff_attention_forward(g->ctx, a->atty, a->att, a->qkv, g->Bl, g->T, (int)g->nhx, (int)g->hs);
+        ff_ln_apply(g->ctx, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, g->pv.ln2w[l], g->pv.ln2b[l],
+                    m, cy);
+        if (g->is_moe[l])
+            ff_gelu_forward(g->ctx, a->moe.A, a->moe.Hp, a->moe.own0[g->el] * g->fx);
+        else
+            ff_gelu_forward(g->ctx, a->fch_gelu, a->fch, m * g->fx);
+        return FF_OK;
+    }
     // ln1 (m, C/Gy) = LayerNorm(h); qkv (m, 3C/Gx) = ln1 Wqkv + b
     if ((rc = ff_ln_forward(g->grp_y, a->ln1, a->ln1_mean, a->ln1_rstd, h, g->pv.ln1w[l],
                             g->pv.ln1b[l], m, cy, C)) ||

@@ -15,7 +15,7 @@ typedef struct {
     float **ln1w, **ln1b, **ln2w, **ln2b, **attprojb, **fcprojb; /* layout Y */
     float **qkvb, **fcb;                                         /* layout X */
     /* mixture of experts (NULL entries for dense blocks): the router (E,
-     * C/Gy) per block; each expert's layers, index l E + e */
+     * C/Gy) per block; each local expert's layers, index l el + le (el = E / Ge) */
     float **routerw;
     float **efcw, **efcprojw, **efcprojb /* layout Y */, **efcb /* layout X */;
 } ff_gpt_views;
@@ -36,6 +36,7 @@ typedef struct {
      * rank's assignments as they came back, (E R, C/Gy): expert e's at e R */
     float *count_in; /* (ge el): rows from source j for local expert le at j el + le */
     int64_t *own0;   /* el + 1: local expert le's rows */
+    int A_shared;    /* A is another set's (CAC) */
 } ff_gpt_moe_acts;
 
 /* What a block keeps for its backward (rows m = B/(Gz*Gd) * T). */
@@ -48,6 +49,9 @@ typedef struct {
     float *ln2, *ln2_mean, *ln2_rstd; /* (m, C/Gy), (m), (m) */
     float *fch, *fch_gelu;            /* (m, 4C/Gx); NULL in a set only MoE blocks use */
     ff_gpt_moe_acts moe;              /* a set MoE blocks use */
+    /* a set of a block under CAC: ln1, att, atty, ln2, fch_gelu and moe.A
+     * are the shared set's (recomputed there) */
+    int aliased;
 } ff_gpt_acts;
 
 struct ff_gpt {
@@ -72,7 +76,7 @@ struct ff_gpt {
     ff_linear_seq *seq;
     ff_linear *wte, **qkv, **attproj, **fc, **fcproj; /* fc, fcproj NULL in MoE blocks */
     /* mixture of experts: E experts (0: dense), top-k, capacity per
-     * sequence; is_moe per block; expert e of block l's layers at l E + e */
+     * sequence; is_moe per block; local expert le of block l's layers at l el + le */
     int E, top_k;
     int64_t moe_cap;
     /* expert parallelism (ff_gpt_opts.expert_parallel): ge ranks of D share
@@ -88,6 +92,9 @@ struct ff_gpt {
     size_t *ebucket_off, *ebucket_len; /* block l's expert shards */
     ff_request **ebucket_req;
     int64_t moe_R;              /* rows per (rank, expert) block of the all-to-all */
+    int moe_dtd;                /* duplicate token dropping: Gx > 1, Ge > 1, ff_gpt_opts.dtd */
+    int64_t moe_ch;             /* with DTD: rows of a block each X rank moves, R / Gx up */
+    float *moe_gath;            /* with DTD: (Gx E ch, C/Gy), the X group's pieces */
     float *moe_send, *moe_recv; /* (E R, C/Gy) each */
     int *is_moe, *layer0;       /* layer0: block l's first layer in the program's numbering */
     float **router_rows;        /* the routers' rows (C/Gy each), MoE blocks in order, experts */
@@ -165,8 +172,11 @@ int ff_gpt_pipeline_eval(ff_gpt *g, const int32_t *tokens, const int32_t *target
 int ff_gpt_block_nlin(const ff_gpt *g, int l);
 ff_linear *ff_gpt_block_lin(const ff_gpt *g, int l, int i);
 void ff_gpt_lin_views(const ff_gpt *g, ff_gpt_views *v, int l, int i, float ***w, float ***b);
-/* Block l's MoE activations (sizes from g); FF_ENOMEM. bytes into *acc. */
-int ff_gpt_moe_alloc(ff_gpt *g, ff_gpt_moe_acts *a, size_t *acc);
+/* Block l's MoE activations (sizes from g); FF_ENOMEM. bytes into *acc.
+ * shared_A not NULL: A is that buffer (CAC, gpt.c), not allocated. */
+int ff_gpt_moe_alloc(ff_gpt *g, ff_gpt_moe_acts *a, float *shared_A, size_t *acc);
+/* Rows of an MoE block's experts on this rank, at most (X, Hp, A). */
+int64_t ff_gpt_moe_rows(const ff_gpt *g);
 void ff_gpt_moe_free(ff_gpt_moe_acts *a);
 /* An MoE block's MLP from act->ln2 (gpt_moe.c): out = act->mid + the
  * experts' combined output; under recompute only what the backward needs. */

@@ -469,12 +469,16 @@ void ff_gpt_header(const ff_gpt *g, int32_t h[256])
 /* Checks a header's magic and version: FF_OK for a v3 or MoE v1 file. */
 static int check_kind(ff_ctx *ctx, const char *path, const int32_t *h)
 {
+    if (h[0] == MAGIC_MOE && h[1] != VERSION_MOE)
+        return ff_set_error(ctx, FF_EUNSUPPORTED,
+                            "MoE checkpoint '%s' has version %d; fourfold reads version %d", path,
+                            h[1], VERSION_MOE);
     if (h[0] == MAGIC_MOE)
-        return h[1] == VERSION_MOE
+        return h[8] > 0 && h[9] > 0
                    ? FF_OK
-                   : ff_set_error(ctx, FF_EUNSUPPORTED,
-                                  "MoE checkpoint '%s' has version %d; fourfold reads version %d",
-                                  path, h[1], VERSION_MOE);
+                   : ff_set_error(ctx, FF_ECORRUPT,
+                                  "MoE checkpoint '%s' has %d experts in one block of every %d",
+                                  path, h[8], h[9]);
     if (h[0] != MAGIC)
         return ff_set_error(ctx, FF_ECORRUPT,
                             "'%s' is not a GPT-2 checkpoint (magic %d, expected %d, or %d for "

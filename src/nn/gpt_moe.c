@@ -24,15 +24,19 @@
 #include "gpt_ops.h"
 #include "moe.h"
 
-int ff_gpt_moe_alloc(ff_gpt *g, ff_gpt_moe_acts *a, size_t *acc)
+int64_t ff_gpt_moe_rows(const ff_gpt *g)
+{
+    /* this rank's assignments, or with expert parallelism what its local
+     * experts receive: at most R from each of the ge sources for each */
+    return g->ge > 1 ? g->E * g->moe_R : g->m * g->top_k;
+}
+
+int ff_gpt_moe_alloc(ff_gpt *g, ff_gpt_moe_acts *a, float *shared_A, size_t *acc)
 {
     const size_t m = (size_t)g->m, E = (size_t)g->E, k = (size_t)g->top_k, assign = m * k;
     const size_t cy = (size_t)g->cy, fx = (size_t)g->fx;
-    /* the experts' rows: this rank's assignments, or with expert
-     * parallelism what its local experts receive (at most R from each of
-     * the ge sources); O: this rank's assignments, or all-to-all blocks */
-    const size_t R = (size_t)g->moe_R, own = g->ge > 1 ? E * R : assign;
-    const size_t outs = g->ge > 1 ? E * R : assign;
+    /* the experts' rows; O: this rank's assignments, or all-to-all blocks */
+    const size_t own = (size_t)ff_gpt_moe_rows(g), outs = g->ge > 1 ? E * (size_t)g->moe_R : assign;
     a->probs = malloc(m * E * sizeof(float));
     a->choice = malloc(assign * sizeof(int));
     a->row = malloc(assign * sizeof(int64_t));
@@ -45,10 +49,11 @@ int ff_gpt_moe_alloc(ff_gpt *g, ff_gpt_moe_acts *a, size_t *acc)
     a->X = calloc(own * cy + 1, sizeof(float));
     a->O = calloc(outs * cy + 1, sizeof(float));
     a->Hp = calloc(own * fx + 1, sizeof(float));
-    a->A = calloc(own * fx + 1, sizeof(float));
+    a->A = shared_A ? shared_A : calloc(own * fx + 1, sizeof(float));
+    a->A_shared = shared_A != NULL;
     *acc += m * E * sizeof(float) + assign * (sizeof(int) + 2 * sizeof(int64_t) + sizeof(float)) +
             (E + 1) * sizeof(int64_t) + E * sizeof(double) + (E + 1) * sizeof(float) +
-            (own * (cy + 2 * fx) + outs * cy) * sizeof(float);
+            (own * (cy + (shared_A ? 1 : 2) * fx) + outs * cy) * sizeof(float);
     return a->probs && a->choice && a->row && a->gate && a->start && a->row_token && a->f_over_n &&
                    a->count_in && a->own0 && a->X && a->O && a->Hp && a->A
                ? FF_OK
@@ -57,6 +62,8 @@ int ff_gpt_moe_alloc(ff_gpt *g, ff_gpt_moe_acts *a, size_t *acc)
 
 void ff_gpt_moe_free(ff_gpt_moe_acts *a)
 {
+    if (a->A_shared)
+        a->A = NULL;
     void *p[] = {a->probs, a->choice, a->row_token, a->row, a->gate,     a->start, a->f_over_n,
                  a->X,     a->O,      a->Hp,        a->A,   a->count_in, a->own0};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++)
@@ -101,11 +108,14 @@ static int route(ff_gpt *g, int l, ff_gpt_moe_acts *a, const float *ln2, int rec
      * the assignments dropped */
     float *st = g->moe_stats;
     memset(st, 0, (size_t)(2 * E + 1) * sizeof(float));
-    for (int64_t t = 0; t < m; t++) {
-        st[a->choice[t * k]] += 1;
-        for (int e = 0; e < E; e++)
-            st[E + e] += a->probs[t * E + e];
+    for (int e = 0; e < E; e++) { /* (the probabilities summed in double) */
+        double p = 0;
+        for (int64_t t = 0; t < m; t++)
+            p += a->probs[t * E + e];
+        st[E + e] = (float)p;
     }
+    for (int64_t t = 0; t < m; t++)
+        st[a->choice[t * k]] += 1;
     st[2 * E] = (float)dropped;
     if ((rc = ff_allreduce(g->grp_zd, st, st, (size_t)(2 * E + 1), NULL)))
         return rc;
@@ -134,10 +144,30 @@ static int route(ff_gpt *g, int l, ff_gpt_moe_acts *a, const float *ln2, int rec
  * their rows packed together, expert by expert, source by source, and the
  * outputs return the same way. */
 
-static int exchange(ff_gpt *g, const float *send, float *recv)
+/* One all-to-all of E blocks of R rows, send to recv. With DTD (duplicate
+ * token dropping, dissertation §7.3.1): the rows are replicated over X, so
+ * X rank x moves only rows [x ch, (x + 1) ch) of each block (ch = R / Gx
+ * rounded up) and the X group all-gathers the pieces: the all-to-all's
+ * bytes fall by Gx, and the same rows arrive. send is overwritten. */
+static int exchange(ff_gpt *g, float *send, float *recv)
 {
-    return ff_alltoall(g->grp_ep, send, recv, (size_t)(g->el * g->moe_R * g->cy),
-                       &g->opt.linear.coll);
+    const int64_t R = g->moe_R, cy = g->cy, E = g->E;
+    if (!g->moe_dtd)
+        return ff_alltoall(g->grp_ep, send, recv, (size_t)(g->el * R * cy), &g->opt.linear.coll);
+    const int64_t ch = g->moe_ch, x0 = (int64_t)g->me.x * ch;
+    for (int64_t b = 0; b < E; b++) /* this rank's piece of each block, packed (in place) */
+        memmove(send + b * ch * cy, send + (b * R + x0) * cy,
+                (size_t)((x0 < R ? (R - x0 < ch ? R - x0 : ch) : 0) * cy) * sizeof(float));
+    int rc =
+        ff_alltoall(g->grp_ep, send, g->moe_recv, (size_t)(g->el * ch * cy), &g->opt.linear.coll);
+    if (rc || (rc = ff_allgather(g->grp_x, g->moe_recv, g->moe_gath, (size_t)(E * ch * cy),
+                                 &g->opt.linear.coll)))
+        return rc;
+    for (int64_t x = 0; x < g->gx; x++)
+        for (int64_t b = 0; b < E && x * ch < R; b++)
+            memcpy(recv + (b * R + x * ch) * cy, g->moe_gath + ((x * E + b) * ch) * cy,
+                   (size_t)((R - x * ch < ch ? R - x * ch : ch) * cy) * sizeof(float));
+    return FF_OK;
 }
 
 /* Between all-to-all blocks (a row of block b at (b R + i)) and the local
@@ -329,4 +359,9 @@ void ff_gpt_moe_stats(const ff_gpt *g, float *aux_loss, float *dropped)
 {
     *aux_loss = g->moe_aux;
     *dropped = g->moe_dropped;
+}
+
+ff_group *ff_gpt_expert_group(const ff_gpt *g, int replicas)
+{
+    return g->E ? (replicas ? g->grp_edp : g->grp_ep) : NULL;
 }

@@ -101,6 +101,31 @@ static void ln_normalize(void *p, int64_t i0, int64_t i1, int th)
     }
 }
 
+static void ln_apply_rows(void *p, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const ln_job *j = p;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *x = j->inp + i * j->cl;
+        float *o = j->out + i * j->cl, mu = j->mean[i], r = j->rstd[i];
+        for (int64_t c = 0; c < j->cl; c++)
+            o[c] = (x[c] - mu) * r * j->w[c] + j->b[c];
+    }
+}
+
+void ff_ln_apply(ff_ctx *ctx, float *out, const float *mean, const float *rstd, const float *inp,
+                 const float *w, const float *b, int64_t m, int64_t cl)
+{
+    ln_job j = {.out = out,
+                .mean = (float *)mean,
+                .rstd = (float *)rstd,
+                .inp = inp,
+                .w = w,
+                .b = b,
+                .cl = cl};
+    ff_team_run(ctx->team, m, ROW_GRAIN, ln_apply_rows, &j);
+}
+
 int ff_ln_forward(ff_group *gy, float *out, float *mean, float *rstd, const float *inp,
                   const float *w, const float *b, int64_t m, int64_t cl, int64_t C)
 {

@@ -16,6 +16,10 @@
  * squared deviations), each one AllReduce_Y of m floats. */
 int ff_ln_forward(ff_group *gy, float *out, float *mean, float *rstd, const float *inp,
                   const float *w, const float *b, int64_t m, int64_t cl, int64_t C);
+/* out = the LayerNorm of inp with the mean and rstd ff_ln_forward left
+ * (local: no communication; the same bits as its forward). */
+void ff_ln_apply(ff_ctx *ctx, float *out, const float *mean, const float *rstd, const float *inp,
+                 const float *w, const float *b, int64_t m, int64_t cl);
 /* dinp += d LayerNorm; dw, db += their gradients. The two row sums of the
  * gradient formula in one AllReduce_Y of 2m floats (scratch:
  * FF_LN_SCRATCH(m, cl): those, and per block of rows its sums of dw, db). */

@@ -1,6 +1,7 @@
 /* The mixture-of-experts feed-forward layer, serial (moe.h; docs/moe.md). */
 #include "moe.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,10 +40,12 @@ void ff_moe_sizes(const ff_moe_shape *s, int64_t sizes[5])
 
 int64_t ff_moe_capacity(const ff_moe_shape *s)
 {
-    /* F k T / E rounded up; a product a rounding above an integer (1.1 x 10
-     * is 11.000000000000002) is that integer */
+    /* F k T / E rounded up; a product a rounding above an integer is that
+     * integer: 1.1 x 10 is 11.000000000000002 in double, and a factor given
+     * as a float (the GPT's) is off by up to 2^-24 of itself (1.2f x 1000
+     * / 8 is 150.000006), so within 4 float epsilons */
     double x = s->factor * s->top_k * (double)s->T / s->E;
-    return (int64_t)ceil(x - 1e-9 * x);
+    return (int64_t)ceil(x - 4 * FLT_EPSILON * x);
 }
 
 int ff_moe_check(const ff_moe_shape *s, char *err, size_t err_len)
@@ -52,9 +55,9 @@ int ff_moe_check(const ff_moe_shape *s, char *err, size_t err_len)
                                FF_MOE_MAX_EXPERTS);
     if (s->top_k < 1 || s->top_k > 2 || s->top_k > s->E)
         return ff_format_error(err, err_len, FF_EINVAL,
-                               "top-%d routing with %d experts: expected top-1 or top-2, at "
+                               "top-%d routing with %d expert%s: expected top-1 or top-2, at "
                                "most the number of experts",
-                               s->top_k, s->E);
+                               s->top_k, s->E, s->E == 1 ? "" : "s");
     if (!(s->factor > 0) || s->factor > 1e6)
         return ff_format_error(err, err_len, FF_EINVAL,
                                "capacity factor %g: expected a number above 0, at most 1e6",

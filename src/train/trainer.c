@@ -310,6 +310,30 @@ static int open_log(ff_trainer *t)
     return ff_ctx_agree(t->ctx, io);
 }
 
+/* The model of init_from: the file's shape. A mixture of experts in the
+ * configuration (model.experts > 0) must have the file's experts and
+ * expert_every, and its top_k, capacity_factor and aux_coef replace the
+ * file's (fine-tuning with another capacity); a dense file does not become
+ * a mixture of experts. Collective; agreed. */
+static int init_shape(ff_trainer *t, ff_gpt_config *shape)
+{
+    const ff_gpt_config *want = &t->cfg.model;
+    int rc = ff_gpt_read_config(t->ctx, t->cfg.init_from, shape);
+    if (rc || want->experts <= 0)
+        return rc;
+    if (shape->experts != want->experts || shape->expert_every != want->expert_every)
+        return ff_ctx_agree(t->ctx,
+                            ff_ctx_set_error(t->ctx, FF_EINVAL,
+                                             "'%s' has %d experts in one block of every %d; the "
+                                             "run asks for %d in one of every %d",
+                                             t->cfg.init_from, shape->experts, shape->expert_every,
+                                             want->experts, want->expert_every));
+    shape->top_k = want->top_k;
+    shape->capacity_factor = want->capacity_factor;
+    shape->aux_coef = want->aux_coef;
+    return FF_OK;
+}
+
 int ff_trainer_create(ff_grid *grid, const ff_trainer_config *cfg, ff_trainer **out)
 {
     *out = NULL;
@@ -333,7 +357,7 @@ int ff_trainer_create(ff_grid *grid, const ff_trainer_config *cfg, ff_trainer **
         rc = open_data(t);
     t->shape = cfg->model;
     if (rc == FF_OK && cfg->init_from)
-        rc = ff_gpt_read_config(ctx, cfg->init_from, &t->shape);
+        rc = init_shape(t, &t->shape);
     if (rc == FF_OK && cfg->seq > t->shape.maxT)
         rc = ff_ctx_agree(ctx, ff_ctx_set_error(ctx, FF_EINVAL,
                                                 "the sequence length %d is longer than the "
