@@ -246,19 +246,24 @@ void ff_group_fini(ff_group *g)
 int ff_group_create(ff_ctx *ctx, MPI_Comm comm, const char *name, ff_group **out)
 {
     *out = NULL;
-    ff_group *g = calloc(1, sizeof *g);
-    if (!g)
-        return ff_set_error(ctx, FF_ENOMEM, "out of memory creating group %s", name);
+    /* the collectives first, whatever happens here, so that a rank out of
+     * memory does not leave its peers in them */
     MPI_Comm dup;
     int rc = MPI_Comm_dup(comm, &dup);
-    if (rc != MPI_SUCCESS) {
-        free(g);
+    if (rc != MPI_SUCCESS)
         return ff_mpi_error(ctx, rc, "MPI_Comm_dup");
+    ff_group *g = calloc(1, sizeof *g);
+    int ok = g != NULL, all_ok = 0;
+    if (g) {
+        ff_group_init(g, ctx, dup, name);
+        ok = ff_group_topo_init(g) == FF_OK;
     }
-    ff_group_init(g, ctx, dup, name);
     /* agreed across the group (collective over comm, not over the context) */
-    int ok = ff_group_topo_init(g) == FF_OK, all_ok = 0;
-    rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, g->comm);
+    rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, dup);
+    if (!g) {
+        MPI_Comm_free(&dup);
+        return ff_set_error(ctx, FF_ENOMEM, "out of memory creating group %s", name);
+    }
     if (rc != MPI_SUCCESS || !all_ok) {
         ff_group_destroy(g);
         if (rc != MPI_SUCCESS)

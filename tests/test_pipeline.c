@@ -53,10 +53,10 @@ enum { STEPS = 2, VARIANTS = 7, UNEVEN = 6, MAX_M = 25, B = 4, T = 8 };
 static ff_gpt_config CFG = {.L = 8, .C = 32, .NH = 4, .V = 100, .Vp = 0, .maxT = 8};
 /* `test_pipeline moe`: the same with 4 experts in every second block, top-2,
  * capacity factor 1 (tokens dropped, 4 per expert and sequence of 8),
- * expert parallelism over D where Gd > 1 divides E, for M = P and 3P + 1
- * and three variants (message-driven, 1F1B with checkpointing, the uneven
- * split) only (time); the planner has no MoE model yet (issue 27), so its
- * traffic is not compared */
+ * expert parallelism over D where Gd > 1 divides E, for M = 3P + 1 only
+ * and four variants (message-driven with and without checkpointing, 1F1B
+ * with checkpointing and CAC, the uneven split) only (time); the planner
+ * has no MoE model yet (issue 27), so its traffic is not compared */
 static const ff_gpt_config CFG_MOE = {.L = 8,
                                       .C = 32,
                                       .NH = 4,
@@ -121,6 +121,7 @@ static void opts_of(int variant, int P, ff_gpt_opts *o)
     ff_gpt_opts_default(o);
     o->pipe.schedule = variant & 1 ? FF_PIPE_1F1B : FF_PIPE_MESSAGE;
     o->checkpoint = variant < 4 && ((variant >> 1) & 1);
+    o->cac = CFG.experts && variant == 3; /* MoE: 1F1B checkpointing with CAC */
     if (variant == 4)
         o->pipe.limit = P / 2;
     if (variant == 5)
@@ -135,7 +136,7 @@ static void opts_of(int variant, int P, ff_gpt_opts *o)
 static const char *variant_name(int v)
 {
     static const char *const names[VARIANTS] = {
-        "message",           "1f1b",         "message ckpt",        "1f1b ckpt",
+        "message",           "1f1b",         "message ckpt",        "1f1b ckpt (MoE: CAC)",
         "message limit P/2", "1f1b limit 1", "message uneven split"};
     return names[v];
 }
@@ -421,6 +422,8 @@ int main(int argc, char **argv)
         for (int P = 2; P <= size && rc == FF_OK; P *= 2) {
             const int Ms[3] = {P, 2 * P, 3 * P + 1};
             for (int i = 0; i < 3 && rc == FF_OK; i++) {
+                if (CFG.experts && i != 2) /* (the MoE run's M = 3P + 1 only) */
+                    continue;
                 ff_gpt_opts o;
                 opts_of(0, 1, &o);
                 if (!ref[Ms[i]].params)
@@ -451,7 +454,7 @@ int main(int argc, char **argv)
             char desc[160];
             ff_grid_describe(grid, desc, sizeof desc);
             for (int mi = 0; mi < 3; mi++) {
-                if (CFG.experts && mi == 1) /* (time: M = P and 3P + 1 suffice) */
+                if (CFG.experts && mi != 2) /* (time: M = 3P + 1 suffices) */
                     continue;
                 const int M = Ms[mi];
                 const result *r0 = &ref[M];
@@ -459,9 +462,10 @@ int main(int argc, char **argv)
                 double w = 0;
                 int n_same = 0;
                 for (int v = 0; v < VARIANTS; v++) {
-                    /* MoE (time): message-driven, 1F1B with checkpointing,
-                     * the uneven split */
-                    if (CFG.experts && v != 0 && v != 3 && v != UNEVEN)
+                    /* MoE (time): message-driven with and without
+                     * checkpointing, 1F1B with checkpointing and CAC, the
+                     * uneven split */
+                    if (CFG.experts && v != 0 && v != 2 && v != 3 && v != UNEVEN)
                         continue;
                     n_same += v != 0 && v != UNEVEN;
                     ff_gpt_opts o;

@@ -102,7 +102,8 @@ case_ "--grid auto: 4 ranks do not split into 3 stages" 1 train $S --data "$D" -
 # mixture of experts (docs/moe.md): options out of range, and dense and MoE
 # checkpoints given to the other kind of model
 M="--experts 4 --expert-every 2"
-case_ "--capacity-factor 0: expected"      2 train $S $M --capacity-factor 0 --data "$D" --out "$WORK/o"
+case_ "--router-top-k 3: expected an integer from 1 to 2" 2 train $S $M --router-top-k 3 --data "$D" --out "$WORK/o"
+case_ "--cac on needs --checkpoint on"     2 train $S --cac on --data "$D" --out "$WORK/o"
 case_ "top-2 routing with 1 expert:"       1 train $S --experts 1 --router-top-k 2 --data "$D" --out "$WORK/o"
 case_ "is a dense model (llm.c v3), the model has 4 experts" 1 train $S $M --data "$D" --out "$WORK/good" --resume
 "$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" train $S $M --data "$D" \

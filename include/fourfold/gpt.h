@@ -190,10 +190,11 @@ typedef struct {
  * ff_gpt_zero_grad (or, after ff_gpt_eval, of its forward), the same on
  * every rank once ff_gpt_finish_grads or ff_gpt_eval returned. */
 void ff_gpt_moe_stats(const ff_gpt *g, float *aux_loss, float *dropped);
-/* The expert group of a mixture of experts (its all-to-alls, counted like
- * the grid's groups' collectives: ff_group_counters), or the experts'
- * replicas (replicas 1: their gradients' all-reduces). NULL for a dense
- * model. */
+/* The expert group of a mixture of experts with expert parallelism (its
+ * all-to-alls, counted like the grid's groups' collectives:
+ * ff_group_counters; NULL without expert parallelism), or with replicas 1
+ * the experts' replicas (their gradients' all-reduces; D without expert
+ * parallelism). NULL for a dense model. */
 ff_group *ff_gpt_expert_group(const ff_gpt *g, int replicas);
 /* A whole step: zero, n_micro micro-batches (tokens/targets hold this
  * rank's sequences of micro-batch u at offset u * count * T), finish,

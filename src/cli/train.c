@@ -357,29 +357,40 @@ static int model_config(const train_opts *o, ff_gpt_config *cfg)
     ff_gpt_config_moe(cfg, moe_preset ? 4 : 0);
     const int moe_opts = o->expert_every > 0 || o->router_top_k > 0 || o->capacity_factor > 0 ||
                          o->aux_coef >= 0 || o->gpt.expert_parallel > 1;
+    int32_t h[13] = {0}; /* --init-from: the checkpoint's header, if it reads */
     if (o->init_from) {
-        /* the checkpoint's experts, and its routing unless given here (read
-         * on every rank; the trainer checks the file properly) */
-        int32_t h[13] = {0};
+        /* its shape, its experts and its routing unless given here (read on
+         * every rank; the trainer checks the file properly) */
         FILE *f = fopen(o->init_from, "rb");
-        if (f && fread(h, sizeof h, 1, f) == 1 && h[0] == FF_GPT_MAGIC_MOE) {
+        int got = f && fread(h, sizeof h, 1, f) == 1;
+        if (f)
+            fclose(f);
+        if (got && h[0] == FF_GPT_MAGIC_MOE) {
             cfg->experts = h[8];
             cfg->expert_every = h[9];
             cfg->top_k = h[10];
             memcpy(&cfg->capacity_factor, &h[11], sizeof(float));
             memcpy(&cfg->aux_coef, &h[12], sizeof(float));
-        } else if (f && h[0] != FF_GPT_MAGIC_MOE && (moe_opts || o->experts > 0)) {
-            fclose(f);
+        }
+        if (got && h[0] != FF_GPT_MAGIC_MOE && (moe_opts || o->experts > 0)) {
             cli_error("--init-from %s is a dense model: the mixture-of-experts options need "
                       "an MoE checkpoint (or no --init-from)",
                       o->init_from);
             return CLI_USAGE;
         }
-        if (f)
-            fclose(f);
+        if (got && h[0] == FF_GPT_MAGIC_MOE && o->experts == 0) {
+            cli_error("--experts 0, but --init-from %s has %d experts", o->init_from, h[8]);
+            return CLI_USAGE;
+        }
+        if (!got)
+            h[0] = 0;
     }
     if (o->experts >= 0)
         cfg->experts = (int)o->experts;
+    if (o->gpt.cac && !o->gpt.checkpoint) {
+        cli_error("--cac on needs --checkpoint on (it changes what checkpointing keeps)");
+        return CLI_USAGE;
+    }
     if (cfg->experts == 0 && moe_opts) {
         cli_error("--expert-every, --router-top-k, --capacity-factor, --aux-loss-coef and "
                   "--expert-parallel need a model with experts (--experts E or --model mini-moe)");
@@ -398,6 +409,9 @@ static int model_config(const train_opts *o, ff_gpt_config *cfg)
     cfg->NH = o->heads ? (int)o->heads : m.heads;
     cfg->V = o->vocab ? (int)o->vocab : (int)m.vocab;
     cfg->maxT = o->max_seq ? (int)o->max_seq : m.max_seq ? (int)m.max_seq : (int)o->seq;
+    if (h[0] == 20240326 || h[0] == FF_GPT_MAGIC_MOE) /* --init-from: the file's shape */
+        cfg->maxT = h[2], cfg->V = h[3], cfg->L = h[4], cfg->NH = h[5], cfg->C = h[6],
+        cfg->Vp = h[7];
     if (o->seq > cfg->maxT) {
         cli_error("--seq %ld is longer than the model's %d positions", o->seq, cfg->maxT);
         return CLI_USAGE;

@@ -280,7 +280,8 @@ int ff_gemm_run(ff_gemm *g, const char *name, int trans_a, int trans_b, int64_t 
         tuned_shape *s = find_shape(g, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k);
         /* beyond FF_GEMM_TUNE_MAX_SHAPES shapes (an expert's rows change
          * with the routing, docs/moe.md) new ones run direct: the same bits
-         * as a tuned mode, which must equal it */
+         * as a tuned mode, which must equal it (but for the transposed
+         * product, admitted under FF_GEMM_TUNE_ALL) */
         if (!s && g->n_shapes < FF_GEMM_TUNE_MAX_SHAPES)
             rc = tune_shape(g, name, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k, a, lda, b, ldb, &s);
         if (rc == FF_OK && s) {

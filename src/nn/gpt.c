@@ -604,12 +604,13 @@ static int expert_groups(ff_gpt *g)
         MPI_Comm_free(&ep);
         return ff_set_error(g->ctx, FF_EMPI, "MPI_Comm_split (the experts' replicas) failed");
     }
+    /* both, whatever the first gave (their collectives are over different
+     * ranks), then agreed */
     int rc = ff_group_create(g->ctx, ep, "EP", &g->grp_ep);
-    if (rc == FF_OK)
-        rc = ff_group_create(g->ctx, edp, "EDP", &g->grp_edp);
+    int rc2 = ff_group_create(g->ctx, edp, "EDP", &g->grp_edp);
     MPI_Comm_free(&ep);
     MPI_Comm_free(&edp);
-    return rc;
+    return ff_ctx_agree(g->ctx, rc ? rc : rc2);
 }
 
 static int gpt_create_local(ff_gpt *g)
@@ -803,7 +804,7 @@ void ff_gpt_destroy(ff_gpt *g)
     free(g->is_moe), free(g->layer0), free(g->router_rows);
     free(g->bucket_off), free(g->bucket_len), free(g->bucket_req);
     free(g->ebucket_off), free(g->ebucket_len), free(g->ebucket_req);
-    if (g->grp_ep) /* (created with expert parallelism only) */
+    if (g->ge > 1) /* (created with expert parallelism only) */
         ff_group_destroy(g->grp_ep), ff_group_destroy(g->grp_edp);
     for (int p = 0; p < 4; p++)
         free(g->progs[p]);

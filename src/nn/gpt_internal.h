@@ -125,11 +125,12 @@ struct ff_gpt {
      * 1..nb once (ff_gpt_resid) */
     float *resid;
     ff_gpt_acts *acts;
-    int n_own;     /* blocks without checkpointing: each has a set per activation slot */
+    int n_own;     /* blocks with a set of their own per activation slot: those without
+                      checkpointing, and under CAC those with it */
     int n_sets;    /* act_slots * n_own, and one more (shared) if any block checkpoints */
     int act_slots; /* n_slots, or 1 on the last stage (its backward follows at once) */
     int *ckpt;     /* block l recomputes its forward before its backward */
-    int *set_of;   /* block l's set among the n_own (or n_own for the shared one) */
+    int *set_of;   /* block l's set among the n_own, or -1: the shared one */
     float *grad_in, *grad_out;       /* n_slots x (m, C/Gy): gradients from / to the neighbours */
     double pipe_idle_s, pipe_busy_s; /* ff_gpt_pipeline_times */
     uint64_t n_straggles;            /* the jittered straggler's draws */

@@ -136,7 +136,7 @@ static int route(ff_gpt *g, int l, ff_gpt_moe_acts *a, const float *ln2, int rec
 /* ---- expert parallelism ----------------------------------------------------
  * The ge ranks of an expert group (EP) hold el = E / ge experts each. A
  * rank sends each expert's rows to the expert's rank in a block of R rows
- * (R = B/(Gz Gd) sequences times the capacity: no expert takes more of
+ * (R = B/(Gz Gd) sequences times min(capacity, T): no expert takes more of
  * them), whatever the count, so every all-to-all has one size: send block e
  * (e R rows on) goes to rank e / el as its local expert e mod el, and the
  * block from source j for local expert le arrives at (j el + le) R. The
