@@ -698,6 +698,53 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
     ff_grid_destroy(grid);
 }
 
+enum { NG = FF_GROUP_ZD + 2 }; /* the groups a step is recorded on: X, Y, Z, D, ZD, experts */
+
+typedef struct {
+    ff_counters cnt[NG][FF_NCOLL + 1]; /* every collective of every group */
+    size_t act;                        /* activation bytes (rank's own) */
+    float *grads;                      /* canonical, rank 0 only */
+} step_record;
+
+/* One step (MICRO micro-batches) of a fresh model with options o: the
+ * counters of every group (reset before), the activation memory, and the
+ * gradients gathered to rank 0 (freed by the caller). */
+static int record_step(ff_grid *grid, const test_config *tc, const ff_gpt_opts *o, step_record *s)
+{
+    memset(s, 0, sizeof *s);
+    ff_gpt *g = NULL;
+    int32_t *tok = NULL, *tgt = NULL;
+    int rc = ff_gpt_create(grid, &tc->cfg, o, tc->B, tc->T, &g);
+    if (rc == FF_OK) {
+        local_batch(tc, g, 1, MICRO, &tok, &tgt);
+        rc = ff_gpt_init(g, 1234);
+    }
+    ff_group *groups[NG];
+    for (int k = 0; k < NG; k++)
+        groups[k] = k < NG - 1 ? ff_grid_group(grid, (ff_group_kind)k)
+                    : g        ? ff_gpt_expert_group(g, 0)
+                               : NULL;
+    for (int k = 0; k < NG; k++)
+        if (groups[k])
+            ff_group_counters_reset(groups[k]);
+    float loss;
+    if (rc == FF_OK)
+        rc = ff_gpt_grads(g, tok, tgt, MICRO, &loss);
+    for (int k = 0; k < NG; k++)
+        for (int c = 0; c <= FF_NCOLL && groups[k]; c++)
+            s->cnt[k][c] = ff_group_counters(groups[k], (ff_coll)c);
+    if (g) {
+        ff_gpt_memory mem;
+        ff_gpt_memory_report(g, &mem);
+        s->act = mem.activations;
+    }
+    s->grads = gather_new(g, FF_GPT_GRADS, ff_ctx_rank(ff_grid_ctx(grid)) == 0, &rc);
+    free(tok);
+    free(tgt);
+    ff_gpt_destroy(g);
+    return rc;
+}
+
 /* DTD (duplicate token dropping, docs/moe.md) on a grid with Gx > 1 and
  * expert parallelism ge: one step's gradients with it on and off, bitwise
  * equal; the expert group's all-to-all bytes and the X group's all-gathers
@@ -722,28 +769,12 @@ static void check_dtd(ff_ctx *ctx, ff_dims shape, int ge, const test_config *tc,
         ff_gpt_opts_default(&o);
         o.expert_parallel = ge;
         o.dtd = on;
-        ff_gpt *g = NULL;
-        int rc = ff_gpt_create(grid, &tc->cfg, &o, tc->B, tc->T, &g);
-        int32_t *tok = NULL, *tgt = NULL;
-        if (rc == FF_OK) {
-            local_batch(tc, g, 1, MICRO, &tok, &tgt);
-            rc = ff_gpt_init(g, 1234);
-        }
-        ff_group *ep = rc == FF_OK ? ff_gpt_expert_group(g, 0) : NULL;
-        ff_group *gx = ff_grid_group(grid, FF_GROUP_X);
-        if (rc == FF_OK) {
-            ff_group_counters_reset(ep);
-            ff_group_counters_reset(gx);
-            float loss;
-            rc = ff_gpt_grads(g, tok, tgt, MICRO, &loss);
-            a2a[on] = ff_group_counters(ep, FF_COLL_ALLTOALL);
-            ag[on] = ff_group_counters(gx, FF_COLL_ALLGATHER);
-        }
-        grads[on] = gather_new(g, FF_GPT_GRADS, root, &rc);
+        step_record s;
+        int rc = record_step(grid, tc, &o, &s);
+        a2a[on] = s.cnt[NG - 1][FF_COLL_ALLTOALL];
+        ag[on] = s.cnt[FF_GROUP_X][FF_COLL_ALLGATHER];
+        grads[on] = s.grads;
         CHECK(rc == FF_OK, "DTD %s: %s", on ? "on" : "off", ff_ctx_error(ctx));
-        free(tok);
-        free(tgt);
-        ff_gpt_destroy(g);
         if (rc)
             break;
     }
@@ -799,11 +830,8 @@ static void check_cac(ff_ctx *ctx, ff_dims shape, int ge, const test_config *tc,
         CHECK(0, "grid: %s", ff_ctx_error(ctx));
         return;
     }
-    enum { NG = FF_GROUP_ZD + 2 }; /* X, Y, Z, D, ZD and the expert group */
-    ff_counters cnt[3][NG][FF_NCOLL + 1];
+    step_record rec[3];
     float *grads[3] = {NULL, NULL, NULL};
-    size_t act[3] = {0, 0, 0};
-    const int root = ff_ctx_rank(ctx) == 0;
     int rc = FF_OK;
     for (int v = 0; v < 3 && rc == FF_OK; v++) {
         ff_gpt_opts o;
@@ -811,43 +839,16 @@ static void check_cac(ff_ctx *ctx, ff_dims shape, int ge, const test_config *tc,
         o.checkpoint = v > 0;
         o.cac = v == 2;
         o.expert_parallel = ge;
-        ff_gpt *g = NULL;
-        int32_t *tok = NULL, *tgt = NULL;
-        rc = ff_gpt_create(grid, &tc->cfg, &o, tc->B, tc->T, &g);
-        if (rc == FF_OK) {
-            local_batch(tc, g, 1, MICRO, &tok, &tgt);
-            rc = ff_gpt_init(g, 1234);
-        }
-        ff_group *groups[NG];
-        for (int k = 0; k < NG; k++)
-            groups[k] = k < NG - 1 ? ff_grid_group(grid, (ff_group_kind)k)
-                        : g        ? ff_gpt_expert_group(g, 0)
-                                   : NULL;
-        for (int k = 0; k < NG; k++)
-            if (groups[k])
-                ff_group_counters_reset(groups[k]);
-        float loss;
-        if (rc == FF_OK)
-            rc = ff_gpt_grads(g, tok, tgt, MICRO, &loss);
-        for (int k = 0; k < NG; k++)
-            for (int c = 0; c <= FF_NCOLL; c++)
-                cnt[v][k][c] = groups[k] ? ff_group_counters(groups[k], (ff_coll)c)
-                                         : (ff_counters){0, 0, 0, 0, 0};
-        if (g) {
-            ff_gpt_memory mem;
-            ff_gpt_memory_report(g, &mem);
-            act[v] = mem.activations;
-        }
-        grads[v] = gather_new(g, FF_GPT_GRADS, root, &rc);
+        rc = record_step(grid, tc, &o, &rec[v]);
+        grads[v] = rec[v].grads;
         CHECK(rc == FF_OK, "CAC variant %d: %s", v, ff_ctx_error(ctx));
-        free(tok);
-        free(tgt);
-        ff_gpt_destroy(g);
     }
+    const int root = ff_ctx_rank(ctx) == 0;
     int equal = 1, more = 0;
     for (int k = 0; rc == FF_OK && k < NG; k++)
         for (int c = 0; c <= FF_NCOLL; c++) {
-            const ff_counters *a = &cnt[0][k][c], *b = &cnt[1][k][c], *x = &cnt[2][k][c];
+            const ff_counters *a = &rec[0].cnt[k][c], *b = &rec[1].cnt[k][c],
+                              *x = &rec[2].cnt[k][c];
             equal &= a->calls == x->calls && a->bytes_sent == x->bytes_sent &&
                      a->bytes_recv == x->bytes_recv;
             more |= b->calls > a->calls;
@@ -865,8 +866,8 @@ static void check_cac(ff_ctx *ctx, ff_dims shape, int ge, const test_config *tc,
         printf("  CAC %dx%dx%dx%d, expert parallelism %d: the counters of every group equal "
                "those without checkpointing; gradients bitwise equal; activations %.2f MiB "
                "without checkpointing, %.2f with, %.2f with CAC (rank 0)\n",
-               shape.x, shape.y, shape.z, shape.d, ge, act[0] / 1048576.0, act[1] / 1048576.0,
-               act[2] / 1048576.0);
+               shape.x, shape.y, shape.z, shape.d, ge, rec[0].act / 1048576.0,
+               rec[1].act / 1048576.0, rec[2].act / 1048576.0);
     }
     for (int v = 0; v < 3; v++)
         free(grads[v]);
