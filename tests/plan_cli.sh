@@ -192,6 +192,49 @@ if command -v python3 > /dev/null; then
         "$WORK/pipe.json" || fail "--stages 4 --json: not 4 grids of 2 ranks with their messages"
 fi
 
+# a mixture of experts (issue 27): bad input, grids x expert parallelism
+# ranked (every Ge dividing Gd and E), one grid with its expert groups
+bad 2 "need a model with experts"                  --model mini --ranks 8 --expert-parallel 2
+bad 2 "top-2 routing with 1 experts"               --model mini --experts 1 --router-top-k 2
+bad 2 "--capacity-factor 0: expected a number above 0" --model mini-moe --capacity-factor 0
+bad 2 "the planner does not model a mixture of experts with pipeline stages" \
+    --model mini-moe --ranks 4 --stages 2
+bad 2 "a mixture of experts needs the full cost model" --model mini-moe --ranks 4 --cost paper
+bad 2 "--dtd maybe: expected on or off"            --model mini-moe --dtd maybe
+MOE="--model mini-moe --ranks 8 --batch 16 --seq 128"
+"$FF" plan $MOE --top 100 --rejected > "$WORK/moe" 2> "$WORK/err" ||
+    fail "plan mini-moe: exit $?: $(cat "$WORK/err")"
+# every grid with Ge = 1, those with Gd = 2 or 4 also with Ge = 2, those with
+# Gd = 4 with Ge = 4; none with 8 (E = 4)
+grep -q "^experts: 4 in every 2nd block, top-1, capacity factor 1.25; expert parallelism auto" \
+    "$WORK/moe" || fail "plan mini-moe: no experts line"
+for ge in 1 2 4; do
+    grep -qE "^ +[0-9]+ [0-9x]+ EP$ge " "$WORK/moe" || fail "plan mini-moe: no row with EP$ge"
+done
+grep -qE " EP8 " "$WORK/moe" && fail "plan mini-moe: Ge = 8 does not divide 4 experts"
+"$FF" plan $MOE --grid 2x1x1x4 --expert-parallel 4 > "$WORK/moe1" 2> "$WORK/err" ||
+    fail "plan mini-moe --grid: exit $?: $(cat "$WORK/err")"
+grep -q "expert parallelism 4 (1 expert per rank)" "$WORK/moe1" || fail "--grid: no expert line"
+grep -qE "^  EP +all-to-all " "$WORK/moe1" || fail "--grid 2x1x1x4 EP4: no EP all-to-all row"
+grep -qE "^  X +all-gather " "$WORK/moe1" || fail "--grid 2x1x1x4 EP4: no DTD all-gather over X"
+"$FF" plan $MOE --grid 2x1x1x4 --expert-parallel 3 > "$WORK/moe3" || fail "--expert-parallel 3: exit $?"
+grep -q "rejected: expert parallelism 3 does not divide Gd = 4" "$WORK/moe3" ||
+    fail "--expert-parallel 3 on Gd = 4: $(tail -1 "$WORK/moe3")"
+# DTD on Gx = 2: each all-to-all of tokens carries half the rows (the 2 MoE
+# blocks' 2 count exchanges of 1 float to 3 ranks, 24 B, are the same)
+if command -v python3 > /dev/null; then
+    for dtd in on off; do
+        "$FF" plan $MOE --grid 2x1x1x4 --expert-parallel 4 --dtd $dtd --json > "$WORK/dtd-$dtd.json" ||
+            fail "--dtd $dtd --json: exit $?"
+    done
+    python3 -c 'import json,sys
+def a2a(f): return [c["bytes_sent"] for c in json.load(open(f))["grids"][0]["collectives"] if c["group"] == "EP" and c["collective"] == "alltoall"][0]
+on, off = a2a(sys.argv[1]), a2a(sys.argv[2])
+assert off - 24 == 2 * (on - 24), (on, off)
+print("ok  DTD on Gx = 2: EP all-to-all %d B sent, without %d B" % (on, off))' \
+        "$WORK/dtd-on.json" "$WORK/dtd-off.json" || fail "--dtd: the all-to-all bytes do not halve"
+fi
+
 # --explain: the first choice's time budget, whose parts add up to the step
 "$FF" plan --model tiny --ranks 4 --batch 8 --seq 64 --explain > "$WORK/explain" 2> "$WORK/err" ||
     fail "plan --explain: exit $?: $(cat "$WORK/err")"

@@ -243,7 +243,7 @@ static void test_match(void)
     /* the planner takes a plan for its model and grid only */
     ff_plan_config cfg;
     ff_plan_config_default(&cfg);
-    cfg.model = (ff_model){"t", 3, 4, 64, 500, 0};
+    cfg.model = (ff_model){.name = "t", .layers = 3, .heads = 4, .hidden = 64, .vocab = 500};
     cfg.batch = 16, cfg.seq = 32;
     cfg.layers = &p;
     ff_plan_result r;
@@ -252,7 +252,7 @@ static void test_match(void)
     rc = ff_plan_evaluate(&cfg, (ff_dims){1, 1, 2, 4}, &r, err, sizeof err);
     CHECK(rc == FF_EINVAL && strstr(err, "grid 2x1x2x2; this run has grid 1x1x2x4"),
           "evaluate on another grid: %d %s", rc, err);
-    ff_plan_coll t[FF_NGROUPS][FF_NCOLL];
+    ff_plan_coll t[FF_PLAN_NGROUPS][FF_NCOLL];
     rc = ff_plan_traffic(&cfg, (ff_dims){1, 1, 2, 4}, (ff_dims){0, 0, 0, 0}, t, err, sizeof err);
     CHECK(rc == FF_EINVAL, "traffic on another grid: %d %s", rc, err);
     cfg.ranks = 8;
@@ -356,7 +356,8 @@ static void test_uniform(void)
         for (size_t vi = 0; vi < sizeof v / sizeof v[0]; vi++) {
             ff_plan_config cfg;
             ff_plan_config_default(&cfg);
-            cfg.model = (ff_model){"small", 3, 2, 16, 100, 0};
+            cfg.model =
+                (ff_model){.name = "small", .layers = 3, .heads = 2, .hidden = 16, .vocab = 100};
             cfg.batch = 8, cfg.seq = 4;
             ff_profile_preset("perlmutter", &cfg.machine, NULL, 0);
             cfg.machine.ranks_per_node = 4;
@@ -379,7 +380,7 @@ static void test_uniform(void)
             /* the traffic of every rank */
             for (int rank = 0; rank < g.x * g.y * g.z * g.d; rank++) {
                 ff_dims c = ff_grid_coords_of(g, rank);
-                ff_plan_coll t0[FF_NGROUPS][FF_NCOLL], t1[FF_NGROUPS][FF_NCOLL];
+                ff_plan_coll t0[FF_PLAN_NGROUPS][FF_NCOLL], t1[FF_PLAN_NGROUPS][FF_NCOLL];
                 cfg.layers = NULL;
                 ff_plan_traffic(&cfg, g, c, t0, err, sizeof err);
                 cfg.layers = &p;
@@ -395,7 +396,7 @@ static void test_uniform(void)
      * defaults (every overlap, every layer cached, fp32) */
     ff_plan_config cfg;
     ff_plan_config_default(&cfg);
-    cfg.model = (ff_model){"small", 3, 2, 16, 100, 0};
+    cfg.model = (ff_model){.name = "small", .layers = 3, .heads = 2, .hidden = 16, .vocab = 100};
     cfg.batch = 8, cfg.seq = 4, cfg.checkpoint = 0;
     ff_layer_opts o;
     ff_layer_opts_default(&o);
@@ -461,7 +462,7 @@ static void test_traffic(void)
      * of 9 rows (3 sequences of 3 tokens): k = 4 cuts them 2, 2, 2, 3 */
     ff_plan_config cfg;
     ff_plan_config_default(&cfg);
-    cfg.model = (ff_model){"small", 2, 2, 12, 100, 0};
+    cfg.model = (ff_model){.name = "small", .layers = 2, .heads = 2, .hidden = 12, .vocab = 100};
     cfg.seq = 3;
     cfg.checkpoint = 1, cfg.ag_cache = 0;
     cfg.panel_rows = 1; /* chunks of whole rows: chunk i is [rows i/k, rows (i+1)/k) */
@@ -489,7 +490,7 @@ static void test_traffic(void)
                     p.blocks[l].layer[i].decompose = k;
             for (int rank = 0; rank < 6; rank++) {
                 ff_dims c = ff_grid_coords_of(g, rank);
-                ff_plan_coll t0[FF_NGROUPS][FF_NCOLL], tk[FF_NGROUPS][FF_NCOLL];
+                ff_plan_coll t0[FF_PLAN_NGROUPS][FF_NCOLL], tk[FF_PLAN_NGROUPS][FF_NCOLL];
                 cfg.layers = NULL;
                 ff_plan_traffic(&cfg, g, c, t0, err, sizeof err);
                 cfg.layers = &p;
@@ -680,7 +681,7 @@ static void test_sign(void)
      * at most the layer's GEMMs and elementwise work: over the step, the
      * change is at least 2 alpha x (the extra calls) - (the uniform
      * step's GEMM and elementwise time). */
-    cfg.model = (ff_model){"tiny", 2, 2, 16, 100, 0};
+    cfg.model = (ff_model){.name = "tiny", .layers = 2, .heads = 2, .hidden = 16, .vocab = 100};
     cfg.batch = 2, cfg.seq = 8;
     bare_machine(&cfg.machine, 2);
     cfg.machine.alpha_intra_s = 1e-3;
@@ -713,7 +714,7 @@ static void test_sign(void)
      * backward of QKV, MLP up and the LM head) and a GEMM whose product
      * stays local (the other use); the difference is the sum of the
      * formulas above. */
-    cfg.model = (ff_model){"large", 2, 8, 1024, 1000, 0};
+    cfg.model = (ff_model){.name = "large", .layers = 2, .heads = 8, .hidden = 1024, .vocab = 1000};
     cfg.batch = 8, cfg.seq = 512;
     bare_machine(&cfg.machine, 1);
     const ff_profile *mp = &cfg.machine;
@@ -757,7 +758,7 @@ static void test_search(void)
     ff_plan_config cfg;
     char err[256];
     ff_plan_config_default(&cfg);
-    cfg.model = (ff_model){"small", 2, 4, 256, 1000, 0};
+    cfg.model = (ff_model){.name = "small", .layers = 2, .heads = 4, .hidden = 256, .vocab = 1000};
     cfg.batch = 4, cfg.seq = 64;
     cfg.panel_rows = 1; /* 256 rows: one default panel, which no chunking could cut */
     bare_machine(&cfg.machine, 2);

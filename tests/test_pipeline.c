@@ -156,7 +156,7 @@ static int planned_bytes_match(ff_grid *grid, const ff_gpt_opts *o, int M, char 
     pc.batch = (int64_t)B * M, pc.seq = T, pc.micro_batches = M;
     pc.checkpoint = o->checkpoint, pc.ag_cache = CFG.L; /* the model's default: every layer */
     pc.stages = ff_grid_stages(grid), pc.stage_layers = o->pipe.stage_layers;
-    ff_plan_coll want[FF_NGROUPS][FF_NCOLL], want_p2p;
+    ff_plan_coll want[FF_PLAN_NGROUPS][FF_NCOLL], want_p2p;
     char err[256];
     if (ff_plan_traffic_stage(&pc, ff_grid_shape(grid), ff_grid_coords(grid), ff_grid_stage(grid),
                               want, &want_p2p, err, sizeof err)) {

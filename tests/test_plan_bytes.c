@@ -65,8 +65,8 @@ static void add_block(expect *e, long count, int p)
     e->calls++, e->sent += (p - 1) * count, e->recv += (p - 1) * count;
 }
 
-static void compare(const char *label, ff_plan_coll got[FF_NGROUPS][FF_NCOLL],
-                    expect want[FF_NGROUPS][FF_NCOLL])
+static void compare(const char *label, ff_plan_coll got[FF_PLAN_NGROUPS][FF_NCOLL],
+                    expect want[FF_PLAN_NGROUPS][FF_NCOLL])
 {
     static const char *const g[FF_NGROUPS] = {"X", "Y", "Z", "D", "ZD", "TP", "WORLD"};
     static const char *const c[FF_NCOLL] = {"AG", "RS", "AR", "A2A"};
@@ -248,9 +248,9 @@ static void expect_data_whole(expect w[FF_NGROUPS][FF_NCOLL], int gd, int d)
 }
 
 static void run(const char *label, const ff_plan_config *cfg, ff_dims g, ff_dims c,
-                expect want[FF_NGROUPS][FF_NCOLL])
+                expect want[FF_PLAN_NGROUPS][FF_NCOLL])
 {
-    ff_plan_coll got[FF_NGROUPS][FF_NCOLL];
+    ff_plan_coll got[FF_PLAN_NGROUPS][FF_NCOLL];
     char err[256];
     int rc = ff_plan_traffic(cfg, g, c, got, err, sizeof err);
     CHECK(rc == FF_OK, "%s: %s", label, err);
@@ -261,7 +261,7 @@ static void run(const char *label, const ff_plan_config *cfg, ff_dims g, ff_dims
 static void test_traffic(void)
 {
     ff_plan_config cfg;
-    expect want[FF_NGROUPS][FF_NCOLL];
+    expect want[FF_PLAN_NGROUPS][FF_NCOLL];
     base_config(&cfg);
     ff_dims g = {2, 2, 2, 1};
     ff_dims ranks[3] = {{0, 0, 0, 0}, {1, 0, 1, 0}, {1, 1, 1, 0}};
@@ -318,7 +318,7 @@ static void test_traffic(void)
         ff_plan_config c4;
         base_config(&c4);
         c4.model.heads = 4;
-        ff_plan_coll got[FF_NGROUPS][FF_NCOLL];
+        ff_plan_coll got[FF_PLAN_NGROUPS][FF_NCOLL];
         char err[256];
         int rc = ff_plan_traffic(&c4, (ff_dims){4, 1, 1, 1}, (ff_dims){2, 0, 0, 0}, got, err,
                                  sizeof err);
@@ -359,7 +359,7 @@ static void test_rec_whole(void)
 {
     printf("rec-whole predicted where the collective layer picks it\n");
     ff_plan_config cfg;
-    expect want[FF_NGROUPS][FF_NCOLL];
+    expect want[FF_PLAN_NGROUPS][FF_NCOLL];
     base_config(&cfg);
     cfg.coll.alpha_intra_s = 0, cfg.coll.beta_intra_Bps = 5e8;
     cfg.coll.alpha_inter_s = 1e-6, cfg.coll.beta_inter_Bps = 5e8;
@@ -484,7 +484,7 @@ static void test_rejections(void)
               strstr(err, "unknown model 'gpt-99b'"),
           "unknown preset: '%s'", err);
     base_config(&cfg);
-    ff_plan_coll traffic[FF_NGROUPS][FF_NCOLL];
+    ff_plan_coll traffic[FF_PLAN_NGROUPS][FF_NCOLL];
     CHECK(ff_plan_traffic(&cfg, (ff_dims){3, 1, 1, 1}, (ff_dims){0, 0, 0, 0}, traffic, err,
                           sizeof err) == FF_EDIVIDE &&
               strstr(err, "does not divide"),
@@ -569,8 +569,101 @@ static void test_memory(void)
           r.mem_total, all);
 }
 
+/* A mixture of experts: the small model with E = 4 experts in block 1 (of
+ * 2), top-1, capacity factor 1.25 (ceil(1.25 * 3 / 4) = 1 token per expert
+ * and sequence), on 1x1x1x4 (one sequence per rank), by hand:
+ *   Z-sharded: wte 128*8 = 1024, block 0 12*64 = 768, block 1's attention
+ *     4*64 = 256 and its el = E/Ge experts' 8*64 = 512 each;
+ *   others: block 0 104 (above), block 1 5*8 + 3*8 (no MLP biases) + the
+ *     router 4*8 = 96, the experts' biases el*(8 + 32), the final LayerNorm
+ *     16, 3 positions 24;
+ *   Ge = 4 (el 1): 1024 + 768 + 256 + 512 + 104 + 96 + 40 + 16 + 24 = 2840
+ *     parameters, 4 B each for values and gradients, 8 for AdamW; Ge = 1
+ *     (el 4): + 3*512 + 3*40 = 4496, which is also the whole model's count
+ *     (ff_model_params), and with top-1 the 6 N of the FLOPs counts one
+ *     expert: 4496 - 24 - 3*552 = 2816 (ff_model_matmul_params).
+ *   Traffic of rank 0 with Ge = 4: R = 1 row per block of the all-to-all,
+ *     C = 8 columns: per exchange (4 - 1) * 8 floats = 96 B each way; the
+ *     forward sends the counts (3 * 1 float = 12 B) and exchanges twice,
+ *     the backward twice: 5 calls, 396 B. D: the wte bucket and each
+ *     block's (the experts' go over EDP, of one rank here): 3 calls; with
+ *     Ge = 1 also block 1's experts' bucket and their biases over D: 5. */
+static void test_moe(void)
+{
+    ff_plan_config cfg;
+    ff_plan_result r;
+    char err[256];
+    base_config(&cfg);
+    ff_model_moe(&cfg.model, 4);
+    CHECK(ff_model_params(&cfg.model, 3) == 4496 && ff_model_matmul_params(&cfg.model) == 2816,
+          "MoE parameters %lld, in the FLOPs %lld; by hand 4496, 2816",
+          (long long)ff_model_params(&cfg.model, 3), (long long)ff_model_matmul_params(&cfg.model));
+    const ff_dims g = {1, 1, 1, 4};
+    const struct {
+        int ge;
+        double params;
+        uint64_t d_calls;
+    } want[] = {{4, 2840, 3}, {1, 4496, 5}};
+    for (int i = 0; i < 2; i++) {
+        cfg.expert_parallel = want[i].ge;
+        int rc = ff_plan_evaluate(&cfg, g, &r, err, sizeof err);
+        CHECK(rc == FF_OK && !r.rejected, "MoE Ge %d: %s %s", want[i].ge, err, r.reason);
+        printf("MoE on 1x1x1x4, Ge %d: parameters %.0f B (hand %.0f)\n", want[i].ge, r.mem_params,
+               4 * want[i].params);
+        CHECK(r.mem_params == 4 * want[i].params && r.mem_grads == 4 * want[i].params &&
+                  r.mem_optimizer == 8 * want[i].params && r.expert_parallel == want[i].ge,
+              "MoE Ge %d: params %g grads %g opt %g", want[i].ge, r.mem_params, r.mem_grads,
+              r.mem_optimizer);
+        ff_plan_coll t[FF_PLAN_NGROUPS][FF_NCOLL];
+        rc = ff_plan_traffic(&cfg, g, (ff_dims){0, 0, 0, 0}, t, err, sizeof err);
+        const ff_plan_coll *a2a = &t[FF_PLAN_GROUP_EP][FF_COLL_ALLTOALL];
+        const ff_plan_coll *d = &t[FF_GROUP_D][FF_COLL_ALLREDUCE];
+        uint64_t a2a_calls = want[i].ge == 4 ? 5 : 0, a2a_bytes = want[i].ge == 4 ? 396 : 0;
+        printf("  EP all-to-all %llu calls %llu B (hand %llu, %llu); D all-reduce %llu calls "
+               "(hand %llu)\n",
+               (unsigned long long)a2a->calls, (unsigned long long)a2a->bytes_sent,
+               (unsigned long long)a2a_calls, (unsigned long long)a2a_bytes,
+               (unsigned long long)d->calls, (unsigned long long)want[i].d_calls);
+        CHECK(rc == FF_OK && a2a->calls == a2a_calls && a2a->bytes_sent == a2a_bytes &&
+                  a2a->bytes_recv == a2a_bytes && d->calls == want[i].d_calls &&
+                  t[FF_PLAN_GROUP_EDP][FF_COLL_ALLREDUCE].calls == 0,
+              "MoE Ge %d traffic: %s", want[i].ge, err);
+    }
+    /* CAC keeps what the checkpointed blocks' collectives produced: more
+     * activations than checkpointing alone, fewer than none (each block's
+     * LayerNorm outputs, attention and GELU are recomputed, one set) */
+    double act[3];
+    for (int i = 0; i < 3; i++) {
+        cfg.checkpoint = i > 0, cfg.cac = i == 2;
+        ff_plan_evaluate(&cfg, g, &r, err, sizeof err);
+        act[i] = r.mem_activations;
+    }
+    printf("MoE activations: no checkpointing %.0f B, checkpointing %.0f B, with CAC %.0f B\n",
+           act[0], act[1], act[2]);
+    CHECK(act[1] < act[2] && act[2] < act[0], "CAC's activations %g, not between %g and %g", act[2],
+          act[1], act[0]);
+    cfg.checkpoint = FF_PLAN_AUTO, cfg.cac = 0;
+    /* refusals */
+    cfg.expert_parallel = 3;
+    ff_plan_evaluate(&cfg, g, &r, err, sizeof err);
+    CHECK(r.rejected && strstr(r.reason, "expert parallelism 3 does not divide Gd = 4") &&
+              strstr(r.reason, "does not divide the 4 experts"),
+          "Ge 3: '%s'", r.reason);
+    cfg.expert_parallel = 2;
+    cfg.stages = 2;
+    CHECK(ff_plan_evaluate(&cfg, g, &r, err, sizeof err) == FF_EINVAL &&
+              strstr(err, "pipeline stages"),
+          "MoE with stages: '%s'", err);
+    cfg.stages = 1;
+    cfg.model.experts = 0;
+    CHECK(ff_plan_evaluate(&cfg, g, &r, err, sizeof err) == FF_EINVAL &&
+              strstr(err, "needs a model with experts"),
+          "Ge 2 without experts: '%s'", err);
+}
+
 int main(void)
 {
+    test_moe();
     test_traffic();
     test_rec_whole();
     test_rejections();

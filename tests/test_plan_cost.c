@@ -366,8 +366,8 @@ static void test_cmm_timeline(void)
     cfg.machine.ranks_per_node = 1;
     cfg.machine.gemm_half_dim = 0;
     const ff_dims g = {1, 1, 4, 1};
-    ff_plan_link link[FF_NGROUPS];
-    plan_links(&cfg.machine, g, 0, link);
+    ff_plan_link link[FF_PLAN_NGROUPS];
+    plan_links(&cfg.machine, g, 1, 0, link);
     const ff_plan_link *z = &link[FF_GROUP_Z];
     const double rate = 1e10, t = 3 * (z->alpha_s + 4.0 * (1 << 16) / z->beta_Bps); /* the ring */
     for (int c = 0; c < 2; c++) {
@@ -417,7 +417,7 @@ static void test_bf16_mixed(void)
           "gradients %g (%g), moments %g (%g)",
           b.mem_activations, f.mem_activations, b.mem_weight_buffers, f.mem_weight_buffers,
           b.mem_params, f.mem_params, b.mem_grads, f.mem_grads, b.mem_optimizer, f.mem_optimizer);
-    ff_plan_coll tb[FF_NGROUPS][FF_NCOLL], tw[FF_NGROUPS][FF_NCOLL];
+    ff_plan_coll tb[FF_PLAN_NGROUPS][FF_NCOLL], tw[FF_PLAN_NGROUPS][FF_NCOLL];
     CHECK(ff_plan_traffic(&cfg, g, at, tb, err, sizeof err) == FF_OK, "%s", err);
     cfg.precision = FF_PLAN_FP32;
     cfg.wire_bytes = 2;

@@ -143,7 +143,7 @@ static void test_evaluate(void)
                 CHECK(rc == FF_OK, "evaluate: %s", err);
                 if (rc != FF_OK || r.rejected)
                     continue;
-                ff_plan_coll coll[FF_NGROUPS][FF_NCOLL], p2p;
+                ff_plan_coll coll[FF_PLAN_NGROUPS][FF_NCOLL], p2p;
                 rc = ff_plan_traffic_stage(&cfg, grids[i], (ff_dims){0, 0, 0, 0}, 0, coll, &p2p,
                                            err, sizeof err);
                 CHECK(rc == FF_OK, "traffic: %s", err);

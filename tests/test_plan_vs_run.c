@@ -25,6 +25,13 @@
  * predicted and run on X, Y and Z (the linear layers) as well as on D, ZD
  * and WORLD. The test requires a grid with a 3 in each of X, Y, Z and D.
  *
+ * With the argument `moe` (8 ranks) the model's block 1 holds 8 experts,
+ * top-2, with balanced routing (ff_gpt_opts.balanced_routing), which the
+ * planner assumes: moe_variants below run expert parallelism (Ge = Gd, and
+ * 2 where Gd is 4 or 8), DTD on and off, checkpointing with and without
+ * CAC and a capacity that drops tokens, and the counters of the model's
+ * expert groups (EP, EDP) are compared too.
+ *
  * Model on 8 ranks: L=2, C=64, NH=8 (whole heads for every Gx up to 8),
  * V=500 (padded 512), 24 positions, T=8, micro-batches of B=8 sequences
  * (Gz*Gd up to 8 divides them). On 6 ranks: C=96, NH=6, V=700 (padded 768 =
@@ -80,21 +87,45 @@ typedef struct {
     int wire;       /* bytes per element of the linear layers' collectives: 4 fp32, 2 bf16 */
     int plan;       /* 1: the per-layer plan of mixed_plan() (the fields above ignored) */
     int cmm;        /* 1: the collective matmul (its forwards do not decompose) */
+    /* the mixture of experts (`moe`): expert parallelism (0: Gd, the whole
+     * of D; run only where it divides Gd and is more than 1), DTD,
+     * CAC, the capacity factor */
+    int ge, dtd, cac;
+    float capacity;
 } variant;
 
 enum { PANEL = 4 };
 
-static const variant variants[] = {
-    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0},
-    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0, 0},
-    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0},
-    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0},
-    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0},
-    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0},
-    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0},
-    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0},
-    {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1},
+static const variant dense_variants[] = {
+    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0},
+    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0},
+    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0},
+    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0},
+    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0, 1, 1, 0, 0},
+    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0, 1, 1, 0, 0},
+    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 1, 1, 0, 0},
+    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0},
+    {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1, 1, 1, 0, 0},
 };
+
+/* The MoE model (`moe`): block 1 of 2 holds E = 8 experts, top-2 routing,
+ * balanced (each expert gets 2 tokens of every sequence of 8); capacity
+ * factor 1 keeps them all, 0.5 one of the two. Expert parallelism runs
+ * DTD where Gx > 1 (one variant without); the CAC variant keeps the
+ * collectives' outputs of the checkpointed blocks. */
+static const variant moe_variants[] = {
+    {"moe", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f},
+    {"moe, 2 micro, checkpointing", 2, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f},
+    {"moe, EP=Gd", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f},
+    {"moe, EP=2", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 2, 1, 0, 1.0f},
+    {"moe, EP=Gd, DTD off, bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 0, 0, 0, 1.0f},
+    {"moe, EP=Gd, checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f},
+    {"moe, EP=Gd, checkpointing, CAC, no AG cache", 1, 1, 0, 1, 4, 0, 0, 0, 1, 1, 1.0f},
+    {"moe, EP=Gd, F 0.5, 2 micro, overlaps off, no AG cache", 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0.5f},
+};
+
+static const variant *variants = dense_variants;
+static int n_variants = (int)(sizeof dense_variants / sizeof dense_variants[0]);
 
 /* A per-layer plan that mixes every option: checkpointing in block 0,
  * decomposition 0, 2, 3 and 4 (cut at panels of PANEL rows), each overlap
@@ -124,7 +155,6 @@ static void mixed_plan(ff_dims grid)
         }
     }
 }
-enum { NVARIANTS = sizeof variants / sizeof variants[0] };
 
 static const char *const coll_names[FF_NCOLL] = {"all-gather", "reduce-scatter", "all-reduce",
                                                  "all-to-all"};
@@ -153,6 +183,20 @@ static void model_opts(const variant *v, ff_gpt_opts *o)
     o->linear.coll.wire = v->wire == 2 ? FF_WIRE_BF16 : FF_WIRE_FP32;
     o->plan = v->plan ? &mixed : NULL;
     o->linear.cmm = v->cmm;
+    o->dtd = v->dtd;
+    o->cac = v->cac;
+    o->balanced_routing = 1;
+}
+
+/* The variant's expert parallelism on a grid of Gd (0: not run there). */
+static int ge_of(const variant *v, int gd)
+{
+    if (!model_cfg.experts)
+        return 1;
+    int ge = v->ge ? v->ge : gd;
+    if (ge == 1)
+        return v->ge == 1 ? 1 : 0; /* (EP=Gd on Gd = 1 is the plain variant) */
+    return gd % ge == 0 && (v->ge != 2 || gd > 2) ? ge : 0;
 }
 
 /* The run's collective model and ranks per node (set in main). */
@@ -180,6 +224,12 @@ static void plan_config(const variant *v, ff_plan_config *pc)
     pc->overlap = v->overlaps ? FF_OVERLAP_ALL : 0;
     pc->layers = v->plan ? &mixed : NULL;
     pc->cmm = v->cmm;
+    pc->model.experts = model_cfg.experts;
+    pc->model.expert_every = model_cfg.expert_every;
+    pc->model.top_k = model_cfg.top_k;
+    pc->model.capacity_factor = v->capacity;
+    pc->dtd = v->dtd;
+    pc->cac = v->cac;
 }
 
 /* This rank's tokens for one step: n_micro micro-batches of its sequences. */
@@ -219,20 +269,31 @@ static void step(ff_ctx *ctx, ff_gpt *g, int micro, int index)
 }
 
 /* Compares this rank's counters with the planner's prediction. */
-static void compare(ff_grid *grid, const variant *v, rank_report *rep)
+/* The group of the planner's kind k on this rank: the grid's, or the
+ * model's expert groups (NULL without expert parallelism: EP is then one
+ * rank and the experts' replicas are all of D, counted there). */
+static ff_group *group_of(ff_grid *grid, const ff_gpt *g, int k)
+{
+    if (k < FF_NGROUPS)
+        return ff_grid_group(grid, (ff_group_kind)k);
+    return ff_gpt_expert_group(g, 0) ? ff_gpt_expert_group(g, k == FF_PLAN_GROUP_EDP) : NULL;
+}
+
+static void compare(ff_grid *grid, const ff_gpt *g, const variant *v, rank_report *rep)
 {
     memset(rep, 0, sizeof *rep);
     ff_dims shape = ff_grid_shape(grid), me = ff_grid_coords(grid);
     ff_plan_config pc;
     plan_config(v, &pc);
-    ff_plan_coll want[FF_NGROUPS][FF_NCOLL];
+    pc.expert_parallel = ge_of(v, shape.d);
+    ff_plan_coll want[FF_PLAN_NGROUPS][FF_NCOLL];
     char err[256];
     size_t used = 0;
     int rc = ff_plan_traffic(&pc, shape, me, want, err, sizeof err);
     /* the same with a model in which rec-whole never wins (no latency, one
      * bandwidth, free additions: its lg p whole vectors against the ring's
      * 2(p-1)/p; tests/test_plan_bytes.c), for not_ring */
-    ff_plan_coll ring[FF_NGROUPS][FF_NCOLL];
+    ff_plan_coll ring[FF_PLAN_NGROUPS][FF_NCOLL];
     pc.coll.alpha_intra_s = pc.coll.alpha_inter_s = 0;
     pc.coll.small_max_intra_B = pc.coll.small_max_inter_B = 0;
     pc.coll.beta_intra_Bps = pc.coll.beta_inter_Bps;
@@ -244,9 +305,12 @@ static void compare(ff_grid *grid, const variant *v, rank_report *rep)
         snprintf(rep->detail, sizeof rep->detail, "    ff_plan_traffic: %s\n", err);
         return;
     }
-    for (int k = 0; k < FF_NGROUPS; k++)
+    for (int k = 0; k < FF_PLAN_NGROUPS; k++)
         for (int c = 0; c < FF_NCOLL; c++) {
-            ff_counters got = ff_group_counters(ff_grid_group(grid, (ff_group_kind)k), (ff_coll)c);
+            ff_group *gr = group_of(grid, g, k);
+            ff_counters got = {0};
+            if (gr)
+                got = ff_group_counters(gr, (ff_coll)c);
             const ff_plan_coll *w = &want[k][c];
             rep->not_ring += w->bytes_sent != ring[k][c].bytes_sent;
             rep->with_traffic += got.calls > 0;
@@ -260,8 +324,10 @@ static void compare(ff_grid *grid, const variant *v, rank_report *rep)
                     rep->detail + used, sizeof rep->detail - used,
                     "    %-5s %-14s predicted %4llu calls %9llu B sent %9llu B received; "
                     "measured %4llu calls %9llu B sent %9llu B received\n",
-                    ff_group_kind_name((ff_group_kind)k), coll_names[c],
-                    (unsigned long long)w->calls, (unsigned long long)w->bytes_sent,
+                    k == FF_PLAN_GROUP_EP    ? "EP"
+                    : k == FF_PLAN_GROUP_EDP ? "EDP"
+                                             : ff_group_kind_name((ff_group_kind)k),
+                    coll_names[c], (unsigned long long)w->calls, (unsigned long long)w->bytes_sent,
                     (unsigned long long)w->bytes_recv, (unsigned long long)got.calls,
                     (unsigned long long)got.bytes_sent, (unsigned long long)got.bytes_recv);
         }
@@ -300,7 +366,7 @@ static int report(ff_grid *grid, const variant *v, const rank_report *mine, rank
     char gname[32];
     snprintf(gname, sizeof gname, "%dx%dx%dx%d", s.x, s.y, s.z, s.d);
     printf("%-8s %-35s %3d (group, coll) pairs compared (%3d with traffic) %10llu B sent  %s\n",
-           gname, v->name, world * FF_NGROUPS * FF_NCOLL, pairs, sent, bad ? "FAIL" : "PASS");
+           gname, v->name, world * FF_PLAN_NGROUPS * FF_NCOLL, pairs, sent, bad ? "FAIL" : "PASS");
     if (bad) {
         ff_dims c = ff_grid_coords_of(s, first_bad);
         printf("  %d of %d ranks differ; rank %d (%d,%d,%d,%d), %d pairs:\n%s", bad, world,
@@ -320,6 +386,13 @@ int main(int argc, char **argv)
     batch = size == 8 ? 8 : 12;
     if (size == 6)
         model_cfg = (ff_gpt_config){.L = 2, .C = 96, .NH = 6, .V = 700, .Vp = 0, .maxT = 24};
+    const int moe = argc > 1 && !strcmp(argv[1], "moe");
+    if (moe) { /* block 1 of 2: 8 experts, top-2 (the capacity per variant) */
+        ff_gpt_config_moe(&model_cfg, 8);
+        model_cfg.top_k = 2;
+        variants = moe_variants;
+        n_variants = (int)(sizeof moe_variants / sizeof moe_variants[0]);
+    }
     if (size != 8 && size != 6) {
         if (rank == 0)
             fprintf(stderr, "test_plan_vs_run: run under mpirun -np 8 or 6 (got %d)\n", size);
@@ -361,14 +434,16 @@ int main(int argc, char **argv)
     CHECK(n_grids == (world == 8 ? 20 : 16), "ff_plan_grids(%d): %d grids, want %d", world, n_grids,
           world == 8 ? 20 : 16);
     if (rank == 0)
-        printf("model L=%d C=%d NH=%d V=%d (padded %d) maxT=%d; micro-batches of B=%d x T=%d; "
+        printf("model L=%d C=%d NH=%d V=%d (padded %d) maxT=%d, %d experts (top-%d, balanced) "
+               "in every %d-th block; micro-batches of B=%d x T=%d; "
                "fp32 wire (bf16 where named); %d grids of %d ranks x %d variants; tolerance: "
                "exact\nnodes: %d of %d ranks; collective model: %s (alpha intra %.3g s, inter "
                "%.3g s)\n",
                model_cfg.L, model_cfg.C, model_cfg.NH, model_cfg.V, (model_cfg.V + 127) / 128 * 128,
-               model_cfg.maxT, batch, T, n_grids, world, (int)NVARIANTS, world / run_per_node,
-               run_per_node, getenv("FF_PROFILE") ? getenv("FF_PROFILE") : "the default",
-               run_model.alpha_intra_s, run_model.alpha_inter_s);
+               model_cfg.maxT, model_cfg.experts, model_cfg.top_k, model_cfg.expert_every, batch, T,
+               n_grids, world, n_variants, world / run_per_node, run_per_node,
+               getenv("FF_PROFILE") ? getenv("FF_PROFILE") : "the default", run_model.alpha_intra_s,
+               run_model.alpha_inter_s);
     rank_report mine, *all = rank == 0 ? malloc((size_t)world * sizeof *all) : NULL;
     double t0 = MPI_Wtime();
     int failed = 0, runs = 0, skipped = 0;
@@ -379,7 +454,7 @@ int main(int argc, char **argv)
          * ranks none; on 6, those the planner refuses) */
         ff_plan_config pc;
         plan_config(&variants[0], &pc);
-        ff_plan_coll probe[FF_NGROUPS][FF_NCOLL];
+        ff_plan_coll probe[FF_PLAN_NGROUPS][FF_NCOLL];
         char why[256];
         if (ff_plan_traffic(&pc, grids[i], (ff_dims){0, 0, 0, 0}, probe, why, sizeof why) ==
             FF_EDIVIDE) {
@@ -393,27 +468,35 @@ int main(int argc, char **argv)
             die(ctx, "ff_grid_create", rc);
         ff_gpt *g = NULL;
         mixed_plan(grids[i]);
-        for (int v = 0; v < NVARIANTS; v++) {
+        const variant *prev = NULL;
+        for (int v = 0; v < n_variants; v++) {
             const variant *va = &variants[v];
+            const int ge = ge_of(va, grids[i].d);
+            if (!ge)
+                continue; /* (this expert parallelism does not apply here) */
             /* a new model where the options change; its first step warms up */
-            int fresh = !g || va->checkpoint != variants[v - 1].checkpoint ||
-                        va->ag_cache != variants[v - 1].ag_cache ||
-                        va->overlaps != variants[v - 1].overlaps ||
-                        va->wire != variants[v - 1].wire || va->plan != variants[v - 1].plan ||
-                        va->cmm != variants[v - 1].cmm;
+            int fresh = !g || va->checkpoint != prev->checkpoint ||
+                        va->ag_cache != prev->ag_cache || va->overlaps != prev->overlaps ||
+                        va->wire != prev->wire || va->plan != prev->plan || va->cmm != prev->cmm ||
+                        ge != ge_of(prev, grids[i].d) || va->dtd != prev->dtd ||
+                        va->cac != prev->cac || va->capacity != prev->capacity;
+            prev = va;
             if (fresh) {
                 ff_gpt_destroy(g);
                 ff_gpt_opts o;
                 model_opts(va, &o);
+                o.expert_parallel = ge;
+                model_cfg.capacity_factor = va->capacity;
                 if ((rc = ff_gpt_create(grid, &model_cfg, &o, batch, T, &g)) ||
                     (rc = ff_gpt_init(g, 1234)))
                     die(ctx, "creating the model", rc);
                 step(ctx, g, va->micro, 0);
             }
-            for (int k = 0; k < FF_NGROUPS; k++)
-                ff_group_counters_reset(ff_grid_group(grid, (ff_group_kind)k));
+            for (int k = 0; k < FF_PLAN_NGROUPS; k++)
+                if (group_of(grid, g, k))
+                    ff_group_counters_reset(group_of(grid, g, k));
             step(ctx, g, va->micro, 1);
-            compare(grid, va, &mine);
+            compare(grid, g, va, &mine);
             int bad = report(grid, va, &mine, all, &not_ring);
             test_failures += mine.mismatches > 0; /* rank 0 printed the differences */
             failed += bad > 0;
@@ -430,7 +513,7 @@ int main(int argc, char **argv)
                "the ring's: %ld\n",
                not_ring);
         CHECK(not_ring > 0, "no prediction differs from the ring's: rec-whole was not exercised");
-        CHECK(runs >= (world == 8 ? 140 : 112), "%d runs", runs);
+        CHECK(runs >= (moe ? 80 : world == 8 ? 140 : 112), "%d runs", runs);
         if (world == 6)
             CHECK(threes[0] && threes[1] && threes[2] && threes[3],
                   "grids run with a 3 in X, Y, Z, D: %d, %d, %d, %d; want each > 0", threes[0],

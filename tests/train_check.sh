@@ -194,6 +194,12 @@ resume_from_5 "$WORK/m5" "$WORK/m"
 run 4 train --grid 1x1x1x4 --expert-parallel 4 $TRAINM --out "$WORK/m5" --resume || { cat "$WORK/out"; fail "MoE resume with expert parallelism"; }
 resumed "$WORK/m5"
 compare "$WORK/m/log.jsonl" "$WORK/m5/log.jsonl" 6 1e-5 "MoE: saved on 2x2x2x1, resumed on 1x1x1x4 with expert parallelism 4" || fail "MoE resume with expert parallelism"
+# --grid auto plans the MoE model: a grid of the 4 ranks and its expert
+# parallelism (balanced routing, as the planner assumes)
+run 4 train --grid auto $MOE --data $WORK/docs_train.bin --steps 2 --val-every 0 --balanced-routing on --out "$WORK/ma" ||
+    { cat "$WORK/out"; fail "MoE with --grid auto"; }
+grep -E "grid \(x y z d\) +\| [0-9]+x[0-9]+x[0-9]+x[0-9]+ on 4 ranks, expert parallelism [124] \(--grid auto" "$WORK/out" ||
+    fail "MoE with --grid auto: no planned grid and expert parallelism: $(grep 'grid (x' "$WORK/out")"
 python3 - "$WORK/m/model_00000010.bin" <<'EOF2' || fail "MoE model file format"
 import struct, sys, os
 p = sys.argv[1]

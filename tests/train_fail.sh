@@ -110,7 +110,8 @@ case_ "is a dense model (llm.c v3), the model has 4 experts" 1 train $S $M --dat
     --out "$WORK/moe" > "$WORK/moe.out" 2>&1 || { cat "$WORK/moe.out"; failures=$((failures + 1)); }
 case_ "is a mixture of experts (4 experts), the model is dense" 1 train $S --data "$D" --out "$WORK/moe" --resume
 case_ "has experts=4, the model has experts=2" 1 train $S --experts 2 --data "$D" --out "$WORK/moe" --resume
-case_ "does not model a mixture of experts yet" 1 train $S $M --data "$D" --grid auto --out "$WORK/o"
+case_ "does not model a mixture of experts with pipeline stages" 1 train $S $M --data "$D" --grid auto --stages 2 --out "$WORK/o"
+case_ "--balanced-routing need a model with experts" 2 train $S --balanced-routing on --data "$D" --out "$WORK/o"
 case_ "expert parallelism 4 does not divide the data-parallel size Gd=1" 1 train $S $M --expert-parallel 4 --data "$D" --out "$WORK/o"
 case_ "need a model with experts"          2 train $S --expert-parallel 2 --data "$D" --out "$WORK/o"
 case_ "is a dense model: the mixture-of-experts options need" 2 train $S --init-from "$WORK/good/model_00000002.bin" --router-top-k 2 --data "$D" --out "$WORK/o"

@@ -115,6 +115,14 @@ typedef struct {
      * through each all-to-all and the X group all-gathers them. Results are
      * bitwise the same either way. */
     int dtd;
+    /* Balanced routing (default off; for benchmarks and the planner's
+     * validation, like Megatron-LM's forced load balancing): the router
+     * still runs and its probabilities still weigh the experts' outputs
+     * (and get gradients), but assignment j of the token at position t of
+     * its sequence goes to expert (t k + j) mod E, so every expert receives
+     * the same number of tokens of each sequence (when E divides k T), as
+     * the planner assumes (docs/moe.md). */
+    int balanced_routing;
 } ff_gpt_opts;
 
 void ff_gpt_opts_default(ff_gpt_opts *o);

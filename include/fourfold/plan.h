@@ -33,12 +33,23 @@ typedef struct {
     int64_t hidden;  /* C */
     int64_t vocab;   /* V; the program pads it to a multiple of 128 */
     int64_t max_seq; /* rows of the position table; 0: the planned sequence length */
+    /* A mixture of experts (docs/moe.md; experts 0: dense): the MLP of
+     * block l is E experts when (l + 1) % expert_every == 0, top_k 1 or 2
+     * of them per token, capacity_factor F (ceil(F k T / E) tokens per
+     * expert and sequence). */
+    int experts, expert_every, top_k;
+    double capacity_factor;
 } ff_model;
 
 /* Presets: gpt-5b ... gpt-640b (table 5.1 of the dissertation), gpt2,
  * gpt2-medium, gpt2-large, gpt2-xl (also gpt2-124m, -350m, -774m, -1558m) and
  * tiny, mini. Returns FF_EINVAL (message listing the names) if unknown. */
 int ff_model_preset(const char *name, ff_model *out, char *err, size_t err_len);
+/* Makes m a mixture of E experts with the training program's defaults
+ * (ff_gpt_config_moe: every second block, top-1, capacity factor 1.25). */
+void ff_model_moe(ff_model *m, int E);
+/* 1 if block l of m is a mixture of experts. */
+int ff_model_block_is_moe(const ff_model *m, int l);
 /* The i-th preset name, or NULL past the end. */
 const char *ff_model_preset_name(size_t i);
 /* Checks sizes (positive, C divisible by NH, no overflow). */
@@ -46,7 +57,9 @@ int ff_model_check(const ff_model *m, char *err, size_t err_len);
 /* V rounded up to a multiple of 128, as llm.c pads it. */
 int64_t ff_model_padded_vocab(const ff_model *m);
 /* Parameters of the model (with the padded vocabulary and `seq` positions
- * when max_seq is 0); the N of the 6*N*tokens formula excludes positions. */
+ * when max_seq is 0, every expert); the N of the 6*N*tokens formula
+ * excludes positions and counts the top_k experts a token runs through
+ * (and the routers). */
 int64_t ff_model_params(const ff_model *m, int64_t seq);
 int64_t ff_model_matmul_params(const ff_model *m);
 /* The minimum tensor-parallel degree AxoNN's tool requires for a preset of
@@ -200,12 +213,33 @@ typedef struct {
     const int *stage_layers;
     int schedule;   /* FF_PIPE_MESSAGE (0) or FF_PIPE_1F1B (1), gpt.h's ff_pipe_schedule */
     int pipe_limit; /* micro-batches in flight per stage, K; 0: P */
+    /* With a mixture of experts (model.experts > 0; docs/moe.md): expert
+     * parallelism Ge (1: none; it must divide Gd and E; FF_PLAN_AUTO,
+     * ff_plan_create only: every Ge that divides, each grid once per Ge),
+     * duplicate token dropping (dtd, default 1) and communication-aware
+     * checkpointing (cac, default 0), as ff_gpt_opts has them. The
+     * planner assumes balanced routing (ff_gpt_opts.balanced_routing:
+     * each expert receives min(its share, its capacity) of every
+     * sequence), so its bytes equal a run's counters with that routing;
+     * with learned routing only the expert layers' X and Y all-reduces
+     * differ (they carry the rows each expert actually received).
+     * The full cost model only, without stages. */
+    int expert_parallel, dtd, cac;
 } ff_plan_config;
 
 /* batch 8, seq 1024, 1 rank, machine "this", cost full, checkpoint and
  * AG cache automatic, 1 micro-batch, fp32 wire, every overlap, model unset,
  * collectives ff_coll_model_default, no per-layer plan, one stage. */
 void ff_plan_config_default(ff_plan_config *cfg);
+
+/* The planner's groups: the grid's (grid.h) and a mixture of experts'
+ * expert group (EP: the Ge ranks of D that share the experts, members
+ * consecutive in D) and the experts' replicas (EDP: D/Ge ranks, Ge apart
+ * in D), which exist with expert parallelism only (without it an expert's
+ * gradient is all-reduced over D). */
+enum { FF_PLAN_GROUP_EP = FF_NGROUPS, FF_PLAN_GROUP_EDP, FF_PLAN_NGROUPS };
+/* "X" ... "PIPE" (ff_group_kind_name), "EP", "EDP"; "?" otherwise. */
+const char *ff_plan_group_name(int kind);
 
 /* One collective kind on one group, per step, for one rank. */
 typedef struct {
@@ -230,12 +264,13 @@ typedef struct {
     int rejected;
     char reason[320]; /* every reason, "; "-separated */
     int checkpoint, ag_cache, micro_batches;
+    int expert_parallel; /* Ge (1 for a dense model) */
 
     /* time of one step (full); paper and axonn fill step_s = comm_s only */
     double step_s, compute_s, exposed_s, hidden_s, comm_s;
     double gemm_s, attention_s, elementwise_s, optimizer_s;
-    ff_plan_coll coll[FF_NGROUPS][FF_NCOLL]; /* traffic of rank 0 */
-    ff_plan_link link[FF_NGROUPS];
+    ff_plan_coll coll[FF_PLAN_NGROUPS][FF_NCOLL]; /* traffic of rank 0 */
+    ff_plan_link link[FF_PLAN_NGROUPS];
     uint64_t bytes_recv; /* rank 0, every group and collective, and p2p */
 
     /* with stages: rank 0's point-to-point messages; the flight of one
@@ -281,7 +316,7 @@ int ff_plan_evaluate(const ff_plan_config *cfg, ff_dims grid, ff_plan_result *ou
  * per-layer plan: an all-reduce decomposed into k chunks is k calls, each
  * of its chunk's rows. */
 int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
-                    ff_plan_coll out[FF_NGROUPS][FF_NCOLL], char *err, size_t err_len);
+                    ff_plan_coll out[FF_PLAN_NGROUPS][FF_NCOLL], char *err, size_t err_len);
 /* The same for the rank at `coords` of stage `stage` of cfg->stages
  * (docs/pipeline.md), whose grid is `grid`: its collectives (WORLD spanning
  * every stage) and in *p2p its point-to-point messages on PIPE (calls,
@@ -290,7 +325,7 @@ int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
  * cache of every block or of none and no per-layer plan (FF_EINVAL
  * otherwise); any cost model (bytes do not depend on it). */
 int ff_plan_traffic_stage(const ff_plan_config *cfg, ff_dims grid, ff_dims coords, int stage,
-                          ff_plan_coll out[FF_NGROUPS][FF_NCOLL], ff_plan_coll *p2p, char *err,
+                          ff_plan_coll out[FF_PLAN_NGROUPS][FF_NCOLL], ff_plan_coll *p2p, char *err,
                           size_t err_len);
 
 /* The search for a per-layer plan on one grid (docs/planner.md, "Per-layer

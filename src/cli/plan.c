@@ -22,8 +22,16 @@ static const char help[] =
     "training step (no MPI needed; docs/planner.md).\n\n"
     "model:\n"
     "  --model NAME         gpt-5b gpt-10b gpt-20b gpt-40b gpt-60b gpt-80b gpt-160b gpt-320b\n"
-    "                       gpt-640b gpt2 gpt2-medium gpt2-large gpt2-xl tiny mini\n"
+    "                       gpt-640b gpt2 gpt2-medium gpt2-large gpt2-xl tiny mini mini-moe\n"
     "  --layers N --hidden N --heads N --vocab N --positions N   (override or define)\n"
+    "mixture of experts (docs/moe.md; full cost model, balanced routing assumed):\n"
+    "  --experts E          E experts in every --expert-every K-th block (default 2)\n"
+    "  --router-top-k K     1 (default) or 2 experts per token\n"
+    "  --capacity-factor F  tokens per expert and sequence: ceil(F k T / E) (default 1.25)\n"
+    "  --expert-parallel G  ranks of D that share the experts, or auto (default): every G\n"
+    "                       dividing Gd and E, each grid once per G (shown as EP<G>)\n"
+    "  --dtd on|off         duplicate token dropping (default on)\n"
+    "  --cac on|off         communication-aware checkpointing (default off)\n"
     "training:\n"
     "  --batch N            global batch in sequences (default 8)\n"
     "  --seq N              tokens per sequence (default 1024)\n"
@@ -38,7 +46,9 @@ static const char help[] =
     "  --precision P        fp32 (fourfold's own training, default) or bf16-mixed (bf16\n"
     "                       values and transfers, fp32 master weights and moments)\n"
     "  --overlap LIST       oar,ors,oag,dp, all or none (default all)\n"
-    "  --cmm on|off         the collective matmul of unprefetched gathers (train --cmm)\n"
+    "  --cmm on|off         the collective matmul of unprefetched gathers (train --cmm)\n";
+/* (in two: C99 promises string literals of 4095 characters) */
+static const char help_more[] =
     "pipeline stages (docs/pipeline.md):\n"
     "  --stages P           stages, each running a grid of ranks/P (default 1), or auto:\n"
     "                       every P that divides the ranks, ranked together\n"
@@ -133,14 +143,24 @@ static int is_piped(const ff_plan_config *cfg)
     return cfg->stages != 1 || cfg->micro_batches == FF_PLAN_AUTO;
 }
 
-static const char *fmt_config(char *buf, size_t len, const ff_plan_result *r, int piped)
+/* A row's configuration: the grid, with stages P<stages> M<micro-batches>,
+ * with experts EP<expert parallelism>. */
+static const char *fmt_config(char *buf, size_t len, const ff_plan_config *cfg,
+                              const ff_plan_result *r)
 {
     ff_dims g = r->grid;
-    if (piped)
-        snprintf(buf, len, "%dx%dx%dx%d P%d M%d", g.x, g.y, g.z, g.d, r->stages, r->micro_batches);
-    else
-        snprintf(buf, len, "%dx%dx%dx%d", g.x, g.y, g.z, g.d);
+    int n = snprintf(buf, len, "%dx%dx%dx%d", g.x, g.y, g.z, g.d);
+    if (is_piped(cfg) && n > 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, " P%d M%d", r->stages, r->micro_batches);
+    if (cfg->model.experts && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " EP%d", r->expert_parallel);
     return buf;
+}
+
+/* The width of fmt_config's column. */
+static int config_width(const ff_plan_config *cfg)
+{
+    return (is_piped(cfg) ? 20 : 14) + (cfg->model.experts ? 5 : 0);
 }
 
 static void json_string(FILE *f, const char *s)
@@ -157,6 +177,9 @@ typedef struct {
     ff_plan_config cfg;
     const char *model_name, *machine, *grid, *overlap;
     long layers, hidden, heads, vocab, positions; /* -1: not given */
+    long experts, expert_every, top_k;            /* -1: not given */
+    double capacity;                              /* 0: not given */
+    int have_ep;
     long ranks, rpn;
     size_t memory;
     int have_memory, top, json, rejected, print_machine, explain;
@@ -243,10 +266,16 @@ static int parse_args(int argc, char **argv, plan_opts *o)
             const char *name;
             long *dst, lo, hi;
         } ints[] = {
-            {"layers", &o->layers, 1, 100000},         {"hidden", &o->hidden, 1, 1L << 20},
-            {"heads", &o->heads, 1, 1L << 20},         {"vocab", &o->vocab, 1, 1L << 30},
-            {"positions", &o->positions, 1, 1L << 24}, {"ranks", &o->ranks, 1, 1L << 24},
+            {"layers", &o->layers, 1, 100000},
+            {"hidden", &o->hidden, 1, 1L << 20},
+            {"heads", &o->heads, 1, 1L << 20},
+            {"vocab", &o->vocab, 1, 1L << 30},
+            {"positions", &o->positions, 1, 1L << 24},
+            {"ranks", &o->ranks, 1, 1L << 24},
             {"ranks-per-node", &o->rpn, 1, 1L << 20},
+            {"experts", &o->experts, 0, 4096},
+            {"expert-every", &o->expert_every, 1, 100000},
+            {"router-top-k", &o->top_k, 1, 2},
         };
         int done = 0;
         for (size_t i = 0; i < sizeof ints / sizeof ints[0] && !done; i++)
@@ -259,7 +288,7 @@ static int parse_args(int argc, char **argv, plan_opts *o)
         if (done)
             continue;
         if (cli_is(&a, "help")) {
-            cli_print("%s", help);
+            cli_print("%s%s", help, help_more);
             return -1;
         } else if (cli_is(&a, "model")) {
             if (!(o->model_name = cli_value(&a)))
@@ -310,6 +339,29 @@ static int parse_args(int argc, char **argv, plan_opts *o)
                 cli_error("--precision %s: expected fp32 or bf16-mixed", v);
                 return CLI_USAGE;
             }
+        } else if (cli_is(&a, "capacity-factor")) {
+            char *end;
+            if (!(v = cli_value(&a)))
+                return CLI_USAGE;
+            o->capacity = strtod(v, &end);
+            if (end == v || *end || !(o->capacity > 0 && o->capacity <= 1e6)) {
+                cli_error("--capacity-factor %s: expected a number above 0, at most 1e6", v);
+                return CLI_USAGE;
+            }
+        } else if (cli_is(&a, "expert-parallel")) {
+            if (!(v = cli_value(&a)) ||
+                parse_count_or_auto("expert-parallel", v, &o->cfg.expert_parallel))
+                return CLI_USAGE;
+            o->have_ep = 1;
+        } else if (cli_is(&a, "dtd") || cli_is(&a, "cac")) {
+            const char *name = cli_is(&a, "dtd") ? "dtd" : "cac";
+            int *dst = name[0] == 'd' ? &o->cfg.dtd : &o->cfg.cac;
+            if (!(v = cli_value(&a)) || (strcmp(v, "on") && strcmp(v, "off"))) {
+                if (v)
+                    cli_error("--%s %s: expected on or off", name, v);
+                return CLI_USAGE;
+            }
+            *dst = v[1] == 'n';
         } else if (cli_is(&a, "cmm")) {
             if (!(v = cli_value(&a)) || (strcmp(v, "on") && strcmp(v, "off"))) {
                 if (v)
@@ -461,6 +513,26 @@ static int resolve(plan_opts *o)
         cfg->model.max_seq = o->positions;
     if (o->model_name && (o->layers >= 0 || o->hidden >= 0 || o->heads >= 0 || o->vocab >= 0))
         snprintf(cfg->model.name, sizeof cfg->model.name, "%.20s*", o->model_name);
+    /* experts: the preset's, or --experts with the training program's
+     * defaults, then the routing options */
+    ff_model *md = &cfg->model;
+    if (o->experts > 0 && !md->experts)
+        ff_model_moe(md, (int)o->experts);
+    else if (o->experts >= 0)
+        md->experts = (int)o->experts;
+    if (!md->experts && (o->expert_every > 0 || o->top_k > 0 || o->capacity > 0 || o->have_ep)) {
+        cli_error("--expert-every, --router-top-k, --capacity-factor and --expert-parallel need a "
+                  "model with experts (--experts E or --model mini-moe)");
+        return CLI_USAGE;
+    }
+    if (o->expert_every > 0)
+        md->expert_every = (int)o->expert_every;
+    if (o->top_k > 0)
+        md->top_k = (int)o->top_k;
+    if (o->capacity > 0)
+        md->capacity_factor = o->capacity;
+    if (md->experts && !o->have_ep)
+        cfg->expert_parallel = FF_PLAN_AUTO;
 
     const char *m = o->machine ? o->machine : "this";
     int rc = (ends_with(m, ".json") || strchr(m, '/'))
@@ -515,6 +587,20 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
     cli_print("model %s: L=%d C=%lld NH=%d V=%lld (padded %lld), %.3g parameters\n", md->name,
               md->layers, (long long)md->hidden, md->heads, (long long)md->vocab,
               (long long)ff_model_padded_vocab(md), (double)ff_model_params(md, cfg->seq));
+    if (md->experts) {
+        char ge[16];
+        snprintf(ge, sizeof ge, cfg->expert_parallel == FF_PLAN_AUTO ? "auto" : "%d",
+                 cfg->expert_parallel);
+        cli_print("experts: %d in every %d%s block, top-%d, capacity factor %g; expert "
+                  "parallelism %s, DTD %s, CAC %s; balanced routing assumed\n",
+                  md->experts, md->expert_every,
+                  md->expert_every == 1   ? ""
+                  : md->expert_every == 2 ? "nd"
+                  : md->expert_every == 3 ? "rd"
+                                          : "th",
+                  md->top_k, md->capacity_factor, ge, cfg->dtd ? "on" : "off",
+                  cfg->cac ? "on" : "off");
+    }
     char mb[48];
     if (cfg->micro_batches == FF_PLAN_AUTO)
         snprintf(mb, sizeof mb, "micro-batches the fastest per grid");
@@ -575,13 +661,16 @@ static void print_table(const ff_plan *plan, int top)
     if (cfg->cost == FF_COST_FULL) {
         cli_print("%4s %-*s %9s %9s %9s %9s%s | %8s %8s %8s %8s %8s %8s | %10s %10s %5s %8s "
                   "%6s\n",
-                  "rank", piped ? 20 : 14, piped ? "grid stages micro" : "grid", "step", "compute",
-                  "exposed", "hidden", piped ? "    bubble" : "", "AR X", "AR Y", "AG Z", "RS Z",
-                  "AR D", "other", "recv/rank", "mem/rank", "ckpt", "FLOP/s", "%peak");
+                  "rank", config_width(cfg),
+                  piped ? (cfg->model.experts ? "grid stages micro EP" : "grid stages micro")
+                        : (cfg->model.experts ? "grid EP" : "grid"),
+                  "step", "compute", "exposed", "hidden", piped ? "    bubble" : "", "AR X", "AR Y",
+                  "AG Z", "RS Z", "AR D", "other", "recv/rank", "mem/rank", "ckpt", "FLOP/s",
+                  "%peak");
         for (size_t i = 0; i < shown; i++) {
             const ff_plan_result *r = ff_plan_get(plan, i);
             double other = 0;
-            for (int k = 0; k < FF_NGROUPS; k++)
+            for (int k = 0; k < FF_PLAN_NGROUPS; k++)
                 for (int c = 0; c < FF_NCOLL; c++)
                     other += r->coll[k][c].time_s;
             double arx = r->coll[FF_GROUP_X][FF_COLL_ALLREDUCE].time_s;
@@ -600,7 +689,7 @@ static void print_table(const ff_plan *plan, int top)
                 snprintf(bubble, sizeof bubble, " %9s", fmt_time(t[4], 24, r->bubble_s));
             cli_print("%4zu %-*s %9s %9s %9s %9s%s | %8s %8s %8s %8s %8s %8s | %10s %10s %5s %8s "
                       "%5.1f%%\n",
-                      i + 1, piped ? 20 : 14, fmt_config(g, sizeof g, r, piped),
+                      i + 1, config_width(cfg), fmt_config(g, sizeof g, cfg, r),
                       fmt_time(t[0], 24, r->step_s), fmt_time(t[1], 24, r->compute_s),
                       fmt_time(t[2], 24, r->exposed_s), fmt_time(t[3], 24, r->hidden_s), bubble,
                       fmt_time(t[4], 24, arx), fmt_time(t[5], 24, ary), fmt_time(t[6], 24, agz),
@@ -654,12 +743,12 @@ static void print_table(const ff_plan *plan, int top)
 static void print_rejected(const ff_plan *plan)
 {
     size_t n = ff_plan_count(plan), a = ff_plan_accepted(plan);
-    const int piped = is_piped(ff_plan_config_of(plan));
+    const ff_plan_config *cfg = ff_plan_config_of(plan);
     char g[96];
     cli_print("\nrejected grids (%zu):\n", n - a);
     for (size_t i = a; i < n; i++) {
         const ff_plan_result *r = ff_plan_get(plan, i);
-        cli_print("  %-*s %s\n", piped ? 20 : 14, fmt_config(g, sizeof g, r, piped), r->reason);
+        cli_print("  %-*s %s\n", config_width(cfg), fmt_config(g, sizeof g, cfg, r), r->reason);
     }
 }
 
@@ -676,8 +765,12 @@ static void print_detail(const ff_plan_config *cfg, const ff_plan_result *r)
         cli_print("Gr=%d Gc=%d Gd=%d Gdata=%d (AxoNN's terms), %d ranks\n", r->grid.x, r->grid.y,
                   r->grid.z, r->grid.d, ranks);
     else
-        cli_print("Gx=%d Gy=%d Gz=%d Gd=%d, %d ranks\n", r->grid.x, r->grid.y, r->grid.z, r->grid.d,
-                  ranks);
+        cli_print("Gx=%d Gy=%d Gz=%d Gd=%d, %d ranks%s", r->grid.x, r->grid.y, r->grid.z, r->grid.d,
+                  ranks, cfg->model.experts ? "" : "\n");
+    if (!axonn && cfg->model.experts)
+        cli_print(", expert parallelism %d (%d expert%s per rank)\n", r->expert_parallel,
+                  cfg->model.experts / r->expert_parallel,
+                  cfg->model.experts / r->expert_parallel == 1 ? "" : "s");
     if (r->rejected) {
         cli_print("rejected: %s\n", r->reason);
         return;
@@ -719,17 +812,17 @@ static void print_detail(const ff_plan_config *cfg, const ff_plan_result *r)
         cli_print("no activation checkpointing\n");
     }
     cli_print("\n  group  size  inner  placement      alpha      bandwidth\n");
-    for (int k = 0; k < FF_NGROUPS; k++) {
+    for (int k = 0; k < FF_PLAN_NGROUPS; k++) {
         const ff_plan_link *l = &r->link[k];
-        if (k == FF_GROUP_STAGE || (k == FF_GROUP_PIPE && r->stages <= 1))
+        if (k == FF_GROUP_STAGE || (k == FF_GROUP_PIPE && r->stages <= 1) ||
+            (k >= FF_NGROUPS && !cfg->model.experts))
             continue; /* a stage's ranks: no collective of the step */
         if (l->size == 1) {
-            cli_print("  %-5s %5d %6lld  -\n", ff_group_kind_name((ff_group_kind)k), l->size,
-                      (long long)l->inner);
+            cli_print("  %-5s %5d %6lld  -\n", ff_plan_group_name(k), l->size, (long long)l->inner);
             continue;
         }
-        cli_print("  %-5s %5d %6lld  %-13s %6s %10.3g GB/s\n", ff_group_kind_name((ff_group_kind)k),
-                  l->size, (long long)l->inner, l->intra ? "inside a node" : "across nodes",
+        cli_print("  %-5s %5d %6lld  %-13s %6s %10.3g GB/s\n", ff_plan_group_name(k), l->size,
+                  (long long)l->inner, l->intra ? "inside a node" : "across nodes",
                   fmt_time(t[0], 24, l->alpha_s), l->beta_Bps / 1e9);
     }
     if (r->stages > 1)
@@ -758,17 +851,16 @@ static void print_detail(const ff_plan_config *cfg, const ff_plan_result *r)
     cli_print(
         "\n  collectives of rank 0 per step    calls         sent     received        time%s\n",
         r->stages > 1 ? " (on the busiest stage)" : "");
-    for (int k = 0; k < FF_NGROUPS; k++)
+    for (int k = 0; k < FF_PLAN_NGROUPS; k++)
         for (int c = 0; c < FF_NCOLL; c++) {
             const ff_plan_coll *pc = &r->coll[k][c];
             if (!pc->calls && pc->time_s <= 0)
                 continue;
             char s1[24], s2[24];
-            cli_print("  %-5s %-24s %8llu %12s %12s %11s\n", ff_group_kind_name((ff_group_kind)k),
-                      coll_names[c], (unsigned long long)pc->calls,
-                      fmt_bytes(s1, sizeof s1, (double)pc->bytes_sent),
-                      fmt_bytes(s2, sizeof s2, (double)pc->bytes_recv),
-                      fmt_time(t[0], 24, pc->time_s));
+            cli_print(
+                "  %-5s %-24s %8llu %12s %12s %11s\n", ff_plan_group_name(k), coll_names[c],
+                (unsigned long long)pc->calls, fmt_bytes(s1, sizeof s1, (double)pc->bytes_sent),
+                fmt_bytes(s2, sizeof s2, (double)pc->bytes_recv), fmt_time(t[0], 24, pc->time_s));
         }
     if (r->p2p.calls) {
         char s1[24], s2[24];
@@ -810,13 +902,13 @@ static void print_budget(const ff_plan_result *r)
         cli_print("  %-34s %10s %7.1f%%\n", parts[i].name, fmt_time(t[0], 24, parts[i].s),
                   100 * parts[i].s / step);
     double booked = 0;
-    for (int k = 0; k < FF_NGROUPS; k++)
+    for (int k = 0; k < FF_PLAN_NGROUPS; k++)
         for (int c = 0; c < FF_NCOLL; c++) {
             const ff_plan_coll *pc = &r->coll[k][c];
             if (pc->time_s <= 0)
                 continue;
             char name[64];
-            snprintf(name, sizeof name, "%s %s exposed", ff_group_kind_name((ff_group_kind)k),
+            snprintf(name, sizeof name, "%s %s exposed", ff_plan_group_name(k),
                      ff_coll_name((ff_coll)c));
             cli_print("  %-34s %10s %7.1f%%   (hidden %s)\n", name,
                       fmt_time(t[0], 24, pc->exposed_s), 100 * pc->exposed_s / step,
@@ -864,16 +956,15 @@ static void print_json_result(FILE *f, const ff_plan_config *cfg, const ff_plan_
             "\"axonn\": {\"col_s\": %.9g, \"row_s\": %.9g, \"depth_s\": %.9g, \"data_s\": %.9g}, ",
             r->axonn_col_s, r->axonn_row_s, r->axonn_depth_s, r->axonn_data_s);
     fprintf(f, "\"links\": [");
-    for (int k = 0; k < FF_NGROUPS; k++)
+    for (int k = 0; k < (cfg->model.experts ? FF_PLAN_NGROUPS : FF_NGROUPS); k++)
         fprintf(f,
                 "%s{\"group\": \"%s\", \"size\": %d, \"inner\": %lld, \"intra\": %s, "
                 "\"alpha_s\": %.6g, \"beta_Bps\": %.6g}",
-                k ? ", " : "", ff_group_kind_name((ff_group_kind)k), r->link[k].size,
-                (long long)r->link[k].inner, r->link[k].intra ? "true" : "false",
-                r->link[k].alpha_s, r->link[k].beta_Bps);
+                k ? ", " : "", ff_plan_group_name(k), r->link[k].size, (long long)r->link[k].inner,
+                r->link[k].intra ? "true" : "false", r->link[k].alpha_s, r->link[k].beta_Bps);
     fprintf(f, "], \"collectives\": [");
     int first = 1;
-    for (int k = 0; k < FF_NGROUPS; k++)
+    for (int k = 0; k < FF_PLAN_NGROUPS; k++)
         for (int c = 0; c < FF_NCOLL; c++) {
             const ff_plan_coll *pc = &r->coll[k][c];
             if (!pc->calls && pc->time_s <= 0)
@@ -882,19 +973,19 @@ static void print_json_result(FILE *f, const ff_plan_config *cfg, const ff_plan_
                     "%s{\"group\": \"%s\", \"collective\": \"%s\", \"calls\": %llu, "
                     "\"bytes_sent\": %llu, \"bytes_recv\": %llu, \"time_s\": %.9g, "
                     "\"exposed_s\": %.9g}",
-                    first ? "" : ", ", ff_group_kind_name((ff_group_kind)k),
-                    ff_coll_name((ff_coll)c), (unsigned long long)pc->calls,
-                    (unsigned long long)pc->bytes_sent, (unsigned long long)pc->bytes_recv,
-                    pc->time_s, pc->exposed_s);
+                    first ? "" : ", ", ff_plan_group_name(k), ff_coll_name((ff_coll)c),
+                    (unsigned long long)pc->calls, (unsigned long long)pc->bytes_sent,
+                    (unsigned long long)pc->bytes_recv, pc->time_s, pc->exposed_s);
             first = 0;
         }
     fprintf(f,
-            "], \"stages\": %d, \"micro_batches\": %d, \"bubble_s\": %.9g, \"p2p_s\": %.9g, "
+            "], \"expert_parallel\": %d, \"stages\": %d, \"micro_batches\": %d, "
+            "\"bubble_s\": %.9g, \"p2p_s\": %.9g, "
             "\"busiest_stage\": %d, \"p2p\": {\"calls\": %llu, \"bytes_sent\": %llu, "
             "\"bytes_recv\": %llu}}",
-            r->stages, r->micro_batches, r->bubble_s, r->p2p_s, r->busiest_stage,
-            (unsigned long long)r->p2p.calls, (unsigned long long)r->p2p.bytes_sent,
-            (unsigned long long)r->p2p.bytes_recv);
+            r->expert_parallel, r->stages, r->micro_batches, r->bubble_s, r->p2p_s,
+            r->busiest_stage, (unsigned long long)r->p2p.calls,
+            (unsigned long long)r->p2p.bytes_sent, (unsigned long long)r->p2p.bytes_recv);
 }
 
 static void print_json_head(FILE *f, const ff_plan_config *cfg)
@@ -909,9 +1000,12 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
     json_string(f, md->name);
     fprintf(f,
             ", \"layers\": %d, \"hidden\": %lld, \"heads\": %d, \"vocab\": %lld, "
-            "\"padded_vocab\": %lld, \"params\": %lld},\n",
+            "\"padded_vocab\": %lld, \"params\": %lld, \"experts\": %d, \"expert_every\": %d, "
+            "\"top_k\": %d, \"capacity_factor\": %g},\n",
             md->layers, (long long)md->hidden, md->heads, (long long)md->vocab,
-            (long long)ff_model_padded_vocab(md), (long long)ff_model_params(md, cfg->seq));
+            (long long)ff_model_padded_vocab(md), (long long)ff_model_params(md, cfg->seq),
+            md->experts, md->experts ? md->expert_every : 0, md->experts ? md->top_k : 0,
+            md->experts ? md->capacity_factor : 0.0);
     char mb[16], st[16];
     snprintf(mb, sizeof mb, cfg->micro_batches == FF_PLAN_AUTO ? "\"auto\"" : "%d",
              cfg->micro_batches);
@@ -1062,8 +1156,10 @@ static int run_per_layer(plan_opts *o, ff_dims grid, int have_grid)
         if (code != CLI_OK)
             return code;
         int none = ff_plan_accepted(plan) == 0;
-        if (!none)
+        if (!none) {
             grid = ff_plan_get(plan, 0)->grid;
+            cfg->expert_parallel = ff_plan_get(plan, 0)->expert_parallel;
+        }
         ff_plan_destroy(plan);
         if (none) {
             cli_error("--per-layer: no grid of %d ranks fits (fourfold plan --rejected says why)",
@@ -1105,6 +1201,24 @@ static int run_per_layer(plan_opts *o, ff_dims grid, int have_grid)
     }
     ff_layer_plan_free(&p);
     return CLI_OK;
+}
+
+/* --grid with automatic expert parallelism: the fastest Ge that divides
+ * Gd and E on it (1 if none fits; an error surfaces when it is evaluated). */
+static void pick_expert_parallel(ff_plan_config *cfg, ff_dims grid)
+{
+    ff_plan_result r;
+    int best = 1;
+    double best_s = 0;
+    for (int ge = 1; ge <= grid.d; ge++) {
+        if (grid.d % ge || cfg->model.experts % ge)
+            continue;
+        cfg->expert_parallel = ge;
+        if (ff_plan_evaluate(cfg, grid, &r, NULL, 0) == FF_OK && !r.rejected &&
+            (best_s == 0 || r.step_s < best_s))
+            best = ge, best_s = r.step_s;
+    }
+    cfg->expert_parallel = best;
 }
 
 /* One grid in detail, or every grid ranked. */
@@ -1173,6 +1287,7 @@ int cmd_plan(int argc, char **argv)
     memset(&o, 0, sizeof o);
     ff_plan_config_default(&o.cfg);
     o.layers = o.hidden = o.heads = o.vocab = o.positions = o.ranks = o.rpn = -1;
+    o.experts = o.expert_every = o.top_k = -1;
     o.top = 10;
     o.seed = 1;
     int code = parse_args(argc, argv, &o);
@@ -1238,6 +1353,8 @@ int cmd_plan(int argc, char **argv)
         return CLI_USAGE;
     }
     cfg->ranks = o.ranks > 0 ? (int)o.ranks : 1;
+    if (o.grid && cfg->expert_parallel == FF_PLAN_AUTO)
+        pick_expert_parallel(cfg, grid);
 
     if (o.plan_file)
         code = run_given_plan(&o, grid, &given);

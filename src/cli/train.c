@@ -51,6 +51,8 @@ static const char help[] =
     "  --expert-parallel G  G ranks of D share the experts, E/G each (default 1)\n"
     "  --dtd on|off      duplicate token dropping: with Gx > 1, each X rank sends 1/Gx of\n"
     "                    the tokens through the all-to-alls (default on)\n"
+    "  --balanced-routing on|off  token t's choices are experts tk..tk+k-1 mod E, as\n"
+    "                    fourfold plan assumes (benchmarks; default off)\n"
     "  --init-from FILE  start from an llm.c gpt2_*.bin v3 checkpoint or an MoE one (its\n"
     "                    shape; an MoE file's routing options may be changed)\n"
     "";
@@ -280,6 +282,9 @@ static int parse(int argc, char **argv, train_opts *o)
             bad = !(v = cli_value(&a)) || parse_onoff("cac", v, &o->gpt.cac);
         } else if (cli_is(&a, "dtd")) {
             bad = !(v = cli_value(&a)) || parse_onoff("dtd", v, &o->gpt.dtd);
+        } else if (cli_is(&a, "balanced-routing")) {
+            bad = !(v = cli_value(&a)) ||
+                  parse_onoff("balanced-routing", v, &o->gpt.balanced_routing);
         } else if (cli_is(&a, "cmm")) {
             bad = !(v = cli_value(&a)) || parse_onoff("cmm", v, &o->gpt.linear.cmm);
         } else if (cli_is(&a, "overlap")) {
@@ -347,16 +352,15 @@ static int model_config(const train_opts *o, ff_gpt_config *cfg)
 {
     ff_model m;
     char err[512];
-    /* mini-moe: the mini model with 4 experts in every second block */
-    int moe_preset = !strcmp(o->model, "mini-moe");
-    if (ff_model_preset(moe_preset ? "mini" : o->model, &m, err, sizeof err)) {
-        cli_error("%s (or mini-moe)", err);
+    /* (mini-moe: the mini model with 4 experts in every second block) */
+    if (ff_model_preset(o->model, &m, err, sizeof err)) {
+        cli_error("%s", err);
         return CLI_USAGE;
     }
     memset(cfg, 0, sizeof *cfg);
-    ff_gpt_config_moe(cfg, moe_preset ? 4 : 0);
+    ff_gpt_config_moe(cfg, m.experts);
     const int moe_opts = o->expert_every > 0 || o->router_top_k > 0 || o->capacity_factor > 0 ||
-                         o->aux_coef >= 0 || o->gpt.expert_parallel > 1;
+                         o->aux_coef >= 0 || o->gpt.expert_parallel > 1 || o->gpt.balanced_routing;
     int32_t h[13] = {0}; /* --init-from: the checkpoint's header, if it reads */
     if (o->init_from) {
         /* its shape, its experts and its routing unless given here (read on
@@ -392,8 +396,9 @@ static int model_config(const train_opts *o, ff_gpt_config *cfg)
         return CLI_USAGE;
     }
     if (cfg->experts == 0 && moe_opts) {
-        cli_error("--expert-every, --router-top-k, --capacity-factor, --aux-loss-coef and "
-                  "--expert-parallel need a model with experts (--experts E or --model mini-moe)");
+        cli_error("--expert-every, --router-top-k, --capacity-factor, --aux-loss-coef, "
+                  "--expert-parallel and --balanced-routing need a model with experts (--experts "
+                  "E or --model mini-moe)");
         return CLI_USAGE;
     }
     if (o->expert_every > 0)
@@ -420,7 +425,8 @@ static int model_config(const train_opts *o, ff_gpt_config *cfg)
 }
 
 /* --grid auto: the planner's first choice for this model, batch and job, on
- * the profile of this machine. */
+ * the profile of this machine (and with experts, its expert parallelism
+ * unless --expert-parallel gives one). */
 static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf, size_t len)
 {
     ff_plan_config pc;
@@ -428,10 +434,9 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
     char err[512];
     if (ff_profile_preset("this", &pc.machine, err, sizeof err))
         goto fail;
-    ff_gpt_config from_file;
     if (o->init_from) {
-        /* plan for the checkpoint's shape: its header, read here on every
-         * rank (no context yet; the same file, so the same outcome) */
+        /* plan for the checkpoint's shape (model_config took it from the
+         * header, read on every rank: the same file, so the same outcome) */
         int32_t h[8];
         FILE *f = fopen(o->init_from, "rb");
         int ok =
@@ -442,13 +447,7 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
             snprintf(err, sizeof err, "cannot read the model shape of '%s'", o->init_from);
             goto fail;
         }
-        if (h[0] == FF_GPT_MAGIC_MOE)
-            goto moe;
-        from_file = (ff_gpt_config){.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6]};
-        cfg = &from_file;
     }
-    if (cfg->experts > 0)
-        goto moe;
     memset(&pc.model, 0, sizeof pc.model);
     snprintf(pc.model.name, sizeof pc.model.name, "%s", o->model);
     pc.model.layers = cfg->L;
@@ -456,6 +455,16 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
     pc.model.hidden = cfg->C;
     pc.model.vocab = cfg->V;
     pc.model.max_seq = cfg->maxT;
+    pc.model.experts = cfg->experts;
+    pc.model.expert_every = cfg->expert_every;
+    pc.model.top_k = cfg->top_k;
+    pc.model.capacity_factor = cfg->capacity_factor;
+    /* (--expert-parallel given: that one) */
+    pc.expert_parallel = o->gpt.expert_parallel >= 1 ? o->gpt.expert_parallel
+                         : cfg->experts              ? FF_PLAN_AUTO
+                                                     : 1;
+    pc.dtd = o->gpt.dtd;
+    pc.cac = o->gpt.cac;
     pc.batch = o->batch;
     pc.seq = o->seq;
     pc.micro_batches = (int)(o->batch / o->micro);
@@ -485,14 +494,12 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
         goto fail;
     }
     ff_dims gd = ff_plan_get(plan, 0)->grid;
+    o->gpt.expert_parallel = ff_plan_get(plan, 0)->expert_parallel;
     ff_plan_destroy(plan);
     snprintf(buf, len, "%dx%dx%dx%d", gd.x, gd.y, gd.z, gd.d);
     o->run.grid = buf;
     o->grid_auto = 1;
     return CLI_OK;
-moe:
-    snprintf(err, sizeof err,
-             "the planner does not model a mixture of experts yet (issue 27); give --grid");
 fail:
     cli_error("--grid auto: %s", err);
     return CLI_FAIL;
@@ -538,7 +545,11 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
             "%d in one block of every %d, top-%d, capacity factor %g, aux loss %g; %d per rank",
             c.experts, c.expert_every, c.top_k, c.capacity_factor, c.aux_coef,
             c.experts / (o->gpt.expert_parallel > 1 ? o->gpt.expert_parallel : 1));
-    ROW("grid (x y z d)", "%dx%dx%dx%d on %d ranks%s", s.x, s.y, s.z, s.d, ranks,
+    char ep[48] = "";
+    if (c.experts > 0)
+        snprintf(ep, sizeof ep, ", expert parallelism %d",
+                 o->gpt.expert_parallel > 1 ? o->gpt.expert_parallel : 1);
+    ROW("grid (x y z d)", "%dx%dx%dx%d on %d ranks%s%s", s.x, s.y, s.z, s.d, ranks, ep,
         o->grid_auto ? " (--grid auto: the planner's first choice)" : "");
     const int P = ff_grid_stages(grid);
     int *even = P > 1 ? malloc((size_t)P * sizeof(int)) : NULL;
@@ -686,6 +697,10 @@ int cmd_train(int argc, char **argv)
     ff_gpt_config cfg;
     if ((code = model_config(&o, &cfg)) != CLI_OK)
         return code;
+    char auto_grid[64]; /* (before the AG cache's layers: it may choose Ge) */
+    if (!strcmp(o.run.grid, "auto") &&
+        (code = resolve_auto_grid(&o, &cfg, auto_grid, sizeof auto_grid)) != CLI_OK)
+        return code;
     /* --ag-cache N: the layers of the last N blocks (four, or an MoE block's
      * QKV, projection and its local experts' two each) */
     if (o.ag_cache_blocks >= 0) {
@@ -695,10 +710,6 @@ int cmd_train(int argc, char **argv)
             o.gpt.linear.ag_cache_layers +=
                 l >= 0 && ff_gpt_block_is_moe(&cfg, (int)l) ? 2 + 2 * (cfg.experts / ge) : 4;
     }
-    char auto_grid[64];
-    if (!strcmp(o.run.grid, "auto") &&
-        (code = resolve_auto_grid(&o, &cfg, auto_grid, sizeof auto_grid)) != CLI_OK)
-        return code;
     ff_ctx *ctx;
     ff_grid *grid;
     if (cli_setup(&o.run, &ctx, &grid) != CLI_OK)

@@ -102,6 +102,8 @@ static int route(ff_gpt *g, int l, ff_gpt_moe_acts *a, const float *ln2, int rec
     if (rc || (rc = sum_over_y(g, a->probs, g->moe_part, m * E)))
         return rc;
     ff_moe_route(E, k, m, a->probs, a->choice, a->gate);
+    if (g->opt.balanced_routing)
+        ff_moe_route_balanced(E, k, g->T, m, a->probs, a->choice, a->gate);
     int64_t dropped =
         ff_moe_place(E, k, g->moe_cap, g->T, m, a->choice, a->row, a->start, a->row_token);
     /* over the micro-batch: first choices and probabilities of each expert,

@@ -151,6 +151,24 @@ void ff_moe_route(int E, int k, int64_t m, float *probs, int *choice, float *gat
     }
 }
 
+void ff_moe_route_balanced(int E, int k, int64_t T, int64_t m, const float *probs, int *choice,
+                           float *gate)
+{
+    for (int64_t t = 0; t < m; t++) {
+        const float *p = probs + t * E;
+        int *c = choice + t * k;
+        for (int j = 0; j < k; j++)
+            c[j] = (int)(((t % T) * k + j) % E);
+        if (k == 2) {
+            float s2 = p[c[0]] + p[c[1]];
+            gate[t * 2] = p[c[0]] / s2;
+            gate[t * 2 + 1] = p[c[1]] / s2;
+        } else {
+            gate[t] = p[c[0]];
+        }
+    }
+}
+
 int64_t ff_moe_place(int E, int k, int64_t cap, int64_t T, int64_t m, const int *choice,
                      int64_t *row, int64_t *start, int64_t *row_token)
 {

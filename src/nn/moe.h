@@ -73,6 +73,12 @@ enum { FF_MOE_MAX_EXPERTS = 4096 };
 /* probs (m, E): the router's logits in, its softmax out; each token's k
  * choices (ties to the lower index) and gates (m k). */
 void ff_moe_route(int E, int k, int64_t m, float *probs, int *choice, float *gate);
+/* Balanced routing (ff_gpt_opts.balanced_routing): on probs (the softmax,
+ * as ff_moe_route leaves it), assignment j of the token at position t of
+ * its sequence of T tokens chooses expert (t k + j) mod E; the gates as
+ * ff_moe_route forms them from the chosen probabilities. */
+void ff_moe_route_balanced(int E, int k, int64_t T, int64_t m, const float *probs, int *choice,
+                           float *gate);
 /* Capacity `cap` per expert and sequence of T tokens (m a multiple of T):
  * row (m k) the assignment's row in the experts' buffers, -1 dropped;
  * expert e's rows are [start[e], start[e + 1]) (E + 1), in token order;

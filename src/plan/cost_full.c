@@ -1,6 +1,7 @@
 /* The full cost model: placement-aware links, ring collectives with latency,
  * compute from the GEMM rate with a shape-dependent efficiency, the overlap
  * schedule played on a timeline, and memory per rank (docs/design.md §6). */
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -105,15 +106,34 @@ ff_plan_link plan_link(const ff_profile *p, int ranks, int64_t inner, int size, 
     return l;
 }
 
-void plan_links(const ff_profile *p, ff_dims g, int paper_rule, ff_plan_link out[FF_NGROUPS])
+/* The expert groups' sizes, ranks and strides (plan.h: EP is Ge
+ * consecutive ranks of D, EDP the D/Ge ranks Ge apart); ge 1: EP is one
+ * rank, EDP all of D. */
+static int expert_size(ff_dims g, int ge, int kind)
+{
+    return kind == FF_PLAN_GROUP_EP ? ge : g.d / ge;
+}
+static int expert_rank(ff_dims c, int ge, int kind)
+{
+    return kind == FF_PLAN_GROUP_EP ? c.d % ge : c.d / ge;
+}
+static int64_t expert_inner(ff_dims g, int ge, int kind)
+{
+    return group_inner(g, FF_GROUP_D) * (kind == FF_PLAN_GROUP_EP ? 1 : ge);
+}
+
+void plan_links(const ff_profile *p, ff_dims g, int ge, int paper_rule,
+                ff_plan_link out[FF_PLAN_NGROUPS])
 {
     int ranks = plan_group_size(g, FF_GROUP_WORLD);
     for (int k = 0; k < FF_NGROUPS; k++)
         out[k] = plan_link(p, ranks, group_inner(g, (ff_group_kind)k),
                            plan_group_size(g, (ff_group_kind)k), paper_rule);
+    for (int k = FF_NGROUPS; k < FF_PLAN_NGROUPS; k++)
+        out[k] = plan_link(p, ranks, expert_inner(g, ge, k), expert_size(g, ge, k), paper_rule);
 }
 
-void plan_links_staged(const ff_profile *p, ff_dims g, int P, ff_plan_link out[FF_NGROUPS])
+void plan_links_staged(const ff_profile *p, ff_dims g, int P, ff_plan_link out[FF_PLAN_NGROUPS])
 {
     const int G = plan_group_size(g, FF_GROUP_WORLD), world = G * P, rpn = p->ranks_per_node;
     /* stage s is ranks [s G, (s+1) G): its groups tile nodes as a lone
@@ -129,6 +149,8 @@ void plan_links_staged(const ff_profile *p, ff_dims g, int P, ff_plan_link out[F
     }
     out[FF_GROUP_WORLD] = plan_link(p, world, 1, world, 0);
     out[FF_GROUP_PIPE] = plan_link(p, world, G, P, 0);
+    for (int k = FF_NGROUPS; k < FF_PLAN_NGROUPS; k++) /* (no experts with stages) */
+        out[k] = plan_link(p, world, expert_inner(g, 1, k), expert_size(g, 1, k), 0);
 }
 
 /* Ring algorithms (the collective layer's default): all-gather and
@@ -207,6 +229,8 @@ void plan_topos_free(plan_ops *ops)
 static int staged_size(const plan_ops *ops, ff_dims g, ff_group_kind kind)
 {
     int P = ops->P > 1 ? ops->P : 1;
+    if ((int)kind >= FF_NGROUPS)
+        return expert_size(g, ops->ge > 1 ? ops->ge : 1, (int)kind);
     if (kind == FF_GROUP_WORLD)
         return plan_group_size(g, kind) * P;
     return kind == FF_GROUP_PIPE ? P : plan_group_size(g, kind);
@@ -215,6 +239,8 @@ static int staged_size(const plan_ops *ops, ff_dims g, ff_group_kind kind)
 static int staged_rank(const plan_ops *ops, ff_dims g, ff_dims c, ff_group_kind kind)
 {
     int G = plan_group_size(g, FF_GROUP_STAGE), in_stage = plan_group_rank(g, c, FF_GROUP_WORLD);
+    if ((int)kind >= FF_NGROUPS)
+        return expert_rank(c, ops->ge > 1 ? ops->ge : 1, (int)kind);
     if (kind == FF_GROUP_WORLD)
         return ops->stage * G + in_stage;
     return kind == FF_GROUP_PIPE ? ops->stage : plan_group_rank(g, c, kind);
@@ -225,7 +251,10 @@ static const ff_topo *plan_topo(plan_ops *ops, const ff_plan_config *cfg, ff_dim
                                 ff_group_kind kind)
 {
     int p = staged_size(ops, g, kind), G = plan_group_size(g, FF_GROUP_STAGE);
-    int64_t inner = kind == FF_GROUP_PIPE ? G : group_inner(g, kind);
+    int64_t inner = kind == FF_GROUP_PIPE ? G
+                    : (int)kind >= FF_NGROUPS
+                        ? expert_inner(g, ops->ge > 1 ? ops->ge : 1, (int)kind)
+                        : group_inner(g, kind);
     int64_t rpn = cfg->machine.ranks_per_node;
     int64_t base = staged_rank(ops, g, c, FF_GROUP_WORLD) - staged_rank(ops, g, c, kind) * inner;
     for (struct plan_topo *e = ops->topos; e; e = e->next)
@@ -319,6 +348,13 @@ int plan_check_divides(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r)
         plan_reject(r, "the %d heads do not divide over Gx = %d", md->heads, g.x);
     if (Vp % g.x)
         plan_reject(r, "padded vocabulary %lld does not divide over Gx = %d", (long long)Vp, g.x);
+    if (md->experts > 0) {
+        int ge = cfg->expert_parallel > 1 ? cfg->expert_parallel : 1;
+        if (g.d % ge)
+            plan_reject(r, "expert parallelism %d does not divide Gd = %d", ge, g.d);
+        if (md->experts % ge)
+            plan_reject(r, "expert parallelism %d does not divide the %d experts", ge, md->experts);
+    }
     if (C % g.x == 0 && C % g.y == 0 && Vp % g.x == 0) {
         /* each weight block W_yx is cut into Gz equal pieces (docs/design.md §3) */
         static const char *const names[4] = {"QKV", "attention projection", "MLP", "wte"};
@@ -362,6 +398,22 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
     s->cmm = cfg->cmm;
     s->P = 1, s->stage = 0, s->first = s->last = 1;
     s->l0 = 0, s->nb = s->L;
+    s->ge = s->el = 1;
+    if (md->experts > 0) {
+        s->E = md->experts;
+        s->every = md->expert_every;
+        s->top_k = md->top_k;
+        s->ge = cfg->expert_parallel > 1 ? cfg->expert_parallel : 1;
+        s->el = s->E / s->ge;
+        /* src/nn/moe.c's capacity, and the all-to-all blocks of
+         * src/nn/gpt.c: a sequence sends an expert at most min(cap, T) */
+        double x = md->capacity_factor * s->top_k * (double)s->T / s->E;
+        s->cap = (int64_t)ceil(x - 4 * FLT_EPSILON * x);
+        s->R = s->b_mb * (s->cap < s->T ? s->cap : s->T);
+        s->ch = (s->R + g.x - 1) / g.x;
+        s->dtd = cfg->dtd && s->ge > 1 && g.x > 1;
+        s->cac = cfg->cac != 0;
+    }
 }
 
 /* Memory of one rank, bytes, for the shape's checkpointing and AG cache
@@ -375,16 +427,17 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
 {
     double gx = s->g.x, gy = s->g.y, C = (double)s->C, m = (double)s->m;
     const int64_t l1 = s->l0 + s->nb;
-    /* blocks with checkpointing; the AG-cached layers' gathered weights, in
+    /* the AG-cached layers' gathered weights, in
      * units of C^2/(Gx Gy) (QKV 3, projection 1, MLP 4 and 4: 12 a block) */
     static const int units[FF_BLOCK_LAYERS] = {3, 1, 4, 4};
-    int64_t n_ckpt = 0, cached_units = 0;
+    int64_t cached_units = 0;
     for (int64_t l = s->l0; l < l1; l++) {
-        n_ckpt += plan_block_checkpoint(s, l);
         for (int i = 0; i < FF_BLOCK_LAYERS; i++) {
             ff_layer_opts o;
             plan_layer_opts(s, l, i, &o);
-            cached_units += o.ag_cache ? units[i] : 0;
+            /* (an MoE block's experts: el of each MLP layer) */
+            cached_units +=
+                o.ag_cache ? units[i] * (i >= 2 && plan_block_moe(s, l) ? s->el : 1) : 0;
         }
     }
     /* fp32: parameter, gradient, two moments; bf16-mixed: a bf16 working
@@ -411,16 +464,48 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
      * GELU in layout X (12C/Gx); 4 LayerNorm statistics per row; the
      * attention probabilities of the rank's heads (T x T per head) */
     double heads = (double)s->b_mb * (double)(s->NH / s->g.x);
-    double block_acts = m * (6 * C / gy + 12 * C / gx + 4) + heads * (double)s->T * (double)s->T;
+    double attn = heads * (double)s->T * (double)s->T;
+    double block_acts = m * (6 * C / gy + 12 * C / gx + 4) + attn;
+    /* an MoE block (src/nn/gpt_moe.c): no MLP hidden (8C/Gx); the router's
+     * probabilities (E per row), each assignment's choice, row, gate and
+     * token (6 values), and the experts' rows: input and output (C/Gy
+     * each, as all-to-all blocks of E R rows with expert parallelism),
+     * hidden before and after GELU (4C/Gx each) */
+    double own = s->E ? (s->ge > 1 ? (double)(s->E * s->R) : m * s->top_k) : 0;
+    double moe_acts = s->E ? block_acts - m * 8 * C / gx + m * (s->E + 6.0 * s->top_k) +
+                                 own * (2 * C / gy + 8 * C / gx)
+                           : 0;
+    /* what a recompute produces, and under CAC all a checkpointed block
+     * keeps beyond it (the collectives' outputs): its LayerNorms' outputs,
+     * attention and the GELU's are recomputed */
+    double redo = m * 2 * C / gy + attn + m * 4 * C / gx;
+    double redo_moe = m * 2 * C / gy + attn + own * 4 * C / gx;
+    double kept = 0, kept_shared = 0;
+    for (int64_t l = s->l0; l < l1; l++) {
+        int moe = plan_block_moe(s, l);
+        double acts = moe ? moe_acts : block_acts, r_l = moe ? redo_moe : redo;
+        if (!plan_block_checkpoint(s, l))
+            kept += acts;
+        else if (s->cac)
+            kept += acts - r_l, kept_shared = fmax(kept_shared, r_l);
+        else
+            kept += m * C / gy, kept_shared = fmax(kept_shared, acts);
+    }
     /* encoded (the first stage), lnf and logits (the last) */
     double head =
         m * ((double)s->first * C / gy + (double)s->last * (C / gy + 2 + (double)s->Vp / gx));
-    double work = block_acts + m * C / gy; /* one block's gradients, the residual's */
+    /* one block's gradients, the residual's; with experts their buffers
+     * (gradients of the rows, the all-to-all blocks and DTD's gathers) */
+    double work = fmax(block_acts, moe_acts) + m * C / gy;
+    if (s->E)
+        work += own * C / gy + m * s->top_k +
+                (s->ge > 1 ? (double)(2 * s->E * s->R) * C / gy +
+                                 (s->dtd ? (double)(gx * s->E * s->ch) * C / gy : 0)
+                           : 0);
     /* a block with checkpointing keeps its input, and they share one set
      * of activations for the recompute; the others keep theirs, per slot */
     double slots = s->P > 1 && !s->last ? s->slots : 1;
-    double stored = slots * ((double)n_ckpt * m * C / gy + (double)(s->nb - n_ckpt) * block_acts) +
-                    (n_ckpt > 0 ? block_acts : 0);
+    double stored = slots * kept + kept_shared;
     /* with stages, (m, C/Gy) buffers: the gradients to and from the
      * neighbours, K each way; the block inputs and outputs of K slots
      * beyond the one set counted above (src/nn/gpt.c: K (nb + 1) sets of
@@ -676,7 +761,7 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
  * byte on a group of one; ring volumes with uneven all-reduce chunks, or
  * rec-whole's where AUTO runs it). -1 if out of memory. */
 static int count_traffic(const ff_plan_config *cfg, plan_ops *o, ff_dims g, ff_dims coords,
-                         ff_plan_coll out[FF_NGROUPS][FF_NCOLL], ff_plan_coll *p2p)
+                         ff_plan_coll out[FF_PLAN_NGROUPS][FF_NCOLL], ff_plan_coll *p2p)
 {
     for (size_t i = 0; i < o->n; i++) {
         const plan_op *op = &o->ops[i];
@@ -743,7 +828,7 @@ int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan
         acc->elementwise_s += weight * t->elementwise_s;
         acc->optimizer_s += weight * t->optimizer_s;
         acc->comm_s += weight * t->comm_s;
-        for (int k = 0; k < FF_NGROUPS; k++)
+        for (int k = 0; k < FF_PLAN_NGROUPS; k++)
             for (int c = 0; c < FF_NCOLL; c++) {
                 acc->coll[k][c].time_s += weight * t->coll[k][c].time_s;
                 acc->coll[k][c].exposed_s += weight * t->coll[k][c].exposed_s;
@@ -760,7 +845,7 @@ int plan_count_traffic(const ff_plan_config *cfg, plan_ops *ops, ff_dims g, ff_p
 {
     if (count_traffic(cfg, ops, g, (ff_dims){0, 0, 0, 0}, r->coll, &r->p2p))
         return -1;
-    for (int k = 0; k < FF_NGROUPS; k++)
+    for (int k = 0; k < FF_PLAN_NGROUPS; k++)
         for (int c = 0; c < FF_NCOLL; c++)
             r->bytes_recv += r->coll[k][c].bytes_recv;
     r->bytes_recv += r->p2p.bytes_recv;
@@ -784,7 +869,7 @@ int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan
 {
     if (cfg->stages > 1)
         return plan_eval_stages(cfg, g, r, ops, err, err_len);
-    plan_links(&cfg->machine, g, 0, r->link);
+    plan_links(&cfg->machine, g, cfg->expert_parallel, 0, r->link);
     if (plan_check_divides(cfg, g, r))
         return FF_OK;
     plan_shape s;
@@ -793,6 +878,7 @@ int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan
         return FF_OK;
     ops->n = 0;
     ops->tags = 0;
+    ops->ge = s.ge;
     plan_schedule(&s, ops);
     double end, bg;
     int ranks = plan_group_size(g, FF_GROUP_WORLD), rpn = cfg->machine.ranks_per_node;
@@ -809,7 +895,7 @@ int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan
 }
 
 int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords, int stage,
-                    ff_plan_coll out[FF_NGROUPS][FF_NCOLL], ff_plan_coll *p2p, char *err,
+                    ff_plan_coll out[FF_PLAN_NGROUPS][FF_NCOLL], ff_plan_coll *p2p, char *err,
                     size_t err_len)
 {
     ff_plan_result *r = calloc(1, sizeof *r);
@@ -823,6 +909,8 @@ int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords, int st
         plan_shape s;
         plan_shape_init(cfg, g, &s);
         plan_ops ops = {0};
+        ops.ge = s.ge;
+        s.eslot = coords.d % s.ge;          /* this rank's experts */
         if (cfg->stages > 1) {              /* stage `stage`'s blocks (src/nn/gpt.c's split) */
             plan_fit_stages(cfg, g, r, &s); /* resolves the automatic settings */
             plan_shape_stage(cfg, &s, stage);

@@ -19,8 +19,8 @@
 
 void plan_eval_paper(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r)
 {
-    ff_plan_link link[FF_NGROUPS];
-    plan_links(&cfg->machine, g, 1, link); /* the paper's own placement rule */
+    ff_plan_link link[FF_PLAN_NGROUPS];
+    plan_links(&cfg->machine, g, 1, 1, link); /* the paper's own placement rule */
     memcpy(r->link, link, sizeof link);
     const double C = (double)cfg->model.hidden, es = cfg->wire_bytes;
     /* m: the rows of the input of one data-parallel replica */

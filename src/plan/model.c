@@ -16,7 +16,8 @@ typedef struct {
  * Megatron-LM code the paper trained. GPT-2's sizes are OpenAI's (llm.c's
  * gpt2_*.bin, 1024 positions). `tiny` is the small model of the GPT issue's
  * tests (L=2, C=64, NH=4, V=512); `mini` the default model of `fourfold
- * train` (L=4, C=128, NH=4, the byte-level vocabulary of `fourfold tokenize`). */
+ * train` (L=4, C=128, NH=4, the byte-level vocabulary of `fourfold tokenize`),
+ * `mini-moe` it with 4 experts in every second block (ff_model_moe). */
 /* clang-format off */
 static const preset presets[] = {
     {"gpt-5b", 24, 32, 4096, 50257, 0, 4},
@@ -38,6 +39,7 @@ static const preset presets[] = {
     {"gpt2-1558m", 48, 25, 1600, 50257, 1024, 1},
     {"tiny", 2, 4, 64, 512, 0, 1},
     {"mini", 4, 4, 128, 257, 0, 1},
+    {"mini-moe", 4, 4, 128, 257, 0, 1},
 };
 /* clang-format on */
 enum { NPRESETS = sizeof presets / sizeof presets[0] };
@@ -56,6 +58,8 @@ int ff_model_preset(const char *name, ff_model *out, char *err, size_t err_len)
         out->hidden = presets[i].hidden;
         out->vocab = presets[i].vocab;
         out->max_seq = presets[i].max_seq;
+        if (!strcmp(name, "mini-moe")) /* `fourfold train --model mini-moe` */
+            ff_model_moe(out, 4);
         return FF_OK;
     }
     char names[512] = "";
@@ -65,6 +69,19 @@ int ff_model_preset(const char *name, ff_model *out, char *err, size_t err_len)
                                  presets[i].name);
     return ff_format_error(err, err_len, FF_EINVAL, "unknown model '%s' (known: %s)",
                            name ? name : "", names);
+}
+
+void ff_model_moe(ff_model *m, int E)
+{
+    m->experts = E;
+    m->expert_every = 2;
+    m->top_k = 1;
+    m->capacity_factor = 1.25;
+}
+
+int ff_model_block_is_moe(const ff_model *m, int l)
+{
+    return m->experts > 0 && m->expert_every > 0 && (l + 1) % m->expert_every == 0;
 }
 
 int ff_model_axonn_min_tp(const ff_model *m)
@@ -98,6 +115,23 @@ int ff_model_check(const ff_model *m, char *err, size_t err_len)
     if (m->max_seq < 0 || m->max_seq > ((int64_t)1 << 24))
         return ff_format_error(err, err_len, FF_EINVAL, "positions %lld: expected 0 to 2^24",
                                (long long)m->max_seq);
+    /* the training program's limits (src/nn/moe.c) */
+    if (m->experts < 0 || m->experts > 4096)
+        return ff_format_error(err, err_len, FF_EINVAL, "%d experts: expected 0 (dense) to 4096",
+                               m->experts);
+    if (m->experts > 0 && (m->expert_every < 1 || m->expert_every > m->layers))
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "experts in one block of every %d: expected 1 to the %d blocks",
+                               m->expert_every, m->layers);
+    if (m->experts > 0 && (m->top_k < 1 || m->top_k > 2 || m->top_k > m->experts))
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "top-%d routing with %d experts: expected top-1 or top-2, at most "
+                               "the number of experts",
+                               m->top_k, m->experts);
+    if (m->experts > 0 && !(m->capacity_factor > 0 && m->capacity_factor <= 1e6))
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "capacity factor %g: expected a number above 0, at most 1e6",
+                               m->capacity_factor);
     return FF_OK;
 }
 
@@ -107,14 +141,26 @@ int64_t ff_model_padded_vocab(const ff_model *m) { return (m->vocab + 127) / 128
  * (3C + C + 4C + C = 9C) and two LayerNorms (4C). */
 static int64_t block_params(int64_t c) { return 12 * c * c + 13 * c; }
 
-int64_t ff_model_matmul_params(const ff_model *m)
+/* An MoE block: the router (C E) and E experts, each the MLP's weights and
+ * biases (8C^2 + 5C), in place of the MLP; `experts` of them counted. */
+static int64_t moe_block_params(const ff_model *m, int experts)
 {
     int64_t c = m->hidden;
-    return m->layers * block_params(c) + ff_model_padded_vocab(m) * c + 2 * c;
+    return block_params(c) - (8 * c * c + 5 * c) + c * m->experts + experts * (8 * c * c + 5 * c);
 }
+
+static int64_t params_with(const ff_model *m, int experts)
+{
+    int64_t c = m->hidden, n = ff_model_padded_vocab(m) * c + 2 * c;
+    for (int l = 0; l < m->layers; l++)
+        n += ff_model_block_is_moe(m, l) ? moe_block_params(m, experts) : block_params(c);
+    return n;
+}
+
+int64_t ff_model_matmul_params(const ff_model *m) { return params_with(m, m->top_k); }
 
 int64_t ff_model_params(const ff_model *m, int64_t seq)
 {
     int64_t positions = m->max_seq > 0 ? m->max_seq : seq;
-    return ff_model_matmul_params(m) + positions * m->hidden;
+    return params_with(m, m->experts) + positions * m->hidden;
 }

@@ -41,7 +41,18 @@ void ff_plan_config_default(ff_plan_config *cfg)
     cfg->min_tp = 0;
     cfg->grad_acc = 1;
     cfg->stages = 1;
+    cfg->expert_parallel = 1;
+    cfg->dtd = 1;
     ff_coll_model_default(&cfg->coll);
+}
+
+const char *ff_plan_group_name(int kind)
+{
+    if (kind == FF_PLAN_GROUP_EP)
+        return "EP";
+    if (kind == FF_PLAN_GROUP_EDP)
+        return "EDP";
+    return ff_group_kind_name((ff_group_kind)kind);
 }
 
 size_t ff_plan_grids(int ranks, ff_dims *out, size_t cap)
@@ -138,6 +149,32 @@ static int check_stages(const ff_plan_config *cfg, int traffic_only, char *err, 
     return FF_OK;
 }
 
+/* A mixture of experts: the full cost model, no stages (not modelled
+ * yet), expert parallelism where there are experts. */
+static int check_experts(const ff_plan_config *cfg, char *err, size_t len)
+{
+    const int E = cfg->model.experts;
+    if (cfg->expert_parallel < 1 && cfg->expert_parallel != FF_PLAN_AUTO)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "expert parallelism %d: expected 1 or more, or automatic",
+                               cfg->expert_parallel);
+    if (!E && cfg->expert_parallel != 1 && cfg->expert_parallel != FF_PLAN_AUTO)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "expert parallelism %d needs a model with experts",
+                               cfg->expert_parallel);
+    if (E && cfg->cost != FF_COST_FULL)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "a mixture of experts needs the full cost model, not %s",
+                               ff_cost_name(cfg->cost));
+    if (E && cfg->stages != 1)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "the planner does not model a mixture of experts with pipeline "
+                               "stages yet");
+    if (cfg->cac && cfg->checkpoint == 0)
+        return ff_format_error(err, len, FF_EINVAL, "CAC needs activation checkpointing");
+    return FF_OK;
+}
+
 static int check_config_for(const ff_plan_config *cfg, int traffic_only, char *err, size_t len)
 {
     int rc = ff_model_check(&cfg->model, err, len);
@@ -201,6 +238,8 @@ static int check_config_for(const ff_plan_config *cfg, int traffic_only, char *e
                                       its, err, len)) != FF_OK)
             return rc;
     }
+    if ((rc = check_experts(cfg, err, len)) != FF_OK)
+        return rc;
     return check_profile(&cfg->machine, err, len);
 }
 
@@ -255,6 +294,7 @@ static int evaluate_one(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r,
     r->grid = g;
     r->stages = cfg->stages;
     r->micro_batches = cfg->micro_batches;
+    r->expert_parallel = cfg->expert_parallel > 1 ? cfg->expert_parallel : 1;
     const ff_model *md = &cfg->model;
     double B = (double)cfg->batch, T = (double)cfg->seq;
     r->model_flops = 6.0 * (double)ff_model_matmul_params(md) * B * T +
@@ -263,7 +303,7 @@ static int evaluate_one(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r,
     switch (cfg->cost) {
     case FF_COST_FULL: rc = plan_eval_full(cfg, g, r, ops, err, len); break;
     case FF_COST_PAPER:
-        plan_links(&cfg->machine, g, 1, r->link);
+        plan_links(&cfg->machine, g, 1, 1, r->link);
         if (!plan_check_divides(cfg, g, r)) {
             plan_shape s;
             plan_shape_init(cfg, g, &s);
@@ -334,6 +374,9 @@ int ff_plan_evaluate(const ff_plan_config *cfg, ff_dims grid, ff_plan_result *ou
     if (rc == FF_OK && cfg->stages == FF_PLAN_AUTO)
         rc = ff_format_error(err, err_len, FF_EINVAL,
                              "one grid is evaluated for a number of stages, not automatic");
+    if (rc == FF_OK && cfg->expert_parallel == FF_PLAN_AUTO)
+        rc = ff_format_error(err, err_len, FF_EINVAL,
+                             "one grid is evaluated for one expert parallelism, not automatic");
     if (rc == FF_OK)
         rc = check_grid(grid, err, err_len);
     if (rc == FF_OK)
@@ -358,9 +401,9 @@ static int check_coords(ff_dims grid, ff_dims coords, char *err, size_t err_len)
 }
 
 int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
-                    ff_plan_coll out[FF_NGROUPS][FF_NCOLL], char *err, size_t err_len)
+                    ff_plan_coll out[FF_PLAN_NGROUPS][FF_NCOLL], char *err, size_t err_len)
 {
-    memset(out, 0, sizeof(ff_plan_coll) * FF_NGROUPS * FF_NCOLL);
+    memset(out, 0, sizeof(ff_plan_coll) * FF_PLAN_NGROUPS * FF_NCOLL);
     int rc = check_config(cfg, err, err_len);
     if (rc == FF_OK)
         rc = check_grid(grid, err, err_len);
@@ -370,9 +413,10 @@ int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
         return rc;
     if ((rc = check_coords(grid, coords, err, err_len)))
         return rc;
-    if (cfg->micro_batches == FF_PLAN_AUTO)
+    if (cfg->micro_batches == FF_PLAN_AUTO || cfg->expert_parallel == FF_PLAN_AUTO)
         return ff_format_error(err, err_len, FF_EINVAL,
-                               "traffic is for a number of micro-batches, not automatic");
+                               "traffic is for a number of micro-batches and an expert "
+                               "parallelism, not automatic");
     if (cfg->stages != 1)
         return ff_format_error(err, err_len, FF_EINVAL,
                                "with pipeline stages, ff_plan_traffic_stage gives a stage's "
@@ -381,10 +425,10 @@ int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
 }
 
 int ff_plan_traffic_stage(const ff_plan_config *cfg, ff_dims grid, ff_dims coords, int stage,
-                          ff_plan_coll out[FF_NGROUPS][FF_NCOLL], ff_plan_coll *p2p, char *err,
+                          ff_plan_coll out[FF_PLAN_NGROUPS][FF_NCOLL], ff_plan_coll *p2p, char *err,
                           size_t err_len)
 {
-    memset(out, 0, sizeof(ff_plan_coll) * FF_NGROUPS * FF_NCOLL);
+    memset(out, 0, sizeof(ff_plan_coll) * FF_PLAN_NGROUPS * FF_NCOLL);
     memset(p2p, 0, sizeof *p2p);
     int rc = check_config_for(cfg, 1, err, err_len);
     if (rc == FF_OK)
@@ -482,10 +526,16 @@ int ff_plan_create(ff_plan **out, const ff_plan_config *cfg)
         if (cfg->ranks % P == 0)
             n += axonn ? axonn_grids(cfg->ranks / P, NULL, 0)
                        : ff_plan_grids(cfg->ranks / P, NULL, 0);
+    /* with automatic expert parallelism each grid once per Ge that divides
+     * Gd and E: at most the divisors of the ranks, d(n) < 2 sqrt(n) */
+    const int auto_ge = cfg->expert_parallel == FF_PLAN_AUTO;
+    int n_ge = 1;
+    for (int v = 2; auto_ge && v <= cfg->ranks; v++)
+        n_ge += cfg->ranks % v == 0;
     ff_dims *grids = malloc((n ? n : 1) * sizeof *grids);
     int *stages = malloc((n ? n : 1) * sizeof *stages);
-    ff_plan_result *res = calloc(n ? n : 1, sizeof *res);
-    rank_entry *order = malloc((n ? n : 1) * sizeof *order);
+    ff_plan_result *res = calloc(n ? n * (size_t)n_ge : 1, sizeof *res);
+    rank_entry *order = malloc((n ? n * (size_t)n_ge : 1) * sizeof *order);
     plan_ops ops = {0};
     if (!grids || !stages || !res || !order) {
         rc =
@@ -503,12 +553,23 @@ int ff_plan_create(ff_plan **out, const ff_plan_config *cfg)
         at += k;
     }
     ff_plan_config one = *cfg;
+    size_t n_eval = 0;
     for (size_t i = 0; i < n && rc == FF_OK; i++) {
         one.stages = stages[i];
-        rc = evaluate(&one, grids[i], &res[i], &ops, &order[i].key, plan->err, sizeof plan->err);
-        order[i].index = i;
-        order[i].rejected = res[i].rejected;
+        for (int ge = 1; ge <= (auto_ge ? grids[i].d : 1) && rc == FF_OK; ge++) {
+            if (auto_ge && (grids[i].d % ge || (ge > 1 && cfg->model.experts % ge) ||
+                            (ge > 1 && !cfg->model.experts)))
+                continue;
+            if (auto_ge)
+                one.expert_parallel = ge;
+            size_t j = n_eval++;
+            rc =
+                evaluate(&one, grids[i], &res[j], &ops, &order[j].key, plan->err, sizeof plan->err);
+            order[j].index = j;
+            order[j].rejected = res[j].rejected;
+        }
     }
+    n = n_eval;
     if (rc != FF_OK)
         goto done;
     qsort(order, n, sizeof *order, by_rank);

@@ -58,6 +58,8 @@ typedef struct {
      * ranks the layouts and volumes are for (the world is then P stages of
      * the grid, stage outermost) */
     int P, stage;
+    /* expert parallelism Ge (the EP and EDP groups' sizes); 0 or 1: none */
+    int ge;
 } plan_ops;
 
 /* The resolved sizes of one rank's step. */
@@ -82,7 +84,26 @@ typedef struct {
     int P, stage, first, last;
     int64_t l0, nb;
     int slots; /* K, micro-batches in flight (activation slots) per stage */
+    /* A mixture of experts (E > 0; docs/moe.md): block l is one when
+     * (l + 1) % every == 0; top_k choices per token; cap assignments per
+     * expert and sequence; Ge ranks of D share the experts, el = E/Ge on
+     * each, this rank's slot eslot (its EP rank, d mod Ge); all-to-all
+     * blocks of R rows, DTD pieces of ch rows (dtd: in effect); cac:
+     * communication-aware checkpointing. */
+    int E, every, top_k, ge, el, eslot, dtd, cac;
+    int64_t cap, R, ch;
 } plan_shape;
+
+/* 1 if block l of the shape is a mixture of experts. */
+int plan_block_moe(const plan_shape *s, int64_t l);
+/* Rows local expert le computes on per micro-batch under balanced routing
+ * (ff_gpt_opts.balanced_routing): of every sequence, expert e receives
+ * floor(k T / E) assignments, one more if e < k T mod E, and keeps at most
+ * cap; with expert parallelism from each of the Ge ranks of its group. */
+int64_t plan_expert_rows(const plan_shape *s, int le);
+/* The local experts' biases (replicated over Z and EDP; part of
+ * plan_other_params, all-reduced apart). */
+int64_t plan_expert_bias_params(const plan_shape *s);
 
 /* The options of block l's linear layer i (FF_BLOCK_QKV ...), or with l < 0
  * of the head (wte): the plan's, or those the uniform settings of the shape
@@ -130,11 +151,12 @@ int64_t plan_other_params(const plan_shape *s);
  * tile the node (so no group straddles two nodes). */
 ff_plan_link plan_link(const ff_profile *p, int ranks, int64_t inner, int size, int paper_rule);
 /* The links of the groups of a grid. */
-void plan_links(const ff_profile *p, ff_dims g, int paper_rule, ff_plan_link out[FF_NGROUPS]);
+void plan_links(const ff_profile *p, ff_dims g, int ge, int paper_rule,
+                ff_plan_link out[FF_PLAN_NGROUPS]);
 /* The same for a stage of P stages of grid g (the job P times its ranks,
  * stage outermost), with WORLD across the stages and PIPE (a stage's size
  * apart). */
-void plan_links_staged(const ff_profile *p, ff_dims g, int P, ff_plan_link out[FF_NGROUPS]);
+void plan_links_staged(const ff_profile *p, ff_dims g, int P, ff_plan_link out[FF_PLAN_NGROUPS]);
 /* Seconds for one collective on a group of p ranks: the ring's or
  * recursive doubling's (the faster), or with `whole` (an all-reduce that
  * AUTO runs as rec-whole) lg p steps of the whole vector. */
@@ -174,7 +196,7 @@ int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan
  * stage `stage` when cfg->stages > 1, its point-to-point messages in *p2p
  * (may be NULL). */
 int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords, int stage,
-                    ff_plan_coll out[FF_NGROUPS][FF_NCOLL], ff_plan_coll *p2p, char *err,
+                    ff_plan_coll out[FF_PLAN_NGROUPS][FF_NCOLL], ff_plan_coll *p2p, char *err,
                     size_t err_len);
 /* Checks that the grid divides the model and batch; appends reasons to r. */
 int plan_check_divides(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r);

@@ -25,6 +25,7 @@ typedef struct {
     plan_ops *o;
     int64_t gx, gy, gz, gd;
     int gathers; /* Z all-gathers of weights listed so far */
+    int64_t m;   /* rows of the linear layers' products: the micro-batch's, or an expert's */
 } sched;
 
 /* A linear layer O = I W, W of k x n (docs/design.md §3). */
@@ -193,7 +194,7 @@ int plan_chunk_bounds(int decompose, int64_t panel_rows, int64_t m, int64_t n, i
 static void forward_product(sched *c, ff_group_kind group, int64_t nl, int64_t kl,
                             const ff_layer_opts *o, double passes, int slices)
 {
-    const int64_t m = c->s->m;
+    const int64_t m = c->m;
     int64_t at[FF_DECOMPOSE_MAX + 1];
     const int k = plan_chunk_bounds(o->decompose, c->s->panel_rows, m, nl, kl, at);
     if (k == 1) {
@@ -265,7 +266,7 @@ static void linear_forward(sched *c, const linear *w, int do_gather, const ff_la
  * gathered gradient. */
 static void linear_backward(sched *c, const linear *w, int scatter, const ff_layer_opts *o)
 {
-    const int64_t m = c->s->m, kl = k_local(c, w), nl = n_local(c, w);
+    const int64_t m = c->m, kl = k_local(c, w), nl = n_local(c, w);
     const ff_group_kind group = w->transposed ? FF_GROUP_Y : FF_GROUP_X;
     int64_t at[FF_DECOMPOSE_MAX + 1];
     const int k = plan_chunk_bounds(o->decompose, c->s->panel_rows, m, nl, kl, at);
@@ -357,23 +358,150 @@ int plan_block_checkpoint(const plan_shape *s, int64_t l)
     return s->plan ? s->plan->blocks[l].checkpoint : s->checkpoint;
 }
 
+/* ---- mixture-of-experts blocks (src/nn/gpt_moe.c; docs/moe.md) ---- */
+
+int plan_block_moe(const plan_shape *s, int64_t l) { return s->E > 0 && (l + 1) % s->every == 0; }
+
+int64_t plan_expert_rows(const plan_shape *s, int le)
+{
+    const int64_t kt = (int64_t)s->top_k * s->T;
+    const int e = s->eslot * s->el + le;
+    const int64_t n = kt / s->E + (e < kt % s->E);
+    return (n < s->cap ? n : s->cap) * s->b_mb * s->ge;
+}
+
+/* Rows of all the local experts together. */
+static int64_t expert_rows_all(const plan_shape *s)
+{
+    int64_t n = 0;
+    for (int le = 0; le < s->el; le++)
+        n += plan_expert_rows(s, le);
+    return n;
+}
+
+/* One all-to-all of E blocks of R rows over EP: with DTD this rank's piece
+ * of ch rows of each block, then the X all-gather of the pieces. */
+static void moe_exchange(sched *c)
+{
+    const plan_shape *s = c->s;
+    const int64_t cy = s->C / c->gy;
+    if (!s->dtd) {
+        coll(c, (ff_group_kind)FF_PLAN_GROUP_EP, FF_COLL_ALLTOALL, s->el * s->R * cy, s->wire,
+             MODE_BLOCKING);
+        return;
+    }
+    elem(c, 2, (double)(s->E * s->ch * cy)); /* the pieces, packed */
+    coll(c, (ff_group_kind)FF_PLAN_GROUP_EP, FF_COLL_ALLTOALL, s->el * s->ch * cy, s->wire,
+         MODE_BLOCKING);
+    coll(c, FF_GROUP_X, FF_COLL_ALLGATHER, s->E * s->ch * cy, s->wire, MODE_BLOCKING);
+    elem(c, 2, (double)(s->E * s->R * cy)); /* into the blocks */
+}
+
+/* The MoE part of block l's forward, from ln2: the router (its partial
+ * logits all-gathered over Y), the load-balancing statistics over ZD, the
+ * tokens to their experts (all-to-all with expert parallelism), each local
+ * expert's two layers on its rows (the MLP's options), the outputs back
+ * and, unless recomputing, combined into the residual. */
+static void moe_forward(sched *c, const linear *w, const ff_layer_opts *o, int recompute)
+{
+    const plan_shape *s = c->s;
+    const int64_t m = s->m, E = s->E, cy = s->C / c->gy, fx = 4 * s->C / c->gx;
+    const double rows = (double)expert_rows_all(s);
+    gemm(c, m, E, cy);
+    coll(c, FF_GROUP_Y, FF_COLL_ALLGATHER, m * E, F32, MODE_BLOCKING);
+    elem(c, (double)c->gy + 4, (double)(m * E)); /* the sum, the softmax, the choices */
+    coll(c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, 2 * E + 1, F32, MODE_BLOCKING);
+    elem(c, 2, (double)(m * s->top_k * cy)); /* the rows to their experts */
+    if (s->ge > 1) {
+        coll(c, (ff_group_kind)FF_PLAN_GROUP_EP, FF_COLL_ALLTOALL, s->el, F32, MODE_BLOCKING);
+        moe_exchange(c);
+        elem(c, 2, rows * (double)cy); /* packed by local expert */
+    }
+    for (int le = 0; le < s->el; le++) {
+        c->m = plan_expert_rows(s, le);
+        linear_forward(c, &w[2], !recompute || !o[2].ag_cache, &o[2]);
+        elem(c, 2, (double)(c->m * fx)); /* GELU */
+        linear_forward(c, &w[3], !recompute || !o[3].ag_cache, &o[3]);
+    }
+    c->m = m;
+    if (s->ge > 1) {
+        elem(c, 2, rows * (double)cy);
+        moe_exchange(c);
+    }
+    if (!recompute)
+        elem(c, 3, (double)(m * s->top_k * cy)); /* gates times outputs, added */
+}
+
+/* The MoE part of block l's backward, to d ln2: the gates' gradients
+ * (their partial sums all-gathered over Y), the outputs' gradients to the
+ * experts and the inputs' back (all-to-all), the local experts last first,
+ * the router. regather: the experts' weights are gathered again outside
+ * the AG cache. */
+static void moe_backward(sched *c, const linear *w, const ff_layer_opts *o, int regather)
+{
+    const plan_shape *s = c->s;
+    const int64_t m = s->m, E = s->E, cy = s->C / c->gy, fx = 4 * s->C / c->gx;
+    const double rows = (double)expert_rows_all(s);
+    elem(c, 3, (double)(m * s->top_k * cy));
+    coll(c, FF_GROUP_Y, FF_COLL_ALLGATHER, m * s->top_k, F32, MODE_BLOCKING);
+    if (s->ge > 1) {
+        moe_exchange(c);
+        elem(c, 2, rows * (double)cy);
+    }
+    for (int le = s->el - 1; le >= 0; le--) {
+        c->m = plan_expert_rows(s, le);
+        if (regather && !o[3].ag_cache)
+            gather(c, shard(c, &w[3]), &o[3]);
+        linear_backward(c, &w[3], 1, &o[3]);
+        elem(c, 3, (double)(c->m * fx)); /* GELU */
+        if (regather && !o[2].ag_cache)
+            gather(c, shard(c, &w[2]), &o[2]);
+        linear_backward(c, &w[2], 1, &o[2]);
+    }
+    c->m = m;
+    if (s->ge > 1) {
+        elem(c, 2, rows * (double)cy);
+        moe_exchange(c);
+    }
+    elem(c, 2, rows * (double)cy); /* into d ln2, by token */
+    elem(c, 6, (double)(m * E));   /* the gates, the softmax */
+    gemm(c, E, cy, m);             /* d router */
+    gemm(c, m, cy, E);             /* d ln2 += d logits Wr */
+}
+
 /* Block l's forward; a recompute (activation checkpointing) stops after
  * the GELU: the MLP down's output is the next block's input, which is kept,
  * and its backward needs only its input (src/nn/gpt.c). The first forward
- * gathers every weight; the recompute those outside the AG cache. */
+ * gathers every weight; the recompute those outside the AG cache. An MoE
+ * block recomputes its experts whole (their outputs weigh the gates'
+ * gradients). Under CAC (communication-aware checkpointing) a recompute
+ * runs only the local work between the collectives, whose outputs were
+ * kept: the LayerNorms' normalisation, attention and the GELUs. */
 static void block_forward(sched *c, const linear *w, int64_t l, int recompute)
 {
     const plan_shape *s = c->s;
     double y = (double)(s->m * s->C / c->gy), x4 = (double)(s->m * 4 * s->C / c->gx);
+    const int moe = plan_block_moe(s, l);
     ff_layer_opts o[FF_BLOCK_LAYERS];
     for (int i = 0; i < FF_BLOCK_LAYERS; i++)
         plan_layer_opts(s, l, i, &o[i]);
+    if (recompute && s->cac) {
+        elem(c, 2, y);
+        attention_pass(c, 0);
+        elem(c, 2, y);
+        elem(c, 2, moe ? (double)(expert_rows_all(s) * 4 * s->C / c->gx) : x4);
+        return;
+    }
     layernorm(c, 0);
     linear_forward(c, &w[0], !recompute || !o[0].ag_cache, &o[0]); /* QKV, N */
     attention_pass(c, 0);
     linear_forward(c, &w[1], !recompute || !o[1].ag_cache, &o[1]); /* attention projection, T */
     elem(c, 3, y);                                                 /* residual */
     layernorm(c, 0);
+    if (moe) {
+        moe_forward(c, w, o, recompute);
+        return;
+    }
     linear_forward(c, &w[2], !recompute || !o[2].ag_cache, &o[2]); /* MLP up, N */
     elem(c, 2, x4);                                                /* GELU */
     if (recompute)
@@ -391,20 +519,28 @@ static void block_backward(sched *c, const linear *w, int64_t l, int checkpoint)
 {
     const plan_shape *s = c->s;
     double y = (double)(s->m * s->C / c->gy), x4 = (double)(s->m * 4 * s->C / c->gx);
+    const int moe = plan_block_moe(s, l);
+    /* recomputed layers keep their gathered weights for the backward: all
+     * of an MoE block's, a dense block's but the MLP down; none under CAC */
+    const int recomputed = checkpoint && !s->cac;
     ff_layer_opts o[FF_BLOCK_LAYERS];
     int regather[FF_BLOCK_LAYERS];
     for (int i = 0; i < FF_BLOCK_LAYERS; i++) {
         plan_layer_opts(s, l, i, &o[i]);
-        regather[i] = !o[i].ag_cache && (!checkpoint || i == FF_BLOCK_FCPROJ);
+        regather[i] = !o[i].ag_cache && (!recomputed || (!moe && i == FF_BLOCK_FCPROJ));
     }
     elem(c, 2, y); /* residual */
-    if (regather[3])
-        gather(c, shard(c, &w[3]), &o[3]);
-    linear_backward(c, &w[3], 1, &o[3]);
-    elem(c, 3, x4); /* GELU */
-    if (regather[2])
-        gather(c, shard(c, &w[2]), &o[2]);
-    linear_backward(c, &w[2], 1, &o[2]);
+    if (moe) {
+        moe_backward(c, w, o, !recomputed);
+    } else {
+        if (regather[3])
+            gather(c, shard(c, &w[3]), &o[3]);
+        linear_backward(c, &w[3], 1, &o[3]);
+        elem(c, 3, x4); /* GELU */
+        if (regather[2])
+            gather(c, shard(c, &w[2]), &o[2]);
+        linear_backward(c, &w[2], 1, &o[2]);
+    }
     layernorm(c, 1);
     elem(c, 2, y); /* residual */
     if (regather[1])
@@ -417,10 +553,34 @@ static void block_backward(sched *c, const linear *w, int64_t l, int checkpoint)
     layernorm(c, 1);
 }
 
+/* A block's Z-sharded weights on one rank other than its experts'
+ * (QKV and projection, and the MLP's in a dense block), and its local
+ * experts' (el of 8 C^2 each). */
+static int64_t block_shard_of(const plan_shape *s, int64_t l)
+{
+    int64_t tp = (int64_t)s->g.x * s->g.y * s->g.z;
+    return (plan_block_moe(s, l) ? 4 : 12) * s->C * s->C / tp;
+}
+static int64_t expert_shard_of(const plan_shape *s, int64_t l)
+{
+    int64_t tp = (int64_t)s->g.x * s->g.y * s->g.z;
+    return plan_block_moe(s, l) ? s->el * (8 * s->C * s->C / tp) : 0;
+}
+
 int64_t plan_zsharded_params(const plan_shape *s)
 {
-    int64_t tp = (int64_t)s->g.x * s->g.y * s->g.z, wte = s->first || s->last;
-    return (s->nb * 12 * s->C * s->C + wte * s->Vp * s->C) / tp;
+    int64_t tp = (int64_t)s->g.x * s->g.y * s->g.z, wte = s->first || s->last, n = 0;
+    for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
+        n += block_shard_of(s, l) + expert_shard_of(s, l);
+    return n + wte * s->Vp * s->C / tp;
+}
+
+int64_t plan_expert_bias_params(const plan_shape *s)
+{
+    int64_t n = 0;
+    for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
+        n += plan_block_moe(s, l) ? s->el * (s->C / s->g.y + 4 * s->C / s->g.x) : 0;
+    return n;
 }
 
 /* LayerNorm gains and biases, biases of T layers and positions are in
@@ -429,9 +589,39 @@ int64_t plan_zsharded_params(const plan_shape *s)
  * MLP-up biases (7C/Gx); then the final LayerNorm and the positions. */
 int64_t plan_other_params(const plan_shape *s)
 {
-    int64_t gx = s->g.x, gy = s->g.y, C = s->C;
-    return s->nb * (6 * C / gy + 7 * C / gx) + s->last * 2 * C / gy +
-           s->first * s->positions * C / gy;
+    int64_t gx = s->g.x, gy = s->g.y, C = s->C, n = 0;
+    /* an MoE block: no MLP biases, the router (E, C/Gy), the experts' */
+    for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
+        n += plan_block_moe(s, l) ? 5 * C / gy + 3 * C / gx + s->E * C / gy
+                                  : 6 * C / gy + 7 * C / gx;
+    return n + plan_expert_bias_params(s) + s->last * 2 * C / gy + s->first * s->positions * C / gy;
+}
+
+/* Block l's data-parallel all-reduces (its gradient shards, one bucket
+ * over D; then its local experts', over their own replicas: EDP, or D
+ * without expert parallelism). */
+static void dp_buckets(sched *c, int64_t l, coll_mode mode)
+{
+    const plan_shape *s = c->s;
+    coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, block_shard_of(s, l), s->wire, mode);
+    if (plan_block_moe(s, l))
+        coll(c, s->ge > 1 ? (ff_group_kind)FF_PLAN_GROUP_EDP : FF_GROUP_D, FF_COLL_ALLREDUCE,
+             expert_shard_of(s, l), s->wire, mode);
+}
+
+/* After the backward: every parameter that is not Z-sharded, one
+ * all-reduce over ZD, but the local experts' biases, over Z and over their
+ * replicas (EDP, or D). */
+static void other_grads(sched *c)
+{
+    const plan_shape *s = c->s;
+    const int64_t eb = plan_expert_bias_params(s);
+    coll(c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, plan_other_params(s) - eb, s->act, MODE_BLOCKING);
+    if (eb) {
+        coll(c, FF_GROUP_Z, FF_COLL_ALLREDUCE, eb, s->act, MODE_BLOCKING);
+        coll(c, s->ge > 1 ? (ff_group_kind)FF_PLAN_GROUP_EDP : FF_GROUP_D, FF_COLL_ALLREDUCE, eb,
+             s->act, MODE_BLOCKING);
+    }
 }
 
 /* OAG (docs/design.md §5): the all-gather of the next layer that needs one is
@@ -505,7 +695,7 @@ typedef struct {
     sched c;
     linear w[4], head;
     ff_layer_opts head_opts;
-    int64_t wte_shard, block_shard, act, l1;
+    int64_t wte_shard, act, l1;
     int has_wte;
     double y, logits;
 } stage_ctx;
@@ -514,13 +704,12 @@ static void stage_ctx_init(stage_ctx *t, const plan_shape *s, plan_ops *o)
 {
     const int64_t C = s->C, m = s->m;
     memset(t, 0, sizeof *t);
-    t->c = (sched){s, o, s->g.x, s->g.y, s->g.z, s->g.d, 0};
+    t->c = (sched){s, o, s->g.x, s->g.y, s->g.z, s->g.d, 0, s->m};
     const linear w[4] = {{0, C, 3 * C}, {1, C, C}, {0, C, 4 * C}, {1, 4 * C, C}};
     memcpy(t->w, w, sizeof w);
     t->head = (linear){0, C, s->Vp};
     plan_layer_opts(s, -1, 0, &t->head_opts);
     t->wte_shard = s->Vp * C / (t->c.gx * t->c.gy * t->c.gz);
-    t->block_shard = 12 * C * C / (t->c.gx * t->c.gy * t->c.gz);
     t->act = m * C / t->c.gy;
     t->l1 = s->l0 + s->nb;
     t->has_wte = s->first || s->last;
@@ -544,7 +733,7 @@ static void stage_backward(stage_ctx *t, int last_micro)
             block_forward(c, t->w, l, 1);
         block_backward(c, t->w, l, checkpoint);
         if (last_micro && dp)
-            coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, t->block_shard, s->wire, MODE_BACKGROUND);
+            dp_buckets(c, l, MODE_BACKGROUND);
     }
     if (s->first) {
         elem(c, 3, t->y);
@@ -596,12 +785,11 @@ static void stage_tail(stage_ctx *t)
     wait_all(c);
     if (!(s->overlap & FF_OVERLAP_DP) && c->gd > 1) {
         for (int64_t l = t->l1 - 1; l >= s->l0; l--)
-            coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, t->block_shard, s->wire, MODE_BLOCKING);
+            dp_buckets(c, l, MODE_BLOCKING);
         if (t->has_wte)
             coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, t->wte_shard, s->wire, MODE_BLOCKING);
     }
-    int64_t others = plan_other_params(s);
-    coll(c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, others, s->act, MODE_BLOCKING);
+    other_grads(c);
     if (t->has_wte) {
         p2p(c, t->wte_shard, 0);
         p2p(c, t->wte_shard, 1);
@@ -610,7 +798,7 @@ static void stage_tail(stage_ctx *t)
     coll(c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     coll(c, FF_GROUP_PIPE, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     coll(c, FF_GROUP_WORLD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
-    optimizer(c, (double)(plan_zsharded_params(s) + others));
+    optimizer(c, (double)(plan_zsharded_params(s) + plan_other_params(s)));
 }
 
 void plan_schedule_piece(const plan_shape *s, plan_ops *o, plan_piece piece, int last_micro)
@@ -649,12 +837,11 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
         plan_schedule_stage(s, o);
         return;
     }
-    sched c = {s, o, s->g.x, s->g.y, s->g.z, s->g.d, 0};
+    sched c = {s, o, s->g.x, s->g.y, s->g.z, s->g.d, 0, s->m};
     const int64_t C = s->C, m = s->m;
     const linear w[4] = {{0, C, 3 * C}, {1, C, C}, {0, C, 4 * C}, {1, 4 * C, C}};
     const linear head = {0, C, s->Vp}; /* the tied LM head: block (y, x) of wte, transposed */
     const int64_t wte_shard = s->Vp * C / (c.gx * c.gy * c.gz);
-    const int64_t block_shard = 12 * C * C / (c.gx * c.gy * c.gz);
     const int wire = s->wire; /* the data-parallel buckets' */
     const unsigned ov = s->overlap;
     const double y = (double)(m * C / c.gy), logits = (double)(m * s->Vp / c.gx);
@@ -711,7 +898,7 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
                 block_forward(&c, w, l, 1);
             block_backward(&c, w, l, checkpoint);
             if (last && (ov & FF_OVERLAP_DP) && c.gd > 1) /* a bucket per block */
-                coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, block_shard, wire, MODE_BACKGROUND);
+                dp_buckets(&c, l, MODE_BACKGROUND);
         }
         elem(&c, 3, y); /* embedding backward: scatter-add into the wte gradient */
         if (c.gz > 1)
@@ -723,18 +910,17 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
     wait_all(&c);
     if (!(ov & FF_OVERLAP_DP) && c.gd > 1) {
         for (int64_t l = s->L - 1; l >= 0; l--)
-            coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, block_shard, wire, MODE_BLOCKING);
+            dp_buckets(&c, l, MODE_BLOCKING);
         coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, wte_shard, wire, MODE_BLOCKING);
     }
     /* parameters that are not Z-sharded: one all-reduce of their gradients
      * over ZD (one flat buffer); the loss (a sum over ZD); the gradient norm
      * for clipping (a sum of squares over every rank) */
-    int64_t others = plan_other_params(s);
-    coll(&c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, others, s->act, MODE_BLOCKING);
+    other_grads(&c);
     coll(&c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     coll(&c, FF_GROUP_WORLD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     /* AdamW reads parameter, gradient and two moments and writes three of
      * them; the gradients are zeroed: 8 passes */
-    optimizer(&c, (double)(plan_zsharded_params(s) + others));
+    optimizer(&c, (double)(plan_zsharded_params(s) + plan_other_params(s)));
     plan_prefetch(o); /* the gathers of the layers with OAG */
 }

@@ -387,7 +387,7 @@ int plan_eval_stages(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pl
     r->elementwise_s = b->elementwise_s;
     r->optimizer_s = b->optimizer_s;
     r->comm_s = b->comm_s;
-    for (int k = 0; k < FF_NGROUPS; k++)
+    for (int k = 0; k < FF_PLAN_NGROUPS; k++)
         for (int c = 0; c < FF_NCOLL; c++) {
             r->coll[k][c].time_s = b->coll[k][c].time_s;
             r->coll[k][c].exposed_s = b->coll[k][c].exposed_s;
