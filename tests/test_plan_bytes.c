@@ -68,21 +68,20 @@ static void add_block(expect *e, long count, int p)
 static void compare(const char *label, ff_plan_coll got[FF_PLAN_NGROUPS][FF_NCOLL],
                     expect want[FF_PLAN_NGROUPS][FF_NCOLL])
 {
-    static const char *const g[FF_NGROUPS] = {"X", "Y", "Z", "D", "ZD", "TP", "WORLD"};
     static const char *const c[FF_NCOLL] = {"AG", "RS", "AR", "A2A"};
-    for (int k = 0; k < FF_NGROUPS; k++)
+    for (int k = 0; k < FF_PLAN_NGROUPS; k++)
         for (int j = 0; j < FF_NCOLL; j++) {
             const expect *w = &want[k][j];
             const ff_plan_coll *p = &got[k][j];
             CHECK(p->calls == (uint64_t)w->calls && p->bytes_sent == (uint64_t)(4 * w->sent) &&
                       p->bytes_recv == (uint64_t)(4 * w->recv),
                   "%s: %s %s: %llu calls, %llu B sent, %llu B received; by hand %ld, %ld, %ld",
-                  label, g[k], c[j], (unsigned long long)p->calls,
+                  label, ff_plan_group_name(k), c[j], (unsigned long long)p->calls,
                   (unsigned long long)p->bytes_sent, (unsigned long long)p->bytes_recv, w->calls,
                   4 * w->sent, 4 * w->recv);
             if (w->calls)
-                printf("  %-34s %-5s %-3s %3ld calls %7ld B sent %7ld B received\n", label, g[k],
-                       c[j], w->calls, 4 * w->sent, 4 * w->recv);
+                printf("  %-34s %-5s %-3s %3ld calls %7ld B sent %7ld B received\n", label,
+                       ff_plan_group_name(k), c[j], w->calls, 4 * w->sent, 4 * w->recv);
         }
 }
 
@@ -141,9 +140,9 @@ static void base_config(ff_plan_config *cfg)
  * and the head gathers it again (src/nn/linear.c keeps a gathered weight
  * from one use to the layer's next only when they are adjacent, or a
  * recompute precedes its backward, or the layer is cached). */
-static void expect_2221(expect w[FF_NGROUPS][FF_NCOLL], ff_dims c, int ckpt, int cached, int u)
+static void expect_2221(expect w[FF_PLAN_NGROUPS][FF_NCOLL], ff_dims c, int ckpt, int cached, int u)
 {
-    memset(w, 0, sizeof(expect) * FF_NGROUPS * FF_NCOLL);
+    memset(w, 0, sizeof(expect) * FF_PLAN_NGROUPS * FF_NCOLL);
     const int L = 2;
     const long m = 6 / u;
     expect *x = &w[FF_GROUP_X][FF_COLL_ALLREDUCE], *y = &w[FF_GROUP_Y][FF_COLL_ALLREDUCE];
@@ -204,9 +203,9 @@ static void expect_2221(expect w[FF_NGROUPS][FF_NCOLL], ff_dims c, int ckpt, int
  * (a bucket per block of its 12 C^2 = 768 weights, then wte's 128*8 = 1024),
  * ZD = D (the other parameters: 2 (48 + 56) + 16 + 3*8 = 248, the loss) and
  * WORLD = D (the norm). */
-static void expect_data(expect w[FF_NGROUPS][FF_NCOLL], int gd, int d)
+static void expect_data(expect w[FF_PLAN_NGROUPS][FF_NCOLL], int gd, int d)
 {
-    memset(w, 0, sizeof(expect) * FF_NGROUPS * FF_NCOLL);
+    memset(w, 0, sizeof(expect) * FF_PLAN_NGROUPS * FF_NCOLL);
     add_ar(&w[FF_GROUP_D][FF_COLL_ALLREDUCE], 768, gd, d);
     add_ar(&w[FF_GROUP_D][FF_COLL_ALLREDUCE], 768, gd, d);
     add_ar(&w[FF_GROUP_D][FF_COLL_ALLREDUCE], 1024, gd, d);
@@ -233,9 +232,9 @@ static void add_whole(expect *e, long n, int p, int r)
  * wte and block buckets (1024, 768) stay rings, the loss and the norm (1
  * element) are rec-whole, and the 248 others too on 4 ranks (see
  * test_rec_whole for the thresholds) */
-static void expect_data_whole(expect w[FF_NGROUPS][FF_NCOLL], int gd, int d)
+static void expect_data_whole(expect w[FF_PLAN_NGROUPS][FF_NCOLL], int gd, int d)
 {
-    memset(w, 0, sizeof(expect) * FF_NGROUPS * FF_NCOLL);
+    memset(w, 0, sizeof(expect) * FF_PLAN_NGROUPS * FF_NCOLL);
     add_ar(&w[FF_GROUP_D][FF_COLL_ALLREDUCE], 768, gd, d);
     add_ar(&w[FF_GROUP_D][FF_COLL_ALLREDUCE], 768, gd, d);
     add_ar(&w[FF_GROUP_D][FF_COLL_ALLREDUCE], 1024, gd, d);
@@ -643,6 +642,31 @@ static void test_moe(void)
     CHECK(act[1] < act[2] && act[2] < act[0], "CAC's activations %g, not between %g and %g", act[2],
           act[1], act[0]);
     cfg.checkpoint = FF_PLAN_AUTO, cfg.cac = 0;
+    /* an expert with no rows: with T = 3 and top-1, balanced routing gives
+     * experts 0-2 one token of each sequence and expert 3 none; its X and
+     * Y all-reduces have no elements, which the collective layer neither
+     * runs nor counts. On 2x2x1x1 that is, per micro-batch, the down
+     * layer's forward (X) and the up layer's (Y), and their backward's
+     * input gradients (Y, X): two calls fewer on each of X and Y than with
+     * T = 4, where every expert gets a token. */
+    cfg.expert_parallel = 1;
+    cfg.batch = 2;
+    cfg.model.max_seq = 4;
+    ff_plan_coll t3[FF_PLAN_NGROUPS][FF_NCOLL], t4[FF_PLAN_NGROUPS][FF_NCOLL];
+    const ff_dims g22 = {2, 2, 1, 1};
+    int rc3 = ff_plan_traffic(&cfg, g22, (ff_dims){0, 0, 0, 0}, t3, err, sizeof err);
+    cfg.seq = 4;
+    int rc4 = ff_plan_traffic(&cfg, g22, (ff_dims){0, 0, 0, 0}, t4, err, sizeof err);
+    for (int k = FF_GROUP_X; k <= FF_GROUP_Y; k++) {
+        uint64_t c3 = t3[k][FF_COLL_ALLREDUCE].calls, c4 = t4[k][FF_COLL_ALLREDUCE].calls;
+        printf("MoE, an expert without rows on 2x2x1x1: %s all-reduces %llu (T = 3), %llu (T = 4, "
+               "none empty); want 2 fewer\n",
+               ff_plan_group_name(k), (unsigned long long)c3, (unsigned long long)c4);
+        CHECK(rc3 == FF_OK && rc4 == FF_OK && c3 + 2 == c4, "empty expert: %s %llu vs %llu %s",
+              ff_plan_group_name(k), (unsigned long long)c3, (unsigned long long)c4, err);
+    }
+    base_config(&cfg);
+    ff_model_moe(&cfg.model, 4);
     /* refusals */
     cfg.expert_parallel = 3;
     ff_plan_evaluate(&cfg, g, &r, err, sizeof err);

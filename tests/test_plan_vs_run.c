@@ -36,8 +36,9 @@
  * V=500 (padded 512), 24 positions, T=8, micro-batches of B=8 sequences
  * (Gz*Gd up to 8 divides them). On 6 ranks: C=96, NH=6, V=700 (padded 768 =
  * 6 x 128), micro-batches of B=12. The AG cache is given to the planner in blocks and to the
- * model in layers: c blocks are its last 4c layers in forward order, and
- * every block is "every layer" (-1), wte included.
+ * model in layers: c blocks are their layers in forward order (4 of a
+ * dense block, 2 + 2 E/Ge of an MoE block), and every block is "every
+ * layer" (-1), wte included.
  *
  * What the counters record: the collective layer's automatic choice
  * (FF_ALGO_AUTO) runs either an algorithm whose per-rank byte counts are
@@ -104,6 +105,7 @@ static const variant dense_variants[] = {
     {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0, 1, 1, 0, 0},
     {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0, 1, 1, 0, 0},
     {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 1, 1, 0, 0},
+    {"checkpointing, CAC, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 1, 1, 1, 0},
     {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0},
     {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1, 1, 1, 0, 0},
 };
@@ -121,6 +123,7 @@ static const variant moe_variants[] = {
     {"moe, EP=Gd, DTD off, bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 0, 0, 0, 1.0f},
     {"moe, EP=Gd, checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f},
     {"moe, EP=Gd, checkpointing, CAC, no AG cache", 1, 1, 0, 1, 4, 0, 0, 0, 1, 1, 1.0f},
+    {"moe, EP=Gd, checkpointing, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 1.0f},
     {"moe, EP=Gd, F 0.5, 2 micro, overlaps off, no AG cache", 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0.5f},
 };
 
@@ -168,14 +171,19 @@ typedef struct {
     char detail[DETAIL];     /* the differing pairs, one per line */
 } rank_report;
 
-static void model_opts(const variant *v, ff_gpt_opts *o)
+static void model_opts(const variant *v, int ge, ff_gpt_opts *o)
 {
     ff_gpt_opts_default(o);
     o->checkpoint = v->checkpoint;
-    /* blocks -> layers: block l's four layers are layers 1 + 4l .. 4 + 4l
-     * after wte (layer 0) in forward order */
-    o->linear.ag_cache_layers =
-        v->ag_cache == FF_PLAN_AUTO || v->ag_cache >= model_cfg.L ? -1 : 4 * v->ag_cache;
+    o->expert_parallel = ge;
+    /* blocks -> layers: the last c blocks' layers in forward order (after
+     * wte, layer 0): four of a dense block, 2 + 2 E/Ge of an MoE block */
+    o->linear.ag_cache_layers = 0;
+    for (int l = model_cfg.L - 1; l >= model_cfg.L - v->ag_cache && l >= 0; l--)
+        o->linear.ag_cache_layers +=
+            ff_gpt_block_is_moe(&model_cfg, l) ? 2 + 2 * model_cfg.experts / ge : 4;
+    if (v->ag_cache == FF_PLAN_AUTO || v->ag_cache >= model_cfg.L)
+        o->linear.ag_cache_layers = -1;
     if (!v->overlaps) {
         o->linear.oar = o->linear.ors = o->linear.oag = 0;
         o->dp_overlap = 0;
@@ -484,8 +492,7 @@ int main(int argc, char **argv)
             if (fresh) {
                 ff_gpt_destroy(g);
                 ff_gpt_opts o;
-                model_opts(va, &o);
-                o.expert_parallel = ge;
+                model_opts(va, ge, &o);
                 model_cfg.capacity_factor = va->capacity;
                 if ((rc = ff_gpt_create(grid, &model_cfg, &o, batch, T, &g)) ||
                     (rc = ff_gpt_init(g, 1234)))
@@ -513,7 +520,10 @@ int main(int argc, char **argv)
                "the ring's: %ld\n",
                not_ring);
         CHECK(not_ring > 0, "no prediction differs from the ring's: rec-whole was not exercised");
-        CHECK(runs >= (moe ? 80 : world == 8 ? 140 : 112), "%d runs", runs);
+        /* every grid and variant; with experts: the 20 grids run "moe" and
+         * "moe, 2 micro, checkpointing", the 10 with Gd > 1 each EP=Gd
+         * variant (6), the 4 with Gd = 4 or 8 "EP=2": 40 + 60 + 4 */
+        CHECK(runs == (moe ? 104 : (n_grids - skipped) * n_variants), "%d runs", runs);
         if (world == 6)
             CHECK(threes[0] && threes[1] && threes[2] && threes[3],
                   "grids run with a 3 in X, Y, Z, D: %d, %d, %d, %d; want each > 0", threes[0],

@@ -198,8 +198,15 @@ compare "$WORK/m/log.jsonl" "$WORK/m5/log.jsonl" 6 1e-5 "MoE: saved on 2x2x2x1, 
 # parallelism (balanced routing, as the planner assumes)
 run 4 train --grid auto $MOE --data $WORK/docs_train.bin --steps 2 --val-every 0 --balanced-routing on --out "$WORK/ma" ||
     { cat "$WORK/out"; fail "MoE with --grid auto"; }
-grep -E "grid \(x y z d\) +\| [0-9]+x[0-9]+x[0-9]+x[0-9]+ on 4 ranks, expert parallelism [124] \(--grid auto" "$WORK/out" ||
-    fail "MoE with --grid auto: no planned grid and expert parallelism: $(grep 'grid (x' "$WORK/out")"
+got=$(sed -n 's/^| grid (x y z d) *| \([0-9x]*\) on 4 ranks, expert parallelism \([0-9]*\) (--grid auto.*/\1 EP\2/p' "$WORK/out")
+# ... the first choice of fourfold plan for the same job (the machine
+# "this", one node of 4 ranks, 2 micro-batches of 4, 32 positions)
+"$FF" plan --model mini --layers 2 --hidden 64 --heads 4 --seq 32 --positions 32 --batch 8 \
+    --micro-batches 2 --experts 4 --expert-every 2 --router-top-k 2 --capacity-factor 1 \
+    --ranks 4 --ranks-per-node 4 --top 1 > "$WORK/plan" 2>&1 || fail "plan the MoE job: $(cat "$WORK/plan")"
+want=$(awk '$1 == "1" && $2 ~ /x/ {print $2, $3}' "$WORK/plan")
+[ -n "$got" ] && [ "$got" = "$want" ] || fail "MoE with --grid auto ran '$got', fourfold plan's first choice is '$want'"
+echo "MoE --grid auto: $got (fourfold plan: $want)"
 python3 - "$WORK/m/model_00000010.bin" <<'EOF2' || fail "MoE model file format"
 import struct, sys, os
 p = sys.argv[1]

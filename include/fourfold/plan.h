@@ -42,8 +42,9 @@ typedef struct {
 } ff_model;
 
 /* Presets: gpt-5b ... gpt-640b (table 5.1 of the dissertation), gpt2,
- * gpt2-medium, gpt2-large, gpt2-xl (also gpt2-124m, -350m, -774m, -1558m) and
- * tiny, mini. Returns FF_EINVAL (message listing the names) if unknown. */
+ * gpt2-medium, gpt2-large, gpt2-xl (also gpt2-124m, -350m, -774m, -1558m),
+ * tiny, mini and mini-moe (mini with 4 experts in every second block).
+ * Returns FF_EINVAL (message listing the names) if unknown. */
 int ff_model_preset(const char *name, ff_model *out, char *err, size_t err_len);
 /* Makes m a mixture of E experts with the training program's defaults
  * (ff_gpt_config_moe: every second block, top-1, capacity factor 1.25). */
@@ -240,6 +241,9 @@ void ff_plan_config_default(ff_plan_config *cfg);
 enum { FF_PLAN_GROUP_EP = FF_NGROUPS, FF_PLAN_GROUP_EDP, FF_PLAN_NGROUPS };
 /* "X" ... "PIPE" (ff_group_kind_name), "EP", "EDP"; "?" otherwise. */
 const char *ff_plan_group_name(int kind);
+
+/* (The traffic arrays, ff_plan_result.coll and ff_plan_traffic's out,
+ * have FF_PLAN_NGROUPS rows since 2026-11-25; they had FF_NGROUPS.) */
 
 /* One collective kind on one group, per step, for one rank. */
 typedef struct {

@@ -1010,15 +1010,19 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
     snprintf(mb, sizeof mb, cfg->micro_batches == FF_PLAN_AUTO ? "\"auto\"" : "%d",
              cfg->micro_batches);
     snprintf(st, sizeof st, cfg->stages == FF_PLAN_AUTO ? "\"auto\"" : "%d", cfg->stages);
+    char ge[16];
+    snprintf(ge, sizeof ge, cfg->expert_parallel == FF_PLAN_AUTO ? "\"auto\"" : "%d",
+             cfg->expert_parallel > 1 ? cfg->expert_parallel : 1);
     fprintf(f,
             " \"batch\": %lld, \"seq\": %lld, \"ranks\": %d, \"micro_batches\": %s, "
             "\"stages\": %s, \"schedule\": \"%s\", \"pipeline_limit\": %d, "
-            "\"wire_bytes\": %d, \"precision\": \"%s\", \"overlap\": %u, \"cost\": \"%s\",\n "
-            "\"machine\": %s,\n",
+            "\"wire_bytes\": %d, \"precision\": \"%s\", \"overlap\": %u, \"cost\": \"%s\", "
+            "\"expert_parallel\": %s, \"dtd\": %s, \"cac\": %s,\n \"machine\": %s,\n",
             (long long)cfg->batch, (long long)cfg->seq, cfg->ranks, mb, st,
             cfg->schedule ? "1f1b" : "message", cfg->pipe_limit, cfg->wire_bytes,
             cfg->precision == FF_PLAN_BF16_MIXED ? "bf16-mixed" : "fp32", cfg->overlap,
-            ff_cost_name(cfg->cost), machine);
+            ff_cost_name(cfg->cost), ge, cfg->dtd ? "true" : "false", cfg->cac ? "true" : "false",
+            machine);
 }
 
 /* ---- per-layer plans ---- */
@@ -1195,9 +1199,14 @@ static int run_per_layer(plan_opts *o, ff_dims grid, int have_grid)
         print_detail(cfg, &r);
         cfg->layers = NULL;
         print_layer_plan(&p, o->method ? "Metropolis-Hastings" : "coordinate descent", &u, &r);
-        if (o->out)
-            cli_print("wrote %s (fourfold train --grid %s --plan %s%s)\n", o->out,
-                      fmt_grid(g, sizeof g, grid), o->out, o->cfg.cmm ? " --cmm on" : "");
+        if (o->out) {
+            char ep[48] = ""; /* (the plan file does not record Ge) */
+            if (cfg->model.experts)
+                snprintf(ep, sizeof ep, " --expert-parallel %d",
+                         cfg->expert_parallel > 1 ? cfg->expert_parallel : 1);
+            cli_print("wrote %s (fourfold train --grid %s%s --plan %s%s)\n", o->out,
+                      fmt_grid(g, sizeof g, grid), ep, o->out, o->cfg.cmm ? " --cmm on" : "");
+        }
     }
     ff_layer_plan_free(&p);
     return CLI_OK;

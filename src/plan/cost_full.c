@@ -412,8 +412,8 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
         s->R = s->b_mb * (s->cap < s->T ? s->cap : s->T);
         s->ch = (s->R + g.x - 1) / g.x;
         s->dtd = cfg->dtd && s->ge > 1 && g.x > 1;
-        s->cac = cfg->cac != 0;
     }
+    s->cac = cfg->cac != 0; /* (every checkpointed block, dense or not) */
 }
 
 /* Memory of one rank, bytes, for the shape's checkpointing and AG cache
@@ -423,12 +423,31 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
  * 4D layouts. With stages, the stage's blocks; a stage before the last
  * keeps the activations of K micro-batches (its slots), the last one set
  * (its backward follows at once) and K inputs (src/nn/gpt.c). */
+/* Block l's weights in units of C^2/(Gx Gy): QKV 3, projection 1, MLP 4
+ * and 4 (12), or an MoE block's el experts' 8 each. */
+static int64_t block_units(const plan_shape *s, int64_t l)
+{
+    return plan_block_moe(s, l) ? 4 + 8 * (int64_t)s->el : 12;
+}
+
+/* Gathered weights held at once, in units (block_units): the AG-cached
+ * layers (kept from the forward to the backward), and the block being
+ * recomputed or run backward and the next one (OAG), at most every block. */
+static int64_t gathered_units(const plan_shape *s, int64_t cached)
+{
+    /* MoE blocks: those of [l0, l0 + nb) with (l + 1) a multiple of K */
+    const int64_t n_moe = s->E ? (s->l0 + s->nb) / s->every - s->l0 / s->every : 0;
+    const int64_t u_moe = 4 + 8 * (int64_t)s->el, n_dense = s->nb - n_moe;
+    const int64_t total = n_moe * u_moe + n_dense * 12;
+    int64_t widest = n_dense > 0 ? 12 : 0;
+    widest = n_moe > 0 && u_moe > widest ? u_moe : widest;
+    return cached + 2 * widest < total ? cached + 2 * widest : total;
+}
+
 void plan_memory(const plan_shape *s, ff_plan_result *r)
 {
     double gx = s->g.x, gy = s->g.y, C = (double)s->C, m = (double)s->m;
     const int64_t l1 = s->l0 + s->nb;
-    /* the AG-cached layers' gathered weights, in
-     * units of C^2/(Gx Gy) (QKV 3, projection 1, MLP 4 and 4: 12 a block) */
     static const int units[FF_BLOCK_LAYERS] = {3, 1, 4, 4};
     int64_t cached_units = 0;
     for (int64_t l = s->l0; l < l1; l++) {
@@ -448,11 +467,8 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
     r->mem_optimizer = 8 * params;
     double buffers = 0;
     if (s->g.z > 1) {
-        double wte = (double)s->Vp * C / (gx * gy), block = 12 * C * C / (gx * gy);
-        /* gathered weights: the AG-cached blocks (kept from the forward to
-         * the backward), the block being recomputed or run backward, and the
-         * next one (OAG) */
-        double gathered = fmin((double)cached_units / 12.0 + 2, (double)s->nb) * block;
+        double wte = (double)s->Vp * C / (gx * gy);
+        double gathered = (double)gathered_units(s, cached_units) * C * C / (gx * gy);
         /* gradients before the reduce-scatter: the LM head's, kept until the
          * embedding's backward adds to it, and two layers in flight (ORS) */
         double dw = (s->first || s->last ? wte : 0) + 2 * 4 * C * C / (gx * gy);
@@ -465,43 +481,59 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
      * attention probabilities of the rank's heads (T x T per head) */
     double heads = (double)s->b_mb * (double)(s->NH / s->g.x);
     double attn = heads * (double)s->T * (double)s->T;
-    double block_acts = m * (6 * C / gy + 12 * C / gx + 4) + attn;
-    /* an MoE block (src/nn/gpt_moe.c): no MLP hidden (8C/Gx); the router's
-     * probabilities (E per row), each assignment's choice, row, gate and
-     * token (6 values), and the experts' rows: input and output (C/Gy
-     * each, as all-to-all blocks of E R rows with expert parallelism),
-     * hidden before and after GELU (4C/Gx each) */
+    /* what every block keeps, and a dense block's MLP hidden (8C/Gx) */
+    double common = m * (6 * C / gy + 4 * C / gx + 4) + attn, mlp = m * 8 * C / gx;
+    double block_acts = common + mlp;
+    /* an MoE block (src/nn/gpt_moe.c): in place of the MLP hidden, the
+     * router's probabilities (E per row), each assignment's choice, row,
+     * gate and token (6 values), and the experts' rows: input and output
+     * (C/Gy each, as all-to-all blocks of E R rows with expert
+     * parallelism), hidden before and after GELU (4C/Gx each) */
     double own = s->E ? (s->ge > 1 ? (double)(s->E * s->R) : m * s->top_k) : 0;
-    double moe_acts = s->E ? block_acts - m * 8 * C / gx + m * (s->E + 6.0 * s->top_k) +
-                                 own * (2 * C / gy + 8 * C / gx)
-                           : 0;
-    /* what a recompute produces, and under CAC all a checkpointed block
-     * keeps beyond it (the collectives' outputs): its LayerNorms' outputs,
-     * attention and the GELU's are recomputed */
-    double redo = m * 2 * C / gy + attn + m * 4 * C / gx;
-    double redo_moe = m * 2 * C / gy + attn + own * 4 * C / gx;
-    double kept = 0, kept_shared = 0;
+    double experts = m * (s->E + 6.0 * s->top_k) + own * (2 * C / gy + 8 * C / gx);
+    /* what a recompute produces (under CAC a checkpointed block keeps the
+     * rest, its collectives' outputs): the LayerNorms' outputs, attention's
+     * and the GELU's */
+    double redo = m * 2 * C / gy + m * C / gx + attn, redo_mlp = m * 4 * C / gx;
+    double redo_experts = own * 4 * C / gx;
+    double kept = 0;
+    int ckpt_dense = 0, ckpt_moe = 0;
     for (int64_t l = s->l0; l < l1; l++) {
-        int moe = plan_block_moe(s, l);
-        double acts = moe ? moe_acts : block_acts, r_l = moe ? redo_moe : redo;
-        if (!plan_block_checkpoint(s, l))
+        int moe = plan_block_moe(s, l), ckpt = plan_block_checkpoint(s, l);
+        double acts = common + (moe ? experts : mlp);
+        if (!ckpt)
             kept += acts;
         else if (s->cac)
-            kept += acts - r_l, kept_shared = fmax(kept_shared, r_l);
+            kept += acts - redo - (moe ? redo_experts : redo_mlp);
         else
-            kept += m * C / gy, kept_shared = fmax(kept_shared, acts);
+            kept += m * C / gy;
+        ckpt_dense |= ckpt && !moe;
+        ckpt_moe |= ckpt && moe;
     }
+    /* the checkpointed blocks' shared set, the fields of each kind of
+     * block it serves (src/nn/gpt.c): what a recompute produces under CAC,
+     * else a whole block's */
+    double kept_shared = 0;
+    if (ckpt_dense || ckpt_moe)
+        kept_shared = s->cac ? redo + ckpt_dense * redo_mlp + ckpt_moe * redo_experts
+                             : common + ckpt_dense * mlp + ckpt_moe * experts;
     /* encoded (the first stage), lnf and logits (the last) */
     double head =
         m * ((double)s->first * C / gy + (double)s->last * (C / gy + 2 + (double)s->Vp / gx));
-    /* one block's gradients, the residual's; with experts their buffers
-     * (gradients of the rows, the all-to-all blocks and DTD's gathers) */
-    double work = fmax(block_acts, moe_acts) + m * C / gy;
-    if (s->E)
-        work += own * C / gy + m * s->top_k +
+    /* one block's gradients, the residual's; with experts their scratch
+     * (src/nn/gpt.c: the rows' gradients, one expert's hidden gradient,
+     * d ln2, the router's partial logits and their Y gather, the gates'
+     * gradients, the all-to-all blocks and DTD's gathers) */
+    double work = block_acts + m * C / gy;
+    if (s->E) {
+        double wide = s->E > s->top_k ? s->E : s->top_k;
+        double one = s->ge > 1 && (double)(s->ge * s->R) > m ? (double)(s->ge * s->R) : m;
+        work += own * C / gy + one * 4 * C / gx + m * C / gy + m * wide * (gy > 1 ? gy + 1 : 1) +
+                m * s->top_k +
                 (s->ge > 1 ? (double)(2 * s->E * s->R) * C / gy +
                                  (s->dtd ? (double)(gx * s->E * s->ch) * C / gy : 0)
                            : 0);
+    }
     /* a block with checkpointing keeps its input, and they share one set
      * of activations for the recompute; the others keep theirs, per slot */
     double slots = s->P > 1 && !s->last ? s->slots : 1;
@@ -551,14 +583,21 @@ int plan_fit_memory(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pla
     if (g.z == 1) {
         s->ag_cache = 0; /* nothing is gathered */
     } else if (cfg->ag_cache == FF_PLAN_AUTO) {
-        /* as many blocks as fit: each cached block adds its gathered
-         * weights, except the last two, which the recompute holds anyway */
+        /* as many blocks as fit, the last first: each cached block adds
+         * its gathered weights beyond the two blocks' the recompute holds
+         * anyway (gathered_units) */
         s->ag_cache = 0;
         plan_memory(s, r);
         if (r->mem_total <= avail) {
-            double per_block = s->act * 12.0 * (double)s->C * (double)s->C / ((double)g.x * g.y);
-            double room = floor((avail - r->mem_total) / per_block);
-            s->ag_cache = room >= L - 2 ? L : (int)room;
+            double unit = s->act * (double)s->C * (double)s->C / ((double)g.x * g.y);
+            double room = floor((avail - r->mem_total) / unit); /* in units */
+            int64_t base = gathered_units(s, 0), cached = 0;
+            for (int c = 1; c <= L; c++) {
+                cached += block_units(s, L - c);
+                if ((double)(gathered_units(s, cached) - base) > room)
+                    break;
+                s->ag_cache = c;
+            }
         }
     } else {
         s->ag_cache = cfg->ag_cache < L ? cfg->ag_cache : L;
@@ -869,7 +908,7 @@ int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan
 {
     if (cfg->stages > 1)
         return plan_eval_stages(cfg, g, r, ops, err, err_len);
-    plan_links(&cfg->machine, g, cfg->expert_parallel, 0, r->link);
+    plan_links(&cfg->machine, g, cfg->expert_parallel > 1 ? cfg->expert_parallel : 1, 0, r->link);
     if (plan_check_divides(cfg, g, r))
         return FF_OK;
     plan_shape s;

@@ -154,11 +154,11 @@ static int check_stages(const ff_plan_config *cfg, int traffic_only, char *err, 
 static int check_experts(const ff_plan_config *cfg, char *err, size_t len)
 {
     const int E = cfg->model.experts;
-    if (cfg->expert_parallel < 1 && cfg->expert_parallel != FF_PLAN_AUTO)
+    if (cfg->expert_parallel < 0 && cfg->expert_parallel != FF_PLAN_AUTO)
         return ff_format_error(err, len, FF_EINVAL,
-                               "expert parallelism %d: expected 1 or more, or automatic",
+                               "expert parallelism %d: expected 1 or more (0: none), or automatic",
                                cfg->expert_parallel);
-    if (!E && cfg->expert_parallel != 1 && cfg->expert_parallel != FF_PLAN_AUTO)
+    if (!E && cfg->expert_parallel > 1)
         return ff_format_error(err, len, FF_EINVAL,
                                "expert parallelism %d needs a model with experts",
                                cfg->expert_parallel);

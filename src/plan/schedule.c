@@ -115,6 +115,10 @@ static void optimizer(sched *c, double n)
 static plan_op *coll_op(sched *c, ff_group_kind g, ff_coll kind, int64_t count, int wire,
                         coll_mode mode)
 {
+    /* the collective layer returns at once from a collective of no
+     * elements (an expert that received no rows), uncounted */
+    if (count == 0 && kind != FF_COLL_P2P)
+        return NULL;
     plan_op *op = push(c->o);
     if (!op)
         return NULL;
@@ -136,6 +140,8 @@ static int coll(sched *c, ff_group_kind g, ff_coll kind, int64_t count, int wire
 
 static void wait_for(sched *c, int tag)
 {
+    if (tag < 0) /* (a collective not listed: no elements) */
+        return;
     plan_op *op = push(c->o);
     if (op) {
         op->kind = OP_WAIT;

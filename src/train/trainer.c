@@ -398,11 +398,27 @@ int ff_trainer_create(ff_grid *grid, const ff_trainer_config *cfg, ff_trainer **
     return FF_OK;
 }
 
-static comm_totals totals(ff_grid *grid)
+/* The groups the step communicates on: the grid's, then a mixture of
+ * experts' expert group and the experts' replicas (with expert
+ * parallelism only; without it the replicas are D). NULL past the end or
+ * where there is none. */
+enum { N_STEP_GROUPS = FF_NGROUPS + 2 };
+static ff_group *step_group(ff_trainer *t, int k, const char **name)
+{
+    if (k < FF_NGROUPS) {
+        *name = ff_group_kind_name((ff_group_kind)k);
+        return ff_grid_group(t->grid, (ff_group_kind)k);
+    }
+    *name = k == FF_NGROUPS ? "EP" : "EDP";
+    return ff_gpt_expert_group(t->g, 0) ? ff_gpt_expert_group(t->g, k > FF_NGROUPS) : NULL;
+}
+
+static comm_totals totals(ff_trainer *tr)
 {
     comm_totals t = {0};
-    for (int k = 0; k < FF_NGROUPS; k++) {
-        ff_group *g = ff_grid_group(grid, (ff_group_kind)k);
+    for (int k = 0; k < N_STEP_GROUPS; k++) {
+        const char *name;
+        ff_group *g = step_group(tr, k, &name);
         for (int c = 0; g && c <= FF_COLL_P2P; c++) {
             ff_counters n = ff_group_counters(g, (ff_coll)c);
             t.wait_s += n.wait_s;
@@ -435,7 +451,7 @@ int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
     const int64_t step = t->st.step; /* 0-based index of this step */
     if (step >= c->steps)
         return fail(t, FF_EINVAL, "the run has reached its last step");
-    comm_totals c0 = totals(t->grid);
+    comm_totals c0 = totals(t);
     double t0 = ff_now();
     if (step == t->start_step)
         t->run_t0 = t0;
@@ -459,7 +475,7 @@ int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
     if (rc)
         return rc;
     t->st.step = step + 1;
-    comm_totals c1 = totals(t->grid);
+    comm_totals c1 = totals(t);
     double wait = c1.wait_s - c0.wait_s;
     ff_train_step_info in = {.step = step + 1,
                              .steps = c->steps,
@@ -551,17 +567,18 @@ int ff_trainer_save(ff_trainer *t)
 /* The bytes each group moved over the run, one log line per collective used. */
 static void log_bytes(ff_trainer *t)
 {
-    for (int k = 0; t->log && k < FF_NGROUPS; k++) {
-        ff_group *g = ff_grid_group(t->grid, (ff_group_kind)k);
+    for (int k = 0; t->log && k < N_STEP_GROUPS; k++) {
+        const char *name;
+        ff_group *g = step_group(t, k, &name);
         for (int c = 0; g && c <= FF_COLL_P2P; c++) {
             ff_counters n = ff_group_counters(g, (ff_coll)c);
             if (n.calls)
                 log_line(t,
                          "{\"type\":\"bytes\",\"group\":\"%s\",\"coll\":\"%s\",\"calls\":%llu,"
                          "\"bytes_sent\":%llu,\"bytes_recv\":%llu,\"wait_s\":%.6f}\n",
-                         ff_group_kind_name((ff_group_kind)k), ff_coll_name((ff_coll)c),
-                         (unsigned long long)n.calls, (unsigned long long)n.bytes_sent,
-                         (unsigned long long)n.bytes_recv, n.wait_s);
+                         name, ff_coll_name((ff_coll)c), (unsigned long long)n.calls,
+                         (unsigned long long)n.bytes_sent, (unsigned long long)n.bytes_recv,
+                         n.wait_s);
         }
     }
 }
