@@ -685,8 +685,41 @@ static void test_moe(void)
           "Ge 2 without experts: '%s'", err);
 }
 
+/* Automatic precision: the machine's with the full cost model (a GPU
+ * preset's bf16-mixed, this machine's fp32), fp32 with the others; an
+ * explicit bf16-mixed is refused by the others. */
+static void test_precision(void)
+{
+    ff_plan_config cfg;
+    ff_plan_result a, b;
+    char err[256];
+    base_config(&cfg);
+    CHECK(cfg.precision == FF_PLAN_AUTO && ff_plan_precision(&cfg) == FF_PLAN_FP32,
+          "the default on this machine: %d", ff_plan_precision(&cfg));
+    ff_profile_preset("perlmutter", &cfg.machine, NULL, 0);
+    CHECK(ff_plan_precision(&cfg) == FF_PLAN_BF16_MIXED, "perlmutter, full: %d",
+          ff_plan_precision(&cfg));
+    ff_plan_evaluate(&cfg, (ff_dims){1, 1, 1, 1}, &a, err, sizeof err);
+    cfg.precision = FF_PLAN_BF16_MIXED;
+    ff_plan_evaluate(&cfg, (ff_dims){1, 1, 1, 1}, &b, err, sizeof err);
+    CHECK(a.mem_total == b.mem_total && a.step_s == b.step_s,
+          "perlmutter: automatic %g B %g s, bf16-mixed %g B %g s", a.mem_total, a.step_s,
+          b.mem_total, b.step_s);
+    cfg.cost = FF_COST_PAPER;
+    CHECK(ff_plan_evaluate(&cfg, (ff_dims){1, 1, 1, 1}, &b, err, sizeof err) == FF_EINVAL &&
+              strstr(err, "bf16-mixed precision needs the full cost model"),
+          "bf16-mixed with the paper's model: '%s'", err);
+    cfg.precision = FF_PLAN_AUTO;
+    CHECK(ff_plan_precision(&cfg) == FF_PLAN_FP32 &&
+              ff_plan_evaluate(&cfg, (ff_dims){1, 1, 1, 1}, &b, err, sizeof err) == FF_OK,
+          "automatic with the paper's model: %s", err);
+    printf("precision: automatic is bf16-mixed on perlmutter (full), fp32 with --cost paper and "
+           "on this machine\n");
+}
+
 int main(void)
 {
+    test_precision();
     test_moe();
     test_traffic();
     test_rec_whole();

@@ -64,7 +64,8 @@ static void test_good(void)
           "intra_bw: %d entries", p.n_intra_bw);
     /* defaults of the optional keys */
     CHECK(p.mem_Bps == 1e11 / 16 && p.gemm_half_dim == 32 && p.cores_per_node == 0 &&
-              p.intra_overlap == 0 && p.axonn_table == FF_AXONN_TABLE_NONE,
+              p.intra_overlap == 0 && p.axonn_table == FF_AXONN_TABLE_NONE &&
+              p.precision == FF_PLAN_FP32,
           "defaults: mem %g half %g cores %d overlap %g", p.mem_Bps, p.gemm_half_dim,
           p.cores_per_node, p.intra_overlap);
 
@@ -85,6 +86,18 @@ static void test_good(void)
           "unknown keys: fields differ");
     CHECK(!strcmp(p.name, "t.json"), "a profile without a name takes the file's: '%s'", p.name);
     good("minimum", HEAD REQ "}", &p);
+    /* the runs' precision, which the planner's automatic precision takes */
+    good("precision", HEAD REQ ",\"precision\":\"bf16-mixed\"}", &p);
+    CHECK(p.precision == FF_PLAN_BF16_MIXED, "precision: %d", p.precision);
+    good("precision fp32", HEAD REQ ",\"precision\":\"fp32\"}", &p);
+    CHECK(p.precision == FF_PLAN_FP32, "precision fp32: %d", p.precision);
+    /* the GPU presets plan bf16-mixed, this machine fp32 */
+    const char *const presets[] = {"perlmutter", "frontier", "alps", "this"};
+    for (int i = 0; i < 4; i++) {
+        ff_profile_preset(presets[i], &p, NULL, 0);
+        CHECK(p.precision == (i < 3 ? FF_PLAN_BF16_MIXED : FF_PLAN_FP32), "preset %s: precision %d",
+              presets[i], p.precision);
+    }
 }
 
 static void test_bad(void)
@@ -124,6 +137,10 @@ static void test_bad(void)
         "\"beta_inter_Bps\":1}",
         FF_EINVAL, "expected an integer");
     bad("overlap above 1", HEAD REQ ",\"intra_overlap\":1.5}", FF_EINVAL, "\"intra_overlap\"");
+    bad("precision fp16", HEAD REQ ",\"precision\":\"fp16\"}", FF_EINVAL,
+        "\"precision\" \"fp16\": expected \"fp32\" or \"bf16-mixed\"");
+    bad("precision a number", HEAD REQ ",\"precision\":16}", FF_EINVAL,
+        "\"precision\" must be a string");
     bad("huge number", HEAD REQ ",\"peak_flops\":1e999}", FF_EINVAL, "out of range");
     bad("leading plus", HEAD REQ ",\"peak_flops\":+1}", FF_EINVAL, "must be a number");
     bad("trailing dot", HEAD REQ ",\"peak_flops\":1.}", FF_ECORRUPT, "malformed number");
@@ -205,7 +222,7 @@ static void test_files(void)
                    a.beta_inter_Bps == b.beta_inter_Bps && a.n_intra_bw == b.n_intra_bw &&
                    a.mem_Bps == b.mem_Bps && a.gemm_half_dim == b.gemm_half_dim &&
                    a.cores_per_node == b.cores_per_node && a.intra_overlap == b.intra_overlap &&
-                   b.axonn_table == FF_AXONN_TABLE_NONE;
+                   a.precision == b.precision && b.axonn_table == FF_AXONN_TABLE_NONE;
         for (int k = 0; same && k < a.n_intra_bw; k++)
             same = a.intra_bw[k].inner == b.intra_bw[k].inner &&
                    a.intra_bw[k].size == b.intra_bw[k].size &&

@@ -101,6 +101,11 @@ typedef struct {
     int cores_per_node;   /* 0: a rank never shares a core; else ranks share cores */
     double intra_overlap; /* 1: intra-node transfers run beside compute; 0: they are CPU copies */
     ff_axonn_table axonn_table;
+    /* the number formats the machine's runs train in, what ff_plan_config's
+     * automatic precision plans for: FF_PLAN_FP32 (0, a CPU like this
+     * one, fourfold's own training) or FF_PLAN_BF16_MIXED (the GPU
+     * presets, as the papers' runs) */
+    int precision;
 } ff_profile;
 
 /* Presets: perlmutter, frontier, alps, this (this machine; docs/planner.md
@@ -162,7 +167,9 @@ typedef struct {
     ff_cost cost;
     int checkpoint;    /* 0, 1, or FF_PLAN_AUTO: off where the step fits without it */
     int ag_cache;      /* blocks whose gathered weights are kept; FF_PLAN_AUTO: as many as fit */
-    int precision;     /* FF_PLAN_FP32 (fourfold's own training) or FF_PLAN_BF16_MIXED */
+    int precision;     /* FF_PLAN_FP32 (fourfold's own training), FF_PLAN_BF16_MIXED, or
+                          FF_PLAN_AUTO (the default): the machine's (ff_profile.precision)
+                          with the full cost model, fp32 with the others */
     int micro_batches; /* per step, >= 1; FF_PLAN_AUTO (full cost model): for each
                           grid, the fastest count that divides its sequences per rank
                           (with more than 2^20 of them, 1) */
@@ -228,10 +235,15 @@ typedef struct {
     int expert_parallel, dtd, cac;
 } ff_plan_config;
 
-/* batch 8, seq 1024, 1 rank, machine "this", cost full, checkpoint and
- * AG cache automatic, 1 micro-batch, fp32 wire, every overlap, model unset,
- * collectives ff_coll_model_default, no per-layer plan, one stage. */
+/* batch 8, seq 1024, 1 rank, machine "this", cost full, checkpoint, AG
+ * cache and precision automatic, 1 micro-batch, fp32 wire, every overlap,
+ * model unset, collectives ff_coll_model_default, no per-layer plan, one
+ * stage, no expert parallelism, DTD on, CAC off. */
 void ff_plan_config_default(ff_plan_config *cfg);
+/* The precision cfg plans for (FF_PLAN_FP32 or FF_PLAN_BF16_MIXED): its
+ * own, or if automatic the machine's with the full cost model and fp32
+ * with the others. */
+int ff_plan_precision(const ff_plan_config *cfg);
 
 /* The planner's groups: the grid's (grid.h) and a mixture of experts'
  * expert group (EP: the Ge ranks of D that share the experts, members

@@ -43,7 +43,8 @@ static const char help[] =
     "  --ag-cache N         blocks whose gathered weights are kept for the recompute,\n"
     "                       or auto (default: as many as fit)\n"
     "  --wire W             fp32 or bf16 for weights, activations, gradients (default fp32)\n"
-    "  --precision P        fp32 (fourfold's own training, default) or bf16-mixed (bf16\n"
+    "  --precision P        auto (default: the machine's, bf16-mixed on the GPU presets),\n"
+    "                       fp32 (fourfold's own training) or bf16-mixed (bf16\n"
     "                       values and transfers, fp32 master weights and moments)\n"
     "  --overlap LIST       oar,ors,oag,dp, all or none (default all)\n"
     "  --cmm on|off         the collective matmul of unprefetched gathers (train --cmm)\n";
@@ -333,10 +334,12 @@ static int parse_args(int argc, char **argv, plan_opts *o)
         } else if (cli_is(&a, "precision")) {
             if (!(v = cli_value(&a)))
                 return CLI_USAGE;
-            if (!strcmp(v, "fp32") || !strcmp(v, "bf16-mixed"))
-                o->cfg.precision = v[0] == 'b' ? FF_PLAN_BF16_MIXED : FF_PLAN_FP32;
+            if (!strcmp(v, "fp32") || !strcmp(v, "bf16-mixed") || !strcmp(v, "auto"))
+                o->cfg.precision = v[0] == 'b'   ? FF_PLAN_BF16_MIXED
+                                   : v[0] == 'a' ? FF_PLAN_AUTO
+                                                 : FF_PLAN_FP32;
             else {
-                cli_error("--precision %s: expected fp32 or bf16-mixed", v);
+                cli_error("--precision %s: expected fp32, bf16-mixed or auto", v);
                 return CLI_USAGE;
             }
         } else if (cli_is(&a, "capacity-factor")) {
@@ -609,7 +612,7 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
                  cfg->micro_batches > 1 ? "es" : "");
     cli_print("batch %lld sequences x %lld tokens, %s; %d ranks, %d per node; %s\n",
               (long long)cfg->batch, (long long)cfg->seq, mb, cfg->ranks, p->ranks_per_node,
-              cfg->precision == FF_PLAN_BF16_MIXED ? "bf16-mixed precision" : "fp32");
+              ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? "bf16-mixed precision" : "fp32");
     if (cfg->stages != 1) {
         if (cfg->stages == FF_PLAN_AUTO)
             snprintf(mb, sizeof mb, "every number of stages");
@@ -1020,7 +1023,7 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
             "\"expert_parallel\": %s, \"dtd\": %s, \"cac\": %s,\n \"machine\": %s,\n",
             (long long)cfg->batch, (long long)cfg->seq, cfg->ranks, mb, st,
             cfg->schedule ? "1f1b" : "message", cfg->pipe_limit, cfg->wire_bytes,
-            cfg->precision == FF_PLAN_BF16_MIXED ? "bf16-mixed" : "fp32", cfg->overlap,
+            ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? "bf16-mixed" : "fp32", cfg->overlap,
             ff_cost_name(cfg->cost), ge, cfg->dtd ? "true" : "false", cfg->cac ? "true" : "false",
             machine);
 }

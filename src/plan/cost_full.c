@@ -387,7 +387,7 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
     s->micro = cfg->micro_batches;
     s->b_mb = cfg->batch / ((int64_t)g.z * g.d) / cfg->micro_batches;
     s->m = s->b_mb * s->T;
-    s->act = cfg->precision == FF_PLAN_BF16_MIXED ? 2 : 4;
+    s->act = ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? 2 : 4;
     s->wire = s->act == 2 ? 2 : cfg->wire_bytes; /* bf16-mixed sends bf16 */
     s->overlap = cfg->overlap;
     s->plan = cfg->layers;

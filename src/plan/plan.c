@@ -41,9 +41,17 @@ void ff_plan_config_default(ff_plan_config *cfg)
     cfg->min_tp = 0;
     cfg->grad_acc = 1;
     cfg->stages = 1;
+    cfg->precision = FF_PLAN_AUTO;
     cfg->expert_parallel = 1;
     cfg->dtd = 1;
     ff_coll_model_default(&cfg->coll);
+}
+
+int ff_plan_precision(const ff_plan_config *cfg)
+{
+    if (cfg->precision != FF_PLAN_AUTO)
+        return cfg->precision;
+    return cfg->cost == FF_COST_FULL ? cfg->machine.precision : FF_PLAN_FP32;
 }
 
 const char *ff_plan_group_name(int kind)
@@ -207,10 +215,12 @@ static int check_config_for(const ff_plan_config *cfg, int traffic_only, char *e
         return ff_format_error(err, len, FF_EINVAL, "micro-batches must be at least 1");
     if ((rc = check_stages(cfg, traffic_only, err, len)) != FF_OK)
         return rc;
-    if (cfg->precision != FF_PLAN_FP32 && cfg->precision != FF_PLAN_BF16_MIXED)
-        return ff_format_error(err, len, FF_EINVAL, "precision %d: expected fp32 or bf16-mixed",
+    if (cfg->precision != FF_PLAN_FP32 && cfg->precision != FF_PLAN_BF16_MIXED &&
+        cfg->precision != FF_PLAN_AUTO)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "precision %d: expected fp32, bf16-mixed or automatic",
                                cfg->precision);
-    if (cfg->precision != FF_PLAN_FP32 && cfg->cost != FF_COST_FULL)
+    if (cfg->precision == FF_PLAN_BF16_MIXED && cfg->cost != FF_COST_FULL)
         return ff_format_error(err, len, FF_EINVAL,
                                "bf16-mixed precision needs the full cost model, not %s",
                                ff_cost_name(cfg->cost));

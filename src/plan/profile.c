@@ -38,10 +38,19 @@ static void add_bw(ff_profile *p, int inner, int size, double gbps)
 }
 
 /* The GPU machines of the paper (dissertation §5.2.2): GPUs per node, memory
- * per GPU, advertised and measured bf16 GEMM rates, 4 Slingshot-11 NICs of
- * 25 GB/s per node. Intra-node bandwidths are the ones AxoNN's tool uses
- * (GB/s by stride and group size); the rest are assumptions stated in
- * docs/planner.md. */
+ * per GPU, advertised bf16 peaks, 4 Slingshot-11 NICs of 25 GB/s per node;
+ * they train in bf16-mixed precision, as the papers' runs. The sustained
+ * GEMM rates are the dissertation's own (§5.2.2): the best bf16 square
+ * GEMM measured on one A100 of Perlmutter (280 TFLOP/s, at 32768^3) and
+ * one MI250X GCD of Frontier (125), and NVIDIA's GH200 guide for Alps
+ * (813). An independent published measurement agrees: the "maximum
+ * achievable matmul FLOPS" of S. Bekman's Machine Learning Engineering
+ * book (github.com/stas00/ml-engineering, compute/accelerator/README.md,
+ * the best mean rate over a search of bf16 shapes) is 271.2 for an A100
+ * SXM, 828.6 for a GH200 and, with the later ROCm 6.2, 147.0 for an MI250X
+ * GCD (docs/planner.md, "Presets"). Intra-node bandwidths are the ones
+ * AxoNN's tool uses (GB/s by stride and group size); the rest are
+ * assumptions stated in docs/planner.md. */
 static void perlmutter(ff_profile *p)
 {
     set_common(p, "perlmutter");
@@ -59,6 +68,7 @@ static void perlmutter(ff_profile *p)
     p->mem_Bps = 1.555e12;
     p->gemm_half_dim = 128;
     p->intra_overlap = 1;
+    p->precision = FF_PLAN_BF16_MIXED;
     p->axonn_table = FF_AXONN_TABLE_PERLMUTTER;
 }
 
@@ -82,6 +92,7 @@ static void frontier(ff_profile *p)
     p->mem_Bps = 1.6e12;
     p->gemm_half_dim = 128;
     p->intra_overlap = 1;
+    p->precision = FF_PLAN_BF16_MIXED;
     p->axonn_table = FF_AXONN_TABLE_FRONTIER;
 }
 
@@ -99,6 +110,7 @@ static void alps(ff_profile *p)
     p->mem_Bps = 4.0e12;
     p->gemm_half_dim = 128;
     p->intra_overlap = 1;
+    p->precision = FF_PLAN_BF16_MIXED;
 }
 
 /* This machine: 2 cores, 24 GiB shared by 2 ranks, Open MPI over shared
@@ -188,6 +200,7 @@ static const key_spec keys[FF_PK_COUNT] = {
     [FF_PK_MEM_BPS] = {"mem_Bps", K_NUMBER, 0, 2, 0, 1e16, 1},
     [FF_PK_GEMM_HALF_DIM] = {"gemm_half_dim", K_NUMBER, 0, 2, 0, 1e6, 0},
     [FF_PK_INTRA_OVERLAP] = {"intra_overlap", K_NUMBER, 0, 2, 0, 1, 0},
+    [FF_PK_PRECISION] = {"precision", K_STRING, 0, 2, 0, 0, 0},
     [FF_PK_REDUCE_BPS] = {"reduce_Bps", K_NUMBER, 0, 3, 0, 1e16, 0},
     [FF_PK_SMALL_MAX_INTRA] = {"small_max_intra_B", K_NUMBER, 0, 4, 0, 1e15, 0},
     [FF_PK_ALPHA_INTRA_SMALL] = {"alpha_intra_small_s", K_NUMBER, 0, 4, 0, 10, 0},
@@ -466,6 +479,18 @@ static int read_member(ff_json *r, int k, ff_profile_doc *d, char *format, size_
     case K_STRING:
         if (!ff_json_at_string(r))
             return ff_json_fail(r, FF_EINVAL, "\"%s\" must be a string", s->name);
+        if (k == FF_PK_PRECISION) { /* one of two words */
+            char v[32];
+            if (ff_json_string(r, v, sizeof v))
+                return r->rc;
+            if (strcmp(v, "fp32") && strcmp(v, "bf16-mixed"))
+                return ff_json_fail(r, FF_EINVAL,
+                                    "\"precision\" \"%s\": expected \"fp32\" or "
+                                    "\"bf16-mixed\"",
+                                    v);
+            d->num[k] = v[0] == 'b' ? FF_PLAN_BF16_MIXED : FF_PLAN_FP32;
+            return FF_OK;
+        }
         return k == FF_PK_FORMAT ? ff_json_string(r, format, format_len)
                                  : ff_json_string(r, d->name, sizeof d->name);
     case K_BW: return read_intra_bw(r, d);
@@ -632,6 +657,7 @@ int ff_profile_doc_machine(const ff_profile_doc *d, ff_profile *out, char *err, 
     p.gemm_half_dim = has[FF_PK_GEMM_HALF_DIM] ? v[FF_PK_GEMM_HALF_DIM] : 32;
     p.cores_per_node = (int)v[FF_PK_CORES_PER_NODE];
     p.intra_overlap = has[FF_PK_INTRA_OVERLAP] ? v[FF_PK_INTRA_OVERLAP] : 0;
+    p.precision = (int)v[FF_PK_PRECISION]; /* (absent: fp32) */
     p.axonn_table = FF_AXONN_TABLE_NONE;
     *out = p;
     return FF_OK;
@@ -656,6 +682,7 @@ void ff_profile_doc_from_machine(ff_profile_doc *d, const ff_profile *p)
     ff_profile_doc_set(d, FF_PK_MEM_BPS, p->mem_Bps);
     ff_profile_doc_set(d, FF_PK_GEMM_HALF_DIM, p->gemm_half_dim);
     ff_profile_doc_set(d, FF_PK_INTRA_OVERLAP, p->intra_overlap);
+    ff_profile_doc_set(d, FF_PK_PRECISION, p->precision);
 }
 
 int ff_profile_doc_coll_model(const ff_profile_doc *d, ff_coll_model *m, char *err, size_t err_len)
@@ -701,7 +728,8 @@ int ff_profile_doc_coll_model(const ff_profile_doc *d, ff_coll_model *m, char *e
 
 void ff_profile_doc_set(ff_profile_doc *d, ff_profile_key k, double v)
 {
-    if (k < 0 || k >= FF_PK_COUNT || (keys[k].type != K_NUMBER && keys[k].type != K_INT))
+    if (k < 0 || k >= FF_PK_COUNT ||
+        (keys[k].type != K_NUMBER && keys[k].type != K_INT && k != FF_PK_PRECISION))
         return;
     d->num[k] = v;
     d->has[k] = 1;
@@ -778,6 +806,9 @@ char *ff_profile_doc_to_json(const ff_profile_doc *d, size_t *len)
         case FF_PK_FORMAT: ff_text_puts(&b, "\"fourfold-profile\""); break;
         case FF_PK_VERSION: ff_text_puts(&b, "1"); break;
         case FF_PK_NAME: ff_text_json_string(&b, d->name, 1); break;
+        case FF_PK_PRECISION:
+            ff_text_puts(&b, d->num[k] == FF_PLAN_BF16_MIXED ? "\"bf16-mixed\"" : "\"fp32\"");
+            break;
         case FF_PK_FIT: ff_text_puts(&b, d->fit ? d->fit : "{}"); break;
         case FF_PK_INTRA_BW:
             ff_text_puts(&b, "[");

@@ -349,6 +349,8 @@ void plan_layer_opts(const plan_shape *s, int64_t l, int i, ff_layer_opts *o)
 {
     if (s->plan) {
         *o = l < 0 ? s->plan->head : s->plan->blocks[l].layer[i];
+        if (s->act == 2) /* bf16-mixed sends bf16 whatever the plan's wire */
+            o->wire_bytes = 2;
         return;
     }
     plan_layer_opts_uniform(s, l, o);
