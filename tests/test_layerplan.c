@@ -352,46 +352,50 @@ static void test_uniform(void)
         {0, 2, 2, 4, FF_OVERLAP_OAG | FF_OVERLAP_ORS},
     };
     int runs = 0;
-    for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++)
-        for (size_t vi = 0; vi < sizeof v / sizeof v[0]; vi++) {
-            ff_plan_config cfg;
-            ff_plan_config_default(&cfg);
-            cfg.model =
-                (ff_model){.name = "small", .layers = 3, .heads = 2, .hidden = 16, .vocab = 100};
-            cfg.batch = 8, cfg.seq = 4;
-            ff_profile_preset("perlmutter", &cfg.machine, NULL, 0);
-            cfg.machine.ranks_per_node = 4;
-            cfg.checkpoint = v[vi].checkpoint, cfg.ag_cache = v[vi].ag_cache;
-            cfg.micro_batches = v[vi].micro, cfg.wire_bytes = v[vi].wire;
-            cfg.overlap = v[vi].overlap;
-            ff_dims g = grids[gi];
-            ff_plan_result r0, r1;
-            char err[256];
-            int rc = ff_plan_evaluate(&cfg, g, &r0, err, sizeof err);
-            CHECK(rc == FF_OK && !r0.rejected, "uniform: %s %s", err, r0.reason);
-            ff_layer_plan p;
-            mirror(&cfg, g, &r0, &p);
-            cfg.layers = &p;
-            rc = ff_plan_evaluate(&cfg, g, &r1, err, sizeof err);
-            CHECK(rc == FF_OK && same_result(&r0, &r1),
-                  "grid %dx%dx%dx%d variant %zu: the plan's step %.17g, the configuration's "
-                  "%.17g (%s)",
-                  g.x, g.y, g.z, g.d, vi, r1.step_s, r0.step_s, err);
-            /* the traffic of every rank */
-            for (int rank = 0; rank < g.x * g.y * g.z * g.d; rank++) {
-                ff_dims c = ff_grid_coords_of(g, rank);
-                ff_plan_coll t0[FF_PLAN_NGROUPS][FF_NCOLL], t1[FF_PLAN_NGROUPS][FF_NCOLL];
-                cfg.layers = NULL;
-                ff_plan_traffic(&cfg, g, c, t0, err, sizeof err);
+    /* in fp32, and in bf16-mixed (perlmutter's default), where everything
+     * is sent bf16: the mirrored plan's fp32 wire changes nothing */
+    for (int prec = 0; prec < 2; prec++)
+        for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++)
+            for (size_t vi = 0; vi < sizeof v / sizeof v[0]; vi++) {
+                ff_plan_config cfg;
+                ff_plan_config_default(&cfg);
+                cfg.model = (ff_model){
+                    .name = "small", .layers = 3, .heads = 2, .hidden = 16, .vocab = 100};
+                cfg.batch = 8, cfg.seq = 4;
+                cfg.precision = prec ? FF_PLAN_BF16_MIXED : FF_PLAN_FP32;
+                ff_profile_preset("perlmutter", &cfg.machine, NULL, 0);
+                cfg.machine.ranks_per_node = 4;
+                cfg.checkpoint = v[vi].checkpoint, cfg.ag_cache = v[vi].ag_cache;
+                cfg.micro_batches = v[vi].micro, cfg.wire_bytes = v[vi].wire;
+                cfg.overlap = v[vi].overlap;
+                ff_dims g = grids[gi];
+                ff_plan_result r0, r1;
+                char err[256];
+                int rc = ff_plan_evaluate(&cfg, g, &r0, err, sizeof err);
+                CHECK(rc == FF_OK && !r0.rejected, "uniform: %s %s", err, r0.reason);
+                ff_layer_plan p;
+                mirror(&cfg, g, &r0, &p);
                 cfg.layers = &p;
-                rc = ff_plan_traffic(&cfg, g, c, t1, err, sizeof err);
-                CHECK(rc == FF_OK && !memcmp(t0, t1, sizeof t0),
-                      "grid %dx%dx%dx%d variant %zu rank %d: traffic differs", g.x, g.y, g.z, g.d,
-                      vi, rank);
+                rc = ff_plan_evaluate(&cfg, g, &r1, err, sizeof err);
+                CHECK(rc == FF_OK && same_result(&r0, &r1),
+                      "grid %dx%dx%dx%d variant %zu: the plan's step %.17g, the configuration's "
+                      "%.17g (%s)",
+                      g.x, g.y, g.z, g.d, vi, r1.step_s, r0.step_s, err);
+                /* the traffic of every rank */
+                for (int rank = 0; rank < g.x * g.y * g.z * g.d; rank++) {
+                    ff_dims c = ff_grid_coords_of(g, rank);
+                    ff_plan_coll t0[FF_PLAN_NGROUPS][FF_NCOLL], t1[FF_PLAN_NGROUPS][FF_NCOLL];
+                    cfg.layers = NULL;
+                    ff_plan_traffic(&cfg, g, c, t0, err, sizeof err);
+                    cfg.layers = &p;
+                    rc = ff_plan_traffic(&cfg, g, c, t1, err, sizeof err);
+                    CHECK(rc == FF_OK && !memcmp(t0, t1, sizeof t0),
+                          "grid %dx%dx%dx%d variant %zu rank %d: traffic differs", g.x, g.y, g.z,
+                          g.d, vi, rank);
+                }
+                ff_layer_plan_free(&p);
+                runs++;
             }
-            ff_layer_plan_free(&p);
-            runs++;
-        }
     /* ff_layer_plan_uniform's default options are the configuration's
      * defaults (every overlap, every layer cached, fp32) */
     ff_plan_config cfg;
@@ -411,9 +415,10 @@ static void test_uniform(void)
     CHECK(rc == FF_OK && same_result(&r0, &r1), "default options: %.17g vs %.17g", r1.step_s,
           r0.step_s);
     ff_layer_plan_free(&p);
-    printf("  %d (grid, variant) pairs and the default options: every field and every rank's "
-           "traffic equal\n",
+    printf("  %d (precision, grid, variant) triples and the default options: every field and "
+           "every rank's traffic equal\n",
            runs);
+    CHECK(runs == 2 * 4 * 6, "%d runs", runs);
 }
 
 /* ---- traffic of decomposed all-reduces ---- */

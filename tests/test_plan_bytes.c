@@ -699,10 +699,11 @@ static void test_precision(void)
     ff_profile_preset("perlmutter", &cfg.machine, NULL, 0);
     CHECK(ff_plan_precision(&cfg) == FF_PLAN_BF16_MIXED, "perlmutter, full: %d",
           ff_plan_precision(&cfg));
-    ff_plan_evaluate(&cfg, (ff_dims){1, 1, 1, 1}, &a, err, sizeof err);
+    int rc1 = ff_plan_evaluate(&cfg, (ff_dims){1, 1, 1, 1}, &a, err, sizeof err);
     cfg.precision = FF_PLAN_BF16_MIXED;
-    ff_plan_evaluate(&cfg, (ff_dims){1, 1, 1, 1}, &b, err, sizeof err);
-    CHECK(a.mem_total == b.mem_total && a.step_s == b.step_s,
+    int rc2 = ff_plan_evaluate(&cfg, (ff_dims){1, 1, 1, 1}, &b, err, sizeof err);
+    CHECK(rc1 == FF_OK && rc2 == FF_OK && !a.rejected && a.mem_total == b.mem_total &&
+              a.step_s == b.step_s,
           "perlmutter: automatic %g B %g s, bf16-mixed %g B %g s", a.mem_total, a.step_s,
           b.mem_total, b.step_s);
     cfg.cost = FF_COST_PAPER;

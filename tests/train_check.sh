@@ -203,7 +203,8 @@ got=$(sed -n 's/^| grid (x y z d) *| \([0-9x]*\) on 4 ranks, expert parallelism 
 # "this", one node of 4 ranks, 2 micro-batches of 4, 32 positions)
 "$FF" plan --model mini --layers 2 --hidden 64 --heads 4 --seq 32 --positions 32 --batch 8 \
     --micro-batches 2 --experts 4 --expert-every 2 --router-top-k 2 --capacity-factor 1 \
-    --ranks 4 --ranks-per-node 4 --top 1 > "$WORK/plan" 2>&1 || fail "plan the MoE job: $(cat "$WORK/plan")"
+    --ranks 4 --ranks-per-node "${FF_RANKS_PER_NODE:-4}" --top 1 > "$WORK/plan" 2>&1 ||
+    fail "plan the MoE job: $(cat "$WORK/plan")"
 want=$(awk '$1 == "1" && $2 ~ /x/ {print $2, $3}' "$WORK/plan")
 [ -n "$got" ] && [ "$got" = "$want" ] || fail "MoE with --grid auto ran '$got', fourfold plan's first choice is '$want'"
 echo "MoE --grid auto: $got (fourfold plan: $want)"

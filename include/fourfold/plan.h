@@ -324,8 +324,11 @@ int ff_plan_evaluate(const ff_plan_config *cfg, ff_dims grid, ff_plan_result *ou
                      size_t err_len);
 
 /* The traffic of the rank at `coords` in one step: calls and bytes per
- * (group, collective), exactly what fourfold's counters will record: the
- * ring's volumes (uneven chunks included), or rec-whole's for the
+ * (group, collective), exactly what fourfold's counters will record for an
+ * fp32 plan (ff_plan_precision; a bf16-mixed plan, a GPU preset's by
+ * default, predicts the bytes of such a run, which fourfold's CPU program
+ * does not train): the ring's volumes (uneven chunks included), or
+ * rec-whole's for the
  * all-reduces that AUTO runs as FF_ALGO_REC_WHOLE under cfg->coll on nodes
  * of machine.ranks_per_node consecutive ranks. Checkpointing and AG cache
  * as cfg says (FF_PLAN_AUTO resolved as ff_plan_evaluate does), or its

@@ -31,7 +31,6 @@ static const char help[] =
     "  --expert-parallel G  ranks of D that share the experts, or auto (default): every G\n"
     "                       dividing Gd and E, each grid once per G (shown as EP<G>)\n"
     "  --dtd on|off         duplicate token dropping (default on)\n"
-    "  --cac on|off         communication-aware checkpointing (default off)\n"
     "training:\n"
     "  --batch N            global batch in sequences (default 8)\n"
     "  --seq N              tokens per sequence (default 1024)\n"
@@ -47,7 +46,9 @@ static const char help[] =
     "                       fp32 (fourfold's own training) or bf16-mixed (bf16\n"
     "                       values and transfers, fp32 master weights and moments)\n"
     "  --overlap LIST       oar,ors,oag,dp, all or none (default all)\n"
-    "  --cmm on|off         the collective matmul of unprefetched gathers (train --cmm)\n";
+    "  --cmm on|off         the collective matmul of unprefetched gathers (train --cmm)\n"
+    "  --cac on|off         communication-aware checkpointing: no collective in a\n"
+    "                       recompute (train --cac; default off)\n";
 /* (in two: C99 promises string literals of 4095 characters) */
 static const char help_more[] =
     "pipeline stages (docs/pipeline.md):\n"
@@ -603,6 +604,8 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
                                           : "th",
                   md->top_k, md->capacity_factor, ge, cfg->dtd ? "on" : "off",
                   cfg->cac ? "on" : "off");
+    } else if (cfg->cac) {
+        cli_print("communication-aware checkpointing (CAC): no collective in a recompute\n");
     }
     char mb[48];
     if (cfg->micro_batches == FF_PLAN_AUTO)
@@ -1022,7 +1025,8 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
             "\"wire_bytes\": %d, \"precision\": \"%s\", \"overlap\": %u, \"cost\": \"%s\", "
             "\"expert_parallel\": %s, \"dtd\": %s, \"cac\": %s,\n \"machine\": %s,\n",
             (long long)cfg->batch, (long long)cfg->seq, cfg->ranks, mb, st,
-            cfg->schedule ? "1f1b" : "message", cfg->pipe_limit, cfg->wire_bytes,
+            cfg->schedule ? "1f1b" : "message", cfg->pipe_limit,
+            ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? 2 : cfg->wire_bytes,
             ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? "bf16-mixed" : "fp32", cfg->overlap,
             ff_cost_name(cfg->cost), ge, cfg->dtd ? "true" : "false", cfg->cac ? "true" : "false",
             machine);

@@ -104,6 +104,10 @@ static int check_profile(const ff_profile *p, char *err, size_t len)
         !(p->intra_overlap >= 0 && p->intra_overlap <= 1) || p->cores_per_node < 0)
         return ff_format_error(err, len, FF_EINVAL,
                                "machine %s: a latency or option is out of range", p->name);
+    if (p->precision != FF_PLAN_FP32 && p->precision != FF_PLAN_BF16_MIXED)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "machine %s: precision %d: expected fp32 or bf16-mixed", p->name,
+                               p->precision);
     for (int i = 0; i < p->n_intra_bw; i++)
         if (!(p->intra_bw[i].Bps > 0))
             return ff_format_error(err, len, FF_EINVAL,
@@ -114,7 +118,8 @@ static int check_profile(const ff_profile *p, char *err, size_t len)
 }
 
 /* Pipeline stages (docs/pipeline.md) and what the planner takes with them
- * (traffic_only: bytes, which no cost model changes). */
+ * (traffic_only: bytes, which only the cost model's automatic precision
+ * changes: ff_plan_precision). */
 static int check_stages(const ff_plan_config *cfg, int traffic_only, char *err, size_t len)
 {
     const int P = cfg->stages, L = cfg->model.layers;
@@ -135,6 +140,9 @@ static int check_stages(const ff_plan_config *cfg, int traffic_only, char *err, 
     if (P != 1 && cfg->layers)
         return ff_format_error(err, len, FF_EINVAL,
                                "a per-layer plan does not take pipeline stages");
+    if (P != 1 && cfg->cac) /* (not checked against a pipelined run's counters) */
+        return ff_format_error(err, len, FF_EINVAL,
+                               "the planner does not model CAC with pipeline stages yet");
     if (P != 1 && cfg->ag_cache != FF_PLAN_AUTO && cfg->ag_cache != 0 && cfg->ag_cache < L)
         return ff_format_error(err, len, FF_EINVAL,
                                "with stages the AG cache holds every block or none, not %d of %d",

@@ -88,7 +88,8 @@ static int build_coords(search *S, const plan_search_space *sp)
 {
     const ff_dims g = S->g;
     const int L = S->plan.layers, xy = g.x > 1 || g.y > 1, z = g.z > 1;
-    const int bf16 = S->cfg.wire_bytes == 2;
+    /* (in bf16-mixed precision everything is sent bf16: no choice) */
+    const int bf16 = S->cfg.wire_bytes == 2 && ff_plan_precision(&S->cfg) == FF_PLAN_FP32;
     const int on[O_CHECKPOINT + 1] = {
         [O_DECOMPOSE] = (sp->vary & PLAN_VARY_DECOMPOSE) && xy && sp->n_decompose > 1,
         [O_OAR] = (sp->vary & PLAN_VARY_OAR) && xy,
@@ -228,7 +229,7 @@ static int uniform_start(const ff_plan_config *cfg, ff_dims g, const ff_plan_res
     o.ors = (cfg->overlap & FF_OVERLAP_ORS) != 0;
     o.oag = (cfg->overlap & FF_OVERLAP_OAG) != 0;
     o.ag_cache = 1;
-    o.wire_bytes = cfg->wire_bytes;
+    o.wire_bytes = ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? 2 : cfg->wire_bytes;
     int rc = ff_layer_plan_uniform(p, L, &o, r->checkpoint, err, err_len);
     if (rc != FF_OK || g.z == 1) /* nothing is gathered: the run's default, cached */
         return rc;

@@ -398,10 +398,10 @@ int ff_trainer_create(ff_grid *grid, const ff_trainer_config *cfg, ff_trainer **
     return FF_OK;
 }
 
-/* The groups the step communicates on: the grid's, then a mixture of
- * experts' expert group and the experts' replicas (with expert
- * parallelism only; without it the replicas are D). NULL past the end or
- * where there is none. */
+/* The groups the step communicates on, k < N_STEP_GROUPS: the grid's,
+ * then a mixture of experts' expert group and the experts' replicas (with
+ * expert parallelism only; without it the replicas are D, counted there):
+ * NULL where there is none. */
 enum { N_STEP_GROUPS = FF_NGROUPS + 2 };
 static ff_group *step_group(ff_trainer *t, int k, const char **name)
 {
