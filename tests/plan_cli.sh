@@ -168,7 +168,6 @@ bad 2 "--grid with --stages auto"                  --model mini --stages auto --
 bad 2 "the stages' blocks add up to 5, but the model has L=4" --model mini --ranks 4 --stages 2 --stage-layers 3,2
 bad 2 "--stage-layers 3,x: expected the blocks"     --model mini --stages 2 --stage-layers 3,x
 bad 2 "the AG cache holds every block or none"      --model mini --ranks 4 --stages 2 --ag-cache 2
-bad 2 "does not model CAC with pipeline stages"    --model mini --ranks 4 --stages 2 --checkpoint on --cac on
 bad 2 "need the full cost model, not paper"        --model mini --ranks 4 --stages 2 --cost paper
 bad 2 "--stages: give the job's --ranks"           --model mini --stages 2
 bad 2 "--stages 0: expected a number from 1 to 1048576, or auto" --model mini --stages 0

@@ -112,16 +112,16 @@ static float *gather_new(ff_gpt *g, ff_gpt_buffer which, int *rc)
     return c;
 }
 
-/* Variants 0-3: message-driven or 1F1B, without or with checkpointing;
- * 4: message-driven, limit P/2; 5: 1F1B, limit 1; 6: message-driven with an
- * uneven split of the blocks. */
+/* Variants 0-3: message-driven or 1F1B, without or with checkpointing (1F1B
+ * with CAC); 4: message-driven, limit P/2; 5: 1F1B, limit 1; 6:
+ * message-driven with an uneven split of the blocks. */
 static int uneven[8];
 static void opts_of(int variant, int P, ff_gpt_opts *o)
 {
     ff_gpt_opts_default(o);
     o->pipe.schedule = variant & 1 ? FF_PIPE_1F1B : FF_PIPE_MESSAGE;
     o->checkpoint = variant < 4 && ((variant >> 1) & 1);
-    o->cac = CFG.experts && variant == 3; /* MoE: 1F1B checkpointing with CAC */
+    o->cac = variant == 3; /* 1F1B checkpointing with CAC */
     if (variant == 4)
         o->pipe.limit = P / 2;
     if (variant == 5)
@@ -136,7 +136,7 @@ static void opts_of(int variant, int P, ff_gpt_opts *o)
 static const char *variant_name(int v)
 {
     static const char *const names[VARIANTS] = {
-        "message",           "1f1b",         "message ckpt",        "1f1b ckpt (MoE: CAC)",
+        "message",           "1f1b",         "message ckpt",        "1f1b ckpt CAC",
         "message limit P/2", "1f1b limit 1", "message uneven split"};
     return names[v];
 }
@@ -155,6 +155,7 @@ static int planned_bytes_match(ff_grid *grid, const ff_gpt_opts *o, int M, char 
     pc.model.vocab = CFG.V, pc.model.max_seq = CFG.maxT;
     pc.batch = (int64_t)B * M, pc.seq = T, pc.micro_batches = M;
     pc.checkpoint = o->checkpoint, pc.ag_cache = CFG.L; /* the model's default: every layer */
+    pc.cac = o->cac;
     pc.stages = ff_grid_stages(grid), pc.stage_layers = o->pipe.stage_layers;
     ff_plan_coll want[FF_PLAN_NGROUPS][FF_NCOLL], want_p2p;
     char err[256];

@@ -140,9 +140,6 @@ static int check_stages(const ff_plan_config *cfg, int traffic_only, char *err, 
     if (P != 1 && cfg->layers)
         return ff_format_error(err, len, FF_EINVAL,
                                "a per-layer plan does not take pipeline stages");
-    if (P != 1 && cfg->cac) /* (not checked against a pipelined run's counters) */
-        return ff_format_error(err, len, FF_EINVAL,
-                               "the planner does not model CAC with pipeline stages yet");
     if (P != 1 && cfg->ag_cache != FF_PLAN_AUTO && cfg->ag_cache != 0 && cfg->ag_cache < L)
         return ff_format_error(err, len, FF_EINVAL,
                                "with stages the AG cache holds every block or none, not %d of %d",
