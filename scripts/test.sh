@@ -1,7 +1,8 @@
 #!/bin/sh
 # The test suite: set up this machine (Debian packages), build the release
 # build (-Werror, what users run: no test hooks) and the sanitizer build
-# (-fsanitize=address,undefined, with the fault-injection hooks), and run
+# (-fsanitize=address,undefined, with the fault-injection hooks), where nvcc
+# is installed compile the CUDA backend (docs/cuda.md), and run
 # every test under CTest on each: first the release build, then the
 # sanitizer build. Arguments go to both CTest runs (e.g. -R gpt). The output
 # ends with the sanitizer run's summary; the exit status is non-zero if
@@ -14,6 +15,13 @@ scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DFF_WERROR=ON -DFF_TEST_HOOKS
 echo "== sanitizer build (-fsanitize=address,undefined, -Werror, test hooks)"
 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DFF_SANITIZE=ON -DFF_WERROR=ON \
     -DFF_TEST_HOOKS=ON
+if command -v nvcc >/dev/null 2>&1; then
+    # where CUDA is installed, the CUDA backend must compile (its tests need
+    # a GPU: scripts/test_cuda.sh, docs/cuda.md)
+    echo "== CUDA build (compile check; -DFF_CUDA=ON)"
+    scripts/build.sh build-cuda -DCMAKE_BUILD_TYPE=Release -DFF_WERROR=ON -DFF_CUDA=ON \
+        -DFF_BUILD_TESTS=OFF -DFF_BUILD_BENCH=OFF
+fi
 echo "== tests on the release build"
 release=0
 (cd build && ctest --output-on-failure -j 1 "$@") || release=$?

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "device.h"
 #include "fourfold/gemm.h"
 #include "internal.h"
 #include "util/team.h"
@@ -64,6 +65,29 @@ void ff_ctx_options_default(ff_ctx_options *opt)
     opt->thread_interval_s = 200e-6;
 }
 
+/* The compute device (ff_ctx_options.device, else FF_DEVICE): collective,
+ * since the node-local rank picks the GPU (device.h). */
+static int open_device(ff_ctx *ctx)
+{
+    const char *name = ctx->opt.device;
+    int from_env = 0;
+    if (!name && !ctx->opt.ignore_env && (name = getenv("FF_DEVICE")))
+        from_env = 1;
+    if (!name || !*name || strcmp(name, "cpu") == 0)
+        return FF_OK;
+    if (strcmp(name, "cuda") != 0)
+        return ff_set_error(ctx, FF_EINVAL, "%s%s%s: expected cpu or cuda",
+                            from_env ? "FF_DEVICE=" : "the device option '", name,
+                            from_env ? "" : "'");
+#ifdef FF_CUDA
+    return ff_cuda_open(ctx, &ctx->cuda);
+#else
+    return ff_set_error(ctx, FF_EUNSUPPORTED,
+                        "device 'cuda': this build has no CUDA backend (configure with "
+                        "-DFF_CUDA=ON; docs/cuda.md)");
+#endif
+}
+
 /* The checks and set-up that need no communication. */
 static int create_local(ff_ctx *ctx)
 {
@@ -119,6 +143,8 @@ int ff_ctx_create(ff_ctx **out, MPI_Comm comm, const ff_ctx_options *opt)
     rc = rc == MPI_SUCCESS ? create_local(ctx) : ff_mpi_error(ctx, rc, "MPI_Op_create");
     /* some failures (the thread) could happen on one rank only */
     rc = ff_ctx_agree(ctx, rc);
+    if (rc == FF_OK)
+        rc = ff_ctx_agree(ctx, open_device(ctx));
     /* collective: the node layout of the hierarchical algorithms */
     if (rc == FF_OK)
         rc = ff_ctx_agree(ctx, ff_coll_layer_init(ctx));
@@ -135,6 +161,9 @@ void ff_ctx_destroy(ff_ctx *ctx)
     }
     ff_engine_abandon_all(ctx);
     ff_team_destroy(ctx->team);
+#ifdef FF_CUDA
+    ff_cuda_close(ctx->cuda);
+#endif
     ff_coll_layer_free(ctx);
     ff_trace_free(&ctx->trace);
     ff_pool_free(ctx);

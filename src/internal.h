@@ -65,6 +65,7 @@ struct ff_ctx {
 
     MPI_Op bf16_sum;      /* for FF_ALGO_MPI reductions on the bf16 wire */
     struct ff_team *team; /* the element-wise work's threads (util/team.h) */
+    struct ff_cuda *cuda; /* the GPU this context computes on, or NULL (device.h) */
 
     /* scratch buffers of finished requests, reused by later ones: a fresh
      * large malloc is an mmap whose pages fault and are zeroed on every

@@ -12,7 +12,7 @@
 #   usage: gpt_oracle.sh TEST_GPT MPIEXEC SRCDIR
 set -eu
 TEST_GPT=$1 MPIEXEC=$2 SRC=$3
-PY=/usr/bin/python3 # Debian's interpreter, which has torch (a pyenv one may not)
+PY=${FF_PYTHON:-/usr/bin/python3} # Debian's, which has torch (a pyenv one may not)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 "$MPIEXEC" -np 1 "$TEST_GPT" --dump "$WORK"

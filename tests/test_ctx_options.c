@@ -53,8 +53,8 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
-    const char *vars[] = {"FF_PROFILE", "FF_ALGO", "FF_RANKS_PER_NODE", "FF_A2A_WINDOW",
-                          "FF_STRICT_VOLUME"};
+    const char *vars[] = {"FF_PROFILE",    "FF_ALGO",          "FF_RANKS_PER_NODE",
+                          "FF_A2A_WINDOW", "FF_STRICT_VOLUME", "FF_DEVICE"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
     ff_ctx_options o;
@@ -152,6 +152,33 @@ int main(int argc, char **argv)
     o.profile = NULL;
     o.volume = (ff_volume_rule)7;
     refused(&o, "unknown volume rule 7");
+
+    /* the device: the CPU by default; a bad name from either source; cuda
+     * is refused where this build has no CUDA backend or there is no GPU */
+    ff_ctx_options_default(&o);
+    rc = create(&o, &ctx, msg, sizeof msg);
+    CHECK(rc == FF_OK && strcmp(ff_ctx_device(ctx), "cpu") == 0, "default device: %s",
+          rc == FF_OK ? ff_ctx_device(ctx) : msg);
+    ff_ctx_destroy(ctx);
+    o.device = "gpu";
+    refused(&o, "the device option 'gpu': expected cpu or cuda");
+    o.device = NULL;
+    setenv("FF_DEVICE", "gpu", 1);
+    refused(&o, "FF_DEVICE=gpu: expected cpu or cuda");
+    o.device = "cpu"; /* the option wins over the variable */
+    CHECK(nodes_with(&o) == 1, "device cpu over FF_DEVICE=gpu");
+    o.device = NULL;
+    o.ignore_env = 1;
+    CHECK(nodes_with(&o) == 1, "ignore_env: FF_DEVICE=gpu not read");
+    unsetenv("FF_DEVICE");
+    ff_ctx_options_default(&o);
+    o.device = "cuda";
+    rc = create(&o, &ctx, msg, sizeof msg);
+    if (rc == FF_OK) /* a CUDA build on a GPU machine */
+        CHECK(strcmp(ff_ctx_device(ctx), "cpu") != 0, "device cuda: runs on the cpu");
+    else
+        CHECK(strstr(msg, "device 'cuda': ") != NULL, "device cuda refused with: %s", msg);
+    ff_ctx_destroy(ctx);
 
     int code = test_finish("ctx_options");
     MPI_Finalize();

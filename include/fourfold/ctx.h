@@ -79,6 +79,10 @@ typedef struct {
      * (docs/design.md §8); results do not depend on it. 0: unset (one
      * thread for the element-wise work, the BLAS left as it is). */
     int threads;
+    /* FF_DEVICE: where the model computes, "cpu" (unset) or "cuda" (a build
+     * with -DFF_CUDA=ON: one GPU per rank, the node's GPUs shared round
+     * robin; docs/cuda.md) */
+    const char *device;
 } ff_ctx_options;
 
 typedef struct ff_ctx ff_ctx;
@@ -93,6 +97,13 @@ void ff_ctx_options_default(ff_ctx_options *opt);
  * same result. */
 int ff_ctx_create(ff_ctx **out, MPI_Comm comm, const ff_ctx_options *opt);
 void ff_ctx_destroy(ff_ctx *ctx);
+
+/* Where the context computes: "cpu", or a line naming its GPU. */
+const char *ff_ctx_device(const ff_ctx *ctx);
+/* On a GPU context, the calls (passes and matrix products) the GPU ran and
+ * those that ran on the CPU for want of device memory (docs/cuda.md);
+ * zeros on the CPU. */
+void ff_ctx_device_work(const ff_ctx *ctx, long long *gpu, long long *cpu);
 
 /* Records an error (printf-style message) on the context and returns `code`,
  * so that a caller's own failure can be shared with ff_ctx_agree(). */

@@ -207,6 +207,8 @@ const char cli_run_help[] =
     "  --poll-us N       minimum microseconds between polls (default 200)\n"
     "  --threads N       compute threads per rank: the BLAS's and the element-wise\n"
     "                    work's (default 1; results do not depend on it)\n"
+    "  --device D        where the model computes: cpu (default) or cuda (a build with\n"
+    "                    -DFF_CUDA=ON; docs/cuda.md)\n"
     "  --trace FILE      write a Chrome-trace timeline (open in Perfetto)\n";
 
 void cli_run_opts_default(cli_run_opts *o)
@@ -252,6 +254,14 @@ int cli_run_option(cli_args *a, cli_run_opts *o, int *bad)
         if (!(v = cli_value(a)) || cli_parse_double("poll-us", v, 0, 1e7, &d))
             return *bad = 1;
         o->ctx.poll_interval_s = d * 1e-6;
+    } else if (cli_is(a, "device")) {
+        if (!(v = cli_value(a)))
+            return *bad = 1;
+        if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
+            cli_error("--device %s: expected cpu or cuda", v);
+            return *bad = 1;
+        }
+        o->ctx.device = v;
     } else if (cli_is(a, "threads")) {
         if (!(v = cli_value(a)) || cli_parse_int("threads", v, 1, 1024, &n))
             return *bad = 1;

@@ -540,6 +540,7 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
     ROW("model", "%s  L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d", o->init_from ? o->init_from : o->model,
         c.L, c.C, c.NH, c.V, c.Vp, c.maxT);
     ROW("parameters", "%lld", (long long)ff_gpt_num_params(g));
+    ROW("device", "%.66s", ff_ctx_device(ff_grid_ctx(grid)));
     if (c.experts > 0)
         ROW("experts",
             "%d in one block of every %d, top-%d, capacity factor %g, aux loss %g; %d per rank",
@@ -606,8 +607,11 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
             o->plan);
     ROW("memory per rank", "params %.1f grads %.1f adam %.1f act %.1f MiB", mem.params * mib,
         mem.grads * mib, mem.adam * mib, mem.activations * mib);
-    ROW("sgemm per rank", "%.1f GFLOP/s (%s, %d thread(s), all ranks at once)",
-        ti.sgemm_rate * 1e-9, ff_blas_core(), o->run.ctx.threads);
+    if (strcmp(ff_ctx_device(ff_grid_ctx(grid)), "cpu") != 0)
+        ROW("sgemm per rank", "%.1f GFLOP/s (cuBLAS fp32 4096^3 on the GPU)", ti.sgemm_rate * 1e-9);
+    else
+        ROW("sgemm per rank", "%.1f GFLOP/s (%s, %d thread(s), all ranks at once)",
+            ti.sgemm_rate * 1e-9, ff_blas_core(), o->run.ctx.threads);
     ROW("model FLOPs", "6N + 12LCT = %.3g per token", ff_gpt_flops_per_token(g, (int)o->seq));
 #undef ROW
     cli_print("+-----------------------+-----------------------------------------------------------"

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "fourfold/comm.h"
 #include "fourfold/trace.h"
 #include "internal.h"
@@ -274,9 +275,11 @@ int ff_gemm_run(ff_gemm *g, const char *name, int trans_a, int trans_b, int64_t 
                             name ? name : "gemm");
     ff_trace_begin(g->ctx, name ? name : "gemm");
     int mode = FF_GEMM_MODE_DIRECT, rc = FF_OK;
-    if (g->forced >= 0) {
+    /* on a GPU context cuBLAS runs the product (the CPU's modes are not tuned) */
+    struct ff_cuda *cu = ff_ctx_cuda(g->ctx);
+    if (!cu && g->forced >= 0) {
         mode = g->forced;
-    } else if (g->tune != FF_GEMM_TUNE_OFF && k > 0) {
+    } else if (!cu && g->tune != FF_GEMM_TUNE_OFF && k > 0) {
         tuned_shape *s = find_shape(g, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k);
         /* beyond FF_GEMM_TUNE_MAX_SHAPES shapes (an expert's rows change
          * with the routing, docs/moe.md) new ones run direct: the same bits
@@ -290,7 +293,11 @@ int ff_gemm_run(ff_gemm *g, const char *name, int trans_a, int trans_b, int64_t 
         }
     }
     double t0 = ff_now();
-    if (rc == FF_OK)
+    int on_gpu = 0;
+#ifdef FF_CUDA
+    on_gpu = cu && ff_cuda_gemm(cu, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
+    if (rc == FF_OK && !on_gpu)
         rc = run_mode(g, mode, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k, alpha, a, lda, b, ldb,
                       beta, c, ldc);
     g->seconds += ff_now() - t0;

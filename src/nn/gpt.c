@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "device.h"
 #include "fourfold/rng.h"
 #include "gpt_internal.h"
 #include "gpt_ops.h"
@@ -137,11 +138,11 @@ static int64_t *qkv_permutation(int C, int gx)
     return perm;
 }
 
-static float *falloc(size_t n, size_t *acc)
+static float *falloc(const ff_gpt *g, size_t n, size_t *acc)
 {
     if (acc)
         *acc += n * sizeof(float);
-    return calloc(n ? n : 1, sizeof(float));
+    return ff_fbuf_alloc(g->ctx, n);
 }
 
 static int alloc_buffers(ff_gpt *g)
@@ -149,7 +150,7 @@ static int alloc_buffers(ff_gpt *g)
     const int64_t m = g->m, T = g->T, mc = g->m * g->cy, hm = g->last ? m : 0;
     size_t *act = &g->act_bytes, *scr = &g->scratch_bytes;
     int ok = 1;
-#define A(ptr, n, acc) ok &= ((ptr) = falloc((size_t)(n), acc)) != NULL
+#define A(ptr, n, acc) ok &= ((ptr) = falloc(g, (size_t)(n), acc)) != NULL
     A(g->params, g->n_params, NULL);
     A(g->grads, g->n_params, NULL);
     /* the last stage runs a micro-batch's backward right after its forward:
@@ -768,8 +769,10 @@ void ff_gpt_destroy(ff_gpt *g)
     if (pending)
         g->resid = g->grad_in = g->grad_out = NULL;
     ff_linear_seq_destroy(g->seq);
-    free(g->params), free(g->grads), free(g->adam_m), free(g->adam_v);
-    free(g->resid), free(g->grad_in), free(g->grad_out), free(g->emb_peer);
+    ff_fbuf_free(g->params), ff_fbuf_free(g->grads);
+    ff_fbuf_free(g->adam_m), ff_fbuf_free(g->adam_v);
+    ff_fbuf_free(g->resid), ff_fbuf_free(g->grad_in), ff_fbuf_free(g->grad_out);
+    ff_fbuf_free(g->emb_peer);
     for (int s = 0; g->acts && s < g->n_sets; s++) {
         ff_gpt_acts *a = &g->acts[s];
         if (a->aliased) /* the shared set's */
@@ -777,7 +780,7 @@ void ff_gpt_destroy(ff_gpt *g)
         float *p[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv,      a->att, a->atty,
                       a->mid, a->ln2,      a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu};
         for (size_t i = 0; i < sizeof p / sizeof *p; i++)
-            free(p[i]);
+            ff_fbuf_free(p[i]);
         ff_gpt_moe_free(&a->moe);
     }
     free(g->acts);
@@ -789,7 +792,7 @@ void ff_gpt_destroy(ff_gpt *g)
                      g->moe_gather, g->moe_stats,   g->moe_dO,     g->moe_dA,     g->moe_dX,
                      g->moe_dgate,  g->moe_send,    g->moe_recv,   g->moe_gath};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-        free(bufs[i]);
+        ff_fbuf_free(bufs[i]);
     ff_gpt_views *vs[2] = {&g->pv, &g->gv};
     for (int b = 0; b < 2; b++) {
         float **arrs[VIEW_ARRAYS] = {

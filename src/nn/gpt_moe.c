@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "gpt_internal.h"
 #include "gpt_ops.h"
 #include "moe.h"
@@ -46,10 +47,12 @@ int ff_gpt_moe_alloc(ff_gpt *g, ff_gpt_moe_acts *a, float *shared_A, size_t *acc
     a->f_over_n = malloc(E * sizeof(double));
     a->count_in = calloc(E + 1, sizeof(float));
     a->own0 = calloc((size_t)g->el + 1, sizeof(int64_t));
-    a->X = calloc(own * cy + 1, sizeof(float));
-    a->O = calloc(outs * cy + 1, sizeof(float));
-    a->Hp = calloc(own * fx + 1, sizeof(float));
-    a->A = shared_A ? shared_A : calloc(own * fx + 1, sizeof(float));
+    /* the experts' activations, which their products and passes touch: on
+     * the model's device (device.h) */
+    a->X = ff_fbuf_alloc(g->ctx, own * cy + 1);
+    a->O = ff_fbuf_alloc(g->ctx, outs * cy + 1);
+    a->Hp = ff_fbuf_alloc(g->ctx, own * fx + 1);
+    a->A = shared_A ? shared_A : ff_fbuf_alloc(g->ctx, own * fx + 1);
     a->A_shared = shared_A != NULL;
     *acc += m * E * sizeof(float) + assign * (sizeof(int) + 2 * sizeof(int64_t) + sizeof(float)) +
             (E + 1) * sizeof(int64_t) + E * sizeof(double) + (E + 1) * sizeof(float) +
@@ -67,7 +70,7 @@ void ff_gpt_moe_free(ff_gpt_moe_acts *a)
     void *p[] = {a->probs, a->choice, a->row_token, a->row, a->gate,     a->start, a->f_over_n,
                  a->X,     a->O,      a->Hp,        a->A,   a->count_in, a->own0};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++)
-        free(p[i]);
+        ff_fbuf_free(p[i]); /* A may be the model's (ff_fbuf_alloc) */
     memset(a, 0, sizeof *a);
 }
 

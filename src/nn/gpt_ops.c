@@ -7,44 +7,19 @@
 #include <math.h>
 #include <string.h>
 
+#include "device.h"
 #include "fourfold/gemm.h"
 #include "internal.h"
+#include "passes.h"
 #include "util/team.h"
 
-/* exp(x) for the wide elementwise loops (GELU, cross-entropy): Cody-Waite
- * reduction x = k ln2 + r and Cephes' degree-6 polynomial; inputs clamped to
- * [-87, 88]. Relative error against double exp at most 8.3e-8 (1.4 units
- * of 2^-24), measured on a 1e-4 grid over that range. Inline and call-free,
- * cheaper than libm's expf/tanhf here; GCC vectorizes the loops that call it
- * because the library is built with -fno-trapping-math (CMakeLists.txt:
- * without it the clamps count as control flow). A NaN input
- * gives NaN: the clamp would turn it into a finite number (and converting
- * NaN to an integer is undefined), so the arithmetic runs on the clamped
- * value and NaN is passed through at the end; a diverging run must still
- * see its NaN loss. */
-static inline float exp_fast(float x_in)
-{
-    float x = x_in < -87.0f ? -87.0f : (x_in > 88.0f ? 88.0f : x_in);
-    x = x == x ? x : 0.0f;
-    /* round x / ln 2 to nearest: adding 1.5 * 2^23 leaves no fraction bits */
-    float kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    int32_t k = (int32_t)kf;
-    float r = x - kf * 0.693359375f + kf * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r * r + r + 1.0f;
-    int32_t bits = (k + 127) << 23; /* 2^k, k in [-126, 127] after the clamp */
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return x_in == x_in ? y * scale : x_in;
-}
-
-/* tanh(u) = 1 - 2 / (exp(2u) + 1) */
-static inline float tanh_fast(float u) { return 1.0f - 2.0f / (exp_fast(2.0f * u) + 1.0f); }
+/* A pass on the GPU when the context has one and its buffers are there,
+ * else on the team (device.h). */
+#define RUN(ctx, id, n, grain, fn, job)                                                            \
+    do {                                                                                           \
+        if (!ff_dev_pass(ctx, id, n, job))                                                         \
+            ff_team_run((ctx)->team, n, grain, fn, job);                                           \
+    } while (0)
 
 /* ---- LayerNorm -------------------------------------------------------------
  * Rows run on the context's team (util/team.h), each row on one thread; the
@@ -52,12 +27,6 @@ static inline float tanh_fast(float u) { return 1.0f - 2.0f / (exp_fast(2.0f * u
  * summing its rows in order: the same bits for any number of threads. */
 
 enum { ROW_GRAIN = 8, COL_GRAIN = 64 };
-
-typedef struct {
-    float *out, *mean, *rstd, *dinp, *dw, *db, *stats, *part;
-    const float *inp, *w, *b, *dout;
-    int64_t m, cl, C;
-} ln_job;
 
 static void ln_sums(void *p, int64_t i0, int64_t i1, int th) /* pass 1: row sums */
 {
@@ -122,26 +91,34 @@ void ff_ln_apply(ff_ctx *ctx, float *out, const float *mean, const float *rstd, 
                 .inp = inp,
                 .w = w,
                 .b = b,
+                .m = m,
                 .cl = cl};
-    ff_team_run(ctx->team, m, ROW_GRAIN, ln_apply_rows, &j);
+    RUN(ctx, FF_PASS_LN_APPLY, m, ROW_GRAIN, ln_apply_rows, &j);
 }
 
 int ff_ln_forward(ff_group *gy, float *out, float *mean, float *rstd, const float *inp,
                   const float *w, const float *b, int64_t m, int64_t cl, int64_t C)
 {
-    ff_team *team = gy->ctx->team;
-    ln_job j = {
-        .out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .cl = cl, .C = C};
+    ff_ctx *ctx = gy->ctx;
+    ln_job j = {.out = out,
+                .mean = mean,
+                .rstd = rstd,
+                .inp = inp,
+                .w = w,
+                .b = b,
+                .m = m,
+                .cl = cl,
+                .C = C};
     /* the mean (sums in double, one float per row crosses Y), then the
      * variance about it (stable where E[x^2] - mean^2 is not) */
-    ff_team_run(team, m, ROW_GRAIN, ln_sums, &j);
+    RUN(ctx, FF_PASS_LN_SUMS, m, ROW_GRAIN, ln_sums, &j);
     int rc = ff_allreduce(gy, mean, mean, (size_t)m, NULL);
     if (rc)
         return rc;
-    ff_team_run(team, m, ROW_GRAIN, ln_squares, &j);
+    RUN(ctx, FF_PASS_LN_SQUARES, m, ROW_GRAIN, ln_squares, &j);
     if ((rc = ff_allreduce(gy, rstd, rstd, (size_t)m, NULL)))
         return rc;
-    ff_team_run(team, m, ROW_GRAIN, ln_normalize, &j);
+    RUN(ctx, FF_PASS_LN_NORMALIZE, m, ROW_GRAIN, ln_normalize, &j);
     return FF_OK;
 }
 
@@ -211,7 +188,7 @@ int ff_ln_backward(ff_group *gy, float *dinp, float *dw, float *db, const float 
                    const float *inp, const float *w, const float *mean, const float *rstd,
                    int64_t m, int64_t cl, int64_t C, float *scratch)
 {
-    ff_team *team = gy->ctx->team;
+    ff_ctx *ctx = gy->ctx;
     ln_job j = {.dinp = dinp,
                 .dw = dw,
                 .db = db,
@@ -225,12 +202,12 @@ int ff_ln_backward(ff_group *gy, float *dinp, float *dw, float *db, const float 
                 .m = m,
                 .cl = cl,
                 .C = C};
-    ff_team_run(team, m, ROW_GRAIN, ln_back_sums, &j);
+    RUN(ctx, FF_PASS_LN_BACK_SUMS, m, ROW_GRAIN, ln_back_sums, &j);
     int rc = ff_allreduce(gy, scratch, scratch, (size_t)(2 * m), NULL);
     if (rc)
         return rc;
-    ff_team_run(team, (m + FF_LN_BLOCK - 1) / FF_LN_BLOCK, 1, ln_back_blocks, &j);
-    ff_team_run(team, cl, COL_GRAIN, ln_back_sum_blocks, &j);
+    RUN(ctx, FF_PASS_LN_BACK_BLOCKS, (m + FF_LN_BLOCK - 1) / FF_LN_BLOCK, 1, ln_back_blocks, &j);
+    RUN(ctx, FF_PASS_LN_BACK_SUM_BLOCKS, cl, COL_GRAIN, ln_back_sum_blocks, &j);
     return FF_OK;
 }
 
@@ -241,13 +218,6 @@ int ff_ln_backward(ff_group *gy, float *dinp, float *dw, float *db, const float 
  * head) pairs run on the team, each calling the BLAS on one thread (the
  * BLAS's own threads are set to 1 around the region, so the products are the
  * same calls whatever the team's size); thread 0 polls between its pairs. */
-
-typedef struct {
-    ff_ctx *ctx;
-    float *out, *att, *dqkv, *scratch;
-    const float *qkv, *dout, *patt;
-    int B, T, nh, hs;
-} attn_job;
 
 static void attn_fwd(void *arg, int64_t k0, int64_t k1, int th)
 {
@@ -326,8 +296,10 @@ static void attn_bwd(void *arg, int64_t k0, int64_t k1, int th)
 }
 
 /* Runs the pairs on the team with the BLAS on one thread meanwhile. */
-static void attn_run(attn_job *j, ff_team_fn fn)
+static void attn_run(attn_job *j, ff_team_fn fn, ff_pass_id id)
 {
+    if (ff_dev_pass(j->ctx, id, (int64_t)j->B * j->nh, j))
+        return;
     ff_team *team = j->ctx->team;
     int wide = ff_team_size(team) > 1;
     if (wide)
@@ -342,7 +314,7 @@ void ff_attention_forward(ff_ctx *ctx, float *out, float *att, const float *qkv,
 {
     attn_job j = {
         .ctx = ctx, .out = out, .att = att, .qkv = qkv, .B = B, .T = T, .nh = nh, .hs = hs};
-    attn_run(&j, attn_fwd);
+    attn_run(&j, attn_fwd, FF_PASS_ATTN_FWD);
 }
 
 void ff_attention_backward(ff_ctx *ctx, float *dqkv, float *scratch, const float *dout,
@@ -358,27 +330,19 @@ void ff_attention_backward(ff_ctx *ctx, float *dqkv, float *scratch, const float
                   .T = T,
                   .nh = nh,
                   .hs = hs};
-    attn_run(&j, attn_bwd);
+    attn_run(&j, attn_bwd, FF_PASS_ATTN_BWD);
 }
 
 /* ---- GELU ------------------------------------------------------------------------ */
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
-
 enum { ELEM_GRAIN = 4096 };
-
-typedef struct {
-    float *out;
-    const float *inp, *dout;
-} elem_job;
 
 static void gelu_fwd(void *p, int64_t i0, int64_t i1, int th)
 {
     (void)th;
     const elem_job *j = p;
     for (int64_t i = i0; i < i1; i++) {
-        float x = j->inp[i];
-        j->out[i] = 0.5f * x * (1.0f + tanh_fast(GELU_SCALE * (x + 0.044715f * x * x * x)));
+        j->out[i] = ff_gelu(j->inp[i]);
     }
 }
 
@@ -387,25 +351,20 @@ static void gelu_bwd(void *p, int64_t i0, int64_t i1, int th)
     (void)th;
     const elem_job *j = p;
     for (int64_t i = i0; i < i1; i++) {
-        float x = j->inp[i], cube = 0.044715f * x * x * x;
-        float th_ = tanh_fast(GELU_SCALE * (x + cube));
-        float sech2 = 1.0f - th_ * th_;
-        float local =
-            0.5f * (1.0f + th_) + x * 0.5f * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        j->out[i] = local * j->dout[i];
+        j->out[i] = ff_gelu_grad(j->inp[i]) * j->dout[i];
     }
 }
 
 void ff_gelu_forward(ff_ctx *ctx, float *out, const float *inp, int64_t n)
 {
     elem_job j = {out, inp, NULL};
-    ff_team_run(ctx->team, n, ELEM_GRAIN, gelu_fwd, &j);
+    RUN(ctx, FF_PASS_GELU_FWD, n, ELEM_GRAIN, gelu_fwd, &j);
 }
 
 void ff_gelu_backward(ff_ctx *ctx, float *dinp, const float *inp, const float *dout, int64_t n)
 {
     elem_job j = {dinp, inp, dout};
-    ff_team_run(ctx->team, n, ELEM_GRAIN, gelu_bwd, &j);
+    RUN(ctx, FF_PASS_GELU_BWD, n, ELEM_GRAIN, gelu_bwd, &j);
 }
 
 static void add_fn(void *p, int64_t i0, int64_t i1, int th)
@@ -419,7 +378,7 @@ static void add_fn(void *p, int64_t i0, int64_t i1, int th)
 void ff_add(ff_ctx *ctx, float *out, const float *a, const float *b, int64_t n)
 {
     elem_job j = {out, a, b};
-    ff_team_run(ctx->team, n, ELEM_GRAIN, add_fn, &j);
+    RUN(ctx, FF_PASS_ADD, n, ELEM_GRAIN, add_fn, &j);
 }
 
 static void zero_fn(void *p, int64_t i0, int64_t i1, int th)
@@ -432,17 +391,10 @@ static void zero_fn(void *p, int64_t i0, int64_t i1, int th)
 void ff_zero(ff_ctx *ctx, float *out, int64_t n)
 {
     elem_job j = {out, NULL, NULL};
-    ff_team_run(ctx->team, n, 1 << 16, zero_fn, &j);
+    RUN(ctx, FF_PASS_ZERO, n, 1 << 16, zero_fn, &j);
 }
 
 /* ---- embedding -------------------------------------------------------------------- */
-
-typedef struct {
-    float *out, *dwte, *dwpe;
-    const float *wte, *wpe, *dout;
-    const int32_t *tokens;
-    int64_t T, v0, vl, cl, m;
-} embed_job;
 
 static void embed_lookup(void *p, int64_t i0, int64_t i1, int th)
 {
@@ -483,12 +435,12 @@ int ff_embed_forward(ff_group *gx, float *out, const int32_t *tokens, const floa
                    .vl = vl,
                    .cl = cl,
                    .m = m};
-    ff_team_run(gx->ctx->team, m, ROW_GRAIN, embed_lookup, &j);
+    RUN(gx->ctx, FF_PASS_EMBED_LOOKUP, m, ROW_GRAIN, embed_lookup, &j);
     /* exactly one X rank holds each token's row: the sum is exact */
     int rc = ff_allreduce(gx, out, out, (size_t)(m * cl), NULL);
     if (rc)
         return rc;
-    ff_team_run(gx->ctx->team, m, ROW_GRAIN, embed_add_pos, &j);
+    RUN(gx->ctx, FF_PASS_EMBED_ADD_POS, m, ROW_GRAIN, embed_add_pos, &j);
     return FF_OK;
 }
 
@@ -524,18 +476,10 @@ void ff_embed_backward(ff_ctx *ctx, float *dwte_block, float *dwpe, const float 
                    .vl = vl,
                    .cl = cl,
                    .m = B * T};
-    ff_team_run(ctx->team, cl, COL_GRAIN, embed_back, &j);
+    RUN(ctx, FF_PASS_EMBED_BACK, cl, COL_GRAIN, embed_back, &j);
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------ */
-
-typedef struct {
-    float *losses, *logits, *mine, *all, *rows;
-    const int32_t *targets;
-    int64_t m, v0, vl, valid;
-    float dscale;
-    int gxn;
-} ce_job;
 
 /* per row: the local max, the sum of exp(l - max) over the rank's columns,
  * the target's logit if it is the rank's */
@@ -553,7 +497,7 @@ static void ce_local(void *p, int64_t i0, int64_t i1, int th)
          * gradient is a rescaling of it. Two loops: the first vectorizes. */
         float *e = j->dscale == 0.0f ? j->rows + (int64_t)th * j->vl : row;
         for (int64_t c = 0; c < j->valid; c++)
-            e[c] = exp_fast(row[c] - mx);
+            e[c] = ff_exp_fast(row[c] - mx);
         double sum = 0;
         for (int64_t c = 0; c < j->valid; c++)
             sum += e[c];
@@ -612,10 +556,10 @@ int ff_crossentropy(ff_group *gx, float *losses, float *logits, const int32_t *t
                 .valid = v0 >= V ? 0 : (v0 + vl <= V ? vl : V - v0),
                 .dscale = dscale,
                 .gxn = gxn};
-    ff_team_run(gx->ctx->team, m, 1, ce_local, &j);
+    RUN(gx->ctx, FF_PASS_CE_LOCAL, m, 1, ce_local, &j);
     int rc = ff_allgather(gx, j.mine, j.all, (size_t)(3 * m), NULL);
     if (rc)
         return rc;
-    ff_team_run(gx->ctx->team, m, 1, ce_combine, &j);
+    RUN(gx->ctx, FF_PASS_CE_COMBINE, m, 1, ce_combine, &j);
     return FF_OK;
 }

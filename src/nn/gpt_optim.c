@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "gpt_internal.h"
 #include "gpt_ops.h"
+#include "passes.h"
 #include "util/team.h"
 
 void ff_adamw_default(ff_adamw *h)
@@ -34,22 +36,16 @@ float ff_adamw_lr(const ff_adamw *h, int step)
     return (float)(min_lr + coeff * ((double)h->lr - min_lr));
 }
 
-/* Sums of squares in blocks of SUM_BLOCK elements (double, in order), the
- * blocks' sums added in order: the same bits for any number of threads. */
-enum { SUM_BLOCK = 1 << 14 };
-
-typedef struct {
-    const float *p;
-    size_t n;
-    double *part;
-} sumsq_job;
+/* Sums of squares in blocks of FF_SUM_BLOCK elements (double, in order),
+ * the blocks' sums added in order: the same bits for any number of threads. */
 
 static void sumsq_blocks(void *arg, int64_t b0, int64_t b1, int th)
 {
     (void)th;
     const sumsq_job *j = arg;
     for (int64_t b = b0; b < b1; b++) {
-        size_t i0 = (size_t)b * SUM_BLOCK, i1 = i0 + SUM_BLOCK < j->n ? i0 + SUM_BLOCK : j->n;
+        size_t i0 = (size_t)b * FF_SUM_BLOCK,
+               i1 = i0 + FF_SUM_BLOCK < j->n ? i0 + FF_SUM_BLOCK : j->n;
         /* eight running sums (element i to sum i mod 8), added in order at
          * the end: independent chains the compiler can vectorize, where one
          * running sum waits for each addition */
@@ -66,14 +62,17 @@ static void sumsq_blocks(void *arg, int64_t b0, int64_t b1, int th)
 
 static int sumsq(ff_gpt *g, const float *p, size_t n, double *out)
 {
-    int64_t nb = (int64_t)((n + SUM_BLOCK - 1) / SUM_BLOCK);
-    sumsq_job j = {p, n, malloc((size_t)(nb ? nb : 1) * sizeof(double))};
+    int64_t nb = (int64_t)((n + FF_SUM_BLOCK - 1) / FF_SUM_BLOCK);
+    /* the blocks' sums in doubles: two floats each where the GPU writes them */
+    double *part = (double *)ff_fbuf_alloc(g->ctx, 2 * (size_t)(nb ? nb : 1));
+    sumsq_job j = {p, n, part};
     if (!j.part)
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the gradient norm");
-    ff_team_run(g->ctx->team, nb, 1, sumsq_blocks, &j);
+    if (!ff_dev_pass(g->ctx, FF_PASS_SUMSQ, nb, &j))
+        ff_team_run(g->ctx->team, nb, 1, sumsq_blocks, &j);
     for (int64_t b = 0; b < nb; b++)
         *out += j.part[b];
-    free(j.part);
+    ff_fbuf_free(j.part);
     return FF_OK;
 }
 
@@ -116,10 +115,10 @@ int ff_gpt_adam_ensure(ff_gpt *g)
 {
     if (g->adam_m)
         return FF_OK;
-    g->adam_m = malloc((g->n_params ? g->n_params : 1) * sizeof(float));
-    g->adam_v = malloc((g->n_params ? g->n_params : 1) * sizeof(float));
+    g->adam_m = ff_fbuf_alloc(g->ctx, g->n_params);
+    g->adam_v = ff_fbuf_alloc(g->ctx, g->n_params);
     if (!g->adam_m || !g->adam_v) {
-        free(g->adam_m), free(g->adam_v);
+        ff_fbuf_free(g->adam_m), ff_fbuf_free(g->adam_v);
         g->adam_m = g->adam_v = NULL;
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for AdamW's moments");
     }
@@ -129,13 +128,6 @@ int ff_gpt_adam_ensure(ff_gpt *g)
     ff_zero(g->ctx, g->adam_v, (int64_t)g->n_params);
     return FF_OK;
 }
-
-typedef struct {
-    float *p, *m, *v;
-    const float *gr;
-    float lr, b1, b2, bc1, bc2, eps, wd, grad_scale;
-    size_t n_decay;
-} adamw_job;
 
 static void adamw_range(void *arg, int64_t i0, int64_t i1, int th)
 {
@@ -181,7 +173,8 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
                    .wd = h->weight_decay,
                    .grad_scale = grad_scale,
                    .n_decay = g->n_decay};
-    ff_team_run(g->ctx->team, (int64_t)g->n_params, 1 << 14, adamw_range, &j);
+    if (!ff_dev_pass(g->ctx, FF_PASS_ADAMW, (int64_t)g->n_params, &j))
+        ff_team_run(g->ctx->team, (int64_t)g->n_params, 1 << 14, adamw_range, &j);
     return FF_OK;
 }
 

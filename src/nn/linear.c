@@ -16,9 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "fourfold/rng.h"
 #include "fourfold/trace.h"
 #include "internal.h"
+#include "passes.h"
 
 enum { POOL_SLOTS = 32, NAME_LEN = 32 };
 
@@ -105,7 +107,7 @@ static float *buf_take(ff_linear_seq *s, size_t elems)
         p = s->pool[best].ptr;
         s->pool[best] = s->pool[--s->n_pool];
     } else {
-        p = malloc((elems ? elems : 1) * sizeof(float));
+        p = ff_fbuf_alloc(s->ctx, elems);
         if (!p) {
             ff_set_error(s->ctx, FF_ENOMEM, "out of memory for a %zu-float layer buffer", elems);
             return NULL;
@@ -130,7 +132,7 @@ static void buf_give(ff_linear_seq *s, float *p, size_t elems)
         s->pool[s->n_pool].elems = elems;
         s->n_pool++;
     } else {
-        free(p);
+        ff_fbuf_free(p);
     }
 }
 
@@ -177,14 +179,14 @@ void ff_linear_seq_destroy(ff_linear_seq *s)
         ff_linear *l = s->layers[i];
         ff_wait(&l->ag);
         ff_wait(&l->rs);
-        free(l->w_gathered);
-        free(l->dw_block);
-        free(l->rs_send);
-        free(l->rs_out);
+        ff_fbuf_free(l->w_gathered);
+        ff_fbuf_free(l->dw_block);
+        ff_fbuf_free(l->rs_send);
+        ff_fbuf_free(l->rs_out);
         layer_free(l);
     }
     for (int i = 0; i < s->n_pool; i++)
-        free(s->pool[i].ptr);
+        ff_fbuf_free(s->pool[i].ptr);
     free(s->layers);
     free(s->prog);
     free(s->need_gather);
@@ -798,16 +800,33 @@ static int chunk_bounds(const ff_linear *l, int64_t rows, int64_t bounds[FF_DECO
                                bounds);
 }
 
+/* A bias pass (passes.h) on the GPU or here, rows in order: out rows
+ * [r0, r0 + rows) += b, or db += the column sums of dout's rows. */
+static void bias_pass(ff_ctx *ctx, ff_pass_id id, const bias_job *j)
+{
+    if (ff_dev_pass(ctx, id, j->nl, j))
+        return;
+    if (id == FF_PASS_BIAS_ADD)
+        for (int64_t i = j->r0; i < j->r0 + j->rows; i++) {
+            float *o = j->out + i * j->nl;
+            for (int64_t c = 0; c < j->nl; c++)
+                o[c] += j->b[c];
+        }
+    else
+        for (int64_t i = 0; i < j->rows; i++) {
+            const float *g = j->dout + i * j->nl;
+            for (int64_t c = 0; c < j->nl; c++)
+                j->db[c] += g[c];
+        }
+}
+
 /* Chunk i of the forward is complete: bias, then the caller's row-wise work. */
 static void forward_chunk_done(ff_linear *l, float *out, int64_t r0, int64_t r1,
                                ff_linear_rows_fn done, void *arg)
 {
     if (l->has_bias)
-        for (int64_t i = r0; i < r1; i++) {
-            float *o = out + i * l->nl;
-            for (int64_t j = 0; j < l->nl; j++)
-                o[j] += l->b[j];
-        }
+        bias_pass(l->seq->ctx, FF_PASS_BIAS_ADD,
+                  &(bias_job){.out = out, .b = l->b, .r0 = r0, .rows = r1 - r0, .nl = l->nl});
     if (done)
         done(arg, r0, r1 - r0);
 }
@@ -939,11 +958,8 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
     }
     /* db (nl) += column sums of dO: this rank's rows; summed over ZD later */
     if (l->has_bias)
-        for (int64_t i = 0; i < rows; i++) {
-            const float *g = dout + i * l->nl;
-            for (int64_t j = 0; j < l->nl; j++)
-                l->db[j] += g[j];
-        }
+        bias_pass(s->ctx, FF_PASS_BIAS_GRAD,
+                  &(bias_job){.db = l->db, .dout = dout, .rows = rows, .nl = l->nl});
     if ((rc = ff_waitall(ar, k)))
         return rc;
     return backward_use_done(l);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../device.h"
 #include "../internal.h"
 #include "../nn/gpt_internal.h"
 #include "../util/file.h"
@@ -273,7 +274,14 @@ static void measure_sgemm(ff_trainer *t)
     MPI_Allreduce(&need, &any, 1, MPI_INT, MPI_MAX, ff_ctx_comm(t->ctx));
     if (any) {
         MPI_Barrier(ff_ctx_comm(t->ctx));
+#ifdef FF_CUDA
+        /* on a GPU, cuBLAS's fp32 rate at a size where it peaks */
+        struct ff_cuda *cu = ff_ctx_cuda(t->ctx);
+        r = cu ? ff_cuda_sgemm_rate(cu, 4096, 4096, 4096, 0.2)
+               : ff_sgemm_rate(512, 512, 512, threads, 0.2);
+#else
         r = ff_sgemm_rate(512, 512, 512, threads, 0.2);
+#endif
     }
     ff_blas_set_threads(threads);
     MPI_Allreduce(&r, &t->sgemm_rate, 1, MPI_DOUBLE, MPI_SUM, ff_ctx_comm(t->ctx));
@@ -297,10 +305,11 @@ static int open_log(ff_trainer *t)
                 "\"NH\":%d,"
                 "\"V\":%d,\"maxT\":%d,\"batch\":%d,\"micro_batch\":%d,\"seq\":%d,"
                 "\"steps\":%d,\"lr\":%g,\"start_step\":%lld,\"sgemm_flops_per_rank\":%.4g,"
-                "\"blas_core\":\"%s\",\"ranks\":%d}\n",
+                "\"blas_core\":\"%s\",\"device\":\"%s\",\"ranks\":%d}\n",
                 s.x, s.y, s.z, s.d, ff_grid_stages(t->grid), m->L, m->C, m->NH, m->V, m->maxT,
                 c->batch, c->micro_batch, c->seq, c->steps, c->hyper.lr, (long long)t->st.step,
-                t->sgemm_rate, ff_blas_core(), ff_ctx_size(t->ctx));
+                t->sgemm_rate, ff_blas_core(), ff_ctx_cuda(t->ctx) ? "cuda" : "cpu",
+                ff_ctx_size(t->ctx));
         if (c->resume_from)
             fprintf(t->log, "{\"type\":\"resume\",\"step\":%lld,\"from\":\"%s\"}\n",
                     (long long)t->st.step, c->resume_from);

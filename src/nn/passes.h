@@ -1,0 +1,139 @@
+/* The jobs of the model's element-wise passes (gpt_ops.c, gpt_optim.c,
+ * linear.c), shared with their GPU twins (cuda/backend.cu): a pass runs over
+ * indices [0, n) of its job, the CPU's in ranges on the context's team, the
+ * GPU's one index per thread with the same arithmetic per index. Plain C,
+ * also read as C++ by nvcc. Internal to the library. */
+#ifndef FF_PASSES_H
+#define FF_PASSES_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define FF_HD __host__ __device__
+#else
+#define FF_HD
+#endif
+
+/* LayerNorm (gpt_ops.c): rows i in [0, m), columns c in [0, cl) */
+typedef struct {
+    float *out, *mean, *rstd, *dinp, *dw, *db, *stats, *part;
+    const float *inp, *w, *b, *dout;
+    int64_t m, cl, C;
+} ln_job;
+
+/* element-wise: GELU, add, zero */
+typedef struct {
+    float *out;
+    const float *inp, *dout;
+} elem_job;
+
+/* the embedding: rows of B T tokens, cl columns, the vocabulary block [v0, v0 + vl) */
+typedef struct {
+    float *out, *dwte, *dwpe;
+    const float *wte, *wpe, *dout;
+    const int32_t *tokens;
+    int64_t T, v0, vl, cl, m;
+} embed_job;
+
+/* cross-entropy: m rows of vl logits, of which `valid` are vocabulary */
+typedef struct {
+    float *losses, *logits, *mine, *all, *rows;
+    const int32_t *targets;
+    int64_t m, v0, vl, valid;
+    float dscale;
+    int gxn;
+} ce_job;
+
+/* attention over B sequences of T, nh heads of hs */
+struct ff_ctx;
+typedef struct {
+    struct ff_ctx *ctx;
+    float *out, *att, *dqkv, *scratch;
+    const float *qkv, *dout, *patt;
+    int B, T, nh, hs;
+} attn_job;
+
+/* the gradient norm's sums of squares, in blocks of FF_SUM_BLOCK */
+enum { FF_SUM_BLOCK = 1 << 14 };
+typedef struct {
+    const float *p;
+    size_t n;
+    double *part;
+} sumsq_job;
+
+/* AdamW over the flat buffer; decay on [0, n_decay) */
+typedef struct {
+    float *p, *m, *v;
+    const float *gr;
+    float lr, b1, b2, bc1, bc2, eps, wd, grad_scale;
+    size_t n_decay;
+} adamw_job;
+
+/* a linear layer's bias: out (rows, nl) += b, or db (nl) += column sums of dout */
+typedef struct {
+    float *out, *db;
+    const float *b, *dout;
+    int64_t r0, rows, nl;
+} bias_job;
+
+/* exp(x) for the wide element-wise loops (GELU, cross-entropy): Cody-Waite
+ * reduction x = k ln2 + r and Cephes' degree-6 polynomial; inputs clamped to
+ * [-87, 88]. Relative error against double exp at most 8.3e-8 (1.4 units
+ * of 2^-24), measured on a 1e-4 grid over that range. Inline and call-free,
+ * cheaper than libm's expf/tanhf here; GCC vectorizes the loops that call it
+ * because the library is built with -fno-trapping-math (CMakeLists.txt:
+ * without it the clamps count as control flow). A NaN input gives NaN: the
+ * clamp would turn it into a finite number (and converting NaN to an integer
+ * is undefined), so the arithmetic runs on the clamped value and NaN is
+ * passed through at the end; a diverging run must still see its NaN loss.
+ * The GPU runs the same arithmetic (built without contractions). */
+static inline FF_HD float ff_exp_fast(float x_in)
+{
+    float x = x_in < -87.0f ? -87.0f : (x_in > 88.0f ? 88.0f : x_in);
+    x = x == x ? x : 0.0f;
+    /* round x / ln 2 to nearest: adding 1.5 * 2^23 leaves no fraction bits */
+    float kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    int32_t k = (int32_t)kf;
+    float r = x - kf * 0.693359375f + kf * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    int32_t bits = (k + 127) << 23; /* 2^k, k in [-126, 127] after the clamp */
+#ifdef __CUDA_ARCH__
+    float scale = __int_as_float(bits);
+#else
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+#endif
+    return x_in == x_in ? y * scale : x_in;
+}
+
+/* tanh(u) = 1 - 2 / (exp(2u) + 1) */
+static inline FF_HD float ff_tanh_fast(float u)
+{
+    return 1.0f - 2.0f / (ff_exp_fast(2.0f * u) + 1.0f);
+}
+
+#define FF_GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+static inline FF_HD float ff_gelu(float x)
+{
+    return 0.5f * x * (1.0f + ff_tanh_fast(FF_GELU_SCALE * (x + 0.044715f * x * x * x)));
+}
+
+/* d GELU(x) / dx */
+static inline FF_HD float ff_gelu_grad(float x)
+{
+    float cube = 0.044715f * x * x * x;
+    float th = ff_tanh_fast(FF_GELU_SCALE * (x + cube));
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) +
+           x * 0.5f * sech2 * FF_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+#endif
