@@ -15,12 +15,12 @@ scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DFF_WERROR=ON -DFF_TEST_HOOKS
 echo "== sanitizer build (-fsanitize=address,undefined, -Werror, test hooks)"
 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DFF_SANITIZE=ON -DFF_WERROR=ON \
     -DFF_TEST_HOOKS=ON
+cuda=0
 if command -v nvcc >/dev/null 2>&1; then
-    # where CUDA is installed, the CUDA backend must compile (its tests need
-    # a GPU: scripts/test_cuda.sh, docs/cuda.md)
+    # where CUDA is installed, the CUDA backend must compile, warnings as
+    # errors (its tests need a GPU: scripts/test_cuda.sh, docs/cuda.md)
     echo "== CUDA build (compile check; -DFF_CUDA=ON)"
-    scripts/build.sh build-cuda -DCMAKE_BUILD_TYPE=Release -DFF_WERROR=ON -DFF_CUDA=ON \
-        -DFF_BUILD_TESTS=OFF -DFF_BUILD_BENCH=OFF
+    scripts/build.sh build-cuda -DCMAKE_BUILD_TYPE=Release -DFF_WERROR=ON -DFF_CUDA=ON || cuda=$?
 fi
 echo "== tests on the release build"
 release=0
@@ -29,4 +29,5 @@ echo "== tests on the sanitizer build"
 sanitizer=0
 (cd build-asan && ctest --output-on-failure -j 1 "$@") || sanitizer=$?
 [ "$release" = 0 ] || echo "test: the release build's run failed (above)"
-[ "$release" = 0 ] && [ "$sanitizer" = 0 ]
+[ "$cuda" = 0 ] || echo "test: the CUDA build failed to compile (above)"
+[ "$release" = 0 ] && [ "$sanitizer" = 0 ] && [ "$cuda" = 0 ]

@@ -73,12 +73,22 @@ static int open_device(ff_ctx *ctx)
     int from_env = 0;
     if (!name && !ctx->opt.ignore_env && (name = getenv("FF_DEVICE")))
         from_env = 1;
-    if (!name || !*name || strcmp(name, "cpu") == 0)
-        return FF_OK;
-    if (strcmp(name, "cuda") != 0)
+    /* 0 the CPU, 1 cuda, -1 a bad name; every rank must ask for the same
+     * (opening a GPU is collective) */
+    int want = !name || !*name || strcmp(name, "cpu") == 0 ? 0 : (strcmp(name, "cuda") ? -1 : 1);
+    int lo = want, hi = want;
+    MPI_Allreduce(&want, &lo, 1, MPI_INT, MPI_MIN, ctx->comm);
+    MPI_Allreduce(&want, &hi, 1, MPI_INT, MPI_MAX, ctx->comm);
+    if (want < 0)
         return ff_set_error(ctx, FF_EINVAL, "%s%s%s: expected cpu or cuda",
                             from_env ? "FF_DEVICE=" : "the device option '", name,
                             from_env ? "" : "'");
+    if (lo != hi)
+        return ff_set_error(ctx, FF_EINVAL,
+                            "the ranks ask for different devices (FF_DEVICE or the device "
+                            "option differs between them)");
+    if (want == 0)
+        return FF_OK;
 #ifdef FF_CUDA
     return ff_cuda_open(ctx, &ctx->cuda);
 #else

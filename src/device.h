@@ -9,7 +9,8 @@
  * ff_fbuf_alloc: CUDA managed memory, which the GPU's kernels and the host's
  * code (the collectives, whatever has no GPU kernel yet) can both read, the
  * pages moving to whichever touches them; a pass whose buffers are not such
- * memory runs on the CPU. Every GPU call returns after its work is done, so
+ * memory runs on the CPU (where the GPU reads pageable host memory, as with
+ * HMM, any buffer will do). Every GPU call returns after its work is done, so
  * host code that follows sees its results. Internal to the library. */
 #ifndef FF_DEVICE_H
 #define FF_DEVICE_H
@@ -33,6 +34,7 @@ typedef enum {
     FF_PASS_GELU_FWD,
     FF_PASS_GELU_BWD,
     FF_PASS_ADD,
+    FF_PASS_MUL,
     FF_PASS_ZERO,
     FF_PASS_EMBED_LOOKUP,
     FF_PASS_EMBED_ADD_POS,
@@ -64,13 +66,14 @@ int ff_cuda_gemm(struct ff_cuda *cu, int ta, int tb, int64_t m, int64_t n, int64
  * m x k by k x n (zeros, TF32 off) timed with CUDA events, at least 3 and
  * until min_seconds have passed. */
 double ff_cuda_sgemm_rate(struct ff_cuda *cu, int m, int n, int k, double min_seconds);
-/* n floats of managed memory, zeroed; NULL when the GPU has not that much
- * free (a managed allocation beyond it can hang the device). */
+/* n floats of managed memory, zeroed; NULL unless the GPU has that much
+ * free and 256 MiB more (a managed allocation beyond its memory can hang the
+ * device). */
 float *ff_cuda_alloc(struct ff_cuda *cu, size_t n);
 /* Frees p if it is managed memory (1), else returns 0. */
 int ff_cuda_free(void *p);
 /* What ran where since the context opened: passes and products on the GPU,
- * passes on the CPU for want of device-accessible buffers. */
+ * and on the CPU for want of device-accessible buffers. */
 void ff_cuda_counts(const struct ff_cuda *cu, int64_t *gpu, int64_t *cpu);
 /* One line naming the device (name, memory, compute capability). */
 const char *ff_cuda_describe(const struct ff_cuda *cu);

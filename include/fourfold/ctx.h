@@ -50,8 +50,8 @@ typedef enum {
     FF_VOLUME_ANY        /* any algorithm the model ranks first */
 } ff_volume_rule;
 
-/* A context's settings. The collective layer's five can also come from
- * environment variables, as NCCL's do (table: docs/collectives.md,
+/* A context's settings. The collective layer's five, and the device, can
+ * also come from environment variables, as NCCL's do (table: docs/collectives.md,
  * "Settings"): a field left unset (NULL or 0) takes its variable's value
  * unless `ignore_env` is 1, else the built-in default; a field that is set
  * wins over its variable. The strings are read during ff_ctx_create only. */
@@ -101,8 +101,8 @@ void ff_ctx_destroy(ff_ctx *ctx);
 /* Where the context computes: "cpu", or a line naming its GPU. */
 const char *ff_ctx_device(const ff_ctx *ctx);
 /* On a GPU context, the calls (passes and matrix products) the GPU ran and
- * those that ran on the CPU for want of device memory (docs/cuda.md);
- * zeros on the CPU. */
+ * those that ran on the CPU because a buffer was not one the GPU can read,
+ * such as plain host memory (docs/cuda.md); zeros on the CPU. */
 void ff_ctx_device_work(const ff_ctx *ctx, long long *gpu, long long *cpu);
 
 /* Records an error (printf-style message) on the context and returns `code`,

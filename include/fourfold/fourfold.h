@@ -17,6 +17,7 @@
 #include "fourfold/layerplan.h"
 #include "fourfold/linear.h"
 #include "fourfold/plan.h"
+#include "fourfold/prune.h"
 #include "fourfold/rng.h"
 #include "fourfold/trace.h"
 #include "fourfold/train.h"

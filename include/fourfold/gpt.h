@@ -234,7 +234,15 @@ const char *ff_gpt_tensor_name(int i);
 size_t ff_gpt_tensor_size(const ff_gpt *g, int i);
 size_t ff_gpt_canonical_size(const ff_gpt *g);
 
-typedef enum { FF_GPT_PARAMS = 0, FF_GPT_GRADS, FF_GPT_ADAM_M, FF_GPT_ADAM_V } ff_gpt_buffer;
+/* FF_GPT_MASK: the pruning mask of masked training (fourfold/prune.h), 1.0
+ * kept and 0.0 pruned, once ff_gpt_set_mask has made it. */
+typedef enum {
+    FF_GPT_PARAMS = 0,
+    FF_GPT_GRADS,
+    FF_GPT_ADAM_M,
+    FF_GPT_ADAM_V,
+    FF_GPT_MASK
+} ff_gpt_buffer;
 /* Gathers a flat buffer to canonical layout (ff_gpt_canonical_size floats,
  * tensors concatenated in order) on `root` (a world rank). Collective over
  * the world; with stages, the rank of each stage with root's grid

@@ -91,7 +91,11 @@ typedef struct {
     int overwrite;           /* a new run in an `out` that holds checkpoints removes them */
     const char *resume_from; /* continue from the newest checkpoint in this folder */
     const char *init_from;   /* start from an llm.c gpt2_*.bin v3 file */
-    double sgemm_rate;       /* this rank's sgemm FLOP/s; 0 on any rank: all measure at create */
+    /* masked training (docs/samo.md): a mask file (fourfold prune), or "auto"
+     * for init_from's (init_from.mask); pruned weights stay zero. Given
+     * again to resume a masked run. NULL: none */
+    const char *mask;
+    double sgemm_rate; /* this rank's sgemm FLOP/s; 0 on any rank: all measure at create */
     ff_train_hook hook;
     void *user;
 } ff_trainer_config;

@@ -92,6 +92,7 @@ int cmd_plan(int argc, char **argv);     /* runs without MPI */
 int cmd_tokenize(int argc, char **argv); /* runs without MPI (tokenize.c) */
 int cmd_train(int argc, char **argv);    /* train.c */
 int cmd_eval(int argc, char **argv);     /* sample.c */
+int cmd_prune(int argc, char **argv);    /* prune.c */
 int cmd_sample(int argc, char **argv);   /* sample.c */
 
 #endif

@@ -374,6 +374,7 @@ static const command commands[] = {
     {"train", cmd_train, "train a GPT on token shards; checkpoints, resume (any grid)"},
     {"sample", cmd_sample, "generate text from a checkpoint, on any grid"},
     {"eval", cmd_eval, "the mean loss of a checkpoint on token shards"},
+    {"prune", cmd_prune, "magnitude-prune a checkpoint's weights; writes it and its mask"},
     {"tokenize", cmd_tokenize, "text files to byte-level token shards (no MPI)"},
     {"plan", cmd_plan, "rank every grid of a rank count by predicted step time (no MPI)"},
 };

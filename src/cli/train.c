@@ -25,7 +25,7 @@ typedef struct {
     int stage_split[1024]; /* --stage-layers, parsed */
     float slow_ms;
     ff_adamw hyper;
-    const char *data, *val_data, *out, *resume_from, *init_from, *plan;
+    const char *data, *val_data, *out, *resume_from, *init_from, *plan, *mask;
     int resume, overwrite, grid_auto;
     long ag_cache_blocks; /* the planner's unit; -1: every layer, wte included */
     long seed, val_every, val_batches, save_every, keep, log_every, sample_tokens, top_k;
@@ -55,6 +55,9 @@ static const char help[] =
     "                    fourfold plan assumes (benchmarks; default off)\n"
     "  --init-from FILE  start from an llm.c gpt2_*.bin v3 checkpoint or an MoE one (its\n"
     "                    shape; an MoE file's routing options may be changed)\n"
+    "  --mask FILE|auto  masked training: pruned weights stay zero (a mask of fourfold\n"
+    "                    prune; auto: the --init-from checkpoint's, FILE.mask;\n"
+    "                    give it again with --resume; docs/samo.md)\n"
     "";
 
 static const char help_rest[] =
@@ -251,6 +254,7 @@ static int parse(int argc, char **argv, train_opts *o)
         {"keep", 'l', &o->keep, 0, 1 << 20},
         {"resume-from", 's', &o->resume_from, 0, 0},
         {"init-from", 's', &o->init_from, 0, 0},
+        {"mask", 's', &o->mask, 0, 0},
         {"log-every", 'l', &o->log_every, 1, big},
         {"sample", 'l', &o->sample_tokens, 0, 1 << 20},
         {"temperature", 'f', &o->temperature, 0, 100},
@@ -745,6 +749,7 @@ int cmd_train(int argc, char **argv)
     tc.overwrite = o.overwrite;
     tc.resume_from = o.resume ? o.out : o.resume_from;
     tc.init_from = o.init_from;
+    tc.mask = o.mask;
     tc.hook = print_event;
     tc.user = &o;
     ff_layer_plan plan = {0};

@@ -155,11 +155,12 @@ extern "C" float *ff_cuda_alloc(ff_cuda *cu, size_t n)
 {
     size_t bytes = n * sizeof(float), avail = 0, total = 0;
     CK(cudaSetDevice(cu->dev));
-    if (cudaMemGetInfo(&avail, &total) != cudaSuccess || bytes + ((size_t)256 << 20) > avail)
-        return NULL;
     void *p = NULL;
-    if (cudaMallocManaged(&p, bytes, cudaMemAttachGlobal) != cudaSuccess)
+    if (cudaMemGetInfo(&avail, &total) != cudaSuccess || bytes + ((size_t)256 << 20) > avail ||
+        cudaMallocManaged(&p, bytes, cudaMemAttachGlobal) != cudaSuccess) {
+        cudaGetLastError(); /* clear it: the caller reports out of memory */
         return NULL;
+    }
     any_managed = 1;
     CK(cudaMemsetAsync(p, 0, bytes, cu->st));
     finish(cu, "zeroing a new buffer");
@@ -198,12 +199,19 @@ static int reach(const ff_cuda *cu, const void *p)
     return a.type == cudaMemoryTypeManaged || a.type == cudaMemoryTypeDevice;
 }
 
+/* Device scratch of at least `bytes`, or NULL (the pass then runs on the CPU). */
 static void *scratch(ff_cuda *cu, size_t bytes)
 {
     if (bytes > cu->scratch_bytes) {
         if (cu->scratch)
             CK(cudaFree(cu->scratch));
-        CK(cudaMalloc(&cu->scratch, bytes));
+        cu->scratch = NULL;
+        cu->scratch_bytes = 0;
+        if (cudaMalloc(&cu->scratch, bytes) != cudaSuccess) {
+            cudaGetLastError();
+            cu->scratch = NULL;
+            return NULL;
+        }
         cu->scratch_bytes = bytes;
     }
     return cu->scratch;
@@ -326,6 +334,8 @@ __global__ void k_elem(elem_job j, int64_t n, int op)
             j.out[i] = ff_gelu(j.inp[i]);
         else if (op == FF_PASS_GELU_BWD)
             j.out[i] = ff_gelu_grad(j.inp[i]) * j.dout[i];
+        else if (op == FF_PASS_MUL)
+            j.out[i] = j.inp[i] * j.dout[i];
         else
             j.out[i] = j.inp[i] + j.dout[i];
     }
@@ -571,7 +581,7 @@ static void attention(ff_cuda *cu, const attn_job *j, int backward)
     const int threads = 256;
     const int64_t rows = (int64_t)nh * T;
     const int blocks = (int)((rows + threads - 1) / threads);
-    float *dp = backward ? (float *)scratch(cu, (size_t)nh * tt * sizeof(float)) : NULL;
+    float *dp = (float *)cu->scratch; /* backward: nh T T floats, reserved by the caller */
     for (int b = 0; b < j->B; b++) {
         const float *q = j->qkv + (int64_t)b * T * c3, *kk = q + c, *v = q + 2 * c;
         if (!backward) {
@@ -628,6 +638,7 @@ extern "C" int ff_cuda_pass(ff_cuda *cu, ff_pass_id id, int64_t n, const void *j
     case FF_PASS_GELU_FWD:
     case FF_PASS_GELU_BWD:
     case FF_PASS_ADD:
+    case FF_PASS_MUL:
     case FF_PASS_ZERO: {
         const elem_job *j = (const elem_job *)job;
         p[0] = j->out, p[1] = j->inp, p[2] = j->dout;
@@ -673,6 +684,19 @@ extern "C" int ff_cuda_pass(ff_cuda *cu, ff_pass_id id, int64_t n, const void *j
     for (int i = 0; i < 8; i++)
         if (!reach(cu, p[i]))
             goto cpu;
+    { /* device scratch: the staged tokens or targets, attention's scores */
+        size_t need = 0;
+        if (id == FF_PASS_EMBED_LOOKUP || id == FF_PASS_EMBED_BACK)
+            need = (size_t)((const embed_job *)job)->m * sizeof(int32_t);
+        else if (id == FF_PASS_CE_LOCAL || id == FF_PASS_CE_COMBINE)
+            need = (size_t)((const ce_job *)job)->m * sizeof(int32_t);
+        else if (id == FF_PASS_ATTN_BWD) {
+            const attn_job *j = (const attn_job *)job;
+            need = (size_t)j->nh * j->T * j->T * sizeof(float);
+        }
+        if (need && !scratch(cu, need))
+            goto cpu;
+    }
 
     switch (id) {
     case FF_PASS_LN_SUMS:
@@ -698,6 +722,7 @@ extern "C" int ff_cuda_pass(ff_cuda *cu, ff_pass_id id, int64_t n, const void *j
     case FF_PASS_GELU_FWD:
     case FF_PASS_GELU_BWD:
     case FF_PASS_ADD:
+    case FF_PASS_MUL:
         k_elem<<<grid_for(n, 256), 256, 0, cu->st>>>(*(const elem_job *)job, n, (int)id);
         break;
     case FF_PASS_ZERO:
@@ -707,10 +732,8 @@ extern "C" int ff_cuda_pass(ff_cuda *cu, ff_pass_id id, int64_t n, const void *j
     case FF_PASS_EMBED_ADD_POS:
     case FF_PASS_EMBED_BACK: {
         embed_job j = *(const embed_job *)job;
-        if (id != FF_PASS_EMBED_ADD_POS) {
-            scratch(cu, (size_t)j.m * sizeof(int32_t));
+        if (id != FF_PASS_EMBED_ADD_POS)
             j.tokens = stage_ints(cu, j.tokens, j.m, 0);
-        }
         if (id == FF_PASS_EMBED_LOOKUP)
             k_embed_lookup<<<grid_for(n * j.cl, 256), 256, 0, cu->st>>>(j, n);
         else if (id == FF_PASS_EMBED_ADD_POS)
@@ -722,7 +745,6 @@ extern "C" int ff_cuda_pass(ff_cuda *cu, ff_pass_id id, int64_t n, const void *j
     case FF_PASS_CE_LOCAL:
     case FF_PASS_CE_COMBINE: {
         ce_job j = *(const ce_job *)job;
-        scratch(cu, (size_t)j.m * sizeof(int32_t));
         j.targets = stage_ints(cu, j.targets, j.m, 0);
         if (id == FF_PASS_CE_LOCAL)
             k_ce_local<<<grid_for(n, 64), 64, 0, cu->st>>>(j, n);

@@ -13,6 +13,7 @@
 #include "gpt_internal.h"
 #include "gpt_ops.h"
 #include "moe.h"
+#include "passes.h"
 
 void ff_gpt_opts_default(ff_gpt_opts *o)
 {
@@ -217,6 +218,8 @@ static int alloc_buffers(ff_gpt *g)
     A(g->att_scratch, T * T * threads, scr);
     A(g->ce_scratch, g->last ? 3 * m + (int64_t)g->gx * 3 * m + g->vx * threads : 0, scr);
     A(g->ln_scratch, FF_LN_SCRATCH(m, g->cy), scr);
+    /* two floats hold each block's double */
+    ok &= (g->norm_part = (double *)falloc(g, 2 * (g->n_params / FF_SUM_BLOCK + 1), scr)) != NULL;
     if (g->E) {
         const int64_t rows = m * g->top_k, w = g->E > g->top_k ? g->E : g->top_k;
         A(g->moe_part, m * w, scr);
@@ -793,6 +796,8 @@ void ff_gpt_destroy(ff_gpt *g)
                      g->moe_dgate,  g->moe_send,    g->moe_recv,   g->moe_gath};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         ff_fbuf_free(bufs[i]);
+    ff_fbuf_free(g->norm_part);
+    ff_fbuf_free(g->mask);
     ff_gpt_views *vs[2] = {&g->pv, &g->gv};
     for (int b = 0; b < 2; b++) {
         float **arrs[VIEW_ARRAYS] = {

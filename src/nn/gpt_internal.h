@@ -137,6 +137,8 @@ struct ff_gpt {
     ff_request **req_act_in, **req_act_out, **req_grad_in, **req_grad_out; /* per slot */
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *dres, *dln, *tmp, *dqkv, *datty, *dfch, *att_scratch, *ce_scratch, *ln_scratch;
+    double *norm_part; /* the gradient norm's block sums (gpt_optim.c) */
+    float *mask;       /* n_params: 1 kept, 0 pruned (prune.c), or NULL */
     size_t act_bytes, scratch_bytes;
 
     double loss_sum; /* this rank's rows, over the step's micro-batches */
@@ -148,6 +150,8 @@ struct ff_gpt {
  * embedding's gradient exchange FF_GPT_TAG_EMB. */
 enum { FF_GPT_TAG_SPAN = 999, FF_GPT_TAG_EMB = 1998 };
 
+/* Entries (blocks, dense blocks, experts, or 1) of canonical tensor i. */
+size_t ff_gpt_tensor_entries(const ff_gpt *g, int i);
 /* The activation set of block l in the current slot. */
 ff_gpt_acts *ff_gpt_acts_of(ff_gpt *g, int l);
 /* Block l's input (l = nb: the stage's output) in slot `slot`. */

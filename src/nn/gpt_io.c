@@ -93,6 +93,11 @@ static size_t entry_size(const ff_gpt *g, int i)
     }
 }
 
+size_t ff_gpt_tensor_entries(const ff_gpt *g, int i)
+{
+    return i >= 0 && i < FF_GPT_NTENSORS ? tensor_entries(g, i) : 0;
+}
+
 size_t ff_gpt_tensor_size(const ff_gpt *g, int i)
 {
     return i >= 0 && i < FF_GPT_NTENSORS ? tensor_entries(g, i) * entry_size(g, i) : 0;
@@ -144,6 +149,7 @@ static float *flat_of(ff_gpt *g, ff_gpt_buffer which)
     case FF_GPT_GRADS: return g->grads;
     case FF_GPT_ADAM_M: return g->adam_m;
     case FF_GPT_ADAM_V: return g->adam_v;
+    case FF_GPT_MASK: return g->mask;
     }
     return NULL;
 }
@@ -272,6 +278,8 @@ static int buffer_ready(ff_gpt *g, ff_gpt_buffer which, float **flat)
             return rc;
     }
     *flat = flat_of(g, which);
+    if (!*flat && which == FF_GPT_MASK)
+        return ff_set_error(g->ctx, FF_EINVAL, "the model trains without a mask");
     return *flat ? FF_OK : ff_set_error(g->ctx, FF_EINVAL, "no such model buffer (%d)", which);
 }
 

@@ -381,6 +381,20 @@ void ff_add(ff_ctx *ctx, float *out, const float *a, const float *b, int64_t n)
     RUN(ctx, FF_PASS_ADD, n, ELEM_GRAIN, add_fn, &j);
 }
 
+static void mul_fn(void *p, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const elem_job *j = p;
+    for (int64_t i = i0; i < i1; i++)
+        j->out[i] = j->inp[i] * j->dout[i];
+}
+
+void ff_mul(ff_ctx *ctx, float *out, const float *a, const float *b, int64_t n)
+{
+    elem_job j = {out, a, b};
+    RUN(ctx, FF_PASS_MUL, n, ELEM_GRAIN, mul_fn, &j);
+}
+
 static void zero_fn(void *p, int64_t i0, int64_t i1, int th)
 {
     (void)th;

@@ -45,6 +45,8 @@ void ff_gelu_forward(ff_ctx *ctx, float *out, const float *inp, int64_t n);
 void ff_gelu_backward(ff_ctx *ctx, float *dinp, const float *inp, const float *dout, int64_t n);
 /* out = a + b, elementwise (n; out may alias either). */
 void ff_add(ff_ctx *ctx, float *out, const float *a, const float *b, int64_t n);
+/* out = a * b, elementwise (n; out may alias either). */
+void ff_mul(ff_ctx *ctx, float *out, const float *a, const float *b, int64_t n);
 /* out[0..n) = 0. */
 void ff_zero(ff_ctx *ctx, float *out, int64_t n);
 

@@ -60,20 +60,14 @@ static void sumsq_blocks(void *arg, int64_t b0, int64_t b1, int th)
     }
 }
 
-static int sumsq(ff_gpt *g, const float *p, size_t n, double *out)
+static void sumsq(ff_gpt *g, const float *p, size_t n, double *out)
 {
     int64_t nb = (int64_t)((n + FF_SUM_BLOCK - 1) / FF_SUM_BLOCK);
-    /* the blocks' sums in doubles: two floats each where the GPU writes them */
-    double *part = (double *)ff_fbuf_alloc(g->ctx, 2 * (size_t)(nb ? nb : 1));
-    sumsq_job j = {p, n, part};
-    if (!j.part)
-        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the gradient norm");
+    sumsq_job j = {p, n, g->norm_part}; /* room for every block of the flat buffer */
     if (!ff_dev_pass(g->ctx, FF_PASS_SUMSQ, nb, &j))
         ff_team_run(g->ctx->team, nb, 1, sumsq_blocks, &j);
     for (int64_t b = 0; b < nb; b++)
         *out += j.part[b];
-    ff_fbuf_free(j.part);
-    return FF_OK;
 }
 
 int ff_gpt_grad_norm(ff_gpt *g, float *norm)
@@ -82,31 +76,27 @@ int ff_gpt_grad_norm(ff_gpt *g, float *norm)
      * D replica (an expert's, of each replica of its slot); layout-Y parameters are replicated over
      * X and Z, layout-X ones over Y and Z. Only d = 0 (and x = 0 or y = 0, z = 0) count. */
     double s = 0;
-    int rc = FF_OK;
     /* the tied embedding's second copy (the last of several stages) does not count */
     size_t skip = g->P > 1 && g->last && !g->first ? ff_linear_local_sizes(g->wte).w_shard : 0;
     /* the experts' shards (with expert parallelism each slot's): the first
      * replica, d = the slot */
     if (g->me.d == g->eslot && g->n_zsharded > g->n_dense_z)
-        rc = sumsq(g, g->grads + g->n_dense_z, g->n_zsharded - g->n_dense_z, &s);
-    if (g->me.d == 0 && rc == FF_OK) {
-        rc = sumsq(g, g->grads + skip, g->n_dense_z - skip, &s);
-        if (rc == FF_OK && g->me.z == 0 && g->me.x == 0)
-            rc = sumsq(g, g->grads + g->n_zsharded, g->n_ytype - g->n_zsharded, &s);
-        if (rc == FF_OK && g->me.z == 0 && g->me.y == 0)
-            rc = sumsq(g, g->grads + g->n_ytype, g->n_eby - g->n_ytype, &s);
+        sumsq(g, g->grads + g->n_dense_z, g->n_zsharded - g->n_dense_z, &s);
+    if (g->me.d == 0) {
+        sumsq(g, g->grads + skip, g->n_dense_z - skip, &s);
+        if (g->me.z == 0 && g->me.x == 0)
+            sumsq(g, g->grads + g->n_zsharded, g->n_ytype - g->n_zsharded, &s);
+        if (g->me.z == 0 && g->me.y == 0)
+            sumsq(g, g->grads + g->n_ytype, g->n_eby - g->n_ytype, &s);
     }
-    if (rc == FF_OK && g->me.d == g->eslot && g->me.z == 0) { /* the experts' biases */
+    if (g->me.d == g->eslot && g->me.z == 0) { /* the experts' biases */
         if (g->me.x == 0)
-            rc = sumsq(g, g->grads + g->n_eby, g->n_ebx - g->n_eby, &s);
-        if (rc == FF_OK && g->me.y == 0)
-            rc = sumsq(g, g->grads + g->n_ebx, g->n_params - g->n_ebx, &s);
+            sumsq(g, g->grads + g->n_eby, g->n_ebx - g->n_eby, &s);
+        if (g->me.y == 0)
+            sumsq(g, g->grads + g->n_ebx, g->n_params - g->n_ebx, &s);
     }
-    /* (a local failure here is out of memory; the step's collectives
-     * cannot be skipped on one rank, so the norm goes on and reports it) */
     float f = (float)s;
-    int rc2 = ff_allreduce(g->grp_world, &f, &f, 1, NULL);
-    rc = rc ? rc : rc2;
+    int rc = ff_allreduce(g->grp_world, &f, &f, 1, NULL);
     *norm = sqrtf(f);
     return rc;
 }
@@ -122,8 +112,8 @@ int ff_gpt_adam_ensure(ff_gpt *g)
         g->adam_m = g->adam_v = NULL;
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for AdamW's moments");
     }
-    /* zeroed by the team: each thread first touches the pages it updates
-     * (calloc's pages would fault, copy-on-write, inside the first update) */
+    /* zeroed by the team (ff_fbuf_alloc's pages are zero already, but
+     * each thread then first touches the pages it updates) */
     ff_zero(g->ctx, g->adam_m, (int64_t)g->n_params);
     ff_zero(g->ctx, g->adam_v, (int64_t)g->n_params);
     return FF_OK;
@@ -221,6 +211,8 @@ int ff_gpt_step_agreed(ff_gpt *g, int local_rc, const int32_t *tokens, const int
     float loss = 0, norm = 0;
     if (rc == FF_OK)
         rc = ff_gpt_finish_grads(g, &loss);
+    if (rc == FF_OK && g->mask) /* masked training: pruned weights get no gradient */
+        ff_mul(g->ctx, g->grads, g->grads, g->mask, (int64_t)g->n_params);
     if (rc == FF_OK)
         rc = ff_gpt_grad_norm(g, &norm);
     if (rc)
@@ -244,7 +236,10 @@ int ff_gpt_step_agreed(ff_gpt *g, int local_rc, const int32_t *tokens, const int
         if (coef < 1.0f)
             scale = coef;
     }
-    return ff_gpt_adamw_update(g, h, step, scale);
+    int rc2 = ff_gpt_adamw_update(g, h, step, scale);
+    if (rc2 == FF_OK && g->mask) /* and stay exactly zero */
+        ff_mul(g->ctx, g->params, g->params, g->mask, (int64_t)g->n_params);
+    return rc2;
 }
 
 int ff_gpt_eval(ff_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss)

@@ -1,7 +1,9 @@
 /* The jobs of the model's element-wise passes (gpt_ops.c, gpt_optim.c,
  * linear.c), shared with their GPU twins (cuda/backend.cu): a pass runs over
- * indices [0, n) of its job, the CPU's in ranges on the context's team, the
- * GPU's one index per thread with the same arithmetic per index. Plain C,
+ * indices [0, n) of its job (rows, columns, blocks or elements), the CPU's in
+ * ranges on the context's team, the GPU's a thread per index (or per element
+ * of a row, where the rows' elements are independent) with the same
+ * arithmetic. Plain C,
  * also read as C++ by nvcc. Internal to the library. */
 #ifndef FF_PASSES_H
 #define FF_PASSES_H

@@ -15,6 +15,7 @@
 #include "../nn/gpt_internal.h"
 #include "../util/file.h"
 #include "../util/plot.h"
+#include "fourfold/prune.h"
 
 /* Communication on this rank from the group counters: time blocked in
  * waits, and time collectives were in flight (summed over collectives). */
@@ -168,6 +169,10 @@ static const char *check_config(const ff_trainer_config *c)
                    "NULL for none)";
     if (c->resume_from && c->init_from)
         return "init_from starts a new run; it cannot be combined with resume_from";
+    if (c->mask && !c->mask[0])
+        return "an empty mask path (NULL for none)";
+    if (c->mask && !strcmp(c->mask, "auto") && !c->init_from)
+        return "mask \"auto\" is init_from's mask: it needs init_from";
     if (c->overwrite && same_dir(c->resume_from, c->out))
         return "overwrite starts a new run; it cannot be combined with resuming in the same folder";
     return NULL;
@@ -220,6 +225,33 @@ static int open_data(ff_trainer *t)
     int rc = ff_data_open(t->ctx, c->data, (int64_t)c->batch * c->seq + 1, &t->data);
     if (rc == FF_OK && c->val_data)
         rc = ff_data_open(t->ctx, c->val_data, (int64_t)c->micro_batch * c->seq + 1, &t->val);
+    return rc;
+}
+
+/* Masked training: the mask read on rank 0 (checked against the model),
+ * then applied everywhere. */
+static int load_mask(ff_trainer *t)
+{
+    const char *path = t->cfg.mask;
+    char buf[4200], err[512] = "";
+    if (!strcmp(path, "auto")) {
+        if (ff_mask_path(t->cfg.init_from, buf, sizeof buf) != FF_OK)
+            return fail(t, FF_EINVAL, "the init_from path is too long for its mask's");
+        path = buf;
+    }
+    unsigned char *keep = NULL;
+    int local = FF_OK;
+    if (ff_ctx_rank(t->ctx) == 0) {
+        size_t n = ff_gpt_canonical_size(t->g);
+        if (!(keep = malloc(n ? n : 1)))
+            local = ff_ctx_set_error(t->ctx, FF_ENOMEM, "out of memory for the mask");
+        else if ((local = ff_mask_read(t->g, path, keep, NULL, err, sizeof err)))
+            ff_ctx_set_error(t->ctx, local, "%s", err);
+    }
+    int rc = ff_ctx_agree(t->ctx, local);
+    if (rc == FF_OK)
+        rc = ff_gpt_set_mask(t->g, keep, 0);
+    free(keep);
     return rc;
 }
 
@@ -388,6 +420,8 @@ int ff_trainer_create(ff_grid *grid, const ff_trainer_config *cfg, ff_trainer **
     }
     if (rc == FF_OK)
         rc = start_run(t);
+    if (rc == FF_OK && cfg->mask)
+        rc = load_mask(t);
     if (rc == FF_OK) {
         t->start_step = t->st.step;
         t->st.seed = cfg->seed;
