@@ -233,84 +233,27 @@ static const int32_t *stage_ints(ff_cuda *cu, const int32_t *v, int64_t n, size_
 
 __global__ void k_ln_sums(ln_job j, int64_t n)
 {
-    FOR_INDEX(i, n)
-    {
-        const float *x = j.inp + i * j.cl;
-        double s = 0;
-        for (int64_t c = 0; c < j.cl; c++)
-            s += x[c];
-        j.mean[i] = (float)s;
-    }
+    FOR_INDEX(i, n) { ff_ln_sums_at(&j, i); }
 }
 
 __global__ void k_ln_squares(ln_job j, int64_t n)
 {
-    FOR_INDEX(i, n)
-    {
-        const float *x = j.inp + i * j.cl;
-        j.mean[i] /= (float)j.C;
-        double s = 0;
-        for (int64_t c = 0; c < j.cl; c++) {
-            double dx = (double)x[c] - j.mean[i];
-            s += dx * dx;
-        }
-        j.rstd[i] = (float)s;
-    }
+    FOR_INDEX(i, n) { ff_ln_squares_at(&j, i); }
 }
 
 __global__ void k_ln_normalize(ln_job j, int64_t n, int finish_rstd)
 {
-    FOR_INDEX(i, n)
-    {
-        if (finish_rstd)
-            j.rstd[i] = 1.0f / sqrtf(j.rstd[i] / (float)j.C + 1e-5f);
-        const float *x = j.inp + i * j.cl;
-        float *o = j.out + i * j.cl, mu = j.mean[i], r = j.rstd[i];
-        for (int64_t c = 0; c < j.cl; c++)
-            o[c] = (x[c] - mu) * r * j.w[c] + j.b[c];
-    }
+    FOR_INDEX(i, n) { ff_ln_normalize_at(&j, i, finish_rstd); }
 }
 
 __global__ void k_ln_back_sums(ln_job j, int64_t n)
 {
-    FOR_INDEX(i, n)
-    {
-        const float *x = j.inp + i * j.cl, *g = j.dout + i * j.cl;
-        float mu = j.mean[i], r = j.rstd[i];
-        double s1 = 0, s2 = 0;
-        for (int64_t c = 0; c < j.cl; c++) {
-            float norm = (x[c] - mu) * r, dnorm = j.w[c] * g[c];
-            s1 += dnorm;
-            s2 += (double)dnorm * norm;
-        }
-        j.stats[2 * i] = (float)s1;
-        j.stats[2 * i + 1] = (float)s2;
-    }
+    FOR_INDEX(i, n) { ff_ln_back_sums_at(&j, i); }
 }
 
 __global__ void k_ln_back_blocks(ln_job j, int64_t n)
 {
-    const int64_t cl = j.cl;
-    FOR_INDEX(blk, n)
-    {
-        float *pdw = j.part + 2 * blk * cl, *pdb = pdw + cl;
-        for (int64_t c = 0; c < 2 * cl; c++)
-            pdw[c] = 0.0f;
-        int64_t end = (blk + 1) * FF_LN_BLOCK < j.m ? (blk + 1) * FF_LN_BLOCK : j.m;
-        for (int64_t i = blk * FF_LN_BLOCK; i < end; i++) {
-            const float *x = j.inp + i * cl, *g = j.dout + i * cl;
-            float *d = j.dinp + i * cl;
-            float mu = j.mean[i], r = j.rstd[i];
-            float dnorm_mean = j.stats[2 * i] / (float)j.C,
-                  dnorm_norm_mean = j.stats[2 * i + 1] / (float)j.C;
-            for (int64_t c = 0; c < cl; c++) {
-                float norm = (x[c] - mu) * r, dnorm = j.w[c] * g[c];
-                pdb[c] += g[c];
-                pdw[c] += norm * g[c];
-                d[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
-            }
-        }
-    }
+    FOR_INDEX(blk, n) { ff_ln_back_block_at(&j, blk); }
 }
 
 __global__ void k_ln_back_sum_blocks(ln_job j, int64_t n)
@@ -396,50 +339,12 @@ __global__ void k_ce_local(ce_job j, int64_t n)
 
 __global__ void k_ce_combine(ce_job j, int64_t n)
 {
-    const int64_t m = j.m;
-    FOR_INDEX(i, n)
-    {
-        float mx = -INFINITY, target = 0;
-        for (int r = 0; r < j.gxn; r++)
-            mx = j.all[(int64_t)r * 3 * m + 3 * i] > mx ? j.all[(int64_t)r * 3 * m + 3 * i] : mx;
-        double sum = 0;
-        for (int r = 0; r < j.gxn; r++) {
-            const float *tr = j.all + (int64_t)r * 3 * m + 3 * i;
-            if (tr[1] > 0)
-                sum += (double)tr[1] * exp((double)tr[0] - mx);
-            target += tr[2];
-        }
-        float lse = mx + (float)log(sum);
-        j.losses[i] = lse - target;
-        if (j.dscale == 0.0f)
-            continue;
-        float *row = j.logits + i * j.vl;
-        int64_t t = (int64_t)j.targets[i] - j.v0;
-        const float f = j.dscale * expf(j.mine[3 * i] - lse);
-        for (int64_t c = 0; c < j.valid; c++)
-            row[c] *= f;
-        if (t >= 0 && t < j.valid)
-            row[t] -= j.dscale;
-        for (int64_t c = j.valid; c < j.vl; c++)
-            row[c] = 0.0f;
-    }
+    FOR_INDEX(i, n) { ff_ce_combine_at(&j, i); }
 }
 
 __global__ void k_sumsq(sumsq_job j, int64_t n)
 {
-    FOR_INDEX(b, n)
-    {
-        size_t i0 = (size_t)b * FF_SUM_BLOCK,
-               i1 = i0 + FF_SUM_BLOCK < j.n ? i0 + FF_SUM_BLOCK : j.n;
-        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        size_t i = i0;
-        for (; i + 8 <= i1; i += 8)
-            for (int k = 0; k < 8; k++)
-                s[k] += (double)j.p[i + k] * j.p[i + k];
-        for (int k = 0; i < i1; i++, k++)
-            s[k] += (double)j.p[i] * j.p[i];
-        j.part[b] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    }
+    FOR_INDEX(b, n) { ff_sumsq_block_at(&j, b); }
 }
 
 __global__ void k_adamw(adamw_job j, int64_t n)

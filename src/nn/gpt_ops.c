@@ -31,55 +31,29 @@ enum { ROW_GRAIN = 8, COL_GRAIN = 64 };
 static void ln_sums(void *p, int64_t i0, int64_t i1, int th) /* pass 1: row sums */
 {
     (void)th;
-    const ln_job *j = p;
-    for (int64_t i = i0; i < i1; i++) {
-        const float *x = j->inp + i * j->cl;
-        double s = 0;
-        for (int64_t c = 0; c < j->cl; c++)
-            s += x[c];
-        j->mean[i] = (float)s;
-    }
+    for (int64_t i = i0; i < i1; i++)
+        ff_ln_sums_at(p, i);
 }
 
 static void ln_squares(void *p, int64_t i0, int64_t i1, int th) /* pass 2: about the mean */
 {
     (void)th;
-    const ln_job *j = p;
-    for (int64_t i = i0; i < i1; i++) {
-        const float *x = j->inp + i * j->cl;
-        j->mean[i] /= (float)j->C;
-        double s = 0;
-        for (int64_t c = 0; c < j->cl; c++) {
-            double dx = (double)x[c] - j->mean[i];
-            s += dx * dx;
-        }
-        j->rstd[i] = (float)s;
-    }
+    for (int64_t i = i0; i < i1; i++)
+        ff_ln_squares_at(p, i);
 }
 
 static void ln_normalize(void *p, int64_t i0, int64_t i1, int th)
 {
     (void)th;
-    const ln_job *j = p;
-    for (int64_t i = i0; i < i1; i++) {
-        j->rstd[i] = 1.0f / sqrtf(j->rstd[i] / (float)j->C + 1e-5f);
-        const float *x = j->inp + i * j->cl;
-        float *o = j->out + i * j->cl, mu = j->mean[i], r = j->rstd[i];
-        for (int64_t c = 0; c < j->cl; c++)
-            o[c] = (x[c] - mu) * r * j->w[c] + j->b[c];
-    }
+    for (int64_t i = i0; i < i1; i++)
+        ff_ln_normalize_at(p, i, 1);
 }
 
 static void ln_apply_rows(void *p, int64_t i0, int64_t i1, int th)
 {
     (void)th;
-    const ln_job *j = p;
-    for (int64_t i = i0; i < i1; i++) {
-        const float *x = j->inp + i * j->cl;
-        float *o = j->out + i * j->cl, mu = j->mean[i], r = j->rstd[i];
-        for (int64_t c = 0; c < j->cl; c++)
-            o[c] = (x[c] - mu) * r * j->w[c] + j->b[c];
-    }
+    for (int64_t i = i0; i < i1; i++)
+        ff_ln_normalize_at(p, i, 0);
 }
 
 void ff_ln_apply(ff_ctx *ctx, float *out, const float *mean, const float *rstd, const float *inp,
@@ -122,23 +96,11 @@ int ff_ln_forward(ff_group *gy, float *out, float *mean, float *rstd, const floa
     return FF_OK;
 }
 
-/* per row: sum(dnorm) and sum(dnorm * norm), dnorm = dout * w */
 static void ln_back_sums(void *p, int64_t i0, int64_t i1, int th)
 {
     (void)th;
-    const ln_job *j = p;
-    for (int64_t i = i0; i < i1; i++) {
-        const float *x = j->inp + i * j->cl, *g = j->dout + i * j->cl;
-        float mu = j->mean[i], r = j->rstd[i];
-        double s1 = 0, s2 = 0;
-        for (int64_t c = 0; c < j->cl; c++) {
-            float norm = (x[c] - mu) * r, dnorm = j->w[c] * g[c];
-            s1 += dnorm;
-            s2 += (double)dnorm * norm;
-        }
-        j->stats[2 * i] = (float)s1;
-        j->stats[2 * i + 1] = (float)s2;
-    }
+    for (int64_t i = i0; i < i1; i++)
+        ff_ln_back_sums_at(p, i);
 }
 
 /* Blocks of FF_LN_BLOCK rows: dinp for its rows, and the block's own sums of
@@ -148,26 +110,8 @@ static void ln_back_sums(void *p, int64_t i0, int64_t i1, int th)
 static void ln_back_blocks(void *p, int64_t b0, int64_t b1, int th)
 {
     (void)th;
-    const ln_job *j = p;
-    const int64_t cl = j->cl;
-    for (int64_t blk = b0; blk < b1; blk++) {
-        float *pdw = j->part + 2 * blk * cl, *pdb = pdw + cl;
-        memset(pdw, 0, 2 * (size_t)cl * sizeof(float));
-        int64_t end = (blk + 1) * FF_LN_BLOCK < j->m ? (blk + 1) * FF_LN_BLOCK : j->m;
-        for (int64_t i = blk * FF_LN_BLOCK; i < end; i++) {
-            const float *x = j->inp + i * cl, *g = j->dout + i * cl;
-            float *d = j->dinp + i * cl;
-            float mu = j->mean[i], r = j->rstd[i];
-            float dnorm_mean = j->stats[2 * i] / (float)j->C,
-                  dnorm_norm_mean = j->stats[2 * i + 1] / (float)j->C;
-            for (int64_t c = 0; c < cl; c++) {
-                float norm = (x[c] - mu) * r, dnorm = j->w[c] * g[c];
-                pdb[c] += g[c];
-                pdw[c] += norm * g[c];
-                d[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
-            }
-        }
-    }
+    for (int64_t blk = b0; blk < b1; blk++)
+        ff_ln_back_block_at(p, blk);
 }
 
 static void ln_back_sum_blocks(void *p, int64_t c0, int64_t c1, int th)
@@ -524,34 +468,8 @@ static void ce_local(void *p, int64_t i0, int64_t i1, int th)
 static void ce_combine(void *p, int64_t i0, int64_t i1, int th)
 {
     (void)th;
-    const ce_job *j = p;
-    const int64_t m = j->m;
-    for (int64_t i = i0; i < i1; i++) {
-        float mx = -INFINITY, target = 0;
-        for (int r = 0; r < j->gxn; r++)
-            mx = j->all[(int64_t)r * 3 * m + 3 * i] > mx ? j->all[(int64_t)r * 3 * m + 3 * i] : mx;
-        double sum = 0;
-        for (int r = 0; r < j->gxn; r++) {
-            const float *tr = j->all + (int64_t)r * 3 * m + 3 * i;
-            if (tr[1] > 0)
-                sum += (double)tr[1] * exp((double)tr[0] - mx);
-            target += tr[2];
-        }
-        float lse = mx + (float)log(sum);
-        j->losses[i] = lse - target;
-        if (j->dscale == 0.0f)
-            continue;
-        float *row = j->logits + i * j->vl;
-        int64_t t = (int64_t)j->targets[i] - j->v0;
-        /* softmax = exp(l - local max) * exp(local max - lse) */
-        const float f = j->dscale * expf(j->mine[3 * i] - lse);
-        for (int64_t c = 0; c < j->valid; c++)
-            row[c] *= f;
-        if (t >= 0 && t < j->valid)
-            row[t] -= j->dscale;
-        for (int64_t c = j->valid; c < j->vl; c++)
-            row[c] = 0.0f;
-    }
+    for (int64_t i = i0; i < i1; i++)
+        ff_ce_combine_at(p, i);
 }
 
 int ff_crossentropy(ff_group *gx, float *losses, float *logits, const int32_t *targets, int64_t m,

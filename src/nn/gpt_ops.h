@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "fourfold/comm.h"
+#include "passes.h"
 
 /* out, inp (m, cl); w, b (cl); mean, rstd (m) saved for the backward; the
  * row has C columns in all, split over gy. Two passes (mean, then the sum of
@@ -23,7 +24,6 @@ void ff_ln_apply(ff_ctx *ctx, float *out, const float *mean, const float *rstd, 
 /* dinp += d LayerNorm; dw, db += their gradients. The two row sums of the
  * gradient formula in one AllReduce_Y of 2m floats (scratch:
  * FF_LN_SCRATCH(m, cl): those, and per block of rows its sums of dw, db). */
-enum { FF_LN_BLOCK = 32 };
 #define FF_LN_SCRATCH(m, cl) (2 * (m) + 2 * (cl) * (((m) + FF_LN_BLOCK - 1) / FF_LN_BLOCK))
 int ff_ln_backward(ff_group *gy, float *dinp, float *dw, float *db, const float *dout,
                    const float *inp, const float *w, const float *mean, const float *rstd,

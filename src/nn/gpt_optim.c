@@ -38,26 +38,11 @@ float ff_adamw_lr(const ff_adamw *h, int step)
 
 /* Sums of squares in blocks of FF_SUM_BLOCK elements (double, in order),
  * the blocks' sums added in order: the same bits for any number of threads. */
-
 static void sumsq_blocks(void *arg, int64_t b0, int64_t b1, int th)
 {
     (void)th;
-    const sumsq_job *j = arg;
-    for (int64_t b = b0; b < b1; b++) {
-        size_t i0 = (size_t)b * FF_SUM_BLOCK,
-               i1 = i0 + FF_SUM_BLOCK < j->n ? i0 + FF_SUM_BLOCK : j->n;
-        /* eight running sums (element i to sum i mod 8), added in order at
-         * the end: independent chains the compiler can vectorize, where one
-         * running sum waits for each addition */
-        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        size_t i = i0;
-        for (; i + 8 <= i1; i += 8)
-            for (int k = 0; k < 8; k++)
-                s[k] += (double)j->p[i + k] * j->p[i + k];
-        for (int k = 0; i < i1; i++, k++)
-            s[k] += (double)j->p[i] * j->p[i];
-        j->part[b] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    }
+    for (int64_t b = b0; b < b1; b++)
+        ff_sumsq_block_at(arg, b);
 }
 
 static void sumsq(ff_gpt *g, const float *p, size_t n, double *out)

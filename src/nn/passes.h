@@ -8,6 +8,7 @@
 #ifndef FF_PASSES_H
 #define FF_PASSES_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -136,6 +137,131 @@ static inline FF_HD float ff_gelu_grad(float x)
     float sech2 = 1.0f - th * th;
     return 0.5f * (1.0f + th) +
            x * 0.5f * sech2 * FF_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+/* ---- the passes' work per index, the CPU's and the GPU's ------------------ */
+
+/* LayerNorm's backward works in blocks of rows (ln_job.part). */
+enum { FF_LN_BLOCK = 32 };
+
+/* row i: the sum of its columns, in double (the mean's pass 1) */
+static inline FF_HD void ff_ln_sums_at(const ln_job *j, int64_t i)
+{
+    const float *x = j->inp + i * j->cl;
+    double s = 0;
+    for (int64_t c = 0; c < j->cl; c++)
+        s += x[c];
+    j->mean[i] = (float)s;
+}
+
+/* row i: the mean from the all-reduced sum, the squared deviations about it */
+static inline FF_HD void ff_ln_squares_at(const ln_job *j, int64_t i)
+{
+    const float *x = j->inp + i * j->cl;
+    j->mean[i] /= (float)j->C;
+    double s = 0;
+    for (int64_t c = 0; c < j->cl; c++) {
+        double dx = (double)x[c] - j->mean[i];
+        s += dx * dx;
+    }
+    j->rstd[i] = (float)s;
+}
+
+/* row i normalised; with finish, rstd from the all-reduced squares first */
+static inline FF_HD void ff_ln_normalize_at(const ln_job *j, int64_t i, int finish)
+{
+    if (finish)
+        j->rstd[i] = 1.0f / sqrtf(j->rstd[i] / (float)j->C + 1e-5f);
+    const float *x = j->inp + i * j->cl;
+    float *o = j->out + i * j->cl, mu = j->mean[i], r = j->rstd[i];
+    for (int64_t c = 0; c < j->cl; c++)
+        o[c] = (x[c] - mu) * r * j->w[c] + j->b[c];
+}
+
+/* row i: sum(dnorm) and sum(dnorm * norm), dnorm = dout * w */
+static inline FF_HD void ff_ln_back_sums_at(const ln_job *j, int64_t i)
+{
+    const float *x = j->inp + i * j->cl, *g = j->dout + i * j->cl;
+    float mu = j->mean[i], r = j->rstd[i];
+    double s1 = 0, s2 = 0;
+    for (int64_t c = 0; c < j->cl; c++) {
+        float norm = (x[c] - mu) * r, dnorm = j->w[c] * g[c];
+        s1 += dnorm;
+        s2 += (double)dnorm * norm;
+    }
+    j->stats[2 * i] = (float)s1;
+    j->stats[2 * i + 1] = (float)s2;
+}
+
+/* block blk of FF_LN_BLOCK rows: dinp for its rows, and the block's own sums
+ * of the w and b gradients (from zero, rows in order) into part */
+static inline FF_HD void ff_ln_back_block_at(const ln_job *j, int64_t blk)
+{
+    const int64_t cl = j->cl;
+    float *pdw = j->part + 2 * blk * cl, *pdb = pdw + cl;
+    for (int64_t c = 0; c < 2 * cl; c++)
+        pdw[c] = 0.0f;
+    int64_t end = (blk + 1) * FF_LN_BLOCK < j->m ? (blk + 1) * FF_LN_BLOCK : j->m;
+    for (int64_t i = blk * FF_LN_BLOCK; i < end; i++) {
+        const float *x = j->inp + i * cl, *g = j->dout + i * cl;
+        float *d = j->dinp + i * cl;
+        float mu = j->mean[i], r = j->rstd[i];
+        float dnorm_mean = j->stats[2 * i] / (float)j->C,
+              dnorm_norm_mean = j->stats[2 * i + 1] / (float)j->C;
+        for (int64_t c = 0; c < cl; c++) {
+            float norm = (x[c] - mu) * r, dnorm = j->w[c] * g[c];
+            pdb[c] += g[c];
+            pdw[c] += norm * g[c];
+            d[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
+        }
+    }
+}
+
+/* cross-entropy, row i: combine the X ranks' triples in rank order (M = max
+ * M_x, S = sum S_x exp(M_x - M)); then the gradient in place */
+static inline FF_HD void ff_ce_combine_at(const ce_job *j, int64_t i)
+{
+    const int64_t m = j->m;
+    float mx = -INFINITY, target = 0;
+    for (int r = 0; r < j->gxn; r++)
+        mx = j->all[(int64_t)r * 3 * m + 3 * i] > mx ? j->all[(int64_t)r * 3 * m + 3 * i] : mx;
+    double sum = 0;
+    for (int r = 0; r < j->gxn; r++) {
+        const float *tr = j->all + (int64_t)r * 3 * m + 3 * i;
+        if (tr[1] > 0)
+            sum += (double)tr[1] * exp((double)tr[0] - mx);
+        target += tr[2];
+    }
+    float lse = mx + (float)log(sum);
+    j->losses[i] = lse - target;
+    if (j->dscale == 0.0f)
+        return;
+    float *row = j->logits + i * j->vl;
+    int64_t t = (int64_t)j->targets[i] - j->v0;
+    /* softmax = exp(l - local max) * exp(local max - lse) */
+    const float f = j->dscale * expf(j->mine[3 * i] - lse);
+    for (int64_t c = 0; c < j->valid; c++)
+        row[c] *= f;
+    if (t >= 0 && t < j->valid)
+        row[t] -= j->dscale;
+    for (int64_t c = j->valid; c < j->vl; c++)
+        row[c] = 0.0f;
+}
+
+/* the sum of squares of block b, in double with eight running sums (element
+ * i to sum i mod 8: independent chains the compiler can vectorize) added in
+ * a fixed order */
+static inline FF_HD void ff_sumsq_block_at(const sumsq_job *j, int64_t b)
+{
+    size_t i0 = (size_t)b * FF_SUM_BLOCK, i1 = i0 + FF_SUM_BLOCK < j->n ? i0 + FF_SUM_BLOCK : j->n;
+    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t i = i0;
+    for (; i + 8 <= i1; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += (double)j->p[i + k] * j->p[i + k];
+    for (int k = 0; i < i1; i++, k++)
+        s[k] += (double)j->p[i] * j->p[i];
+    j->part[b] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 #endif
