@@ -4,8 +4,9 @@
 # the kept counts exact (round(p n) of the tiny model's 98304 candidate
 # weights); masked training from it on 2x1x1x2 keeps every pruned weight of
 # its checkpoint exactly zero (read by numpy from the llm.c file) while the
-# kept weights move; bad input gets one message and the same exit on every
-# rank (tests/cases.sh).
+# kept weights move; iterative pruning inside a run, resumed bit for bit from
+# a checkpoint that carries the mask; bad input gets one message and the
+# same exit on every rank (tests/cases.sh).
 #   usage: prune_cli.sh FOURFOLD MPIEXEC
 set -u
 FF=$1 MPIEXEC=$2 NP=4
@@ -43,24 +44,60 @@ expect p50 "pruned 49152 of 98304 candidate weights"
 step p80 $MPI -np 1 "$FF" prune --checkpoint "$WORK/p50.bin" --sparsity 0.8 --out "$WORK/p80.bin"
 expect p80 "starting from $WORK/p50.bin.mask: "
 expect p80 "pruned 78643 of 98304 candidate weights"
-step masked $MPI -np 4 "$FF" train $S --grid 2x1x1x2 --steps 3 --init-from "$WORK/p80.bin" \
-    --mask auto --out "$WORK/m"
-"$PY" - "$WORK/p80.bin" "$WORK/m/model_00000003.bin" <<'EOF' || failures=$((failures + 1))
+# masked training from a pruned checkpoint: its pruned weights are zero in
+# the file, and after 3 steps still (numpy reads both llm.c files)
+check_masked() { # pruned checkpoint, trained checkpoint
+    "$PY" - "$1" "$2" <<'EOF'
 import sys
 import numpy as np
 before = np.fromfile(sys.argv[1], dtype=np.float32, offset=1024)
 after = np.fromfile(sys.argv[2], dtype=np.float32, offset=1024)
-h = np.fromfile(sys.argv[1] + ".mask", dtype=np.int32, count=64)
+h = np.fromfile(sys.argv[1] + ".mask", dtype=np.uint32, count=64)
 n = int(h[2]) | int(h[3]) << 32
 bits = np.fromfile(sys.argv[1] + ".mask", dtype=np.uint8, offset=256)
 keep = np.unpackbits(bits, bitorder="little")[:n].astype(bool)
 assert len(before) == len(after) == n, (len(before), len(after), n)
+zero_before = int(np.count_nonzero(before[~keep]))
 nonzero = int(np.count_nonzero(after[~keep]))
 moved = int(np.count_nonzero(after[keep] != before[keep]))
-print(f"masked training: {int((~keep).sum())} pruned weights, {nonzero} of them nonzero after 3 "
-      f"steps; {moved} of {int(keep.sum())} kept entries changed")
-sys.exit(0 if nonzero == 0 and moved > 0.5 * keep.sum() else 1)
+print(f"masked training from {sys.argv[1].split('/')[-1]}: {int((~keep).sum())} pruned weights, "
+      f"{zero_before} nonzero in the pruned file, {nonzero} after 3 steps; {moved} of "
+      f"{int(keep.sum())} kept entries changed")
+sys.exit(0 if zero_before == 0 and nonzero == 0 and moved > 0.5 * keep.sum() else 1)
 EOF
+}
+step masked $MPI -np 4 "$FF" train $S --grid 2x1x1x2 --steps 3 --init-from "$WORK/p80.bin" \
+    --mask auto --out "$WORK/m"
+check_masked "$WORK/p80.bin" "$WORK/m/model_00000003.bin" || failures=$((failures + 1))
+# the embedding pruned too, on 2 pipeline stages (the tied wte on both)
+step p80e $MPI -np 1 "$FF" prune --checkpoint "$WORK/run/model_00000003.bin" --sparsity 0.8 \
+    --embedding --out "$WORK/p80e.bin"
+expect p80e "pruned 104858 of 131072 candidate weights"
+step staged $MPI -np 4 "$FF" train $S --stages 2 --grid 1x1x1x2 --steps 3 \
+    --init-from "$WORK/p80e.bin" --mask auto --out "$WORK/st"
+check_masked "$WORK/p80e.bin" "$WORK/st/model_00000003.bin" || failures=$((failures + 1))
+
+# iterative pruning in a run (0.75 in 2 rounds: 0.5 after step 2, 0.75 after
+# step 4) on 1x2x1x2, checkpoints every 4 steps carrying the mask; resumed
+# from step 4 it ends with the same model file, bit for bit (the mask came
+# back from the checkpoint, or the pruned weights would have grown again)
+P="$S --grid 1x2x1x2 --steps 8 --save-every 4 --keep 0 --prune-to 0.75 --prune-every 2 --prune-steps 2"
+step iter $MPI -np 4 "$FF" train $P --out "$WORK/it"
+expect iter "pruning round 1 of 2: 49152 of 98304 candidate weights pruned"
+expect iter "pruning round 2 of 2: 73728 of 98304 candidate weights pruned"
+mkdir "$WORK/it2"
+for f in DONE_00000004 model_00000004.bin model_00000004.bin.mask state_00000004.bin log.jsonl; do
+    cp "$WORK/it/$f" "$WORK/it2/"
+done
+cp -r "$WORK/it/corpus" "$WORK/it2/"
+step iter2 $MPI -np 4 "$FF" train $P --out "$WORK/it2" --resume
+if cmp -s "$WORK/it/model_00000008.bin" "$WORK/it2/model_00000008.bin" &&
+    cmp -s "$WORK/it/model_00000008.bin.mask" "$WORK/it2/model_00000008.bin.mask"; then
+    echo "ok: resumed at step 4, the pruning run's step-8 model and mask are bit for bit the same"
+else
+    echo "FAILED: the resumed pruning run differs at step 8"
+    failures=$((failures + 1))
+fi
 
 # bad input: one message, every rank's exit code
 case_ "expected 0 <= P < 1"              2 prune --checkpoint "$WORK/p80.bin" --sparsity 1 --out "$WORK/x.bin"
@@ -72,6 +109,7 @@ case_ "it needs init_from"               1 train $S --grid 1x2x1x2 --steps 1 --m
 cp "$WORK/p80.bin.mask" "$WORK/bad.mask"
 printf 'X' | dd of="$WORK/bad.mask" bs=1 seek=300 conv=notrunc 2> /dev/null
 case_ "fails its checksum"               1 train $S --grid 1x2x1x2 --steps 1 --init-from "$WORK/p80.bin" --mask "$WORK/bad.mask" --out "$WORK/o3"
+case_ "go together"                      2 train $S --prune-to 0.5 --out "$WORK/o5"
 case_ "cannot read the mask"             1 train $S --grid 1x2x1x2 --steps 1 --init-from "$WORK/run/model_00000003.bin" --mask auto --out "$WORK/o4"
 
 [ "$failures" = 0 ] && echo "prune_cli: passed" || echo "prune_cli: FAILED ($failures)"

@@ -4,13 +4,15 @@
  *     reference (every candidate sorted by magnitude, ties by canonical
  *     index, the first round(p n) pruned), global and per layer, on the
  *     initial weights and on weights rounded to quarters (many ties), with
- *     and without the embedding; pruning 0.5 then 0.8 equals pruning 0.8;
+ *     and without the embedding, and for a mixture of experts (each expert's
+ *     matrices apart); pruning 0.5 then 0.8 equals pruning 0.8;
  *     bad sparsities and a non-finite weight refused; mask files written and
  *     read back, a flipped byte, a truncated file, another model's mask and
  *     a missing file refused;
  *   - every grid of 8 ranks: two AdamW steps (eps 1, as test_gpt's) of the
  *     model trained with the global 0.8 mask from the same initialisation
- *     as the serial masked run: pruned parameters, gradients and both AdamW
+ *     as the serial masked run: pruned parameters zero once the mask is set,
+ *     and pruned parameters, gradients and both AdamW
  *     moments exactly zero after each step, the reported gradient norm that
  *     of the masked gradients (within 1e-5), the losses within 1e-5 and the
  *     parameters' updates per tensor within test_gpt's bound 2(4L+4)gamma_K
@@ -33,25 +35,30 @@ static int32_t token_at(int64_t s, int64_t t)
     return (int32_t)(ff_rng_uniform(11, 5, (uint64_t)(s * (T + 1) + t)) * CFG.V);
 }
 
-/* The candidates by the test's own reading of the layout: the tensors named
- * qkvw, attprojw, fcw, fcprojw (one matrix per block), and wte's V rows. */
+/* The candidates by the test's own reading of the layout (include/
+ * fourfold/gpt.h): qkvw and attprojw one matrix per block, fcw and fcprojw
+ * one per dense block, efcw and efcprojw one per expert of each MoE block
+ * (blocks K-1, 2K-1, ...), and wte's V rows. */
 typedef struct {
     size_t off, len;
 } span;
 
-static int spans_of(ff_gpt *g, int embedding, span *out)
+static int spans_of(ff_gpt *g, const ff_gpt_config *c, int embedding, span *out)
 {
+    const int Lm = c->experts ? c->L / c->expert_every : 0;
     int n = 0;
     size_t off = 0;
     for (int i = 0; i < FF_GPT_NTENSORS; i++) {
         const char *name = ff_gpt_tensor_name(i);
         size_t size = ff_gpt_tensor_size(g, i);
+        int matrices = !strcmp(name, "qkvw") || !strcmp(name, "attprojw")   ? c->L
+                       : !strcmp(name, "fcw") || !strcmp(name, "fcprojw")   ? c->L - Lm
+                       : !strcmp(name, "efcw") || !strcmp(name, "efcprojw") ? Lm * c->experts
+                                                                            : 0;
         if (!strcmp(name, "wte") && embedding)
-            out[n++] = (span){off, (size_t)CFG.V * CFG.C};
-        else if (!strcmp(name, "qkvw") || !strcmp(name, "attprojw") || !strcmp(name, "fcw") ||
-                 !strcmp(name, "fcprojw"))
-            for (int l = 0; l < CFG.L; l++)
-                out[n++] = (span){off + (size_t)l * (size / CFG.L), size / CFG.L};
+            out[n++] = (span){off, (size_t)c->V * c->C};
+        for (int l = 0; l < matrices; l++)
+            out[n++] = (span){off + (size_t)l * (size / matrices), size / matrices};
         off += size;
     }
     return n;
@@ -94,12 +101,12 @@ static void reference(const float *canon, size_t n, const span *s, int ns, int p
     }
 }
 
-static void check_mask(ff_gpt *g, const float *canon, int per_layer, int embedding, double p,
-                       const char *what)
+static void check_mask(ff_gpt *g, const ff_gpt_config *c, const float *canon, int per_layer,
+                       int embedding, double p, const char *what)
 {
     size_t n = ff_gpt_canonical_size(g);
     span s[64];
-    int ns = spans_of(g, embedding, s);
+    int ns = spans_of(g, c, embedding, s);
     unsigned char *got = malloc(n), *want = malloc(n);
     memset(got, 1, n);
     ff_prune_opts o = {.sparsity = p, .per_layer = per_layer, .embedding = embedding};
@@ -150,11 +157,27 @@ static void serial_checks(float **mask_canon_out, unsigned char **keep_out)
     ff_gpt_gather(g, FF_GPT_PARAMS, canon, 0);
     for (size_t i = 0; i < n; i++) /* magnitudes in a few values: ties everywhere */
         quarters[i] = roundf(canon[i] * 40.0f) / 4.0f;
-    check_mask(g, canon, 0, 0, 0.8, "global 0.8");
-    check_mask(g, canon, 1, 0, 0.6, "per layer 0.6");
-    check_mask(g, canon, 0, 1, 0.5, "global 0.5 with the embedding");
-    check_mask(g, quarters, 0, 0, 0.8, "global 0.8, ties");
-    check_mask(g, quarters, 1, 1, 0.7, "per layer 0.7 with the embedding, ties");
+    check_mask(g, &CFG, canon, 0, 0, 0.8, "global 0.8");
+    check_mask(g, &CFG, canon, 1, 0, 0.6, "per layer 0.6");
+    check_mask(g, &CFG, canon, 0, 1, 0.5, "global 0.5 with the embedding");
+    check_mask(g, &CFG, quarters, 0, 0, 0.8, "global 0.8, ties");
+    check_mask(g, &CFG, quarters, 1, 1, 0.7, "per layer 0.7 with the embedding, ties");
+    { /* a mixture of experts: each expert's matrices apart, the routers never */
+        ff_gpt_config mc = CFG;
+        ff_gpt_config_moe(&mc, 4);
+        ff_gpt *moe = NULL;
+        if (ff_gpt_create(grid, &mc, NULL, B, T, &moe) == FF_OK && ff_gpt_init(moe, 99) == FF_OK) {
+            size_t nm = ff_gpt_canonical_size(moe);
+            float *mcanon = malloc(nm * sizeof *mcanon);
+            ff_gpt_gather(moe, FF_GPT_PARAMS, mcanon, 0);
+            check_mask(moe, &mc, mcanon, 0, 0, 0.8, "MoE (4 experts), global 0.8");
+            check_mask(moe, &mc, mcanon, 1, 0, 0.6, "MoE (4 experts), per layer 0.6");
+            free(mcanon);
+        } else {
+            CHECK(0, "the MoE model: %s", ff_ctx_error(ctx));
+        }
+        ff_gpt_destroy(moe);
+    }
 
     /* iterative: 0.5 then 0.8 is 0.8 */
     ff_prune_opts o = {.sparsity = 0.5};
@@ -283,6 +306,11 @@ static int masked_run(ff_ctx *ctx, ff_dims shape, const unsigned char *keep, run
         rc = ff_gpt_set_mask(g, root ? keep : NULL, 0);
     if (rc == FF_OK)
         rc = ff_gpt_gather(g, FF_GPT_PARAMS, r->init, 0);
+    size_t pruned_nonzero = 0; /* ff_gpt_set_mask zeroes them at once */
+    for (size_t i = 0; root && rc == FF_OK && i < n; i++)
+        pruned_nonzero += !keep[i] && r->init[i] != 0.0f;
+    CHECK(pruned_nonzero == 0, "%s: %zu pruned parameters not zero after ff_gpt_set_mask", desc,
+          pruned_nonzero);
     int first = 0, count = 0;
     if (g)
         ff_gpt_local_sequences(g, &first, &count);

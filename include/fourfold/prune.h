@@ -49,7 +49,11 @@ int ff_prune(const ff_gpt *g, const float *canon, const ff_prune_opts *o, unsign
  * FF_MASK_MAGIC, version 1, the entry and kept counts, the options, the
  * model's shape), one bit per entry, a CRC-32. ff_mask_read checks all of it
  * against g (another model's mask is refused) and fills keep. Pure file I/O
- * on the calling rank; FF_EIO, FF_ECORRUPT or FF_EINVAL with a message. */
+ * on the calling rank, in the machine's byte order (little-endian on x86-64
+ * and Arm64, as llm.c's files); FF_EIO, FF_ECORRUPT, FF_EINVAL or FF_ENOMEM
+ * with a message. Another model is one of another layout (the checkpoint
+ * header's slots 2-9); the routing options of a mixture of experts may
+ * differ. */
 enum { FF_MASK_MAGIC = 20261126 };
 int ff_mask_write(const ff_gpt *g, const char *path, const unsigned char *keep,
                   const ff_prune_opts *o, char *err, size_t err_len);
@@ -59,13 +63,22 @@ int ff_mask_read(const ff_gpt *g, const char *path, unsigned char *keep, int64_t
 int ff_mask_path(const char *checkpoint, char *out, size_t len);
 
 /* Trains with a mask from now on (docs/samo.md, "Masked training"): keep is
- * canonical, on world rank root (ignored elsewhere); the parameters are
- * multiplied by it at once, and each step multiplies the gradients by it
- * before the norm and the parameters after AdamW, so pruned weights stay
- * exactly zero. keep NULL on every rank removes the mask. Collective. */
+ * canonical, on world rank root (ignored elsewhere; root's NULL removes the
+ * mask); the parameters and AdamW's moments are multiplied by it at once,
+ * and each step multiplies the gradients by it before the norm and the
+ * parameters after AdamW, so pruned weights stay exactly zero. On failure
+ * the model has no mask. Collective. */
 int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root);
 /* 1 if the model trains with a mask. */
 int ff_gpt_has_mask(const ff_gpt *g);
+/* Reads a mask file on rank 0 (checked against g) and trains with it from
+ * now on (ff_gpt_set_mask). With `optional`, a path that does not exist
+ * is no error and leaves the model as it is. Collective; the outcome
+ * agrees on every rank. */
+int ff_gpt_load_mask(ff_gpt *g, const char *path, int optional);
+/* Writes the model's mask to path (rank 0, atomically); a model without a
+ * mask removes a file left at path instead. Collective. */
+int ff_gpt_save_mask(ff_gpt *g, const char *path);
 
 #ifdef __cplusplus
 }

@@ -51,9 +51,11 @@ int ff_ckpt_latest(ff_ctx *ctx, const char *dir, int64_t *step);
 /* Removes every checkpoint in `dir` (a new run in a used folder). */
 int ff_ckpt_clear(ff_ctx *ctx, const char *dir);
 /* Loads parameters, AdamW moments and the state of checkpoint `step` from
- * `dir`, verifying both checksums, the pairing, and the model shape. */
+ * `dir`, verifying both checksums, the pairing, and the model shape. A
+ * masked run's checkpoint also has the mask (model_N.bin.mask, written
+ * before the DONE marker; docs/samo.md): it is loaded with it. */
 int ff_ckpt_load(ff_gpt *g, const char *dir, int64_t step, ff_train_state *st);
-/* The file names of checkpoint `step` in `dir` (model, state, done). */
+/* The file names of checkpoint `step` in `dir` (model, state, done, mask). */
 void ff_ckpt_path(char *buf, size_t len, const char *dir, const char *kind, int64_t step);
 
 /* ---- sampling ---------------------------------------------------------------------- */

@@ -24,6 +24,7 @@
 
 #include "fourfold/gpt.h"
 #include "fourfold/grid.h"
+#include "fourfold/prune.h"
 #include "fourfold/train.h"
 
 #ifdef __cplusplus
@@ -92,9 +93,16 @@ typedef struct {
     const char *resume_from; /* continue from the newest checkpoint in this folder */
     const char *init_from;   /* start from an llm.c gpt2_*.bin v3 file */
     /* masked training (docs/samo.md): a mask file (fourfold prune), or "auto"
-     * for init_from's (init_from.mask); pruned weights stay zero. Given
-     * again to resume a masked run. NULL: none */
+     * for init_from's (init_from.mask); pruned weights stay zero. A masked
+     * run's checkpoints carry its mask, so resuming needs none. NULL: none */
     const char *mask;
+    /* iterative magnitude pruning (docs/samo.md): after steps prune_every,
+     * 2 prune_every, ..., prune_steps x prune_every the candidates are pruned
+     * to 1 - (1 - prune.sparsity)^(i / prune_steps) in round i, what is pruned
+     * staying pruned (ff_prune), and training goes on with the mask.
+     * prune.sparsity 0: none */
+    ff_prune_opts prune;
+    int prune_every, prune_steps;
     double sgemm_rate; /* this rank's sgemm FLOP/s; 0 on any rank: all measure at create */
     ff_train_hook hook;
     void *user;

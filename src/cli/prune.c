@@ -174,7 +174,8 @@ int cmd_prune(int argc, char **argv)
             ff_ctx_set_error(ctx, local, "%s", err);
         if ((rc = ff_ctx_agree(ctx, local)) == FF_OK)
             cli_print("wrote %s and %s\n", o.out, path);
-    } else
+    }
+    if (rc)
         cli_error("%s", ff_ctx_error(ctx));
     free(canon);
     free(keep);

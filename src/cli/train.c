@@ -26,6 +26,9 @@ typedef struct {
     float slow_ms;
     ff_adamw hyper;
     const char *data, *val_data, *out, *resume_from, *init_from, *plan, *mask;
+    float prune_to;
+    long prune_every, prune_steps;
+    int prune_per_layer;
     int resume, overwrite, grid_auto;
     long ag_cache_blocks; /* the planner's unit; -1: every layer, wte included */
     long seed, val_every, val_batches, save_every, keep, log_every, sample_tokens, top_k;
@@ -57,7 +60,11 @@ static const char help[] =
     "                    shape; an MoE file's routing options may be changed)\n"
     "  --mask FILE|auto  masked training: pruned weights stay zero (a mask of fourfold\n"
     "                    prune; auto: the --init-from checkpoint's, FILE.mask;\n"
-    "                    give it again with --resume; docs/samo.md)\n"
+    "                    a run's checkpoints keep it: --resume finds it; docs/samo.md)\n"
+    "  --prune-to P      iterative magnitude pruning: every --prune-every N steps, --prune-steps\n"
+    "                    K times, prune to 1-(1-P)^(i/K) (pruned weights stay pruned), then\n"
+    "                    train on with the mask (default: none; --prune-per-layer: each\n"
+    "                    matrix on its own)\n"
     "";
 
 static const char help_rest[] =
@@ -255,6 +262,9 @@ static int parse(int argc, char **argv, train_opts *o)
         {"resume-from", 's', &o->resume_from, 0, 0},
         {"init-from", 's', &o->init_from, 0, 0},
         {"mask", 's', &o->mask, 0, 0},
+        {"prune-to", 'f', &o->prune_to, 0, 0.999999},
+        {"prune-every", 'l', &o->prune_every, 1, big},
+        {"prune-steps", 'l', &o->prune_steps, 1, 1 << 20},
         {"log-every", 'l', &o->log_every, 1, big},
         {"sample", 'l', &o->sample_tokens, 0, 1 << 20},
         {"temperature", 'f', &o->temperature, 0, 100},
@@ -278,6 +288,8 @@ static int parse(int argc, char **argv, train_opts *o)
             return -1;
         if (cli_is(&a, "resume")) {
             o->resume = 1;
+        } else if (cli_is(&a, "prune-per-layer")) {
+            o->prune_per_layer = 1;
         } else if (cli_is(&a, "overwrite")) {
             o->overwrite = 1;
         } else if (cli_is(&a, "checkpoint")) {
@@ -336,6 +348,10 @@ static int parse(int argc, char **argv, train_opts *o)
     }
     if (o->resume && o->overwrite) {
         cli_error("--overwrite starts a new run; it cannot be combined with --resume");
+        return CLI_USAGE;
+    }
+    if ((o->prune_to > 0) != (o->prune_every > 0 && o->prune_steps > 0)) {
+        cli_error("--prune-to, --prune-every and --prune-steps go together");
         return CLI_USAGE;
     }
     if ((o->resume || o->resume_from) && o->init_from) {
@@ -750,6 +766,10 @@ int cmd_train(int argc, char **argv)
     tc.resume_from = o.resume ? o.out : o.resume_from;
     tc.init_from = o.init_from;
     tc.mask = o.mask;
+    tc.prune.sparsity = o.prune_to;
+    tc.prune.per_layer = o.prune_per_layer;
+    tc.prune_every = (int)o.prune_every;
+    tc.prune_steps = (int)o.prune_steps;
     tc.hook = print_event;
     tc.user = &o;
     ff_layer_plan plan = {0};

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "device.h"
 #include "gpt_internal.h"
@@ -279,7 +280,9 @@ int ff_mask_read(const ff_gpt *g, const char *path, unsigned char *keep, int64_t
         const uint64_t fn = (uint64_t)(uint32_t)h[2] | (uint64_t)(uint32_t)h[3] << 32;
         int32_t want[MASK_HDR];
         mask_header(g, want, n, 0);
-        if (fn != n || memcmp(&h[MASK_SHAPE], &want[MASK_SHAPE], 11 * sizeof *h) != 0)
+        /* the layout: slots 2-9 of the checkpoint header (maxT, V, L, NH, C,
+         * Vp, experts, expert_every), not the routing options after them */
+        if (fn != n || memcmp(&h[MASK_SHAPE], &want[MASK_SHAPE], 8 * sizeof *h) != 0)
             rc = ff_format_error(err, err_len, FF_EINVAL,
                                  "'%s' is the mask of another model (%llu entries, shape L=%d "
                                  "C=%d V=%d; this model: %zu, L=%d C=%d V=%d)",
@@ -296,10 +299,13 @@ int ff_mask_read(const ff_gpt *g, const char *path, unsigned char *keep, int64_t
     int64_t kept = 0;
     for (size_t i = 0; rc == FF_OK && i < n; i++)
         kept += keep[i] = (bits[i / 8] >> (i % 8)) & 1u;
-    const uint64_t fk = (uint64_t)(uint32_t)h[4] | (uint64_t)(uint32_t)h[5] << 32;
-    if (rc == FF_OK && (uint64_t)kept != fk)
-        rc = ff_format_error(err, err_len, FF_ECORRUPT, "'%s' counts %llu kept entries, has %lld",
-                             path, (unsigned long long)fk, (long long)kept);
+    if (rc == FF_OK) {
+        const uint64_t fk = (uint64_t)(uint32_t)h[4] | (uint64_t)(uint32_t)h[5] << 32;
+        if ((uint64_t)kept != fk)
+            rc = ff_format_error(err, err_len, FF_ECORRUPT,
+                                 "'%s' counts %llu kept entries, has %lld", path,
+                                 (unsigned long long)fk, (long long)kept);
+    }
     if (kept_out)
         *kept_out = kept;
     free(bits);
@@ -310,8 +316,8 @@ int ff_mask_read(const ff_gpt *g, const char *path, unsigned char *keep, int64_t
 
 int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
 {
-    int me = ff_ctx_rank(g->ctx), want = keep != NULL, any = 0;
-    MPI_Allreduce(&want, &any, 1, MPI_INT, MPI_MAX, ff_ctx_comm(g->ctx));
+    int me = ff_ctx_rank(g->ctx), any = keep != NULL; /* root's say */
+    MPI_Bcast(&any, 1, MPI_INT, root, ff_ctx_comm(g->ctx));
     if (!any) {
         ff_fbuf_free(g->mask);
         g->mask = NULL;
@@ -330,9 +336,78 @@ int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
     if (rc == FF_OK)
         rc = ff_gpt_scatter(g, FF_GPT_MASK, canon, root);
     free(canon);
-    if (rc == FF_OK)
-        ff_mul(g->ctx, g->params, g->params, g->mask, (int64_t)g->n_params);
-    return rc;
+    if (rc) { /* no half-made mask left to train with */
+        ff_fbuf_free(g->mask);
+        g->mask = NULL;
+        return rc;
+    }
+    /* the pruned weights and (resuming with a new mask) their moments */
+    float *bufs[3] = {g->params, g->adam_m, g->adam_v};
+    for (int k = 0; k < 3; k++)
+        if (bufs[k])
+            ff_mul(g->ctx, bufs[k], bufs[k], g->mask, (int64_t)g->n_params);
+    return FF_OK;
 }
 
 int ff_gpt_has_mask(const ff_gpt *g) { return g->mask != NULL; }
+
+int ff_gpt_load_mask(ff_gpt *g, const char *path, int optional)
+{
+    ff_ctx *ctx = g->ctx;
+    const size_t n = ff_gpt_canonical_size(g);
+    unsigned char *keep = NULL;
+    int local = FF_OK, present = 1;
+    char err[512] = "";
+    if (ff_ctx_rank(ctx) == 0) {
+        present = !optional || access(path, F_OK) == 0;
+        if (present && !(keep = malloc(n ? n : 1)))
+            local = ff_set_error(ctx, FF_ENOMEM, "out of memory for the mask");
+        else if (present && (local = ff_mask_read(g, path, keep, NULL, err, sizeof err)))
+            ff_set_error(ctx, local, "%s", err);
+    }
+    int rc = ff_ctx_agree(ctx, local);
+    if (rc == FF_OK)
+        rc = MPI_Bcast(&present, 1, MPI_INT, 0, ff_ctx_comm(ctx)) == MPI_SUCCESS
+                 ? FF_OK
+                 : ff_ctx_agree(ctx, ff_set_error(ctx, FF_EMPI, "MPI_Bcast failed"));
+    if (rc == FF_OK && present)
+        rc = ff_gpt_set_mask(g, ff_ctx_rank(ctx) == 0 ? keep : NULL, 0);
+    free(keep);
+    return rc;
+}
+
+int ff_gpt_save_mask(ff_gpt *g, const char *path)
+{
+    ff_ctx *ctx = g->ctx;
+    const int root = ff_ctx_rank(ctx) == 0;
+    int has = g->mask != NULL, any = 0;
+    MPI_Allreduce(&has, &any, 1, MPI_INT, MPI_MAX, ff_ctx_comm(ctx));
+    if (!any) { /* no mask: none may be left beside the checkpoint */
+        int local = FF_OK;
+        if (root && remove(path) != 0 && errno != ENOENT)
+            local = ff_set_error(ctx, FF_EIO, "cannot remove '%s': %s", path, strerror(errno));
+        return ff_ctx_agree(ctx, local);
+    }
+    const size_t n = ff_gpt_canonical_size(g);
+    float *canon = NULL;
+    unsigned char *keep = NULL;
+    int local = FF_OK;
+    if (root && (!(canon = malloc((n ? n : 1) * sizeof *canon)) || !(keep = malloc(n ? n : 1))))
+        local = ff_set_error(ctx, FF_ENOMEM, "out of memory for the mask");
+    int rc = ff_ctx_agree(ctx, local);
+    if (rc == FF_OK)
+        rc = ff_gpt_gather(g, FF_GPT_MASK, canon, 0);
+    if (rc == FF_OK) {
+        char err[512] = "";
+        if (root) {
+            for (size_t i = 0; i < n; i++)
+                keep[i] = canon[i] != 0.0f;
+            if ((local = ff_mask_write(g, path, keep, NULL, err, sizeof err)))
+                ff_set_error(ctx, local, "%s", err);
+        }
+        rc = ff_ctx_agree(ctx, local);
+    }
+    free(canon);
+    free(keep);
+    return rc;
+}

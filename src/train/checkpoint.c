@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fourfold/prune.h"
 #include "fourfold/train.h"
 #include "nn/gpt_internal.h"
 #include "util/crc32.h"
@@ -55,6 +56,8 @@ void ff_ckpt_path(char *buf, size_t len, const char *dir, const char *kind, int6
 {
     if (!strcmp(kind, "done"))
         snprintf(buf, len, "%s/DONE_%08lld", dir, (long long)step);
+    else if (!strcmp(kind, "mask")) /* the model file's mask (fourfold/prune.h) */
+        snprintf(buf, len, "%s/model_%08lld.bin.mask", dir, (long long)step);
     else
         snprintf(buf, len, "%s/%s_%08lld.bin", dir, kind, (long long)step);
 }
@@ -274,6 +277,8 @@ static void prune(const char *dir, int keep, int64_t upto)
         remove(path);
         ff_ckpt_path(path, sizeof path, dir, "state", steps[i]);
         remove(path);
+        ff_ckpt_path(path, sizeof path, dir, "mask", steps[i]);
+        remove(path);
     }
     free(steps);
 }
@@ -315,6 +320,11 @@ int ff_ckpt_save(ff_gpt *g, const char *dir, ff_train_state *st, int keep)
                  : ff_ctx_agree(ctx, ff_set_error(ctx, FF_EMPI, "MPI_Bcast failed"));
     if (rc == FF_OK)
         rc = write_state(g, state, st);
+    if (rc == FF_OK) { /* a masked run's mask, before the marker completes the set */
+        char mask[4096];
+        ff_ckpt_path(mask, sizeof mask, dir, "mask", st->step);
+        rc = ff_gpt_save_mask(g, mask);
+    }
     if (rc)
         return rc;
     int io = FF_OK;
@@ -435,6 +445,11 @@ int ff_ckpt_load(ff_gpt *g, const char *dir, int64_t step, ff_train_state *st)
     ff_ckpt_path(model, sizeof model, dir, "model", step);
     ff_ckpt_path(state, sizeof state, dir, "state", step);
     int rc = ff_gpt_load(g, model); /* shape and CRC checked there */
+    if (rc == FF_OK) {              /* a masked run's mask comes back with it */
+        char mask[4096];
+        ff_ckpt_path(mask, sizeof mask, dir, "mask", step);
+        rc = ff_gpt_load_mask(g, mask, 1);
+    }
     if (rc)
         return rc;
     int32_t h[HEADER_INTS];

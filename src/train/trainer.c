@@ -171,6 +171,9 @@ static const char *check_config(const ff_trainer_config *c)
         return "init_from starts a new run; it cannot be combined with resume_from";
     if (c->mask && !c->mask[0])
         return "an empty mask path (NULL for none)";
+    if (!(c->prune.sparsity >= 0 && c->prune.sparsity < 1) || c->prune_every < 0 ||
+        c->prune_steps < 0 || (c->prune.sparsity > 0 && (c->prune_every < 1 || c->prune_steps < 1)))
+        return "pruning: sparsity in [0, 1), and with a sparsity prune_every and prune_steps >= 1";
     if (c->mask && !strcmp(c->mask, "auto") && !c->init_from)
         return "mask \"auto\" is init_from's mask: it needs init_from";
     if (c->overwrite && same_dir(c->resume_from, c->out))
@@ -228,31 +231,17 @@ static int open_data(ff_trainer *t)
     return rc;
 }
 
-/* Masked training: the mask read on rank 0 (checked against the model),
- * then applied everywhere. */
+/* Masked training: the given mask file, or init_from's (docs/samo.md). */
 static int load_mask(ff_trainer *t)
 {
     const char *path = t->cfg.mask;
-    char buf[4200], err[512] = "";
+    char buf[4200];
     if (!strcmp(path, "auto")) {
         if (ff_mask_path(t->cfg.init_from, buf, sizeof buf) != FF_OK)
             return fail(t, FF_EINVAL, "the init_from path is too long for its mask's");
         path = buf;
     }
-    unsigned char *keep = NULL;
-    int local = FF_OK;
-    if (ff_ctx_rank(t->ctx) == 0) {
-        size_t n = ff_gpt_canonical_size(t->g);
-        if (!(keep = malloc(n ? n : 1)))
-            local = ff_ctx_set_error(t->ctx, FF_ENOMEM, "out of memory for the mask");
-        else if ((local = ff_mask_read(t->g, path, keep, NULL, err, sizeof err)))
-            ff_ctx_set_error(t->ctx, local, "%s", err);
-    }
-    int rc = ff_ctx_agree(t->ctx, local);
-    if (rc == FF_OK)
-        rc = ff_gpt_set_mask(t->g, keep, 0);
-    free(keep);
-    return rc;
+    return ff_gpt_load_mask(t->g, path, 0);
 }
 
 /* Starts the run: from a checkpoint, an llm.c file or GPT-2's initialisation. */
@@ -488,6 +477,55 @@ static void log_line(ff_trainer *t, const char *fmt, ...)
     fflush(t->log);
 }
 
+/* Round i of the pruning schedule: the parameters and the mask so far to
+ * rank 0, pruned there (ff_prune), the new mask applied everywhere. */
+static int prune_round(ff_trainer *t, int i)
+{
+    ff_prune_opts o = t->cfg.prune;
+    o.sparsity = 1.0 - pow(1.0 - t->cfg.prune.sparsity, (double)i / t->cfg.prune_steps);
+    const size_t n = ff_gpt_canonical_size(t->g);
+    const int root = ff_ctx_rank(t->ctx) == 0, masked = ff_gpt_has_mask(t->g);
+    float *canon = NULL, *mask = NULL;
+    unsigned char *keep = NULL;
+    int local = FF_OK;
+    if (root && (!(canon = malloc((n ? n : 1) * sizeof *canon)) || !(keep = malloc(n ? n : 1)) ||
+                 (masked && !(mask = malloc((n ? n : 1) * sizeof *mask)))))
+        local = ff_ctx_set_error(t->ctx, FF_ENOMEM, "out of memory pruning");
+    int rc = ff_ctx_agree(t->ctx, local);
+    if (rc == FF_OK)
+        rc = ff_gpt_gather(t->g, FF_GPT_PARAMS, canon, 0);
+    if (rc == FF_OK && masked)
+        rc = ff_gpt_gather(t->g, FF_GPT_MASK, mask, 0);
+    int64_t cand = 0, pruned = 0;
+    if (rc == FF_OK) {
+        char err[512] = "";
+        if (root) {
+            for (size_t k = 0; k < n; k++)
+                keep[k] = !masked || mask[k] != 0.0f;
+            if ((local = ff_prune(t->g, canon, &o, keep, &cand, &pruned, err, sizeof err)))
+                ff_ctx_set_error(t->ctx, local, "%s", err);
+        }
+        rc = ff_ctx_agree(t->ctx, local);
+    }
+    if (rc == FF_OK)
+        rc = ff_gpt_set_mask(t->g, keep, 0);
+    free(canon);
+    free(mask);
+    free(keep);
+    if (rc)
+        return rc;
+    int64_t counts[2] = {cand, pruned};
+    MPI_Bcast(counts, 2, MPI_INT64_T, 0, ff_ctx_comm(t->ctx));
+    log_line(t,
+             "{\"type\":\"prune\",\"step\":%lld,\"round\":%d,\"sparsity\":%.6f,"
+             "\"candidates\":%lld,\"pruned\":%lld}\n",
+             (long long)t->st.step, i, o.sparsity, (long long)counts[0], (long long)counts[1]);
+    note(t, "step %lld: pruning round %d of %d: %lld of %lld candidate weights pruned (%.4f)",
+         (long long)t->st.step, i, t->cfg.prune_steps, (long long)counts[1], (long long)counts[0],
+         counts[0] ? (double)counts[1] / (double)counts[0] : 0.0);
+    return FF_OK;
+}
+
 int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
 {
     const ff_trainer_config *c = &t->cfg;
@@ -554,6 +592,10 @@ int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
     if (out)
         *out = in;
     emit(t, (ff_train_event){.kind = FF_TRAIN_STEP, .step = &in});
+    const int64_t done = step + 1;
+    if (c->prune.sparsity > 0 && done % c->prune_every == 0 &&
+        done / c->prune_every <= c->prune_steps)
+        return prune_round(t, (int)(done / c->prune_every));
     return FF_OK;
 }
 
