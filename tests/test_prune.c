@@ -285,6 +285,7 @@ static void serial_checks(float **mask_canon_out, unsigned char **keep_out)
 typedef struct {
     float loss[STEPS];
     float *init, *params; /* canonical, rank 0 */
+    double dp_bytes;      /* sent in the steps' all-reduces over D, all ranks together */
 } run_result;
 
 /* STEPS masked AdamW steps on a grid from init 1234 with keep (rank 0's);
@@ -314,6 +315,9 @@ static int masked_run(ff_ctx *ctx, ff_dims shape, const unsigned char *keep, run
     int first = 0, count = 0;
     if (g)
         ff_gpt_local_sequences(g, &first, &count);
+    ff_group *gd = grid ? ff_grid_group(grid, FF_GROUP_D) : NULL;
+    if (gd)
+        ff_group_counters_reset(gd);
     int32_t *tok = malloc((size_t)count * T * sizeof *tok),
             *tgt = malloc((size_t)count * T * sizeof *tgt);
     ff_adamw h;
@@ -348,6 +352,8 @@ static int masked_run(ff_ctx *ctx, ff_dims shape, const unsigned char *keep, run
                       info.grad_norm, sqrt(ss));
         }
     }
+    double sent = gd ? (double)ff_group_counters(gd, FF_COLL_ALLREDUCE).bytes_sent : 0;
+    MPI_Allreduce(&sent, &r->dp_bytes, 1, MPI_DOUBLE, MPI_SUM, ff_ctx_comm(ctx));
     if (rc == FF_OK)
         rc = ff_gpt_gather(g, FF_GPT_PARAMS, r->params, 0);
     if (rc)
@@ -414,8 +420,24 @@ int main(int argc, char **argv)
         ff_ctx_destroy(self);
     }
     MPI_Bcast(ref.loss, STEPS, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    /* the kept entries of the Z-sharded weights (wte with its padded rows,
+     * and the four matrices): what a replica's ranks all-reduce over D */
+    double kept_z = 0;
+    for (int i = 0, off = 0; rank == 0 && keep && i < FF_GPT_NTENSORS; off += (int)sizes[i], i++) {
+        const char *nm = ff_gpt_tensor_name(i);
+        if (!strcmp(nm, "wte") || !strcmp(nm, "qkvw") || !strcmp(nm, "attprojw") ||
+            !strcmp(nm, "fcw") || !strcmp(nm, "fcprojw"))
+            for (size_t j = (size_t)off; j < (size_t)off + sizes[i]; j++)
+                kept_z += keep[j];
+    }
+    MPI_Bcast(&kept_z, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    /* the ring for every collective: its all-reduce of n floats over p ranks
+     * sends 2 (p - 1) n floats summed over the group, for any n */
     ff_ctx *ctx;
-    if (ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL) != FF_OK) {
+    ff_ctx_options wo;
+    ff_ctx_options_default(&wo);
+    wo.algo = "ring";
+    if (ff_ctx_create(&ctx, MPI_COMM_WORLD, &wo) != FF_OK) {
         CHECK(0, "context: %s", ff_ctx_error(ctx));
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -425,7 +447,7 @@ int main(int argc, char **argv)
     kmax = kmax > CFG.V ? kmax : CFG.V;
     const double tol = 2 * (4.0 * CFG.L + 4) * (kmax * u / (1 - kmax * u));
     ff_dims grids[MAX_GRIDS];
-    int ng = test_all_grids(world, grids, MAX_GRIDS), ran = 0;
+    int ng = test_all_grids(world, grids, MAX_GRIDS), ran = 0, dp_checked = 0;
     double worst_loss = 0, worst_update = 0;
     for (int k = 0; k < ng && k < MAX_GRIDS; k++) {
         char desc[64];
@@ -438,7 +460,14 @@ int main(int argc, char **argv)
             r.init = calloc(n, sizeof(float));
             r.params = calloc(n, sizeof(float));
         }
-        if (masked_run(ctx, grids[k], rank == 0 ? keep : NULL, &r, desc) == FF_OK && rank == 0) {
+        int ok = masked_run(ctx, grids[k], rank == 0 ? keep : NULL, &r, desc) == FF_OK;
+        /* the data-parallel all-reduces send the kept entries only */
+        const double want_dp = (double)STEPS * 8.0 * (grids[k].d - 1) * kept_z;
+        CHECK(!ok || r.dp_bytes == want_dp, "%s: %.0f bytes sent over D, the kept entries' %.0f",
+              desc, r.dp_bytes, want_dp);
+        if (ok && grids[k].d > 1)
+            dp_checked++;
+        if (ok && rank == 0) {
             for (int s = 0; s < STEPS; s++) {
                 double e = fabs(r.loss[s] - ref.loss[s]) / fabs(ref.loss[s]);
                 worst_loss = e > worst_loss ? e : worst_loss;
@@ -472,8 +501,9 @@ int main(int argc, char **argv)
     if (rank == 0)
         printf("%d grids with the mask: pruned parameters, gradients and moments zero after every "
                "step; worst loss %.2e (tol 1e-5), worst update error/bound %.3f (bound %.2e per "
-               "tensor plus the parameters' rounding)\n",
-               ran, worst_loss, worst_update, tol);
+               "tensor plus the parameters' rounding); on the %d with D > 1 the all-reduces over D "
+               "sent exactly the kept entries (%.0f of the Z-sharded weights, ring algorithm)\n",
+               ran, worst_loss, worst_update, tol, dp_checked, kept_z);
     CHECK(ran >= 20 || world != 8, "only %d grids of 8 ran", ran);
     free(ref.init);
     free(ref.params);

@@ -798,6 +798,7 @@ void ff_gpt_destroy(ff_gpt *g)
         ff_fbuf_free(bufs[i]);
     ff_fbuf_free(g->norm_part);
     ff_fbuf_free(g->mask);
+    free(g->pack_idx), free(g->pack_off), ff_fbuf_free(g->pack_buf);
     ff_gpt_views *vs[2] = {&g->pv, &g->gv};
     for (int b = 0; b < 2; b++) {
         float **arrs[VIEW_ARRAYS] = {
@@ -1097,6 +1098,75 @@ static double sum_losses(const ff_gpt *g)
     return s;
 }
 
+/* The data-parallel ranges of the flat gradient buffer: block l's bucket
+ * (r = 2l), its local experts' (2l + 1), the embedding's (2 nb). */
+static void dp_range(const ff_gpt *g, int r, size_t *off, size_t *len)
+{
+    if (r == 2 * g->nb) {
+        *off = g->wte ? (size_t)(g->gv.wte - g->grads) : 0;
+        *len = g->wte ? ff_linear_local_sizes(g->wte).w_shard : 0;
+    } else {
+        *off = r % 2 ? g->ebucket_off[r / 2] : g->bucket_off[r / 2];
+        *len = r % 2 ? g->ebucket_len[r / 2] : g->bucket_len[r / 2];
+    }
+}
+
+int ff_gpt_pack_build(ff_gpt *g)
+{
+    free(g->pack_idx), free(g->pack_off), ff_fbuf_free(g->pack_buf);
+    g->pack_idx = NULL, g->pack_off = NULL, g->pack_buf = NULL;
+    if (!g->mask)
+        return FF_OK;
+    const int nr = 2 * g->nb + 1;
+    size_t kept = 0, off, len;
+    for (int r = 0; r < nr; r++) {
+        dp_range(g, r, &off, &len);
+        for (size_t i = off; i < off + len; i++)
+            kept += g->mask[i] != 0.0f;
+    }
+    g->pack_off = malloc((size_t)(nr + 1) * sizeof *g->pack_off);
+    g->pack_idx = malloc((kept ? kept : 1) * sizeof *g->pack_idx);
+    g->pack_buf = ff_fbuf_alloc(g->ctx, kept);
+    if (!g->pack_off || !g->pack_idx || !g->pack_buf || g->n_params > UINT32_MAX) {
+        free(g->pack_idx), free(g->pack_off), ff_fbuf_free(g->pack_buf);
+        g->pack_idx = NULL, g->pack_off = NULL, g->pack_buf = NULL;
+        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the packed gradients");
+    }
+    size_t k = 0;
+    for (int r = 0; r < nr; r++) {
+        g->pack_off[r] = k;
+        dp_range(g, r, &off, &len);
+        for (size_t i = off; i < off + len; i++)
+            if (g->mask[i] != 0.0f)
+                g->pack_idx[k++] = (uint32_t)i;
+    }
+    g->pack_off[nr] = k;
+    return FF_OK;
+}
+
+/* All-reduces range r of the gradients over `grp`: the whole range, or
+ * with a mask its kept entries packed (unpacked by unpack_ranges). */
+static int reduce_range(ff_gpt *g, ff_group *grp, int r, ff_request **req)
+{
+    size_t off, len;
+    dp_range(g, r, &off, &len);
+    float *p = g->grads + off;
+    if (!g->pack_idx)
+        return ff_iallreduce(grp, p, p, len, &g->opt.linear.coll, req);
+    const size_t k0 = g->pack_off[r], k1 = g->pack_off[r + 1];
+    float *buf = g->pack_buf + k0;
+    for (size_t k = k0; k < k1; k++)
+        buf[k - k0] = g->grads[g->pack_idx[k]];
+    return ff_iallreduce(grp, buf, buf, k1 - k0, &g->opt.linear.coll, req);
+}
+
+/* The packed ranges back into the gradients (their all-reduces done). */
+static void unpack_ranges(ff_gpt *g)
+{
+    for (size_t k = 0; g->pack_idx && k < g->pack_off[2 * g->nb + 1]; k++)
+        g->grads[g->pack_idx[k]] = g->pack_buf[k];
+}
+
 /* Data parallelism: once a block's reduce-scatters are in, its gradient
  * shards (one contiguous bucket) are all-reduced over D in the background.
  * l = nb: the embedding's. */
@@ -1108,20 +1178,16 @@ static int post_bucket(ff_gpt *g, int l)
             return FF_OK;
         if ((rc = ff_linear_wait_grad(g->wte)))
             return rc;
-        return ff_iallreduce(g->grp_d, g->gv.wte, g->gv.wte, ff_linear_local_sizes(g->wte).w_shard,
-                             &g->opt.linear.coll, &g->bucket_req[l]);
+        return reduce_range(g, g->grp_d, 2 * l, &g->bucket_req[l]);
     }
     for (int i = 0; i < ff_gpt_block_nlin(g, l); i++)
         if ((rc = ff_linear_wait_grad(ff_gpt_block_lin(g, l, i))))
             return rc;
-    float *p = g->grads + g->bucket_off[l], *q = g->grads + g->ebucket_off[l];
-    if ((rc = ff_iallreduce(g->grp_d, p, p, g->bucket_len[l], &g->opt.linear.coll,
-                            &g->bucket_req[l])))
+    if ((rc = reduce_range(g, g->grp_d, 2 * l, &g->bucket_req[l])))
         return rc;
     /* the local experts' gradients: over their own replicas (EDP, D/Ge) */
     return g->ebucket_len[l] && ff_group_size(g->grp_edp) > 1
-               ? ff_iallreduce(g->grp_edp, q, q, g->ebucket_len[l], &g->opt.linear.coll,
-                               &g->ebucket_req[l])
+               ? reduce_range(g, g->grp_edp, 2 * l + 1, &g->ebucket_req[l])
                : FF_OK;
 }
 
@@ -1264,6 +1330,7 @@ int ff_gpt_finish_grads(ff_gpt *g, float *loss)
         }
         if ((rc = ff_waitall(g->bucket_req, L + 1)) || (rc = ff_waitall(g->ebucket_req, L)))
             return rc;
+        unpack_ranges(g);
     }
     /* everything that is not Z-sharded: one all-reduce over ZD; the local
      * experts' biases over Z and over their own replicas */

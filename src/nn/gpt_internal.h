@@ -139,6 +139,13 @@ struct ff_gpt {
     float *dres, *dln, *tmp, *dqkv, *datty, *dfch, *att_scratch, *ce_scratch, *ln_scratch;
     double *norm_part; /* the gradient norm's block sums (gpt_optim.c) */
     float *mask;       /* n_params: 1 kept, 0 pruned (prune.c), or NULL */
+    /* with a mask, the data-parallel all-reduces send the kept entries only
+     * (docs/samo.md): range r (2l a block's bucket, 2l + 1 its experts', 2 nb
+     * the embedding's) has its kept offsets at pack_idx[pack_off[r] ..
+     * pack_off[r + 1]) and is packed at the same place of pack_buf */
+    uint32_t *pack_idx;
+    size_t *pack_off;
+    float *pack_buf;
     size_t act_bytes, scratch_bytes;
 
     double loss_sum; /* this rank's rows, over the step's micro-batches */
@@ -150,6 +157,9 @@ struct ff_gpt {
  * embedding's gradient exchange FF_GPT_TAG_EMB. */
 enum { FF_GPT_TAG_SPAN = 999, FF_GPT_TAG_EMB = 1998 };
 
+/* The kept offsets of each data-parallel bucket under g->mask (NULL: none,
+ * the packing removed); FF_ENOMEM on this rank only (gpt.c). */
+int ff_gpt_pack_build(ff_gpt *g);
 /* Entries (blocks, dense blocks, experts, or 1) of canonical tensor i. */
 size_t ff_gpt_tensor_entries(const ff_gpt *g, int i);
 /* The activation set of block l in the current slot. */

@@ -321,7 +321,7 @@ int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
     if (!any) {
         ff_fbuf_free(g->mask);
         g->mask = NULL;
-        return FF_OK;
+        return ff_gpt_pack_build(g); /* (frees the packing) */
     }
     const size_t n = ff_gpt_canonical_size(g);
     float *canon = NULL;
@@ -336,9 +336,13 @@ int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
     if (rc == FF_OK)
         rc = ff_gpt_scatter(g, FF_GPT_MASK, canon, root);
     free(canon);
+    /* the data-parallel all-reduces' kept entries (docs/samo.md) */
+    if (rc == FF_OK)
+        rc = ff_ctx_agree(g->ctx, ff_gpt_pack_build(g));
     if (rc) { /* no half-made mask left to train with */
         ff_fbuf_free(g->mask);
         g->mask = NULL;
+        ff_gpt_pack_build(g);
         return rc;
     }
     /* the pruned weights and (resuming with a new mask) their moments */
