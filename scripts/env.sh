@@ -1,7 +1,7 @@
 # Sourced by the project's scripts: how fourfold runs MPI on one machine.
 # Open MPI refuses root unless told; with more ranks than cores, ranks must
 # yield when idle or busy-polling ranks starve each other
-# (notes/mpi-on-this-machine.md).
+# (docs/design.md §11).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 if [ "${FF_RANKS:-1}" -gt "$(nproc)" ]; then
