@@ -290,14 +290,17 @@ typedef struct {
 
 /* STEPS masked AdamW steps on a grid from init 1234 with keep (rank 0's);
  * checks the invariants on the way. */
-static int masked_run(ff_ctx *ctx, ff_dims shape, const unsigned char *keep, run_result *r,
-                      const char *desc)
+static int masked_run_cfg(ff_ctx *ctx, ff_dims shape, const ff_gpt_config *cfg, int ge,
+                          const unsigned char *keep, run_result *r, const char *desc)
 {
     ff_grid *grid = NULL;
     ff_gpt *g = NULL;
+    ff_gpt_opts go;
+    ff_gpt_opts_default(&go);
+    go.expert_parallel = ge;
     int rc = ff_grid_create(ctx, shape, &grid);
     if (rc == FF_OK)
-        rc = ff_gpt_create(grid, &CFG, NULL, B, T, &g);
+        rc = ff_gpt_create(grid, cfg, &go, B, T, &g);
     if (rc == FF_OK)
         rc = ff_gpt_init(g, 1234);
     int root = ff_ctx_rank(ctx) == 0;
@@ -364,6 +367,41 @@ static int masked_run(ff_ctx *ctx, ff_dims shape, const unsigned char *keep, run
     ff_gpt_destroy(g);
     ff_grid_destroy(grid);
     return rc;
+}
+
+static int masked_run(ff_ctx *ctx, ff_dims shape, const unsigned char *keep, run_result *r,
+                      const char *desc)
+{
+    return masked_run_cfg(ctx, shape, &CFG, 1, keep, r, desc);
+}
+
+/* Each tensor's update against the reference run's within tol of the
+ * reference's largest update plus the parameters' rounding in each step
+ * (test_gpt's form); returns the worst error/bound. */
+static double compare_updates(const run_result *r, const run_result *ref, const size_t *sizes,
+                              double tol, const char *desc)
+{
+    const double u = ldexp(1.0, -24);
+    double worst = 0;
+    size_t off = 0;
+    for (int i = 0; i < FF_GPT_NTENSORS; i++) {
+        double err = 0, upd = 0, pmax = 0;
+        for (size_t j = off; j < off + sizes[i]; j++) {
+            double d = fabs((double)r->params[j] - ref->params[j]);
+            double up = fabs((double)ref->params[j] - ref->init[j]);
+            err = d > err ? d : err;
+            upd = up > upd ? up : upd;
+            pmax = fabs(ref->params[j]) > pmax ? fabs(ref->params[j]) : pmax;
+        }
+        double bound = tol * upd + 2 * STEPS * u * pmax;
+        if (sizes[i] && upd > 0) {
+            worst = err / bound > worst ? err / bound : worst;
+            CHECK(err <= bound, "%s: %s update differs by %.3e (bound %.3e)", desc,
+                  ff_gpt_tensor_name(i), err, bound);
+        }
+        off += sizes[i];
+    }
+    return worst;
 }
 
 /* The canonical tensors' sizes and their total (a serial probe). */
@@ -474,30 +512,88 @@ int main(int argc, char **argv)
                 CHECK(e <= 1e-5, "%s: step %d loss %.8f, serial %.8f", desc, s, r.loss[s],
                       ref.loss[s]);
             }
-            /* each tensor's update against the serial run's, plus the
-             * parameters' rounding in each step (test_gpt's form) */
-            size_t off = 0;
-            for (int i = 0; i < FF_GPT_NTENSORS; i++) {
-                double err = 0, upd = 0, pmax = 0;
-                for (size_t j = off; j < off + sizes[i]; j++) {
-                    double d = fabs((double)r.params[j] - ref.params[j]);
-                    double up = fabs((double)ref.params[j] - ref.init[j]);
-                    err = d > err ? d : err;
-                    upd = up > upd ? up : upd;
-                    pmax = fabs(ref.params[j]) > pmax ? fabs(ref.params[j]) : pmax;
-                }
-                double bound = tol * upd + 2 * STEPS * u * pmax;
-                if (sizes[i] && upd > 0) {
-                    worst_update = err / bound > worst_update ? err / bound : worst_update;
-                    CHECK(err <= bound, "%s: %s update differs by %.3e (bound %.3e)", desc,
-                          ff_gpt_tensor_name(i), err, bound);
-                }
-                off += sizes[i];
-            }
+            double w = compare_updates(&r, &ref, sizes, tol, desc);
+            worst_update = w > worst_update ? w : worst_update;
         }
         free(r.init);
         free(r.params);
     }
+    /* a mixture of experts (4 experts in block 1 of 2, top-1) with its own
+     * global 0.8 mask, against its serial masked run, on grids whose expert
+     * replicas (EDP) have 1, 2 and 4 ranks (1: no all-reduce of theirs) */
+    {
+        ff_gpt_config mc = CFG;
+        ff_gpt_config_moe(&mc, 4);
+        size_t msizes[FF_GPT_NTENSORS] = {0}, mn = 0;
+        unsigned char *mkeep = NULL;
+        run_result mref = {0};
+        if (rank == 0) {
+            ff_ctx *self = NULL;
+            ff_grid *one = NULL;
+            ff_gpt *probe = NULL;
+            ff_ctx_options co;
+            ff_ctx_options_default(&co);
+            co.device = "cpu";
+            if (ff_ctx_create(&self, MPI_COMM_SELF, &co) == FF_OK &&
+                ff_grid_create(self, (ff_dims){1, 1, 1, 1}, &one) == FF_OK &&
+                ff_gpt_create(one, &mc, NULL, B, T, &probe) == FF_OK &&
+                ff_gpt_init(probe, 1234) == FF_OK) {
+                mn = ff_gpt_canonical_size(probe);
+                for (int j = 0; j < FF_GPT_NTENSORS; j++)
+                    msizes[j] = ff_gpt_tensor_size(probe, j);
+                float *mc0 = malloc(mn * sizeof *mc0);
+                mkeep = malloc(mn);
+                memset(mkeep, 1, mn);
+                ff_prune_opts o = {.sparsity = 0.8};
+                char err[256];
+                ff_gpt_gather(probe, FF_GPT_PARAMS, mc0, 0);
+                ff_prune(probe, mc0, &o, mkeep, NULL, NULL, err, sizeof err);
+                free(mc0);
+            }
+            ff_gpt_destroy(probe);
+            ff_grid_destroy(one);
+            mref.init = calloc(mn ? mn : 1, sizeof(float));
+            mref.params = calloc(mn ? mn : 1, sizeof(float));
+            if (!mkeep || masked_run_cfg(self, (ff_dims){1, 1, 1, 1}, &mc, 1, mkeep, &mref,
+                                         "serial MoE") != FF_OK)
+                CHECK(0, "the serial masked MoE run failed");
+            ff_ctx_destroy(self);
+        }
+        MPI_Bcast(mref.loss, STEPS, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        /* test_gpt's MoE bound: two reductions more per MoE block */
+        const double mtol = 2 * (4.0 * CFG.L + 4 + 2) * (kmax * u / (1 - kmax * u));
+        const struct {
+            ff_dims shape;
+            int ge;
+        } cases[] = {{{2, 1, 1, 4}, 4}, {{2, 1, 1, 4}, 2}, {{1, 2, 1, 4}, 1}};
+        for (int k = 0; world == 8 && k < 3; k++) {
+            char desc[96];
+            snprintf(desc, sizeof desc, "MoE %dx%dx%dx%d, expert parallelism %d", cases[k].shape.x,
+                     cases[k].shape.y, cases[k].shape.z, cases[k].shape.d, cases[k].ge);
+            run_result r = {0};
+            if (rank == 0) {
+                r.init = calloc(mn ? mn : 1, sizeof(float));
+                r.params = calloc(mn ? mn : 1, sizeof(float));
+            }
+            if (masked_run_cfg(ctx, cases[k].shape, &mc, cases[k].ge, rank == 0 ? mkeep : NULL, &r,
+                               desc) == FF_OK &&
+                rank == 0) {
+                for (int s = 0; s < STEPS; s++)
+                    CHECK(fabs(r.loss[s] - mref.loss[s]) <= 1e-5 * fabs(mref.loss[s]),
+                          "%s: step %d loss %.8f, serial %.8f", desc, s, r.loss[s], mref.loss[s]);
+                double w = compare_updates(&r, &mref, msizes, mtol, desc);
+                printf("%s: losses %.6f %.6f, update error/bound %.3f\n", desc, r.loss[0],
+                       r.loss[1], w);
+            }
+            free(r.init);
+            free(r.params);
+        }
+        free(mref.init);
+        free(mref.params);
+        free(mkeep);
+    }
+    CHECK(dp_checked >= 10 || world != 8, "the bytes over D were checked on %d grids only",
+          dp_checked);
     if (rank == 0)
         printf("%d grids with the mask: pruned parameters, gradients and moments zero after every "
                "step; worst loss %.2e (tol 1e-5), worst update error/bound %.3f (bound %.2e per "

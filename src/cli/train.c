@@ -350,8 +350,10 @@ static int parse(int argc, char **argv, train_opts *o)
         cli_error("--overwrite starts a new run; it cannot be combined with --resume");
         return CLI_USAGE;
     }
-    if ((o->prune_to > 0) != (o->prune_every > 0 && o->prune_steps > 0)) {
-        cli_error("--prune-to, --prune-every and --prune-steps go together");
+    if ((o->prune_to > 0) != (o->prune_every > 0 && o->prune_steps > 0) ||
+        (o->prune_per_layer && !(o->prune_to > 0))) {
+        cli_error("--prune-to, --prune-every and --prune-steps go together (and "
+                  "--prune-per-layer with them)");
         return CLI_USAGE;
     }
     if ((o->resume || o->resume_from) && o->init_from) {

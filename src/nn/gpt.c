@@ -1109,13 +1109,16 @@ static void dp_range(const ff_gpt *g, int r, size_t *off, size_t *len)
         *off = r % 2 ? g->ebucket_off[r / 2] : g->bucket_off[r / 2];
         *len = r % 2 ? g->ebucket_len[r / 2] : g->bucket_len[r / 2];
     }
+    /* the local experts' bucket is all-reduced only with replicas of them */
+    if (r % 2 && r < 2 * g->nb && ff_group_size(g->grp_edp) <= 1)
+        *len = 0;
 }
 
 int ff_gpt_pack_build(ff_gpt *g)
 {
     free(g->pack_idx), free(g->pack_off), ff_fbuf_free(g->pack_buf);
     g->pack_idx = NULL, g->pack_off = NULL, g->pack_buf = NULL;
-    if (!g->mask)
+    if (!g->mask || g->gd <= 1) /* no data-parallel all-reduce to pack */
         return FF_OK;
     const int nr = 2 * g->nb + 1;
     size_t kept = 0, off, len;
@@ -1344,6 +1347,9 @@ int ff_gpt_finish_grads(ff_gpt *g, float *loss)
         return rc;
     if ((rc = tie_embedding(g)))
         return rc;
+    if (g->mask) /* masked training: pruned weights get no gradient (their
+                  * entries were left out of the packed all-reduces) */
+        ff_mul(g->ctx, g->grads, g->grads, g->mask, (int64_t)g->n_params);
     float l_sum = (float)g->loss_sum;
     if ((rc = ff_allreduce(g->grp_zd, &l_sum, &l_sum, 1, NULL)))
         return rc;

@@ -196,8 +196,6 @@ int ff_gpt_step_agreed(ff_gpt *g, int local_rc, const int32_t *tokens, const int
     float loss = 0, norm = 0;
     if (rc == FF_OK)
         rc = ff_gpt_finish_grads(g, &loss);
-    if (rc == FF_OK && g->mask) /* masked training: pruned weights get no gradient */
-        ff_mul(g->ctx, g->grads, g->grads, g->mask, (int64_t)g->n_params);
     if (rc == FF_OK)
         rc = ff_gpt_grad_norm(g, &norm);
     if (rc)

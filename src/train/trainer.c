@@ -591,11 +591,14 @@ int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
              in.eta_s, moe);
     if (out)
         *out = in;
-    emit(t, (ff_train_event){.kind = FF_TRAIN_STEP, .step = &in});
+    /* a pruning round belongs to this step: done before its event, so a
+     * hook that saves there saves the new mask */
     const int64_t done = step + 1;
     if (c->prune.sparsity > 0 && done % c->prune_every == 0 &&
-        done / c->prune_every <= c->prune_steps)
-        return prune_round(t, (int)(done / c->prune_every));
+        done / c->prune_every <= c->prune_steps &&
+        (rc = prune_round(t, (int)(done / c->prune_every))))
+        return rc;
+    emit(t, (ff_train_event){.kind = FF_TRAIN_STEP, .step = &in});
     return FF_OK;
 }
 
