@@ -65,9 +65,10 @@ int ff_mask_path(const char *checkpoint, char *out, size_t len);
 /* Trains with a mask from now on (docs/samo.md, "Masked training"): keep is
  * canonical, on world rank root (ignored elsewhere; root's NULL removes the
  * mask); the parameters and AdamW's moments are multiplied by it at once,
- * and each step multiplies the gradients by it before the norm and the
- * parameters after AdamW, so pruned weights stay exactly zero. On failure
- * the model has no mask. Collective. */
+ * ff_gpt_finish_grads multiplies the gradients by it (so the norm and every
+ * caller see them masked; the data-parallel all-reduces send the kept
+ * entries only) and ff_gpt_step the parameters after AdamW, so pruned
+ * weights stay exactly zero. On failure the model has no mask. Collective. */
 int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root);
 /* 1 if the model trains with a mask. */
 int ff_gpt_has_mask(const ff_gpt *g);
