@@ -32,6 +32,7 @@ libnl-route-3-200 libnuma1 libudev1 libuuid1"
         apt-get -o APT::Sandbox::User=root download -q "$p=$v" > /dev/null
     done
 )
+case $DIR in *'|'* | *'&'* | *'\'*) echo "bundle_runtime: DIR may not contain | & or \\" >&2; exit 2 ;; esac
 sed "s|@DIR@|$DIR|" > "$DIR/setup.sh" <<'SETUP'
 # fourfold's runtime: Debian 12's Open MPI and OpenBLAS (pthread), relocated
 # under $FFDEPS_PREFIX (default /opt/ffdeps); written by
@@ -95,7 +96,11 @@ _ff_unpack() {
 
 if [ "${FFDEPS_FORCE:-0}" = 1 ] || [ ! -f "$FFDEPS_PREFIX/.stamp" ] ||
    ! ls "$FFDEPS_DEBDIR"/*.deb | cmp -s - "$FFDEPS_PREFIX/.stamp"; then
-    mkdir -p "$FFDEPS_PREFIX" && _ff_unpack || echo "ffdeps: unpack FAILED" >&2
+    if ! { mkdir -p "$FFDEPS_PREFIX" && _ff_unpack; }; then
+        echo "ffdeps: unpack FAILED; the environment is left as it was" >&2
+        unset -f _ff_unpack
+        return 1 2>/dev/null || exit 1
+    fi
 fi
 
 _ff_L=$_ff_main/usr/lib/$_ff_ma

@@ -63,7 +63,7 @@ moved = int(np.count_nonzero(after[keep] != before[keep]))
 print(f"masked training from {sys.argv[1].split('/')[-1]}: {int((~keep).sum())} pruned weights, "
       f"{zero_before} nonzero in the pruned file, {nonzero} after 3 steps; {moved} of "
       f"{int(keep.sum())} kept entries changed")
-sys.exit(0 if zero_before == 0 and nonzero == 0 and moved > 0.5 * keep.sum() else 1)
+sys.exit(0 if zero_before == 0 and nonzero == 0 and moved > 0.9 * keep.sum() else 1)
 EOF
 }
 step masked $MPI -np 4 "$FF" train $S --grid 2x1x1x2 --steps 3 --init-from "$WORK/p80.bin" \

@@ -317,7 +317,8 @@ int ff_mask_read(const ff_gpt *g, const char *path, unsigned char *keep, int64_t
 int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
 {
     int me = ff_ctx_rank(g->ctx), any = keep != NULL; /* root's say */
-    MPI_Bcast(&any, 1, MPI_INT, root, ff_ctx_comm(g->ctx));
+    if (MPI_Bcast(&any, 1, MPI_INT, root, ff_ctx_comm(g->ctx)) != MPI_SUCCESS)
+        return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EMPI, "MPI_Bcast failed"));
     if (!any) {
         ff_fbuf_free(g->mask);
         g->mask = NULL;

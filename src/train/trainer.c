@@ -515,7 +515,8 @@ static int prune_round(ff_trainer *t, int i)
     if (rc)
         return rc;
     int64_t counts[2] = {cand, pruned};
-    MPI_Bcast(counts, 2, MPI_INT64_T, 0, ff_ctx_comm(t->ctx));
+    if (MPI_Bcast(counts, 2, MPI_INT64_T, 0, ff_ctx_comm(t->ctx)) != MPI_SUCCESS)
+        return fail(t, FF_EMPI, "MPI_Bcast failed");
     log_line(t,
              "{\"type\":\"prune\",\"step\":%lld,\"round\":%d,\"sparsity\":%.6f,"
              "\"candidates\":%lld,\"pruned\":%lld}\n",
