@@ -280,7 +280,9 @@ int ff_gpt_load(ff_gpt *g, const char *path);
 /* ---- memory and parameters --------------------------------------------------- */
 
 typedef struct {
-    size_t params, grads, adam; /* bytes of the flat buffers on this rank */
+    size_t params, grads, adam; /* bytes of the flat buffers on this rank (under
+                                   SAMO grads and adam hold the compressed ones too) */
+    size_t index;               /* SAMO's offsets of the kept weights (0 without) */
     size_t activations;         /* bytes kept for the backward of one micro-batch */
     size_t scratch;             /* backward and cross-entropy work space */
     size_t linear_peak;         /* gathered weights and gradient blocks, at most */

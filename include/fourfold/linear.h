@@ -143,6 +143,15 @@ void ff_linear_options(const ff_linear *l, ff_layer_opts *o);
  * and db (sizes.bias floats; NULL without bias). dw/db may be NULL for
  * inference. */
 void ff_linear_bind(ff_linear *l, float *w_shard, float *b, float *dw_shard, float *db);
+/* After ff_linear_bind (SAMO, docs/samo.md): the weight gradient is kept
+ * compressed, only at the shard's entries idx[k] - base (k < n, increasing),
+ * in g[k]; no dense gradient shard. Each micro-batch's contribution is added
+ * into g[k] with the same arithmetic the dense gradient's entry would see
+ * (a reduce-scatter's result added; with Gz = 1 the product accumulating on
+ * the expanded gradient), so the kept entries are bitwise those of dense
+ * training. The layer's own data-parallel all-reduce
+ * (ff_linear_seq_allreduce_grads) leaves a compressed gradient alone. */
+void ff_linear_bind_sparse(ff_linear *l, const uint32_t *idx, size_t n, uint32_t base, float *g);
 
 /* The program of weight uses for one micro-batch (copied). A layer's
  * backward must follow its forward where the program has both; a program

@@ -81,6 +81,19 @@ int ff_gpt_load_mask(ff_gpt *g, const char *path, int optional);
  * mask removes a file left at path instead. Collective. */
 int ff_gpt_save_mask(ff_gpt *g, const char *path);
 
+/* SAMO (docs/samo.md, "SAMO"): from now on the model keeps the gradient and
+ * AdamW's moments of the weight matrices only at the mask's kept entries,
+ * compressed, with one array of 32-bit offsets into the rank's shard; the
+ * weights stay dense (pruned ones exactly zero) for the products, and the
+ * dense mask is freed. Training is bitwise masked training with the same
+ * mask; the mask cannot change any more (ff_gpt_set_mask refuses). Needs a
+ * mask that prunes weight matrices only. Gradients are zero afterwards (a
+ * step's are lost: call it between steps); moments are kept. Gathers and
+ * scatters of the gradients, moments and mask go through a dense copy for
+ * the moment. Collective; the outcome agrees on every rank. */
+int ff_gpt_samo(ff_gpt *g);
+int ff_gpt_is_samo(const ff_gpt *g);
+
 #ifdef __cplusplus
 }
 #endif

@@ -103,6 +103,11 @@ typedef struct {
      * prune.sparsity 0: none */
     ff_prune_opts prune;
     int prune_every, prune_steps;
+    /* SAMO (docs/samo.md; ff_gpt_samo): the weight matrices' gradients and
+     * moments compressed to the mask's kept entries, bitwise the same
+     * training in less memory. Needs a mask (mask, a resumed masked run's,
+     * or the pruning schedule's: SAMO then starts after its last round). */
+    int samo;
     double sgemm_rate; /* this rank's sgemm FLOP/s; 0 on any rank: all measure at create */
     ff_train_hook hook;
     void *user;

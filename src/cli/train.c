@@ -28,7 +28,7 @@ typedef struct {
     const char *data, *val_data, *out, *resume_from, *init_from, *plan, *mask;
     float prune_to;
     long prune_every, prune_steps;
-    int prune_per_layer;
+    int prune_per_layer, samo;
     int resume, overwrite, grid_auto;
     long ag_cache_blocks; /* the planner's unit; -1: every layer, wte included */
     long seed, val_every, val_batches, save_every, keep, log_every, sample_tokens, top_k;
@@ -65,6 +65,9 @@ static const char help[] =
     "                    K times, prune to 1-(1-P)^(i/K) (pruned weights stay pruned), then\n"
     "                    train on with the mask (default: none; --prune-per-layer: each\n"
     "                    matrix on its own)\n"
+    "  --samo            SAMO: the weight matrices' gradients and moments kept only where\n"
+    "                    the mask keeps weights (the same training in less memory; needs\n"
+    "                    --mask, a masked run to resume, or --prune-to: after its last round)\n"
     "";
 
 static const char help_rest[] =
@@ -290,6 +293,8 @@ static int parse(int argc, char **argv, train_opts *o)
             o->resume = 1;
         } else if (cli_is(&a, "prune-per-layer")) {
             o->prune_per_layer = 1;
+        } else if (cli_is(&a, "samo")) {
+            o->samo = 1;
         } else if (cli_is(&a, "overwrite")) {
             o->overwrite = 1;
         } else if (cli_is(&a, "checkpoint")) {
@@ -629,6 +634,9 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
             o->plan);
     ROW("memory per rank", "params %.1f grads %.1f adam %.1f act %.1f MiB", mem.params * mib,
         mem.grads * mib, mem.adam * mib, mem.activations * mib);
+    if (ff_gpt_is_samo(g))
+        ROW("SAMO", "%zu kept weights on this rank; their offsets %.1f MiB",
+            mem.index / sizeof(uint32_t), mem.index * mib);
     if (strcmp(ff_ctx_device(ff_grid_ctx(grid)), "cpu") != 0)
         ROW("sgemm per rank", "%.1f GFLOP/s (cuBLAS fp32 4096^3 on the GPU)", ti.sgemm_rate * 1e-9);
     else
@@ -772,6 +780,7 @@ int cmd_train(int argc, char **argv)
     tc.prune.per_layer = o.prune_per_layer;
     tc.prune_every = (int)o.prune_every;
     tc.prune_steps = (int)o.prune_steps;
+    tc.samo = o.samo;
     tc.hook = print_event;
     tc.user = &o;
     ff_layer_plan plan = {0};

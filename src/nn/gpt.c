@@ -273,13 +273,18 @@ void ff_gpt_lin_views(const ff_gpt *g, ff_gpt_views *v, int l, int i, float ***w
  * shards, one bucket per MoE block, all-reduced over the experts' own
  * replicas), then positions and the routers (decayed), the final LayerNorm
  * and each block's LayerNorms and layout-Y biases, then the layout-X
- * biases. Returns the size. */
-static size_t layout(ff_gpt *g, float *base, ff_gpt_views *v)
+ * biases. Returns the size. With rest_only (a SAMO run's gradients) base
+ * holds [n_zsharded, n_params) only and the Z-sharded views are NULL. */
+static size_t layout(ff_gpt *g, float *base, int rest_only, ff_gpt_views *v)
 {
     const int L = g->nb, E = g->E;
-    size_t off = 0;
+    size_t off = 0, shift = 0;
     float **w, **b;
-#define VIEW(field, n) ((field) = base ? base + off : NULL, off += (size_t)(n))
+#define VIEW(field, n)                                                                             \
+    ((field) = base && !(rest_only && off < shift) ? base + (off - shift) : NULL,                 \
+     off += (size_t)(n))
+    if (rest_only) /* no view before the rest starts */
+        shift = SIZE_MAX;
     if (g->wte)
         VIEW(v->wte, ff_linear_local_sizes(g->wte).w_shard);
     for (int pass = 0; pass < 2; pass++) /* the blocks' own layers, then the experts */
@@ -297,6 +302,8 @@ static size_t layout(ff_gpt *g, float *base, ff_gpt_views *v)
             g->n_dense_z = pass ? g->n_dense_z : off;
         }
     g->n_zsharded = off;
+    if (rest_only)
+        shift = off;
     if (g->first)
         VIEW(v->wpe, (size_t)g->cfg.maxT * g->cy);
     for (int l = 0; l < L; l++)
@@ -344,10 +351,10 @@ static size_t layout(ff_gpt *g, float *base, ff_gpt_views *v)
     return off;
 }
 
-static void bind_views(ff_gpt *g)
+void ff_gpt_bind_views(ff_gpt *g)
 {
-    layout(g, g->params, &g->pv);
-    layout(g, g->grads, &g->gv);
+    layout(g, g->params, 0, &g->pv);
+    layout(g, g->grads, g->samo, &g->gv);
     int n = 0;
     for (int l = 0; l < g->nb; l++)
         for (int e = 0; g->is_moe[l] && e < g->E; e++)
@@ -360,6 +367,19 @@ static void bind_views(ff_gpt *g)
             ff_gpt_lin_views(g, &g->pv, l, i, &w, &b);
             ff_gpt_lin_views(g, &g->gv, l, i, &dw, &db);
             ff_linear_bind(ff_gpt_block_lin(g, l, i), *w, *b, *dw, *db);
+        }
+    if (!g->samo)
+        return;
+    /* SAMO: each layer's share of the compressed gradient */
+    for (int l = -1; l < g->nb; l++)
+        for (int i = 0; i < (l < 0 ? g->wte != NULL : ff_gpt_block_nlin(g, l)); i++) {
+            ff_linear *lin = l < 0 ? g->wte : ff_gpt_block_lin(g, l, i);
+            if (l >= 0)
+                ff_gpt_lin_views(g, &g->pv, l, i, &w, &b);
+            const size_t a = (size_t)((l < 0 ? g->pv.wte : *w) - g->params);
+            const size_t k0 = ff_gpt_samo_lower(g, a);
+            const size_t k1 = ff_gpt_samo_lower(g, a + ff_linear_local_sizes(lin).w_shard);
+            ff_linear_bind_sparse(lin, g->samo_idx + k0, k1 - k0, (uint32_t)a, g->samo_g + k0);
         }
 }
 
@@ -693,11 +713,11 @@ static int gpt_create_local(ff_gpt *g)
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
     if ((rc = create_layers(g)) || (rc = plan_layers(g)) || (rc = build_programs(g)))
         return rc;
-    ff_gpt_views counted = g->pv; /* the same arrays; pointers are reset by bind_views */
-    g->n_params = layout(g, NULL, &counted);
+    ff_gpt_views counted = g->pv; /* the same arrays; pointers are reset by ff_gpt_bind_views */
+    g->n_params = layout(g, NULL, 0, &counted);
     if ((rc = alloc_buffers(g)))
         return rc;
-    bind_views(g);
+    ff_gpt_bind_views(g);
     return FF_OK;
 }
 
@@ -799,6 +819,8 @@ void ff_gpt_destroy(ff_gpt *g)
     ff_fbuf_free(g->norm_part);
     ff_fbuf_free(g->mask);
     free(g->pack_idx), free(g->pack_off), ff_fbuf_free(g->pack_buf);
+    free(g->samo_idx);
+    ff_fbuf_free(g->samo_g), ff_fbuf_free(g->samo_m), ff_fbuf_free(g->samo_v);
     ff_gpt_views *vs[2] = {&g->pv, &g->gv};
     for (int b = 0; b < 2; b++) {
         float **arrs[VIEW_ARRAYS] = {
@@ -857,10 +879,10 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
         }
     for (int64_t j = 0; g->last && j < g->cy; j++)
         g->pv.lnfw[j] = 1.0f, g->pv.lnfb[j] = 0.0f;
-    if (g->adam_m)
-        memset(g->adam_m, 0, g->n_params * sizeof(float));
-    if (g->adam_v)
-        memset(g->adam_v, 0, g->n_params * sizeof(float));
+    float *moments[4] = {g->adam_m, g->adam_v, g->samo_m, g->samo_v};
+    for (int k = 0; k < 4; k++)
+        if (moments[k])
+            memset(moments[k], 0, (k < 2 ? ff_gpt_dense_state(g) : g->samo_k) * sizeof(float));
     return rc;
 }
 
@@ -1103,7 +1125,7 @@ static double sum_losses(const ff_gpt *g)
 static void dp_range(const ff_gpt *g, int r, size_t *off, size_t *len)
 {
     if (r == 2 * g->nb) {
-        *off = g->wte ? (size_t)(g->gv.wte - g->grads) : 0;
+        *off = g->wte ? (size_t)(g->pv.wte - g->params) : 0;
         *len = g->wte ? ff_linear_local_sizes(g->wte).w_shard : 0;
     } else {
         *off = r % 2 ? g->ebucket_off[r / 2] : g->bucket_off[r / 2];
@@ -1153,6 +1175,11 @@ static int reduce_range(ff_gpt *g, ff_group *grp, int r, ff_request **req)
 {
     size_t off, len;
     dp_range(g, r, &off, &len);
+    if (g->samo) { /* the compressed gradients are packed already */
+        const size_t k0 = ff_gpt_samo_lower(g, off), k1 = ff_gpt_samo_lower(g, off + len);
+        float *c = g->samo_g + k0;
+        return ff_iallreduce(grp, c, c, k1 - k0, &g->opt.linear.coll, req);
+    }
     float *p = g->grads + off;
     if (!g->pack_idx)
         return ff_iallreduce(grp, p, p, len, &g->opt.linear.coll, req);
@@ -1201,7 +1228,9 @@ int ff_gpt_zero_grad(ff_gpt *g)
         ff_wait(&g->bucket_req[l]);
     for (int l = 0; l < g->nb; l++)
         ff_wait(&g->ebucket_req[l]);
-    ff_zero(g->ctx, g->grads, (int64_t)g->n_params);
+    ff_zero(g->ctx, g->grads, (int64_t)ff_gpt_dense_state(g));
+    if (g->samo)
+        ff_zero(g->ctx, g->samo_g, (int64_t)g->samo_k);
     g->loss_sum = 0;
     g->moe_aux_sum = g->moe_dropped_sum = g->moe_assign_sum = 0;
     g->micro_done = 0;
@@ -1301,16 +1330,21 @@ static int tie_embedding(ff_gpt *g)
 {
     if (g->P == 1 || !g->wte)
         return FF_OK;
-    const size_t n = ff_linear_local_sizes(g->wte).w_shard;
+    size_t n = ff_linear_local_sizes(g->wte).w_shard;
+    float *own = g->gv.wte;
+    if (g->samo) { /* the kept entries: the same on both copies */
+        const size_t a = (size_t)(g->pv.wte - g->params), k0 = ff_gpt_samo_lower(g, a);
+        own = g->samo_g + k0;
+        n = ff_gpt_samo_lower(g, a + n) - k0;
+    }
     const int peer = g->first ? g->P - 1 : 0;
     ff_request *req[2] = {NULL, NULL};
-    int rc = ff_isend(g->grp_pipe, g->gv.wte, n, peer, FF_GPT_TAG_EMB, &req[0]);
+    int rc = ff_isend(g->grp_pipe, own, n, peer, FF_GPT_TAG_EMB, &req[0]);
     if (rc == FF_OK)
         rc = ff_irecv(g->grp_pipe, g->emb_peer, n, peer, FF_GPT_TAG_EMB, &req[1]);
     int rc2 = ff_waitall(req, 2);
     if ((rc = rc ? rc : rc2))
         return rc;
-    float *own = g->gv.wte;
     const float *lookup = g->first ? own : g->emb_peer, *head = g->first ? g->emb_peer : own;
     for (size_t i = 0; i < n; i++)
         own[i] = lookup[i] + head[i];
@@ -1337,7 +1371,8 @@ int ff_gpt_finish_grads(ff_gpt *g, float *loss)
     }
     /* everything that is not Z-sharded: one all-reduce over ZD; the local
      * experts' biases over Z and over their own replicas */
-    float *others = g->grads + g->n_zsharded, *eb = g->grads + g->n_eby;
+    float *others = ff_gpt_rest(g, g->grads, g->n_zsharded);
+    float *eb = ff_gpt_rest(g, g->grads, g->n_eby);
     if ((rc = ff_allreduce(g->grp_zd, others, others, g->n_eby - g->n_zsharded, NULL)))
         return rc;
     if (g->n_params > g->n_eby &&

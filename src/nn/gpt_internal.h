@@ -146,6 +146,15 @@ struct ff_gpt {
     uint32_t *pack_idx;
     size_t *pack_off;
     float *pack_buf;
+    /* SAMO (samo.c, docs/samo.md): the kept offsets of the Z-sharded
+     * weights [0, n_zsharded), increasing, samo_k of them, and their
+     * gradient and AdamW moments compressed in samo_g, samo_m, samo_v; the
+     * dense grads, adam_m and adam_v then hold only [n_zsharded, n_params)
+     * (ff_gpt_rest) and mask and the packing are gone */
+    int samo;
+    uint32_t *samo_idx;
+    size_t samo_k;
+    float *samo_g, *samo_m, *samo_v;
     size_t act_bytes, scratch_bytes;
 
     double loss_sum; /* this rank's rows, over the step's micro-batches */
@@ -156,6 +165,32 @@ struct ff_gpt {
  * 2 (u mod 999) and gradient 2 (u mod 999) + 1 (gpt_pipe.c), the tied
  * embedding's gradient exchange FF_GPT_TAG_EMB. */
 enum { FF_GPT_TAG_SPAN = 999, FF_GPT_TAG_EMB = 1998 };
+
+/* Entry `off` (>= n_zsharded) of a flat buffer of gradients or moments,
+ * which under SAMO holds [n_zsharded, n_params) only. */
+static inline float *ff_gpt_rest(const ff_gpt *g, float *buf, size_t off)
+{
+    return buf + (off - (g->samo ? g->n_zsharded : 0));
+}
+/* Entries of the dense flat buffers of gradients and moments. */
+static inline size_t ff_gpt_dense_state(const ff_gpt *g)
+{
+    return g->samo ? g->n_params - g->n_zsharded : g->n_params;
+}
+/* SAMO: the first compressed entry whose offset is at least off. */
+size_t ff_gpt_samo_lower(const ff_gpt *g, size_t off);
+/* SAMO's part of the gradient norm: the sums of squares of the compressed
+ * gradients at offsets [a, b), in the dense blocks of FF_SUM_BLOCK from a
+ * and their lanes, so the sum has the bits of the dense gradients' (samo.c). */
+void ff_gpt_samo_sumsq(ff_gpt *g, size_t a, size_t b, double *out);
+/* SAMO's AdamW on the compressed entries (samo.c); j as for the dense pass. */
+void ff_gpt_samo_adamw(ff_gpt *g, const void *adamw_job);
+/* SAMO: the dense flat buffer `which` (grads, moments, mask) made for a
+ * moment (ff_fbuf_free it), or a compressed buffer set from a dense one. */
+float *ff_gpt_samo_expand(ff_gpt *g, ff_gpt_buffer which);
+void ff_gpt_samo_compress(ff_gpt *g, ff_gpt_buffer which, const float *dense);
+/* Binds the linear layers' gradients (compressed under SAMO) and the views (gpt.c). */
+void ff_gpt_bind_views(ff_gpt *g);
 
 /* The kept offsets of each data-parallel bucket under g->mask (NULL: none,
  * the packing removed); FF_ENOMEM on this rank only (gpt.c). */

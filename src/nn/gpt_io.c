@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device.h"
 #include "gpt_internal.h"
 #include "util/crc32.h"
 #include "util/file.h"
@@ -135,8 +136,12 @@ double ff_gpt_flops_per_token(const ff_gpt *g, int T)
 void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m)
 {
     memset(m, 0, sizeof *m);
-    m->params = m->grads = g->n_params * sizeof(float);
-    m->adam = 2 * g->n_params * sizeof(float);
+    /* under SAMO the Z-sharded weights' gradient and moments are compressed */
+    const size_t state = ff_gpt_dense_state(g) + g->samo_k;
+    m->params = g->n_params * sizeof(float);
+    m->grads = state * sizeof(float);
+    m->adam = 2 * state * sizeof(float);
+    m->index = g->samo_k * sizeof(uint32_t);
     m->activations = g->act_bytes;
     m->scratch = g->scratch_bytes;
     ff_linear_seq_memory(g->seq, NULL, &m->linear_peak);
@@ -354,7 +359,7 @@ static int stage_root_buffer(ff_gpt *g, int root, float *canon, float **buf, int
 static int begin_transfer(ff_gpt *g, ff_gpt_buffer which, int root, float *canon, float **flat,
                           float **sbuf, int *is_sroot)
 {
-    int rc = buffer_ready(g, which, flat);
+    int rc = *flat ? FF_OK : buffer_ready(g, which, flat);
     if (rc == FF_OK && (root < 0 || root >= ff_ctx_size(g->ctx)))
         rc = ff_set_error(g->ctx, FF_EINVAL, "root %d is not a rank", root);
     if (rc == FF_OK)
@@ -382,9 +387,10 @@ static int move_stages(ff_gpt *g, float *buf, int root, int is_sroot, int gather
     return ff_ctx_agree(g->ctx, rc);
 }
 
-int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
+/* flat: the flat buffer to gather (NULL: which's) */
+static int gather_flat(ff_gpt *g, ff_gpt_buffer which, float *flat, float *canon, int root)
 {
-    float *flat = NULL, *sbuf = NULL;
+    float *sbuf = NULL;
     int is_sroot = 0, rc = begin_transfer(g, which, root, canon, &flat, &sbuf, &is_sroot);
     const int G = ff_group_size(ff_grid_group(g->grid, FF_GROUP_STAGE));
     if (rc)
@@ -419,9 +425,9 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
     return rc;
 }
 
-int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
+static int scatter_flat(ff_gpt *g, ff_gpt_buffer which, float *flat, const float *canon, int root)
 {
-    float *flat = NULL, *sbuf = NULL;
+    float *sbuf = NULL;
     int is_sroot = 0, rc = begin_transfer(g, which, root, (float *)canon, &flat, &sbuf, &is_sroot);
     const int G = ff_group_size(ff_grid_group(g->grid, FF_GROUP_STAGE));
     if (rc)
@@ -447,6 +453,35 @@ int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
             ycopy(g, flat, all, 0);
     }
     free(all);
+    return rc;
+}
+
+/* Under SAMO the gradients and moments (and the mask) travel through a
+ * dense copy made for the transfer (docs/samo.md: a checkpoint's moment). */
+int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
+{
+    if (!g->samo || which == FF_GPT_PARAMS)
+        return gather_flat(g, which, NULL, canon, root);
+    float *dense = ff_gpt_samo_expand(g, which);
+    int rc = ff_ctx_agree(g->ctx, dense ? FF_OK : FF_ENOMEM);
+    if (rc == FF_OK)
+        rc = gather_flat(g, which, dense, canon, root);
+    ff_fbuf_free(dense);
+    return rc;
+}
+
+int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
+{
+    if (!g->samo || which == FF_GPT_PARAMS)
+        return scatter_flat(g, which, NULL, canon, root);
+    if (which == FF_GPT_MASK)
+        return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EUNSUPPORTED,
+                                                 "a SAMO run's mask is fixed: it cannot change"));
+    float *dense = ff_gpt_samo_expand(g, which); /* (zeros where the scatter writes nothing) */
+    int rc = ff_ctx_agree(g->ctx, dense ? FF_OK : FF_ENOMEM);
+    if (rc == FF_OK && (rc = scatter_flat(g, which, dense, canon, root)) == FF_OK)
+        ff_gpt_samo_compress(g, which, dense);
+    ff_fbuf_free(dense);
     return rc;
 }
 

@@ -55,6 +55,21 @@ static void sumsq(ff_gpt *g, const float *p, size_t n, double *out)
         *out += j.part[b];
 }
 
+/* The gradients at offsets [a, b): Z-sharded weights (compressed under
+ * SAMO), or the rest. */
+static void zsumsq(ff_gpt *g, size_t a, size_t b, double *out)
+{
+    if (g->samo)
+        ff_gpt_samo_sumsq(g, a, b, out);
+    else
+        sumsq(g, g->grads + a, b - a, out);
+}
+
+static void rsumsq(ff_gpt *g, size_t a, size_t b, double *out)
+{
+    sumsq(g, ff_gpt_rest(g, g->grads, a), b - a, out);
+}
+
 int ff_gpt_grad_norm(ff_gpt *g, float *norm)
 {
     /* each parameter once: a weight element lives on one (x, y, z) of each
@@ -66,19 +81,19 @@ int ff_gpt_grad_norm(ff_gpt *g, float *norm)
     /* the experts' shards (with expert parallelism each slot's): the first
      * replica, d = the slot */
     if (g->me.d == g->eslot && g->n_zsharded > g->n_dense_z)
-        sumsq(g, g->grads + g->n_dense_z, g->n_zsharded - g->n_dense_z, &s);
+        zsumsq(g, g->n_dense_z, g->n_zsharded, &s);
     if (g->me.d == 0) {
-        sumsq(g, g->grads + skip, g->n_dense_z - skip, &s);
+        zsumsq(g, skip, g->n_dense_z, &s);
         if (g->me.z == 0 && g->me.x == 0)
-            sumsq(g, g->grads + g->n_zsharded, g->n_ytype - g->n_zsharded, &s);
+            rsumsq(g, g->n_zsharded, g->n_ytype, &s);
         if (g->me.z == 0 && g->me.y == 0)
-            sumsq(g, g->grads + g->n_ytype, g->n_eby - g->n_ytype, &s);
+            rsumsq(g, g->n_ytype, g->n_eby, &s);
     }
     if (g->me.d == g->eslot && g->me.z == 0) { /* the experts' biases */
         if (g->me.x == 0)
-            sumsq(g, g->grads + g->n_eby, g->n_ebx - g->n_eby, &s);
+            rsumsq(g, g->n_eby, g->n_ebx, &s);
         if (g->me.y == 0)
-            sumsq(g, g->grads + g->n_ebx, g->n_params - g->n_ebx, &s);
+            rsumsq(g, g->n_ebx, g->n_params, &s);
     }
     float f = (float)s;
     int rc = ff_allreduce(g->grp_world, &f, &f, 1, NULL);
@@ -90,17 +105,27 @@ int ff_gpt_adam_ensure(ff_gpt *g)
 {
     if (g->adam_m)
         return FF_OK;
-    g->adam_m = ff_fbuf_alloc(g->ctx, g->n_params);
-    g->adam_v = ff_fbuf_alloc(g->ctx, g->n_params);
-    if (!g->adam_m || !g->adam_v) {
+    const size_t n = ff_gpt_dense_state(g), k = g->samo ? g->samo_k : 0;
+    g->adam_m = ff_fbuf_alloc(g->ctx, n);
+    g->adam_v = ff_fbuf_alloc(g->ctx, n);
+    if (g->samo) {
+        g->samo_m = ff_fbuf_alloc(g->ctx, k);
+        g->samo_v = ff_fbuf_alloc(g->ctx, k);
+    }
+    if (!g->adam_m || !g->adam_v || (g->samo && (!g->samo_m || !g->samo_v))) {
         ff_fbuf_free(g->adam_m), ff_fbuf_free(g->adam_v);
-        g->adam_m = g->adam_v = NULL;
+        ff_fbuf_free(g->samo_m), ff_fbuf_free(g->samo_v);
+        g->adam_m = g->adam_v = g->samo_m = g->samo_v = NULL;
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for AdamW's moments");
     }
     /* zeroed by the team (ff_fbuf_alloc's pages are zero already, but
      * each thread then first touches the pages it updates) */
-    ff_zero(g->ctx, g->adam_m, (int64_t)g->n_params);
-    ff_zero(g->ctx, g->adam_v, (int64_t)g->n_params);
+    ff_zero(g->ctx, g->adam_m, (int64_t)n);
+    ff_zero(g->ctx, g->adam_v, (int64_t)n);
+    if (g->samo) {
+        ff_zero(g->ctx, g->samo_m, (int64_t)k);
+        ff_zero(g->ctx, g->samo_v, (int64_t)k);
+    }
     return FF_OK;
 }
 
@@ -120,13 +145,8 @@ static void adamw_range(void *arg, int64_t i0, int64_t i1, int th)
         const int64_t a = part ? (i0 > split ? i0 : split) : i0;
         const int64_t b = part ? i1 : (i1 < split ? i1 : split);
         const float decay = part ? 0.0f : j->wd;
-        for (int64_t i = a; i < b; i++) {
-            float grad = gr[i] * scale;
-            m[i] = b1 * m[i] + (1.0f - b1) * grad;
-            v[i] = b2 * v[i] + (1.0f - b2) * grad * grad;
-            float mhat = m[i] / bc1, vhat = v[i] / bc2;
-            p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + decay * p[i]);
-        }
+        for (int64_t i = a; i < b; i++)
+            ff_adamw_at(&p[i], &m[i], &v[i], gr[i] * scale, b1, b2, bc1, bc2, lr, eps, decay);
     }
 }
 
@@ -148,8 +168,15 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
                    .wd = h->weight_decay,
                    .grad_scale = grad_scale,
                    .n_decay = g->n_decay};
-    if (!ff_dev_pass(g->ctx, FF_PASS_ADAMW, (int64_t)g->n_params, &j))
-        ff_team_run(g->ctx->team, (int64_t)g->n_params, 1 << 14, adamw_range, &j);
+    int64_t n = (int64_t)g->n_params;
+    if (g->samo) { /* the compressed Z-sharded weights, then the dense rest */
+        ff_gpt_samo_adamw(g, &j);
+        j.p += g->n_zsharded;
+        j.n_decay -= g->n_zsharded;
+        n -= (int64_t)g->n_zsharded;
+    }
+    if (!ff_dev_pass(g->ctx, FF_PASS_ADAMW, n, &j))
+        ff_team_run(g->ctx->team, n, 1 << 14, adamw_range, &j);
     return FF_OK;
 }
 

@@ -41,6 +41,12 @@ struct ff_linear {
     size_t block, shard; /* kl*nl, block/gz */
 
     float *w, *b, *dw, *db; /* bound views */
+    /* SAMO (ff_linear_bind_sparse; dw NULL): the gradient kept at the
+     * shard's offsets sidx[k] - sbase, k < sn, in sg */
+    const uint32_t *sidx;
+    size_t sn;
+    uint32_t sbase;
+    float *sg;
 
     /* run state */
     float *w_gathered; /* pool buffer holding W_rc (gz > 1) */
@@ -355,7 +361,17 @@ void ff_linear_bind(ff_linear *l, float *w_shard, float *b, float *dw_shard, flo
     l->b = b;
     l->dw = dw_shard;
     l->db = db;
+    l->sidx = NULL, l->sn = 0, l->sbase = 0, l->sg = NULL;
 }
+
+void ff_linear_bind_sparse(ff_linear *l, const uint32_t *idx, size_t n, uint32_t base, float *g)
+{
+    l->dw = NULL;
+    l->sidx = idx, l->sn = n, l->sbase = base, l->sg = g;
+}
+
+/* A bound weight gradient: dense or compressed. */
+static int has_grad(const ff_linear *l) { return l->dw || l->sidx; }
 
 /* ---- the program ---------------------------------------------------------------- */
 
@@ -568,11 +584,16 @@ static int prefetch(ff_linear_seq *s, int after)
     return FF_OK;
 }
 
-/* Adds a completed reduce-scatter into the gradient shard. */
+/* Adds a completed reduce-scatter into the gradient shard, or its kept
+ * entries into the compressed gradient (the same additions). */
 static void finish_rs(ff_linear *l)
 {
-    for (size_t e = 0; e < l->shard; e++)
-        l->dw[e] += l->rs_out[e];
+    if (l->sidx)
+        for (size_t k = 0; k < l->sn; k++)
+            l->sg[k] += l->rs_out[l->sidx[k] - l->sbase];
+    else
+        for (size_t e = 0; e < l->shard; e++)
+            l->dw[e] += l->rs_out[e];
     buf_give(l->seq, l->rs_out, l->shard);
     buf_give(l->seq, l->rs_send, l->block);
     l->rs_out = l->rs_send = NULL;
@@ -748,20 +769,28 @@ static int times_weight(ff_linear *l, const char *name, int transposed, const fl
 
 /* The block gradient this run's backward uses accumulate into: with Gz = 1
  * the shard itself (beta 1, micro-batches add up), else a pool buffer that
- * the first contribution overwrites (beta 0). */
+ * the first contribution overwrites (beta 0). A compressed gradient with
+ * Gz = 1 (SAMO) goes through a pool buffer that starts as the dense shard
+ * would be, its kept entries expanded into zeros (beta 1), so every kept
+ * entry sees the dense arithmetic; backward_use_done takes them back. */
 static int grad_block(ff_linear *l, float **block, float *beta)
 {
     *block = l->dw;
     *beta = 1.0f;
-    if (l->gz == 1)
+    if (l->gz == 1 && !l->sidx)
         return FF_OK;
     if (!l->dw_block) {
         if (!(l->dw_block = buf_take(l->seq, l->block)))
             return FF_ENOMEM;
         l->dw_contributions = 0;
+        if (l->gz == 1) {
+            memset(l->dw_block, 0, l->block * sizeof(float));
+            for (size_t k = 0; k < l->sn; k++)
+                l->dw_block[l->sidx[k] - l->sbase] = l->sg[k];
+        }
     }
     *block = l->dw_block;
-    *beta = l->dw_contributions ? 1.0f : 0.0f;
+    *beta = l->dw_contributions || l->gz == 1 ? 1.0f : 0.0f;
     return FF_OK;
 }
 
@@ -915,7 +944,7 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
 {
     ff_linear_seq *s = l->seq;
     ff_ctx *ctx = s->ctx;
-    if (!l->dw || (l->has_bias && !l->db))
+    if (!has_grad(l) || (l->has_bias && !l->db))
         return ff_set_error(ctx, FF_EINVAL, "layer '%s' has no bound gradient", l->name);
     const float *w;
     int rc = acquire(l, FF_USE_BACKWARD, 0, &w);
@@ -971,7 +1000,7 @@ int ff_linear_use_begin(ff_linear *l, const float **w_block, float **dw_block)
     *w_block = NULL;
     *dw_block = NULL;
     int grad = s->running && s->cursor < s->n_prog && s->prog[s->cursor].kind == FF_USE_GRAD;
-    if (grad && !l->dw)
+    if (grad && !has_grad(l))
         return ff_set_error(s->ctx, FF_EINVAL, "layer '%s' has no bound gradient", l->name);
     int rc = acquire(l, grad ? FF_USE_GRAD : FF_USE_FORWARD, 0, w_block);
     if (rc || !grad)
@@ -1003,6 +1032,12 @@ static int backward_use_done(ff_linear *l)
     int rc, last = s->cursor == l->last_backward;
     if ((rc = release(l)))
         return rc;
+    if (last && l->gz == 1 && l->dw_block) { /* SAMO: the kept entries back */
+        for (size_t k = 0; k < l->sn; k++)
+            l->sg[k] = l->dw_block[l->sidx[k] - l->sbase];
+        buf_give(s, l->dw_block, l->block);
+        l->dw_block = NULL;
+    }
     if (!last || l->gz == 1)
         return FF_OK;
     /* dW_shard += ReduceScatter_Z(dW_rc); ORS defers the wait until the

@@ -73,6 +73,18 @@ typedef struct {
     size_t n_decay;
 } adamw_job;
 
+/* One AdamW update: parameter *p, moments *m and *v, the scaled gradient
+ * `grad`, decoupled decay `decay` (the dense pass and SAMO's compressed one
+ * share it, so their entries get the same bits) */
+static inline FF_HD void ff_adamw_at(float *p, float *m, float *v, float grad, float b1, float b2,
+                                     float bc1, float bc2, float lr, float eps, float decay)
+{
+    *m = b1 * *m + (1.0f - b1) * grad;
+    *v = b2 * *v + (1.0f - b2) * grad * grad;
+    float mhat = *m / bc1, vhat = *v / bc2;
+    *p -= lr * (mhat / (sqrtf(vhat) + eps) + decay * *p);
+}
+
 /* a linear layer's bias: out (rows, nl) += b, or db (nl) += column sums of dout */
 typedef struct {
     float *out, *db;

@@ -317,6 +317,9 @@ int ff_mask_read(const ff_gpt *g, const char *path, unsigned char *keep, int64_t
 int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
 {
     int me = ff_ctx_rank(g->ctx), any = keep != NULL; /* root's say */
+    if (g->samo) /* (the same on every rank) */
+        return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EUNSUPPORTED,
+                                                 "a SAMO run's mask is fixed: it cannot change"));
     if (MPI_Bcast(&any, 1, MPI_INT, root, ff_ctx_comm(g->ctx)) != MPI_SUCCESS)
         return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EMPI, "MPI_Bcast failed"));
     if (!any) {
@@ -354,7 +357,7 @@ int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
     return FF_OK;
 }
 
-int ff_gpt_has_mask(const ff_gpt *g) { return g->mask != NULL; }
+int ff_gpt_has_mask(const ff_gpt *g) { return g->mask != NULL || g->samo; }
 
 int ff_gpt_load_mask(ff_gpt *g, const char *path, int optional)
 {
@@ -385,7 +388,7 @@ int ff_gpt_save_mask(ff_gpt *g, const char *path)
 {
     ff_ctx *ctx = g->ctx;
     const int root = ff_ctx_rank(ctx) == 0;
-    int has = g->mask != NULL, any = 0;
+    int has = ff_gpt_has_mask(g), any = 0;
     MPI_Allreduce(&has, &any, 1, MPI_INT, MPI_MAX, ff_ctx_comm(ctx));
     if (!any) { /* no mask: none may be left beside the checkpoint */
         int local = FF_OK;

@@ -231,6 +231,8 @@ static int open_data(ff_trainer *t)
     return rc;
 }
 
+static int maybe_samo(ff_trainer *t);
+
 /* Masked training: the given mask file, or init_from's (docs/samo.md). */
 static int load_mask(ff_trainer *t)
 {
@@ -411,6 +413,8 @@ int ff_trainer_create(ff_grid *grid, const ff_trainer_config *cfg, ff_trainer **
         rc = start_run(t);
     if (rc == FF_OK && cfg->mask)
         rc = load_mask(t);
+    if (rc == FF_OK)
+        rc = maybe_samo(t);
     if (rc == FF_OK) {
         t->start_step = t->st.step;
         t->st.seed = cfg->seed;
@@ -475,6 +479,24 @@ static void log_line(ff_trainer *t, const char *fmt, ...)
     vfprintf(t->log, fmt, ap);
     va_end(ap);
     fflush(t->log);
+}
+
+/* SAMO once the mask is final: at once, or after the schedule's last round. */
+static int maybe_samo(ff_trainer *t)
+{
+    const ff_trainer_config *c = &t->cfg;
+    if (!c->samo || ff_gpt_is_samo(t->g) ||
+        (c->prune.sparsity > 0 && t->st.step < (int64_t)c->prune_every * c->prune_steps))
+        return FF_OK;
+    int rc = ff_gpt_samo(t->g);
+    if (rc)
+        return rc;
+    ff_gpt_memory m;
+    ff_gpt_memory_report(t->g, &m);
+    note(t, "SAMO from step %lld: %zu kept weights on this rank, gradients and moments %.1f MiB",
+         (long long)t->st.step, m.index / sizeof(uint32_t),
+         (double)(m.grads + m.adam + m.index) / (1 << 20));
+    return FF_OK;
 }
 
 /* Round i of the pruning schedule: the parameters and the mask so far to
@@ -597,7 +619,7 @@ int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
     const int64_t done = step + 1;
     if (c->prune.sparsity > 0 && done % c->prune_every == 0 &&
         done / c->prune_every <= c->prune_steps &&
-        (rc = prune_round(t, (int)(done / c->prune_every))))
+        ((rc = prune_round(t, (int)(done / c->prune_every))) || (rc = maybe_samo(t))))
         return rc;
     emit(t, (ff_train_event){.kind = FF_TRAIN_STEP, .step = &in});
     return FF_OK;

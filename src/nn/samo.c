@@ -1,0 +1,212 @@
+/* SAMO: sparse model states for a pruned model (fourfold/prune.h,
+ * docs/samo.md; the dissertation's chapter 4).
+ *
+ * The weights the products use stay dense (pruned entries exactly zero), so
+ * the BLAS runs as before; the Z-sharded weights' gradient and AdamW moments
+ * live only at the kept entries, all three indexed by one array of 32-bit
+ * offsets into the rank's Z-sharded weights. Every kept entry goes through
+ * the arithmetic masked training gives it, so a SAMO run is bitwise a
+ * masked run (tests/test_samo.c): the linear layers add their gradient
+ * contributions into the compressed entries (linear.c), the data-parallel
+ * all-reduces send the compressed ranges as masked training packs them,
+ * AdamW shares its per-entry code with the dense pass, and the gradient
+ * norm sums the compressed squares in the dense pass's blocks and lanes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "fourfold/prune.h"
+#include "gpt_internal.h"
+#include "gpt_ops.h"
+#include "passes.h"
+#include "util/team.h"
+
+size_t ff_gpt_samo_lower(const ff_gpt *g, size_t off)
+{
+    size_t lo = 0, hi = g->samo_k;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (g->samo_idx[mid] < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* ---- the gradient norm ------------------------------------------------------------ */
+
+typedef struct {
+    const ff_gpt *g;
+    size_t a, b; /* the dense offsets */
+    double *part;
+} sumsq_samo_job;
+
+/* Dense block bl of [a, b): its kept entries' squares in the lanes the dense
+ * pass (ff_sumsq_block_at) puts them, (offset - a) mod 8; the pruned entries
+ * it adds are zeros, which leave a sum of squares as it is. */
+static void sumsq_samo_blocks(void *arg, int64_t b0, int64_t b1, int th)
+{
+    (void)th;
+    const sumsq_samo_job *j = arg;
+    const ff_gpt *g = j->g;
+    for (int64_t bl = b0; bl < b1; bl++) {
+        const size_t lo = j->a + (size_t)bl * FF_SUM_BLOCK;
+        const size_t hi = lo + FF_SUM_BLOCK < j->b ? lo + FF_SUM_BLOCK : j->b;
+        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (size_t k = ff_gpt_samo_lower(g, lo), k1 = ff_gpt_samo_lower(g, hi); k < k1; k++)
+            s[(g->samo_idx[k] - j->a) % 8] += (double)g->samo_g[k] * g->samo_g[k];
+        j->part[bl] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    }
+}
+
+void ff_gpt_samo_sumsq(ff_gpt *g, size_t a, size_t b, double *out)
+{
+    const int64_t nb = (int64_t)((b - a + FF_SUM_BLOCK - 1) / FF_SUM_BLOCK);
+    sumsq_samo_job j = {g, a, b, g->norm_part};
+    ff_team_run(g->ctx->team, nb, 1, sumsq_samo_blocks, &j);
+    for (int64_t bl = 0; bl < nb; bl++) /* in order, as the dense pass adds them */
+        *out += j.part[bl];
+}
+
+/* ---- AdamW -------------------------------------------------------------------------- */
+
+typedef struct {
+    const ff_gpt *g;
+    const adamw_job *j;
+} adamw_samo_job;
+
+static void adamw_samo_range(void *arg, int64_t k0, int64_t k1, int th)
+{
+    (void)th;
+    const adamw_samo_job *s = arg;
+    const adamw_job *j = s->j;
+    const uint32_t *restrict idx = s->g->samo_idx;
+    float *restrict m = s->g->samo_m, *restrict v = s->g->samo_v, *restrict p = j->p;
+    const float *restrict gr = s->g->samo_g;
+    for (int64_t k = k0; k < k1; k++) {
+        const uint32_t i = idx[k];
+        ff_adamw_at(&p[i], &m[k], &v[k], gr[k] * j->grad_scale, j->b1, j->b2, j->bc1, j->bc2,
+                    j->lr, j->eps, i < j->n_decay ? j->wd : 0.0f);
+    }
+}
+
+void ff_gpt_samo_adamw(ff_gpt *g, const void *job)
+{
+    adamw_samo_job s = {g, job};
+    ff_team_run(g->ctx->team, (int64_t)g->samo_k, 1 << 14, adamw_samo_range, &s);
+}
+
+/* ---- dense forms for files -------------------------------------------------------- */
+
+/* The compressed and the dense (rest) part of `which`. */
+static void parts(ff_gpt *g, ff_gpt_buffer which, float **comp, float **rest)
+{
+    *comp = which == FF_GPT_GRADS ? g->samo_g : which == FF_GPT_ADAM_M ? g->samo_m : g->samo_v;
+    *rest = which == FF_GPT_GRADS ? g->grads : which == FF_GPT_ADAM_M ? g->adam_m : g->adam_v;
+}
+
+float *ff_gpt_samo_expand(ff_gpt *g, ff_gpt_buffer which)
+{
+    if ((which == FF_GPT_ADAM_M || which == FF_GPT_ADAM_V) && ff_gpt_adam_ensure(g))
+        return NULL;
+    float *d = ff_fbuf_alloc(g->ctx, g->n_params), *comp, *rest;
+    if (!d) {
+        ff_set_error(g->ctx, FF_ENOMEM, "out of memory for a dense copy of the model's state");
+        return NULL;
+    }
+    const size_t nz = g->n_zsharded;
+    if (which == FF_GPT_MASK) {
+        for (size_t k = 0; k < g->samo_k; k++)
+            d[g->samo_idx[k]] = 1.0f;
+        for (size_t i = nz; i < g->n_params; i++)
+            d[i] = 1.0f;
+        return d;
+    }
+    parts(g, which, &comp, &rest);
+    for (size_t k = 0; k < g->samo_k; k++)
+        d[g->samo_idx[k]] = comp[k];
+    memcpy(d + nz, rest, (g->n_params - nz) * sizeof(float));
+    return d;
+}
+
+void ff_gpt_samo_compress(ff_gpt *g, ff_gpt_buffer which, const float *d)
+{
+    float *comp, *rest;
+    parts(g, which, &comp, &rest);
+    for (size_t k = 0; k < g->samo_k; k++)
+        comp[k] = d[g->samo_idx[k]];
+    memcpy(rest, d + g->n_zsharded, (g->n_params - g->n_zsharded) * sizeof(float));
+}
+
+/* ---- switching on ----------------------------------------------------------------- */
+
+/* Why this rank cannot train with SAMO (FF_OK: it can). */
+static int samo_check(ff_gpt *g)
+{
+    if (!g->mask)
+        return ff_set_error(g->ctx, FF_EINVAL,
+                            "SAMO needs a mask: prune the model (fourfold prune, --prune-to) or "
+                            "give one (--mask)");
+    if (g->n_zsharded > UINT32_MAX)
+        return ff_set_error(g->ctx, FF_EUNSUPPORTED,
+                            "SAMO's 32-bit offsets: this rank holds %zu weights, more than 2^32",
+                            g->n_zsharded);
+    for (size_t i = g->n_zsharded; i < g->n_params; i++)
+        if (g->mask[i] != 1.0f)
+            return ff_set_error(g->ctx, FF_EINVAL,
+                                "the mask prunes parameters other than the weight matrices; "
+                                "SAMO compresses only those");
+    return FF_OK;
+}
+
+int ff_gpt_samo(ff_gpt *g)
+{
+    if (g->samo)
+        return FF_OK; /* (the same on every rank) */
+    int rc = ff_ctx_agree(g->ctx, samo_check(g));
+    int rc0 = ff_gpt_zero_grad(g); /* nothing in flight from here */
+    if (rc || (rc = ff_ctx_agree(g->ctx, rc0)))
+        return rc;
+    const size_t nz = g->n_zsharded, nr = g->n_params - nz;
+    size_t k = 0;
+    for (size_t i = 0; i < nz; i++)
+        k += g->mask[i] != 0.0f;
+    const int moments = g->adam_m != NULL;
+    uint32_t *idx = malloc((k ? k : 1) * sizeof *idx);
+    float *sg = ff_fbuf_alloc(g->ctx, k), *gr = ff_fbuf_alloc(g->ctx, nr);
+    float *sm = moments ? ff_fbuf_alloc(g->ctx, k) : NULL, *sv = moments ? ff_fbuf_alloc(g->ctx, k) : NULL;
+    float *rm = moments ? ff_fbuf_alloc(g->ctx, nr) : NULL, *rv = moments ? ff_fbuf_alloc(g->ctx, nr) : NULL;
+    int local = idx && sg && gr && (!moments || (sm && sv && rm && rv))
+                    ? FF_OK
+                    : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for SAMO's compressed states");
+    if ((rc = ff_ctx_agree(g->ctx, local))) {
+        free(idx);
+        float *made[6] = {sg, gr, sm, sv, rm, rv};
+        for (int i = 0; i < 6; i++)
+            ff_fbuf_free(made[i]);
+        return rc;
+    }
+    for (size_t i = 0, n = 0; i < nz; i++)
+        if (g->mask[i] != 0.0f)
+            idx[n++] = (uint32_t)i;
+    g->samo_idx = idx, g->samo_k = k, g->samo_g = sg;
+    if (moments) { /* resuming: the moments keep their kept entries */
+        for (size_t n = 0; n < k; n++)
+            sm[n] = g->adam_m[idx[n]], sv[n] = g->adam_v[idx[n]];
+        memcpy(rm, g->adam_m + nz, nr * sizeof(float));
+        memcpy(rv, g->adam_v + nz, nr * sizeof(float));
+        ff_fbuf_free(g->adam_m), ff_fbuf_free(g->adam_v);
+        g->adam_m = rm, g->adam_v = rv, g->samo_m = sm, g->samo_v = sv;
+    }
+    ff_fbuf_free(g->grads);
+    g->grads = gr; /* zero, as ff_gpt_zero_grad left the dense ones */
+    ff_fbuf_free(g->mask);
+    g->mask = NULL;
+    g->samo = 1;
+    ff_gpt_pack_build(g); /* (frees the packing: the compressed ranges are packed) */
+    ff_gpt_bind_views(g);
+    return FF_OK;
+}
+
+int ff_gpt_is_samo(const ff_gpt *g) { return g->samo; }
