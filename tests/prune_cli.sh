@@ -5,8 +5,10 @@
 # weights); masked training from it on 2x1x1x2 keeps every pruned weight of
 # its checkpoint exactly zero (read by numpy from the llm.c file) while the
 # kept weights move; iterative pruning inside a run, resumed bit for bit from
-# a checkpoint that carries the mask; bad input gets one message and the
-# same exit on every rank (tests/cases.sh).
+# a checkpoint that carries the mask; SAMO (--samo) writes the masked run's
+# files bit for bit, also resumed on the same and on another grid and after
+# iterative pruning; bad input gets one message and the same exit on every
+# rank (tests/cases.sh).
 #   usage: prune_cli.sh FOURFOLD MPIEXEC
 set -u
 FF=$1 MPIEXEC=$2 NP=4
@@ -99,6 +101,50 @@ else
     failures=$((failures + 1))
 fi
 
+# SAMO (--samo) from the pruned checkpoint on 1x1x2x2: the model and state
+# files of every checkpoint bit for bit those of the masked run; resumed at
+# step 2 on the same grid, step 4 bit for bit again; resumed at step 2 on
+# 2x1x1x2, bit for bit the masked run resumed there (masked training across
+# grids is checked against the serial run by test_prune); --prune-to with
+# --samo switches after the last round and ends as the masked pruning run
+Q="$S --steps 4 --save-every 2 --keep 0 --micro-batch 4 --init-from $WORK/p80.bin --mask auto"
+step qm $MPI -np 4 "$FF" train $Q --grid 1x1x2x2 --out "$WORK/qm"
+step qs $MPI -np 4 "$FF" train $Q --grid 1x1x2x2 --samo --out "$WORK/qs"
+expect qs "SAMO from step 0: "
+same_files() { # what, dir a, dir b, steps...
+    what=$1 a=$2 b=$3
+    shift 3
+    for st in "$@"; do
+        for f in model_0000000$st.bin state_0000000$st.bin model_0000000$st.bin.mask; do
+            if ! cmp -s "$a/$f" "$b/$f"; then
+                echo "FAILED: $what: $f differs"
+                failures=$((failures + 1))
+                return
+            fi
+        done
+    done
+    echo "ok: $what: the model, state and mask files bit for bit the same"
+}
+same_files "SAMO against masked on 1x1x2x2" "$WORK/qm" "$WORK/qs" 2 4
+for d in qs2 qs3 qm3; do
+    mkdir "$WORK/$d"
+    src=$WORK/qs
+    [ $d = qm3 ] && src=$WORK/qm
+    for f in DONE_00000002 model_00000002.bin model_00000002.bin.mask state_00000002.bin log.jsonl; do
+        cp "$src/$f" "$WORK/$d/"
+    done
+    cp -r "$src/corpus" "$WORK/$d/"
+done
+R="$S --steps 4 --save-every 2 --keep 0 --micro-batch 4 --resume"
+step qs2 $MPI -np 4 "$FF" train $R --grid 1x1x2x2 --samo --out "$WORK/qs2"
+same_files "SAMO resumed at step 2 on 1x1x2x2" "$WORK/qs" "$WORK/qs2" 4
+step qs3 $MPI -np 4 "$FF" train $R --grid 2x1x1x2 --samo --out "$WORK/qs3"
+step qm3 $MPI -np 4 "$FF" train $R --grid 2x1x1x2 --out "$WORK/qm3"
+same_files "SAMO and masked resumed at step 2 on 2x1x1x2" "$WORK/qm3" "$WORK/qs3" 4
+step iters $MPI -np 4 "$FF" train $P --samo --out "$WORK/its"
+expect iters "SAMO from step 4: "
+same_files "SAMO after iterative pruning" "$WORK/it" "$WORK/its" 4 8
+
 # bad input: one message, every rank's exit code
 case_ "expected 0 <= P < 1"              2 prune --checkpoint "$WORK/p80.bin" --sparsity 1 --out "$WORK/x.bin"
 case_ "needs --checkpoint IN, --sparsity P and --out OUT" 2 prune --checkpoint "$WORK/p80.bin" --sparsity 0.5
@@ -110,6 +156,7 @@ cp "$WORK/p80.bin.mask" "$WORK/bad.mask"
 printf 'X' | dd of="$WORK/bad.mask" bs=1 seek=300 conv=notrunc 2> /dev/null
 case_ "fails its checksum"               1 train $S --grid 1x2x1x2 --steps 1 --init-from "$WORK/p80.bin" --mask "$WORK/bad.mask" --out "$WORK/o3"
 case_ "go together"                      2 train $S --prune-to 0.5 --out "$WORK/o5"
+case_ "SAMO needs a mask"                1 train $S --grid 1x2x1x2 --steps 1 --samo --out "$WORK/o6"
 case_ "cannot read the mask"             1 train $S --grid 1x2x1x2 --steps 1 --init-from "$WORK/run/model_00000003.bin" --mask auto --out "$WORK/o4"
 
 [ "$failures" = 0 ] && echo "prune_cli: passed" || echo "prune_cli: FAILED ($failures)"

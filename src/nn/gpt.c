@@ -281,7 +281,7 @@ static size_t layout(ff_gpt *g, float *base, int rest_only, ff_gpt_views *v)
     size_t off = 0, shift = 0;
     float **w, **b;
 #define VIEW(field, n)                                                                             \
-    ((field) = base && !(rest_only && off < shift) ? base + (off - shift) : NULL,                 \
+    ((field) = base && !(rest_only && off < shift) ? base + (off - shift) : NULL,                  \
      off += (size_t)(n))
     if (rest_only) /* no view before the rest starts */
         shift = SIZE_MAX;

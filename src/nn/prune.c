@@ -317,7 +317,7 @@ int ff_mask_read(const ff_gpt *g, const char *path, unsigned char *keep, int64_t
 int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
 {
     int me = ff_ctx_rank(g->ctx), any = keep != NULL; /* root's say */
-    if (g->samo) /* (the same on every rank) */
+    if (g->samo)                                      /* (the same on every rank) */
         return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EUNSUPPORTED,
                                                  "a SAMO run's mask is fixed: it cannot change"));
     if (MPI_Bcast(&any, 1, MPI_INT, root, ff_ctx_comm(g->ctx)) != MPI_SUCCESS)
@@ -349,11 +349,13 @@ int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
         ff_gpt_pack_build(g);
         return rc;
     }
-    /* the pruned weights and (resuming with a new mask) their moments */
+    /* the pruned weights and (resuming with a new mask) their moments: +0
+     * (not x times 0, -0 for a negative x), as SAMO's dense copies have it */
     float *bufs[3] = {g->params, g->adam_m, g->adam_v};
     for (int k = 0; k < 3; k++)
-        if (bufs[k])
-            ff_mul(g->ctx, bufs[k], bufs[k], g->mask, (int64_t)g->n_params);
+        for (size_t i = 0; bufs[k] && i < g->n_params; i++)
+            if (g->mask[i] == 0.0f)
+                bufs[k][i] = 0.0f;
     return FF_OK;
 }
 

@@ -86,8 +86,8 @@ static void adamw_samo_range(void *arg, int64_t k0, int64_t k1, int th)
     const float *restrict gr = s->g->samo_g;
     for (int64_t k = k0; k < k1; k++) {
         const uint32_t i = idx[k];
-        ff_adamw_at(&p[i], &m[k], &v[k], gr[k] * j->grad_scale, j->b1, j->b2, j->bc1, j->bc2,
-                    j->lr, j->eps, i < j->n_decay ? j->wd : 0.0f);
+        ff_adamw_at(&p[i], &m[k], &v[k], gr[k] * j->grad_scale, j->b1, j->b2, j->bc1, j->bc2, j->lr,
+                    j->eps, i < j->n_decay ? j->wd : 0.0f);
     }
 }
 
@@ -175,8 +175,10 @@ int ff_gpt_samo(ff_gpt *g)
     const int moments = g->adam_m != NULL;
     uint32_t *idx = malloc((k ? k : 1) * sizeof *idx);
     float *sg = ff_fbuf_alloc(g->ctx, k), *gr = ff_fbuf_alloc(g->ctx, nr);
-    float *sm = moments ? ff_fbuf_alloc(g->ctx, k) : NULL, *sv = moments ? ff_fbuf_alloc(g->ctx, k) : NULL;
-    float *rm = moments ? ff_fbuf_alloc(g->ctx, nr) : NULL, *rv = moments ? ff_fbuf_alloc(g->ctx, nr) : NULL;
+    float *sm = moments ? ff_fbuf_alloc(g->ctx, k) : NULL,
+          *sv = moments ? ff_fbuf_alloc(g->ctx, k) : NULL;
+    float *rm = moments ? ff_fbuf_alloc(g->ctx, nr) : NULL,
+          *rv = moments ? ff_fbuf_alloc(g->ctx, nr) : NULL;
     int local = idx && sg && gr && (!moments || (sm && sv && rm && rv))
                     ? FF_OK
                     : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for SAMO's compressed states");

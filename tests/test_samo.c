@@ -1,0 +1,328 @@
+/* SAMO (issue 28, docs/samo.md): compressed gradients and AdamW moments
+ * against masked training, which test_prune checks against the serial
+ * program. Run on 8 ranks, on every grid of 8, two MoE grids (expert
+ * replicas of 2 and 1) and two grids of 2 pipeline stages (the tied
+ * embedding's two copies, with the embedding pruned too): two models from the same
+ * initialisation and the same global 0.8 mask, one masked, one with
+ * ff_gpt_samo, STEPS AdamW steps of two micro-batches each; the arithmetic
+ * of every kept entry is the same (docs/samo.md), so after every step
+ *   - the losses and gradient norms are bitwise equal, and the parameters,
+ *     gradients and both AdamW moments gathered to canonical layout are
+ *     bitwise equal (a pruned gradient is -0 or +0) and pruned parameters
+ *     exactly zero;
+ *   - the bytes sent over D are equal, and equal the kept entries' exact
+ *     ring count 8 (D - 1) per kept entry of the replica's Z-sharded weights
+ *     per step (f x the dense bytes);
+ *   - each rank's model state is the derived formula: parameters 4 n,
+ *     gradients 4 (n - nz + k), moments 8 (n - nz + k), offsets 4 k, where n
+ *     is the dense model's parameters, nz the rank's linear weight shards
+ *     (ff_linear_local_sizes) and k its kept weights; summed over a replica
+ *     k is the Z-sharded weights' kept entries counted from the mask;
+ * and, on one grid, the refusals: ff_gpt_samo without a mask, a mask that
+ * prunes a bias, and a mask changed under SAMO, each on every rank. */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fourfold/fourfold.h"
+#include "test_util.h"
+
+enum { B = 8, T = 16, STEPS = 3, MICRO = 2, MAX_GRIDS = 32 };
+static const ff_gpt_config CFG = {.L = 2, .C = 32, .NH = 8, .V = 64, .Vp = 64, .maxT = 16};
+
+static int32_t token_at(int64_t s, int64_t t)
+{
+    return (int32_t)(ff_rng_uniform(13, 7, (uint64_t)(s * (T + 1) + t)) * CFG.V);
+}
+
+/* The global mask of sparsity p (the embedding too with `embedding`) of
+ * the model initialised from 1234, on rank 0 alone; its Z-sharded kept
+ * entries (wte and the weight matrices) into *kept_z. */
+static unsigned char *make_mask(const ff_gpt_config *c, int embedding, double *kept_z)
+{
+    ff_ctx *self = NULL;
+    ff_grid *one = NULL;
+    ff_gpt *g = NULL;
+    ff_ctx_options co;
+    ff_ctx_options_default(&co);
+    co.device = "cpu";
+    unsigned char *keep = NULL;
+    if (ff_ctx_create(&self, MPI_COMM_SELF, &co) == FF_OK &&
+        ff_grid_create(self, (ff_dims){1, 1, 1, 1}, &one) == FF_OK &&
+        ff_gpt_create(one, c, NULL, B, T, &g) == FF_OK && ff_gpt_init(g, 1234) == FF_OK) {
+        size_t n = ff_gpt_canonical_size(g);
+        float *canon = malloc(n * sizeof *canon);
+        keep = malloc(n);
+        memset(keep, 1, n);
+        ff_prune_opts o = {.sparsity = 0.8, .embedding = embedding};
+        char err[256];
+        if (ff_gpt_gather(g, FF_GPT_PARAMS, canon, 0) != FF_OK ||
+            ff_prune(g, canon, &o, keep, NULL, NULL, err, sizeof err) != FF_OK)
+            CHECK(0, "pruning the probe failed");
+        *kept_z = 0;
+        for (int i = 0, off = 0; i < FF_GPT_NTENSORS; off += (int)ff_gpt_tensor_size(g, i), i++) {
+            const char *nm = ff_gpt_tensor_name(i);
+            if (!strcmp(nm, "wte") || strstr(nm, "qkvw") || strstr(nm, "attprojw") ||
+                !strcmp(nm, "fcw") || !strcmp(nm, "fcprojw") || !strcmp(nm, "efcw") ||
+                !strcmp(nm, "efcprojw"))
+                for (size_t j = (size_t)off; j < (size_t)off + ff_gpt_tensor_size(g, i); j++)
+                    *kept_z += keep[j];
+        }
+        free(canon);
+    } else {
+        CHECK(0, "the probe model failed");
+    }
+    ff_gpt_destroy(g);
+    ff_grid_destroy(one);
+    ff_ctx_destroy(self);
+    return keep;
+}
+
+typedef struct {
+    ff_dims shape;
+    int stages, ge, moe, embedding;
+} grid_case;
+
+/* The rank's linear weight shards: the Z-sharded entries of its flat buffer. */
+static size_t linear_shards(ff_gpt *g)
+{
+    ff_linear_seq *s = ff_gpt_linear_seq(g);
+    size_t nz = 0;
+    for (int i = 0; ff_linear_seq_layer(s, i); i++)
+        nz += ff_linear_local_sizes(ff_linear_seq_layer(s, i)).w_shard;
+    return nz;
+}
+
+/* Bitwise equal, but for the sign of zero: masked training's pruned
+ * gradients are g x 0 (-0 for a negative g), SAMO's are not stored (+0). */
+static int bits_equal(const float *a, const float *b, size_t n, size_t *first)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) && !(a[i] == 0.0f && b[i] == 0.0f)) {
+            *first = i;
+            return 0;
+        }
+    return 1;
+}
+
+/* Masked and SAMO side by side on one grid; returns FF_OK or the first failure. */
+static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
+                    const unsigned char *keep, double kept_z, const char *desc)
+{
+    const int rank = ff_ctx_rank(ctx), root = rank == 0;
+    ff_grid *grid = NULL;
+    ff_gpt *g[2] = {NULL, NULL}; /* masked, SAMO */
+    ff_gpt_opts go;
+    ff_gpt_opts_default(&go);
+    go.expert_parallel = gc->ge;
+    int rc = gc->stages > 1 ? ff_grid_create_staged(ctx, gc->shape, gc->stages, &grid)
+                            : ff_grid_create(ctx, gc->shape, &grid);
+    for (int k = 0; k < 2 && rc == FF_OK; k++)
+        if ((rc = ff_gpt_create(grid, cfg, &go, B, T, &g[k])) == FF_OK &&
+            (rc = ff_gpt_init(g[k], 1234)) == FF_OK)
+            rc = ff_gpt_set_mask(g[k], root ? keep : NULL, 0);
+    if (rc == FF_OK)
+        rc = ff_gpt_samo(g[1]);
+    if (rc) {
+        CHECK(0, "%s: %s", desc, ff_ctx_error(ctx));
+        ff_gpt_destroy(g[0]), ff_gpt_destroy(g[1]);
+        ff_grid_destroy(grid);
+        return rc;
+    }
+    CHECK(ff_gpt_is_samo(g[1]) && !ff_gpt_is_samo(g[0]) && ff_gpt_has_mask(g[1]),
+          "%s: the SAMO switch", desc);
+
+    /* the model state, against the derived formula */
+    ff_gpt_memory md, ms;
+    ff_gpt_memory_report(g[0], &md);
+    ff_gpt_memory_report(g[1], &ms);
+    const size_t n = md.params / 4, nz = linear_shards(g[1]), k = ms.index / 4;
+    CHECK(md.grads == 4 * n && md.adam == 8 * n && md.index == 0,
+          "%s: dense state %zu %zu %zu bytes for %zu parameters", desc, md.grads, md.adam, md.index,
+          n);
+    CHECK(ms.params == 4 * n && ms.grads == 4 * (n - nz + k) && ms.adam == 8 * (n - nz + k),
+          "%s: SAMO state params %zu grads %zu adam %zu bytes, the formula %zu %zu %zu "
+          "(n %zu, nz %zu, k %zu)",
+          desc, ms.params, ms.grads, ms.adam, 4 * n, 4 * (n - nz + k), 8 * (n - nz + k), n, nz, k);
+    /* without stages and expert parallelism every Z-sharded weight lives
+     * on one rank of each replica */
+    ff_dims me = ff_grid_coords(grid);
+    double mine = me.d == 0 ? (double)k : 0, sum = 0;
+    MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (gc->stages == 1 && gc->ge == 1)
+        CHECK(sum == kept_z, "%s: %.0f kept weights over a replica, the mask keeps %.0f", desc, sum,
+              kept_z);
+
+    int first = 0, count = 0;
+    ff_gpt_local_sequences(g[0], &first, &count);
+    const int m = count * T;
+    int32_t *tok = malloc((size_t)MICRO * m * sizeof *tok);
+    int32_t *tgt = malloc((size_t)MICRO * m * sizeof *tgt);
+    ff_group *gd = ff_grid_group(grid, FF_GROUP_D);
+    double sent[2] = {0, 0};
+    ff_adamw h;
+    ff_adamw_default(&h);
+    h.lr = 3e-3f;
+    h.warmup = 1;
+    h.steps = STEPS;
+    const size_t cn = ff_gpt_canonical_size(g[0]);
+    float *buf[2] = {root ? calloc(cn, sizeof(float)) : NULL,
+                     root ? calloc(cn, sizeof(float)) : NULL};
+    const ff_gpt_buffer which[4] = {FF_GPT_PARAMS, FF_GPT_GRADS, FF_GPT_ADAM_M, FF_GPT_ADAM_V};
+    const char *names[4] = {"parameters", "gradients", "AdamW m", "AdamW v"};
+    for (int s = 0; s < STEPS && rc == FF_OK; s++) {
+        for (int u = 0; u < MICRO; u++)
+            for (int q = 0; q < count; q++)
+                for (int t = 0; t < T; t++) {
+                    int64_t seq = ((int64_t)s * MICRO + u) * B + first + q;
+                    tok[u * m + q * T + t] = token_at(seq, t);
+                    tgt[u * m + q * T + t] = token_at(seq, t + 1);
+                }
+        ff_gpt_step_info info[2];
+        for (int v = 0; v < 2 && rc == FF_OK; v++) {
+            ff_group_counters_reset(gd);
+            rc = ff_gpt_step(g[v], tok, tgt, MICRO, &h, s, &info[v]);
+            sent[v] = (double)ff_group_counters(gd, FF_COLL_ALLREDUCE).bytes_sent;
+        }
+        if (rc)
+            break;
+        CHECK(!memcmp(&info[0].loss, &info[1].loss, sizeof(float)) &&
+                  !memcmp(&info[0].grad_norm, &info[1].grad_norm, sizeof(float)),
+              "%s step %d: loss %.9g norm %.9g masked, %.9g %.9g SAMO", desc, s, info[0].loss,
+              info[0].grad_norm, info[1].loss, info[1].grad_norm);
+        double tot[2];
+        MPI_Allreduce(sent, tot, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        CHECK(tot[0] == tot[1], "%s step %d: %.0f bytes over D masked, %.0f SAMO", desc, s, tot[0],
+              tot[1]);
+        if (gc->stages == 1 && !gc->moe)
+            CHECK(tot[1] == 8.0 * (gc->shape.d - 1) * kept_z,
+                  "%s step %d: %.0f bytes over D, the kept entries' ring count %.0f", desc, s,
+                  tot[1], 8.0 * (gc->shape.d - 1) * kept_z);
+        for (int w = 0; w < 4 && rc == FF_OK; w++) {
+            for (int v = 0; v < 2 && rc == FF_OK; v++)
+                rc = ff_gpt_gather(g[v], which[w], buf[v], 0);
+            size_t at = 0, pruned_nonzero = 0;
+            for (size_t i = 0; root && w == 0 && i < cn; i++)
+                pruned_nonzero += !keep[i] && buf[1][i] != 0.0f;
+            CHECK(rc || !root || bits_equal(buf[0], buf[1], cn, &at),
+                  "%s step %d: %s differ at canonical %zu: %.9g masked, %.9g SAMO", desc, s,
+                  names[w], at, root ? buf[0][at] : 0.0, root ? buf[1][at] : 0.0);
+            CHECK(pruned_nonzero == 0, "%s step %d: %zu pruned weights not zero", desc, s,
+                  pruned_nonzero);
+        }
+    }
+    if (rc)
+        CHECK(0, "%s: %s", desc, ff_ctx_error(ctx));
+    free(tok), free(tgt), free(buf[0]), free(buf[1]);
+    ff_gpt_destroy(g[0]), ff_gpt_destroy(g[1]);
+    ff_grid_destroy(grid);
+    return rc;
+}
+
+/* The refusals, each on every rank with the same code. */
+static void refusals(ff_ctx *ctx, const unsigned char *keep)
+{
+    const int root = ff_ctx_rank(ctx) == 0;
+    ff_grid *grid = NULL;
+    ff_gpt *g = NULL;
+    if (ff_grid_create(ctx, (ff_dims){2, 1, 2, 2}, &grid) != FF_OK ||
+        ff_gpt_create(grid, &CFG, NULL, B, T, &g) != FF_OK || ff_gpt_init(g, 1234) != FF_OK) {
+        CHECK(0, "refusals: %s", ff_ctx_error(ctx));
+        return;
+    }
+    const size_t n = ff_gpt_canonical_size(g);
+    int rc = ff_gpt_samo(g), all;
+    MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    CHECK(rc == FF_EINVAL && all == rc && strstr(ff_ctx_error(ctx), "needs a mask"),
+          "SAMO without a mask: %d, '%s'", rc, ff_ctx_error(ctx));
+    unsigned char *bad = root ? malloc(n) : NULL;
+    if (bad) { /* a bias pruned: the last canonical entry (lnfb) */
+        memcpy(bad, keep, n);
+        bad[n - 1] = 0;
+    }
+    rc = ff_gpt_set_mask(g, bad, 0);
+    if (rc == FF_OK)
+        rc = ff_gpt_samo(g);
+    MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    CHECK(rc == FF_EINVAL && all == rc && strstr(ff_ctx_error(ctx), "other than the weight"),
+          "SAMO with a pruned bias: %d, '%s'", rc, ff_ctx_error(ctx));
+    rc = ff_gpt_set_mask(g, root ? keep : NULL, 0);
+    if (rc == FF_OK)
+        rc = ff_gpt_samo(g);
+    CHECK(rc == FF_OK, "SAMO with the mask: %s", ff_ctx_error(ctx));
+    rc = ff_gpt_set_mask(g, root ? keep : NULL, 0);
+    MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    CHECK(rc == FF_EUNSUPPORTED && all == rc && strstr(ff_ctx_error(ctx), "fixed"),
+          "a new mask under SAMO: %d, '%s'", rc, ff_ctx_error(ctx));
+    free(bad);
+    ff_gpt_destroy(g);
+    ff_grid_destroy(grid);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int world, rank;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    ff_gpt_config mc = CFG;
+    ff_gpt_config_moe(&mc, 4);
+    double kept[3] = {0, 0, 0};
+    unsigned char *keep[3] = {NULL, NULL, NULL}; /* dense, dense with wte, MoE */
+    if (rank == 0) {
+        printf("model L=%d C=%d NH=%d V=%d, B=%d T=%d; %d AdamW steps of %d micro-batches, "
+               "masked and SAMO with the global 0.8 mask, per grid\n",
+               CFG.L, CFG.C, CFG.NH, CFG.V, B, T, STEPS, MICRO);
+        keep[0] = make_mask(&CFG, 0, &kept[0]);
+        keep[1] = make_mask(&CFG, 1, &kept[1]);
+        keep[2] = make_mask(&mc, 0, &kept[2]);
+    }
+    MPI_Bcast(kept, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    ff_ctx *ctx;
+    ff_ctx_options wo;
+    ff_ctx_options_default(&wo);
+    wo.algo = "ring"; /* the byte count below is the ring's */
+    if (ff_ctx_create(&ctx, MPI_COMM_WORLD, &wo) != FF_OK) {
+        CHECK(0, "context: %s", ff_ctx_error(ctx));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    ff_dims grids[MAX_GRIDS];
+    int ng = test_all_grids(world, grids, MAX_GRIDS), ran = 0;
+    for (int i = 0; i < ng && i < MAX_GRIDS; i++) {
+        if (CFG.NH % grids[i].x || B % (grids[i].z * grids[i].d))
+            continue;
+        char desc[64];
+        snprintf(desc, sizeof desc, "%dx%dx%dx%d", grids[i].x, grids[i].y, grids[i].z, grids[i].d);
+        grid_case gc = {grids[i], 1, 1, 0, 0};
+        ran += run_case(ctx, &gc, &CFG, keep[0], kept[0], desc) == FF_OK;
+    }
+    const struct {
+        grid_case gc;
+        int mask;
+        const char *desc;
+    } more[] = {
+        {{{2, 1, 1, 4}, 1, 2, 1, 0}, 2, "MoE 2x1x1x4, expert parallelism 2"},
+        {{{1, 2, 1, 4}, 1, 1, 1, 0}, 2, "MoE 1x2x1x4, no expert parallelism"},
+        {{{1, 1, 2, 2}, 2, 1, 0, 1}, 1, "2 stages of 1x1x2x2, the embedding pruned"},
+        {{{2, 1, 1, 2}, 2, 1, 0, 1}, 1, "2 stages of 2x1x1x2, the embedding pruned"},
+    };
+    for (size_t i = 0; world == 8 && i < sizeof more / sizeof *more; i++)
+        ran += run_case(ctx, &more[i].gc, more[i].mask == 2 ? &mc : &CFG, keep[more[i].mask],
+                        kept[more[i].mask], more[i].desc) == FF_OK;
+    if (world == 8)
+        refusals(ctx, keep[0]);
+    if (rank == 0)
+        printf("%d grids: SAMO bitwise masked training (losses, norms, parameters, gradients, "
+               "moments after each of %d steps), the same bytes over D (%.0f kept Z-sharded "
+               "weights per replica, ring), the model state of the formula on every rank\n",
+               ran, STEPS, kept[0]);
+    CHECK(ran >= 24 || world != 8, "only %d grids of 8 passed", ran);
+    for (int i = 0; i < 3; i++)
+        free(keep[i]);
+    ff_ctx_destroy(ctx);
+    int code = test_finish("samo");
+    MPI_Finalize();
+    return code;
+}
