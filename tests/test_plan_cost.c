@@ -439,6 +439,67 @@ static void test_bf16_mixed(void)
     CHECK(b.step_s < f.step_s, "bf16-mixed is faster: %g, fp32 %g", b.step_s, f.step_s);
 }
 
+/* A pruned model (docs/samo.md): L=2 C=64 V=512 on 2x1x2x2 (ranks of
+ * 4-way tensor parallelism), p = 0.75. Per rank the blocks' matrices are
+ * 2 x 12 C^2 / 4 = 24576 entries, 18432 of them pruned, and wte Vp C / 4 =
+ * 8192, so the Z-sharded weights keep 32768 - 18432 = 14336. With n the
+ * dense parameters (the dense plan's 4 n bytes): SAMO keeps 4 n of
+ * parameters, 4 (n - 18432) of gradients, 8 (n - 18432) of moments and
+ * 4 x 14336 of offsets; masked training the dense state, a mask of 4 n and
+ * the packing's 8 x 14336 (Gd > 1); bf16-mixed SAMO 2 n of bf16 weights and
+ * 4 (n - 18432) of fp32 master. The D all-reduces (one of each block's
+ * 12288-entry bucket and wte's 8192 over 2 ranks: 4 bytes per entry for
+ * the ring and rec-whole alike) send 4 x 2 x (12288 - 3072) bytes fewer. */
+static void test_pruned(void)
+{
+    ff_plan_config cfg;
+    ff_plan_config_default(&cfg);
+    char err[256];
+    custom_model(&cfg, 2, 64, 4, 512);
+    cfg.batch = 8, cfg.seq = 64, cfg.checkpoint = 0, cfg.precision = FF_PLAN_FP32;
+    const ff_dims g = {2, 1, 2, 2}, at = {0, 0, 0, 0};
+    ff_plan_result d, sm, mk, sb;
+    ff_plan_coll td[FF_PLAN_NGROUPS][FF_NCOLL], ts[FF_PLAN_NGROUPS][FF_NCOLL];
+    CHECK(ff_plan_evaluate(&cfg, g, &d, err, sizeof err) == FF_OK, "%s", err);
+    CHECK(ff_plan_traffic(&cfg, g, at, td, err, sizeof err) == FF_OK, "%s", err);
+    cfg.sparsity = 0.75;
+    CHECK(ff_plan_evaluate(&cfg, g, &mk, err, sizeof err) == FF_OK, "%s", err);
+    cfg.samo = 1;
+    CHECK(ff_plan_evaluate(&cfg, g, &sm, err, sizeof err) == FF_OK, "%s", err);
+    CHECK(ff_plan_traffic(&cfg, g, at, ts, err, sizeof err) == FF_OK, "%s", err);
+    cfg.precision = FF_PLAN_BF16_MIXED;
+    CHECK(ff_plan_evaluate(&cfg, g, &sb, err, sizeof err) == FF_OK, "%s", err);
+    const double n = d.mem_params / 4, pruned = 18432, zk = 14336;
+    printf("pruned model, p = 0.75 on 2x1x2x2: n = %.0f parameters per rank\n", n);
+    near("SAMO parameters", sm.mem_params, 4 * n);
+    near("SAMO gradients", sm.mem_grads, 4 * (n - pruned));
+    near("SAMO moments", sm.mem_optimizer, 8 * (n - pruned));
+    near("SAMO offsets", sm.mem_mask, 4 * zk);
+    near("SAMO total", sm.mem_total, d.mem_total - 12 * pruned + 4 * zk);
+    near("masked mask and packing", mk.mem_mask, 4 * n + 8 * zk);
+    near("masked total", mk.mem_total, d.mem_total + 4 * n + 8 * zk);
+    near("bf16-mixed SAMO parameters", sb.mem_params, 2 * n + 4 * (n - pruned));
+    near("bf16-mixed SAMO gradients", sb.mem_grads, 2 * (n - pruned));
+    const double dd = (double)td[FF_GROUP_D][FF_COLL_ALLREDUCE].bytes_sent;
+    const double ds = (double)ts[FF_GROUP_D][FF_COLL_ALLREDUCE].bytes_sent;
+    near("D all-reduce bytes, dense", dd, 4.0 * (2 * 12288 + 8192));
+    near("D all-reduce bytes, SAMO", ds, 4.0 * (2 * 3072 + 8192));
+    CHECK(sm.optimizer_s < d.optimizer_s, "SAMO's AdamW %g s, dense %g s", sm.optimizer_s,
+          d.optimizer_s);
+    /* refusals */
+    cfg.precision = FF_PLAN_FP32;
+    cfg.sparsity = 1;
+    CHECK(ff_plan_evaluate(&cfg, g, &sm, err, sizeof err) == FF_EINVAL && strstr(err, "sparsity"),
+          "sparsity 1: %s", err);
+    cfg.sparsity = 0;
+    CHECK(ff_plan_evaluate(&cfg, g, &sm, err, sizeof err) == FF_EINVAL && strstr(err, "SAMO"),
+          "SAMO without sparsity: %s", err);
+    cfg.sparsity = 0.5;
+    cfg.cost = FF_COST_PAPER;
+    CHECK(ff_plan_evaluate(&cfg, g, &sm, err, sizeof err) == FF_EINVAL && strstr(err, "full"),
+          "SAMO with the paper's cost: %s", err);
+}
+
 /* Each collective's exposed time (the rank's waits for it) adds up to the
  * step's exposed communication, and none exceeds the collective's time, on
  * grids with every group, overlaps on and off, checkpointing and the
@@ -529,5 +590,6 @@ int main(void)
     test_bf16_mixed();
     test_exposed();
     test_table3();
+    test_pruned();
     return test_finish("test_plan_cost");
 }

@@ -233,6 +233,18 @@ typedef struct {
      * differ (they carry the rows each expert actually received).
      * The full cost model only, without stages. */
     int expert_parallel, dtd, cac;
+    /* A pruned model (docs/samo.md; default sparsity 0: dense): the
+     * fraction `sparsity` of the blocks' weight matrices pruned (the
+     * embedding kept), trained masked (samo 0: the dense state and a mask
+     * of every parameter, the data-parallel all-reduces packed to the kept
+     * entries) or with SAMO (samo 1: the matrices' gradients and moments,
+     * and under bf16-mixed their fp32 master, kept for the kept weights
+     * only, with 32-bit offsets). The data-parallel bytes of the blocks'
+     * buckets are round(f x shard) with f = 1 - sparsity, a prediction: a
+     * global mask keeps more of one rank's shard than of another's. The
+     * full cost model only. */
+    double sparsity;
+    int samo;
 } ff_plan_config;
 
 /* batch 8, seq 1024, 1 rank, machine "this", cost full, checkpoint, AG
@@ -300,6 +312,7 @@ typedef struct {
 
     /* memory of one rank, bytes */
     double mem_params, mem_grads, mem_optimizer, mem_weight_buffers, mem_activations, mem_total;
+    double mem_mask; /* a pruned model's mask and packing, or SAMO's offsets (in mem_total) */
 
     double model_flops;      /* per step: 6 N tokens + 6 L B T^2 C */
     double flops_per_rank_s; /* model_flops / ranks / step_s */

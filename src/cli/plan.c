@@ -48,7 +48,10 @@ static const char help[] =
     "  --overlap LIST       oar,ors,oag,dp, all or none (default all)\n"
     "  --cmm on|off         the collective matmul of unprefetched gathers (train --cmm)\n"
     "  --cac on|off         communication-aware checkpointing: no collective in a\n"
-    "                       recompute (train --cac; default off)\n";
+    "                       recompute (train --cac; default off)\n"
+    "  --sparsity P         a pruned model: the fraction P of the blocks' weight matrices\n"
+    "                       pruned, trained masked (train --mask; docs/samo.md)\n"
+    "  --samo               with --sparsity: SAMO's compressed states (train --samo)\n";
 /* (in two: C99 promises string literals of 4095 characters) */
 static const char help_more[] =
     "pipeline stages (docs/pipeline.md):\n"
@@ -343,6 +346,17 @@ static int parse_args(int argc, char **argv, plan_opts *o)
                 cli_error("--precision %s: expected fp32, bf16-mixed or auto", v);
                 return CLI_USAGE;
             }
+        } else if (cli_is(&a, "sparsity")) {
+            char *end;
+            if (!(v = cli_value(&a)))
+                return CLI_USAGE;
+            o->cfg.sparsity = strtod(v, &end);
+            if (end == v || *end || !(o->cfg.sparsity >= 0 && o->cfg.sparsity < 1)) {
+                cli_error("--sparsity %s: expected 0 <= P < 1", v);
+                return CLI_USAGE;
+            }
+        } else if (cli_is(&a, "samo")) {
+            o->cfg.samo = 1;
         } else if (cli_is(&a, "capacity-factor")) {
             char *end;
             if (!(v = cli_value(&a)))
@@ -607,6 +621,11 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
     } else if (cfg->cac) {
         cli_print("communication-aware checkpointing (CAC): no collective in a recompute\n");
     }
+    if (cfg->sparsity > 0)
+        cli_print("pruned: %g of the blocks' weight matrices, trained %s (docs/samo.md)\n",
+                  cfg->sparsity,
+                  cfg->samo ? "with SAMO: their gradients and moments compressed"
+                            : "masked: dense state, a mask, packed data-parallel all-reduces");
     char mb[48];
     if (cfg->micro_batches == FF_PLAN_AUTO)
         snprintf(mb, sizeof mb, "micro-batches the fastest per grid");
@@ -882,6 +901,11 @@ static void print_detail(const ff_plan_config *cfg, const ff_plan_result *r)
               fmt_bytes(t[3], 24, r->mem_grads), fmt_bytes(t[4], 24, r->mem_optimizer),
               fmt_bytes(t[5], 24, r->mem_weight_buffers),
               fmt_bytes(g, sizeof g, r->mem_activations));
+    if (r->mem_mask > 0)
+        cli_print("  %s %s\n",
+                  cfg->samo ? "SAMO's offsets of the kept weights"
+                            : "the mask and the packed all-reduces' offsets and values",
+                  fmt_bytes(t[0], 24, r->mem_mask));
     if (cfg->cost == FF_COST_FULL)
         cli_print("\n  model FLOPs per step (6 N tokens + 6 L B T^2 C) %.4g; per rank %sFLOP/s, "
                   "%.1f%% of the peak %sFLOP/s\n",
@@ -953,9 +977,9 @@ static void print_json_result(FILE *f, const ff_plan_config *cfg, const ff_plan_
             (unsigned long long)r->bytes_recv);
     fprintf(f,
             "\"memory\": {\"params\": %.6g, \"grads\": %.6g, \"optimizer\": %.6g, "
-            "\"weight_buffers\": %.6g, \"activations\": %.6g, \"total\": %.6g}, ",
+            "\"weight_buffers\": %.6g, \"activations\": %.6g, \"mask\": %.6g, \"total\": %.6g}, ",
             r->mem_params, r->mem_grads, r->mem_optimizer, r->mem_weight_buffers,
-            r->mem_activations, r->mem_total);
+            r->mem_activations, r->mem_mask, r->mem_total);
     fprintf(f, "\"model_flops\": %.6g, \"flops_per_rank_s\": %.6g, \"peak_fraction\": %.6g, ",
             r->model_flops, r->flops_per_rank_s, r->peak_fraction);
     fprintf(f,
@@ -1023,13 +1047,14 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
             " \"batch\": %lld, \"seq\": %lld, \"ranks\": %d, \"micro_batches\": %s, "
             "\"stages\": %s, \"schedule\": \"%s\", \"pipeline_limit\": %d, "
             "\"wire_bytes\": %d, \"precision\": \"%s\", \"overlap\": %u, \"cost\": \"%s\", "
-            "\"expert_parallel\": %s, \"dtd\": %s, \"cac\": %s,\n \"machine\": %s,\n",
+            "\"expert_parallel\": %s, \"dtd\": %s, \"cac\": %s, \"sparsity\": %g, "
+            "\"samo\": %s,\n \"machine\": %s,\n",
             (long long)cfg->batch, (long long)cfg->seq, cfg->ranks, mb, st,
             cfg->schedule ? "1f1b" : "message", cfg->pipe_limit,
             ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? 2 : cfg->wire_bytes,
             ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? "bf16-mixed" : "fp32", cfg->overlap,
             ff_cost_name(cfg->cost), ge, cfg->dtd ? "true" : "false", cfg->cac ? "true" : "false",
-            machine);
+            cfg->sparsity, cfg->samo ? "true" : "false", machine);
 }
 
 /* ---- per-layer plans ---- */

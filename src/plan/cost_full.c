@@ -414,6 +414,8 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
         s->dtd = cfg->dtd && s->ge > 1 && g.x > 1;
     }
     s->cac = cfg->cac != 0; /* (every checkpointed block, dense or not) */
+    s->keep = 1.0 - cfg->sparsity;
+    s->samo = cfg->samo && cfg->sparsity > 0;
 }
 
 /* Memory of one rank, bytes, for the shape's checkpointing and AG cache
@@ -465,6 +467,23 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
     r->mem_params = (a == 2 ? 6 : 4) * params;
     r->mem_grads = a * params;
     r->mem_optimizer = 8 * params;
+    r->mem_mask = 0;
+    if (s->keep < 1) {
+        /* a pruned model (docs/samo.md): the blocks' matrices keep f of
+         * their entries, the embedding all of its */
+        const double matrices = (double)plan_block_matrices(s);
+        const double kept = params - (1 - s->keep) * matrices;
+        if (s->samo) { /* the state of the kept entries, 32-bit offsets to them */
+            const double zk = (double)plan_zsharded_params(s) - (1 - s->keep) * matrices;
+            r->mem_params = (a == 2 ? 2 * params + 4 * kept : 4 * params);
+            r->mem_grads = a * kept;
+            r->mem_optimizer = 8 * kept;
+            r->mem_mask = 4 * zk;
+        } else { /* a mask of every parameter; the packed all-reduces' offsets and values */
+            const double zk = (double)plan_zsharded_params(s) - (1 - s->keep) * matrices;
+            r->mem_mask = 4 * params + (s->g.d > 1 ? 8 * zk : 0);
+        }
+    }
     double buffers = 0;
     if (s->g.z > 1) {
         double wte = (double)s->Vp * C / (gx * gy);
@@ -546,7 +565,7 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
     double messages = sets * m * C / gy;
     r->mem_activations = a * (stored + head + work + messages);
     r->mem_total = r->mem_params + r->mem_grads + r->mem_optimizer + r->mem_weight_buffers +
-                   r->mem_activations;
+                   r->mem_activations + r->mem_mask;
 }
 
 int plan_fit_memory(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_shape *s)

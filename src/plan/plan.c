@@ -175,6 +175,15 @@ static int check_experts(const ff_plan_config *cfg, char *err, size_t len)
         return ff_format_error(err, len, FF_EINVAL,
                                "expert parallelism %d needs a model with experts",
                                cfg->expert_parallel);
+    if (!(cfg->sparsity >= 0 && cfg->sparsity < 1))
+        return ff_format_error(err, len, FF_EINVAL, "sparsity %g: expected 0 <= p < 1",
+                               cfg->sparsity);
+    if (cfg->samo && !(cfg->sparsity > 0))
+        return ff_format_error(err, len, FF_EINVAL, "SAMO needs a pruned model: a sparsity > 0");
+    if (cfg->sparsity > 0 && cfg->cost != FF_COST_FULL)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "a pruned model needs the full cost model, not %s",
+                               ff_cost_name(cfg->cost));
     if (E && cfg->cost != FF_COST_FULL)
         return ff_format_error(err, len, FF_EINVAL,
                                "a mixture of experts needs the full cost model, not %s",

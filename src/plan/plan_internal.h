@@ -91,6 +91,10 @@ typedef struct {
      * blocks of R rows, DTD pieces of ch rows (dtd: in effect); cac:
      * communication-aware checkpointing. */
     int E, every, top_k, ge, el, eslot, dtd, cac;
+    /* a pruned model (ff_plan_config.sparsity; keep 1: dense): the kept
+     * fraction of the blocks' weight matrices, trained with SAMO or masked */
+    double keep;
+    int samo;
     int64_t cap, R, ch;
 } plan_shape;
 
@@ -142,6 +146,11 @@ void plan_ops_free(plan_ops *ops);
  * rank (plan_shape's grid; docs/design.md §4). */
 int64_t plan_zsharded_params(const plan_shape *s);
 int64_t plan_other_params(const plan_shape *s);
+/* The blocks' weight matrices among the Z-sharded weights (what pruning
+ * prunes; the embedding not). */
+int64_t plan_block_matrices(const plan_shape *s);
+/* The entries AdamW updates: every parameter, under SAMO the kept ones. */
+double plan_optimizer_entries(const plan_shape *s);
 
 /* ---- placement and collective time (cost_full.c) ---- */
 

@@ -12,6 +12,7 @@
  *
  * Notation (per rank): m rows (tokens) per micro-batch, C hidden, Vp padded
  * vocabulary, T sequence length, grid Gx, Gy, Gz, Gd. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -583,6 +584,20 @@ int64_t plan_zsharded_params(const plan_shape *s)
     return n + wte * s->Vp * s->C / tp;
 }
 
+double plan_optimizer_entries(const plan_shape *s)
+{
+    double n = (double)(plan_zsharded_params(s) + plan_other_params(s));
+    return s->samo ? n - (1 - s->keep) * (double)plan_block_matrices(s) : n;
+}
+
+int64_t plan_block_matrices(const plan_shape *s)
+{
+    int64_t n = 0;
+    for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
+        n += block_shard_of(s, l) + expert_shard_of(s, l);
+    return n;
+}
+
 int64_t plan_expert_bias_params(const plan_shape *s)
 {
     int64_t n = 0;
@@ -611,10 +626,12 @@ int64_t plan_other_params(const plan_shape *s)
 static void dp_buckets(sched *c, int64_t l, coll_mode mode)
 {
     const plan_shape *s = c->s;
-    coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, block_shard_of(s, l), s->wire, mode);
+    /* a pruned model's buckets carry the kept entries (docs/samo.md) */
+    coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, llround(s->keep * (double)block_shard_of(s, l)), s->wire,
+         mode);
     if (plan_block_moe(s, l))
         coll(c, s->ge > 1 ? (ff_group_kind)FF_PLAN_GROUP_EDP : FF_GROUP_D, FF_COLL_ALLREDUCE,
-             expert_shard_of(s, l), s->wire, mode);
+             llround(s->keep * (double)expert_shard_of(s, l)), s->wire, mode);
 }
 
 /* After the backward: every parameter that is not Z-sharded, one
@@ -806,7 +823,7 @@ static void stage_tail(stage_ctx *t)
     coll(c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     coll(c, FF_GROUP_PIPE, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     coll(c, FF_GROUP_WORLD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
-    optimizer(c, (double)(plan_zsharded_params(s) + plan_other_params(s)));
+    optimizer(c, plan_optimizer_entries(s));
 }
 
 void plan_schedule_piece(const plan_shape *s, plan_ops *o, plan_piece piece, int last_micro)
@@ -929,6 +946,6 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
     coll(&c, FF_GROUP_WORLD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     /* AdamW reads parameter, gradient and two moments and writes three of
      * them; the gradients are zeroed: 8 passes */
-    optimizer(&c, (double)(plan_zsharded_params(s) + plan_other_params(s)));
+    optimizer(&c, plan_optimizer_entries(s));
     plan_prefetch(o); /* the gathers of the layers with OAG */
 }

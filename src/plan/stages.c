@@ -192,6 +192,7 @@ done:
     r->mem_weight_buffers = worst.mem_weight_buffers;
     r->mem_activations = worst.mem_activations;
     r->mem_total = worst.mem_total;
+    r->mem_mask = worst.mem_mask;
     r->checkpoint = base->checkpoint;
     r->ag_cache = base->ag_cache;
     r->micro_batches = base->micro;
