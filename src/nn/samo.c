@@ -165,7 +165,13 @@ int ff_gpt_samo(ff_gpt *g)
     if (g->samo)
         return FF_OK; /* (the same on every rank) */
     int rc = ff_ctx_agree(g->ctx, samo_check(g));
-    int rc0 = ff_gpt_zero_grad(g); /* nothing in flight from here */
+    /* nothing in flight from here (ff_gpt_zero_grad's waits, without
+     * touching the dense gradients about to be freed) */
+    int rc0 = ff_linear_seq_wait_grads(g->seq);
+    for (int l = 0; l <= g->nb; l++)
+        ff_wait(&g->bucket_req[l]);
+    for (int l = 0; l < g->nb; l++)
+        ff_wait(&g->ebucket_req[l]);
     if (rc || (rc = ff_ctx_agree(g->ctx, rc0)))
         return rc;
     const size_t nz = g->n_zsharded, nr = g->n_params - nz;
@@ -202,7 +208,7 @@ int ff_gpt_samo(ff_gpt *g)
         g->adam_m = rm, g->adam_v = rv, g->samo_m = sm, g->samo_v = sv;
     }
     ff_fbuf_free(g->grads);
-    g->grads = gr; /* zero, as ff_gpt_zero_grad left the dense ones */
+    g->grads = gr; /* zero (ff_fbuf_alloc's), and so is sg */
     ff_fbuf_free(g->mask);
     g->mask = NULL;
     g->samo = 1;
