@@ -141,6 +141,11 @@ same_files "SAMO resumed at step 2 on 1x1x2x2" "$WORK/qs" "$WORK/qs2" 4
 step qs3 $MPI -np 4 "$FF" train $R --grid 2x1x1x2 --samo --out "$WORK/qs3"
 step qm3 $MPI -np 4 "$FF" train $R --grid 2x1x1x2 --out "$WORK/qm3"
 same_files "SAMO and masked resumed at step 2 on 2x1x1x2" "$WORK/qm3" "$WORK/qs3" 4
+# a pruned checkpoint is an ordinary model file: eval and sample read it
+step evs $MPI -np 2 "$FF" eval --grid 2x1x1x1 --checkpoint "$WORK/qs/model_00000004.bin" \
+    --data "$WORK/run/corpus/fortunes_val.bin"
+expect evs "(1 batches of 1 x 16 tokens, grid 2x1x1x1"
+step sms $MPI -np 2 "$FF" sample --grid 1x1x1x2 --checkpoint "$WORK/qs/model_00000004.bin" --tokens 8
 step iters $MPI -np 4 "$FF" train $P --samo --out "$WORK/its"
 expect iters "SAMO from step 4: "
 same_files "SAMO after iterative pruning" "$WORK/it" "$WORK/its" 4 8
