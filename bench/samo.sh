@@ -21,8 +21,8 @@
 #     at each sparsity. Prints per run rank 0's model state as the trainer
 #     counts it (parameters, gradients, moments, SAMO's offsets), the
 #     largest resident set of any rank while steps 3 on ran (sampled from
-#     /proc every 0.2 s; the loading of the checkpoint before is not
-#     counted), the median step time of steps 3 on, and each against the
+#     /proc every 0.2 s; the loading of the checkpoint before and the
+#     checkpoint written at the end are not counted), the median step time of steps 3 on, and each against the
 #     dense run's. About 12 minutes.
 #
 #   bench/samo.sh quality [build-dir]
@@ -135,10 +135,10 @@ for ranks, grid in ((1, "1x1x1x1"), (8, "2x1x2x2")):
     for variant, p, extra in runs:
         init = f"{work}/base/model_00000001.bin" if p is None else f"{work}/p{p}.bin"
         mask = "" if p is None else "--mask auto"
-        tag = f"{init}"
+        tag = f"{work}/run{ranks}{variant}{p}"
         cmd = (f"mpirun --oversubscribe --mca mpi_yield_when_idle 1 -np {ranks} {cli} train "
                f"--grid {grid} --batch 4 --seq 64 --steps {steps} --val-every 0 --data {data} "
-               f"--init-from {init} {mask} {extra}").split()
+               f"--init-from {init} {mask} {extra} --out {tag}").split()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         peak, sampling, ms, state = [0], [False], [], {}
         def sample():

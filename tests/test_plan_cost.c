@@ -441,15 +441,18 @@ static void test_bf16_mixed(void)
 
 /* A pruned model (docs/samo.md): L=2 C=64 V=512 on 2x1x2x2 (ranks of
  * 4-way tensor parallelism), p = 0.75. Per rank the blocks' matrices are
- * 2 x 12 C^2 / 4 = 24576 entries, 18432 of them pruned, and wte Vp C / 4 =
- * 8192, so the Z-sharded weights keep 32768 - 18432 = 14336. With n the
- * dense parameters (the dense plan's 4 n bytes): SAMO keeps 4 n of
- * parameters, 4 (n - 18432) of gradients, 8 (n - 18432) of moments and
- * 4 x 14336 of offsets; masked training the dense state, a mask of 4 n and
- * the packing's 8 x 14336 (Gd > 1); bf16-mixed SAMO 2 n of bf16 weights and
+ * 2 x 12 C^2 / 4 = 24576 entries, 18432 of them pruned, 6144 kept; wte
+ * (Vp C / 4 = 8192) is kept whole. With n the dense parameters (the dense
+ * plan's 4 n bytes): SAMO keeps 4 n of parameters, 4 (n - 18432) of
+ * gradients, 8 (n - 18432) of moments and 4 x 6144 of offsets (wte stays
+ * dense); masked training the dense state, a mask of 4 n and the packing's
+ * 8 x (6144 + 8192) (Gd > 1); bf16-mixed SAMO 2 n of bf16 weights and
  * 4 (n - 18432) of fp32 master. The D all-reduces (one of each block's
  * 12288-entry bucket and wte's 8192 over 2 ranks: 4 bytes per entry for
- * the ring and rec-whole alike) send 4 x 2 x (12288 - 3072) bytes fewer. */
+ * the ring and rec-whole alike) send 4 x 2 x (12288 - 3072) bytes fewer.
+ * On 2x1x1x4 (Gz = 1, 2-way tensor parallelism: 49152 matrix entries, 36864
+ * pruned, 12288 kept) SAMO adds the dense block its products accumulate on,
+ * the widest 4C x C / 2 = 8192 floats. */
 static void test_pruned(void)
 {
     ff_plan_config cfg;
@@ -474,8 +477,8 @@ static void test_pruned(void)
     near("SAMO parameters", sm.mem_params, 4 * n);
     near("SAMO gradients", sm.mem_grads, 4 * (n - pruned));
     near("SAMO moments", sm.mem_optimizer, 8 * (n - pruned));
-    near("SAMO offsets", sm.mem_mask, 4 * zk);
-    near("SAMO total", sm.mem_total, d.mem_total - 12 * pruned + 4 * zk);
+    near("SAMO offsets", sm.mem_mask, 4 * (zk - 8192));
+    near("SAMO total", sm.mem_total, d.mem_total - 12 * pruned + 4 * (zk - 8192));
     near("masked mask and packing", mk.mem_mask, 4 * n + 8 * zk);
     near("masked total", mk.mem_total, d.mem_total + 4 * n + 8 * zk);
     near("bf16-mixed SAMO parameters", sb.mem_params, 2 * n + 4 * (n - pruned));
@@ -486,6 +489,20 @@ static void test_pruned(void)
     near("D all-reduce bytes, SAMO", ds, 4.0 * (2 * 3072 + 8192));
     CHECK(sm.optimizer_s < d.optimizer_s, "SAMO's AdamW %g s, dense %g s", sm.optimizer_s,
           d.optimizer_s);
+    {
+        const ff_dims g1 = {2, 1, 1, 4};
+        ff_plan_result d1, s1;
+        cfg.precision = FF_PLAN_FP32;
+        cfg.sparsity = 0, cfg.samo = 0;
+        CHECK(ff_plan_evaluate(&cfg, g1, &d1, err, sizeof err) == FF_OK, "%s", err);
+        cfg.sparsity = 0.75, cfg.samo = 1;
+        CHECK(ff_plan_evaluate(&cfg, g1, &s1, err, sizeof err) == FF_OK, "%s", err);
+        const double n1 = d1.mem_params / 4;
+        near("Gz = 1: SAMO gradients", s1.mem_grads, 4 * (n1 - 36864));
+        near("Gz = 1: SAMO offsets", s1.mem_mask, 4 * 12288.0);
+        near("Gz = 1: SAMO's product block", s1.mem_weight_buffers - d1.mem_weight_buffers,
+             4 * 8192.0);
+    }
     /* refusals */
     cfg.precision = FF_PLAN_FP32;
     cfg.sparsity = 1;

@@ -13,13 +13,19 @@
  *   - the bytes sent over D are equal, and equal the kept entries' exact
  *     ring count 8 (D - 1) per kept entry of the replica's Z-sharded weights
  *     per step (f x the dense bytes);
- *   - each rank's model state is the derived formula: parameters 4 n,
- *     gradients 4 (n - nz + k), moments 8 (n - nz + k), offsets 4 k, where n
- *     is the dense model's parameters, nz the rank's linear weight shards
- *     (ff_linear_local_sizes) and k its kept weights; summed over a replica
- *     k is the Z-sharded weights' kept entries counted from the mask;
- * and, on one grid, the refusals: ff_gpt_samo without a mask, a mask that
- * prunes a bias, and a mask changed under SAMO, each on every rank. */
+ *   - each rank's model state is the derived formula: SAMO's parameters
+ *     4 n, gradients 4 (n - nz + z0 + k), moments 8 (n - nz + z0 + k),
+ *     offsets 4 k, masked training's mask and packing 4 n + 8 (k + z0) with
+ *     D > 1 (dense models), where n is the dense model's parameters, nz the
+ *     rank's linear weight shards, z0 its wte shard if nothing of it is
+ *     pruned (kept dense) and k the other kept entries of its shards,
+ *     counted here from the canonical mask and each shard entry's canonical
+ *     index (ff_linear_canonical_index); summed over a replica, k + z0 is
+ *     the mask's kept count of the Z-sharded weights;
+ * and, on one grid, pruned weights zero again after ff_gpt_init and a
+ * scatter of dense values under SAMO, and the refusals: ff_gpt_samo without
+ * a mask, a mask that prunes a bias, and a mask changed under SAMO, each on
+ * every rank. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -85,14 +91,63 @@ typedef struct {
     int stages, ge, moe, embedding;
 } grid_case;
 
-/* The rank's linear weight shards: the Z-sharded entries of its flat buffer. */
-static size_t linear_shards(ff_gpt *g)
+/* Canonical offset of tensor `name`. */
+static size_t tensor_off(ff_gpt *g, const char *name)
+{
+    size_t off = 0;
+    for (int i = 0; i < FF_GPT_NTENSORS && strcmp(ff_gpt_tensor_name(i), name); i++)
+        off += ff_gpt_tensor_size(g, i);
+    return off;
+}
+
+/* By the test's reading of the layout (include/fourfold/gpt.h): the rank's
+ * linear weight shards (*nz entries: the Z-sharded part of its flat
+ * buffer), the kept entries of them that SAMO compresses (*k) and wte's
+ * shard where nothing of it is pruned (*z0, kept dense), from the canonical
+ * mask and each shard entry's canonical index. */
+static void rank_counts(ff_gpt *g, const ff_gpt_config *c, const unsigned char *keep, size_t *nz,
+                        size_t *k, size_t *z0)
 {
     ff_linear_seq *s = ff_gpt_linear_seq(g);
-    size_t nz = 0;
-    for (int i = 0; ff_linear_seq_layer(s, i); i++)
-        nz += ff_linear_local_sizes(ff_linear_seq_layer(s, i)).w_shard;
-    return nz;
+    const size_t C = (size_t)c->C;
+    *nz = *k = *z0 = 0;
+    for (int i = 0; ff_linear_seq_layer(s, i); i++) {
+        ff_linear *l = ff_linear_seq_layer(s, i);
+        const char *name = ff_linear_name(l);
+        int blk = 0, e = 0;
+        char what[16] = "";
+        size_t base = 0;
+        if (!strcmp(name, "wte")) {
+            base = 0;
+        } else if (sscanf(name, "h%d.e%d.%15s", &blk, &e, what) == 3) {
+            int m = 0; /* MoE blocks before blk */
+            for (int b = 0; b < blk; b++)
+                m += ff_gpt_block_is_moe(c, b);
+            size_t per = 4 * C * C;
+            base = tensor_off(g, strcmp(what, "fc") ? "efcprojw" : "efcw") +
+                   ((size_t)m * c->experts + (size_t)e) * per;
+        } else if (sscanf(name, "h%d.%15s", &blk, what) == 2) {
+            int d = 0; /* dense blocks before blk (fcw, fcprojw hold those only) */
+            for (int b = 0; b < blk; b++)
+                d += !ff_gpt_block_is_moe(c, b);
+            if (!strcmp(what, "qkv"))
+                base = tensor_off(g, "qkvw") + (size_t)blk * 3 * C * C;
+            else if (!strcmp(what, "attproj"))
+                base = tensor_off(g, "attprojw") + (size_t)blk * C * C;
+            else
+                base =
+                    tensor_off(g, strcmp(what, "fc") ? "fcprojw" : "fcw") + (size_t)d * 4 * C * C;
+        }
+        const size_t shard = ff_linear_local_sizes(l).w_shard;
+        size_t kept = 0;
+        for (size_t x = 0; x < shard; x++)
+            kept += keep[base + (size_t)ff_linear_canonical_index(l, x)];
+        *nz += shard;
+        if (!strcmp(name, "wte") && kept == shard)
+            *z0 = shard;
+        else
+            *k += kept;
+    }
 }
 
 /* Bitwise equal, but for the sign of zero: masked training's pruned
@@ -134,22 +189,30 @@ static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
     CHECK(ff_gpt_is_samo(g[1]) && !ff_gpt_is_samo(g[0]) && ff_gpt_has_mask(g[1]),
           "%s: the SAMO switch", desc);
 
-    /* the model state, against the derived formula */
+    /* the model state, against the formula with k and z0 counted here */
     ff_gpt_memory md, ms;
     ff_gpt_memory_report(g[0], &md);
     ff_gpt_memory_report(g[1], &ms);
-    const size_t n = md.params / 4, nz = linear_shards(g[1]), k = ms.index / 4;
-    CHECK(md.grads == 4 * n && md.adam == 8 * n && md.index == 0,
-          "%s: dense state %zu %zu %zu bytes for %zu parameters", desc, md.grads, md.adam, md.index,
-          n);
-    CHECK(ms.params == 4 * n && ms.grads == 4 * (n - nz + k) && ms.adam == 8 * (n - nz + k),
-          "%s: SAMO state params %zu grads %zu adam %zu bytes, the formula %zu %zu %zu "
-          "(n %zu, nz %zu, k %zu)",
-          desc, ms.params, ms.grads, ms.adam, 4 * n, 4 * (n - nz + k), 8 * (n - nz + k), n, nz, k);
+    size_t nz = 0, k = 0, z0 = 0, packed = 0;
+    rank_counts(g[1], cfg, keep, &nz, &k, &z0);
+    const size_t n = md.params / 4;
+    /* masked training packs the kept entries of every bucket it all-reduces
+     * over D (without experts: all the Z-sharded weights) */
+    if (!gc->moe && gc->shape.d > 1)
+        packed = k + z0;
+    CHECK(md.grads == 4 * n && md.adam == 8 * n && (gc->moe || md.mask == 4 * n + 8 * packed),
+          "%s: masked state %zu %zu bytes, mask and packing %zu, for %zu parameters (%zu packed)",
+          desc, md.grads, md.adam, md.mask, n, packed);
+    const size_t dense = n - nz + z0 + k; /* the dense state and the compressed entries */
+    CHECK(ms.params == 4 * n && ms.grads == 4 * dense && ms.adam == 8 * dense && ms.mask == 4 * k,
+          "%s: SAMO state params %zu grads %zu adam %zu offsets %zu bytes, the formula %zu %zu "
+          "%zu %zu (n %zu, nz %zu, wte dense %zu, k %zu)",
+          desc, ms.params, ms.grads, ms.adam, ms.mask, 4 * n, 4 * dense, 8 * dense, 4 * k, n, nz,
+          z0, k);
     /* without stages and expert parallelism every Z-sharded weight lives
      * on one rank of each replica */
     ff_dims me = ff_grid_coords(grid);
-    double mine = me.d == 0 ? (double)k : 0, sum = 0;
+    double mine = me.d == 0 ? (double)(k + z0) : 0, sum = 0;
     MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     if (gc->stages == 1 && gc->ge == 1)
         CHECK(sum == kept_z, "%s: %.0f kept weights over a replica, the mask keeps %.0f", desc, sum,
@@ -252,6 +315,28 @@ static void refusals(ff_ctx *ctx, const unsigned char *keep)
     if (rc == FF_OK)
         rc = ff_gpt_samo(g);
     CHECK(rc == FF_OK, "SAMO with the mask: %s", ff_ctx_error(ctx));
+    /* parameters written under SAMO (an initialisation, a scatter of dense
+     * values) come back with the pruned weights zero */
+    float *canon = root ? malloc(n * sizeof(float)) : NULL;
+    for (int w = 0; w < 2 && rc == FF_OK; w++) {
+        if (w == 0)
+            rc = ff_gpt_init(g, 99);
+        for (size_t i = 0; w == 1 && root && i < n; i++)
+            canon[i] = 0.5f + (float)(i % 7);
+        if (w == 1)
+            rc = ff_gpt_scatter(g, FF_GPT_PARAMS, canon, 0);
+        if (rc == FF_OK)
+            rc = ff_gpt_gather(g, FF_GPT_PARAMS, canon, 0);
+        size_t pruned_nonzero = 0, kept_zero = 0;
+        for (size_t i = 0; rc == FF_OK && root && i < n; i++) {
+            pruned_nonzero += !keep[i] && canon[i] != 0.0f;
+            kept_zero += w == 1 && keep[i] && canon[i] == 0.0f;
+        }
+        CHECK(rc == FF_OK && pruned_nonzero == 0 && kept_zero == 0,
+              "%s under SAMO: %zu pruned weights not zero, %zu kept ones zero (%s)",
+              w ? "a scatter" : "ff_gpt_init", pruned_nonzero, kept_zero, ff_ctx_error(ctx));
+    }
+    free(canon);
     rc = ff_gpt_set_mask(g, root ? keep : NULL, 0);
     MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     CHECK(rc == FF_EUNSUPPORTED && all == rc && strstr(ff_ctx_error(ctx), "fixed"),
@@ -280,6 +365,30 @@ int main(int argc, char **argv)
         keep[2] = make_mask(&mc, 0, &kept[2]);
     }
     MPI_Bcast(kept, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    /* every rank counts its own kept entries from the masks */
+    const ff_gpt_config *cfgs[3] = {&CFG, &CFG, &mc};
+    for (int i = 0; i < 3; i++) {
+        uint64_t n = 0;
+        if (rank == 0) {
+            ff_ctx *self = NULL;
+            ff_grid *one = NULL;
+            ff_gpt *probe = NULL;
+            ff_ctx_options co;
+            ff_ctx_options_default(&co);
+            co.device = "cpu";
+            if (ff_ctx_create(&self, MPI_COMM_SELF, &co) == FF_OK &&
+                ff_grid_create(self, (ff_dims){1, 1, 1, 1}, &one) == FF_OK &&
+                ff_gpt_create(one, cfgs[i], NULL, B, T, &probe) == FF_OK)
+                n = ff_gpt_canonical_size(probe);
+            ff_gpt_destroy(probe);
+            ff_grid_destroy(one);
+            ff_ctx_destroy(self);
+        }
+        MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+        if (rank != 0)
+            keep[i] = malloc(n ? n : 1);
+        MPI_Bcast(keep[i], (int)n, MPI_UNSIGNED_CHAR, 0, MPI_COMM_WORLD);
+    }
     ff_ctx *ctx;
     ff_ctx_options wo;
     ff_ctx_options_default(&wo);

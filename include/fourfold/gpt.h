@@ -282,10 +282,13 @@ int ff_gpt_load(ff_gpt *g, const char *path);
 typedef struct {
     size_t params, grads, adam; /* bytes of the flat buffers on this rank (under
                                    SAMO grads and adam hold the compressed ones too) */
-    size_t index;               /* SAMO's offsets of the kept weights (0 without) */
-    size_t activations;         /* bytes kept for the backward of one micro-batch */
-    size_t scratch;             /* backward and cross-entropy work space */
-    size_t linear_peak;         /* gathered weights and gradient blocks, at most */
+    /* a pruned model's (fourfold/prune.h): masked training's mask (4 bytes
+     * a parameter) and packed all-reduce (8 a packed entry), or SAMO's
+     * offsets of the kept weights (4 each); 0 without a mask */
+    size_t mask;
+    size_t activations; /* bytes kept for the backward of one micro-batch */
+    size_t scratch;     /* backward and cross-entropy work space */
+    size_t linear_peak; /* gathered weights and gradient blocks, at most */
 } ff_gpt_memory;
 void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m);
 /* The default split of L blocks over P stages: L/P each, the first L%P

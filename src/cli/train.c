@@ -635,8 +635,8 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
     ROW("memory per rank", "params %.1f grads %.1f adam %.1f act %.1f MiB", mem.params * mib,
         mem.grads * mib, mem.adam * mib, mem.activations * mib);
     if (ff_gpt_is_samo(g))
-        ROW("SAMO", "%zu kept weights on this rank; their offsets %.1f MiB",
-            mem.index / sizeof(uint32_t), mem.index * mib);
+        ROW("SAMO", "%zu kept weights compressed on this rank; their offsets %.1f MiB",
+            mem.mask / sizeof(uint32_t), mem.mask * mib);
     if (strcmp(ff_ctx_device(ff_grid_ctx(grid)), "cpu") != 0)
         ROW("sgemm per rank", "%.1f GFLOP/s (cuBLAS fp32 4096^3 on the GPU)", ti.sgemm_rate * 1e-9);
     else

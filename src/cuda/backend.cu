@@ -352,11 +352,8 @@ __global__ void k_adamw(adamw_job j, int64_t n)
     FOR_INDEX(i, n)
     {
         const float decay = (size_t)i < j.n_decay ? j.wd : 0.0f;
-        float grad = j.gr[i] * j.grad_scale;
-        j.m[i] = j.b1 * j.m[i] + (1.0f - j.b1) * grad;
-        j.v[i] = j.b2 * j.v[i] + (1.0f - j.b2) * grad * grad;
-        float mhat = j.m[i] / j.bc1, vhat = j.v[i] / j.bc2;
-        j.p[i] -= j.lr * (mhat / (sqrtf(vhat) + j.eps) + decay * j.p[i]);
+        ff_adamw_at(&j.p[i], &j.m[i], &j.v[i], j.gr[i] * j.grad_scale, j.b1, j.b2, j.bc1, j.bc2,
+                    j.lr, j.eps, decay);
     }
 }
 

@@ -267,6 +267,17 @@ void ff_gpt_lin_views(const ff_gpt *g, ff_gpt_views *v, int l, int i, float ***w
         *w = i % 2 ? &v->efcprojw[x] : &v->efcw[x], *b = i % 2 ? &v->efcprojb[x] : &v->efcb[x];
 }
 
+/* Entry `off` of a flat buffer (rest: off >= n_zsharded); with rest_only a
+ * SAMO run's dense gradients, which hold [0, samo_zc0) and the rest. */
+static float *view_at(const ff_gpt *g, float *base, int rest_only, int rest, size_t off)
+{
+    if (!base || !rest_only)
+        return base ? base + off : NULL;
+    if (rest)
+        return base + (off - g->n_zsharded + g->samo_zc0);
+    return off < g->samo_zc0 ? base + off : NULL;
+}
+
 /* The flat buffers' layout, as views into base (NULL: only counted):
  * Z-sharded weights first (wte, then each block's shards other than its
  * experts': one data-parallel bucket per block; then the local experts'
@@ -278,13 +289,10 @@ void ff_gpt_lin_views(const ff_gpt *g, ff_gpt_views *v, int l, int i, float ***w
 static size_t layout(ff_gpt *g, float *base, int rest_only, ff_gpt_views *v)
 {
     const int L = g->nb, E = g->E;
-    size_t off = 0, shift = 0;
+    size_t off = 0;
+    int rest = 0; /* past the Z-sharded weights */
     float **w, **b;
-#define VIEW(field, n)                                                                             \
-    ((field) = base && !(rest_only && off < shift) ? base + (off - shift) : NULL,                  \
-     off += (size_t)(n))
-    if (rest_only) /* no view before the rest starts */
-        shift = SIZE_MAX;
+#define VIEW(field, n) ((field) = view_at(g, base, rest_only, rest, off), off += (size_t)(n))
     if (g->wte)
         VIEW(v->wte, ff_linear_local_sizes(g->wte).w_shard);
     for (int pass = 0; pass < 2; pass++) /* the blocks' own layers, then the experts */
@@ -302,8 +310,7 @@ static size_t layout(ff_gpt *g, float *base, int rest_only, ff_gpt_views *v)
             g->n_dense_z = pass ? g->n_dense_z : off;
         }
     g->n_zsharded = off;
-    if (rest_only)
-        shift = off;
+    rest = 1;
     if (g->first)
         VIEW(v->wpe, (size_t)g->cfg.maxT * g->cy);
     for (int l = 0; l < L; l++)
@@ -370,9 +377,10 @@ void ff_gpt_bind_views(ff_gpt *g)
         }
     if (!g->samo)
         return;
-    /* SAMO: each layer's share of the compressed gradient */
+    /* SAMO: each layer's share of the compressed gradient (wte's, kept
+     * whole, stays dense) */
     for (int l = -1; l < g->nb; l++)
-        for (int i = 0; i < (l < 0 ? g->wte != NULL : ff_gpt_block_nlin(g, l)); i++) {
+        for (int i = 0; i < (l < 0 ? g->wte && !g->samo_zc0 : ff_gpt_block_nlin(g, l)); i++) {
             ff_linear *lin = l < 0 ? g->wte : ff_gpt_block_lin(g, l, i);
             if (l >= 0)
                 ff_gpt_lin_views(g, &g->pv, l, i, &w, &b);
@@ -883,6 +891,8 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
     for (int k = 0; k < 4; k++)
         if (moments[k])
             memset(moments[k], 0, (k < 2 ? ff_gpt_dense_state(g) : g->samo_k) * sizeof(float));
+    if (g->samo)
+        ff_gpt_samo_zero_pruned(g);
     return rc;
 }
 
@@ -1175,12 +1185,12 @@ static int reduce_range(ff_gpt *g, ff_group *grp, int r, ff_request **req)
 {
     size_t off, len;
     dp_range(g, r, &off, &len);
-    if (g->samo) { /* the compressed gradients are packed already */
+    if (g->samo && off >= g->samo_zc0) { /* the compressed gradients are packed already */
         const size_t k0 = ff_gpt_samo_lower(g, off), k1 = ff_gpt_samo_lower(g, off + len);
         float *c = g->samo_g + k0;
         return ff_iallreduce(grp, c, c, k1 - k0, &g->opt.linear.coll, req);
     }
-    float *p = g->grads + off;
+    float *p = g->grads + off; /* (under SAMO: wte's dense shard) */
     if (!g->pack_idx)
         return ff_iallreduce(grp, p, p, len, &g->opt.linear.coll, req);
     const size_t k0 = g->pack_off[r], k1 = g->pack_off[r + 1];
@@ -1332,7 +1342,7 @@ static int tie_embedding(ff_gpt *g)
         return FF_OK;
     size_t n = ff_linear_local_sizes(g->wte).w_shard;
     float *own = g->gv.wte;
-    if (g->samo) { /* the kept entries: the same on both copies */
+    if (g->samo && !g->samo_zc0) { /* the kept entries: the same on both copies */
         const size_t a = (size_t)(g->pv.wte - g->params), k0 = ff_gpt_samo_lower(g, a);
         own = g->samo_g + k0;
         n = ff_gpt_samo_lower(g, a + n) - k0;

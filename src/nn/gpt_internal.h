@@ -147,13 +147,14 @@ struct ff_gpt {
     size_t *pack_off;
     float *pack_buf;
     /* SAMO (samo.c, docs/samo.md): the kept offsets of the Z-sharded
-     * weights [0, n_zsharded), increasing, samo_k of them, and their
+     * weights [samo_zc0, n_zsharded), increasing, samo_k of them, and their
      * gradient and AdamW moments compressed in samo_g, samo_m, samo_v; the
-     * dense grads, adam_m and adam_v then hold only [n_zsharded, n_params)
-     * (ff_gpt_rest) and mask and the packing are gone */
+     * dense grads, adam_m and adam_v then hold [0, samo_zc0) (wte's shard
+     * when nothing of it is pruned, else nothing) followed by [n_zsharded,
+     * n_params) (ff_gpt_rest), and mask and the packing are gone */
     int samo;
     uint32_t *samo_idx;
-    size_t samo_k;
+    size_t samo_k, samo_zc0;
     float *samo_g, *samo_m, *samo_v;
     size_t act_bytes, scratch_bytes;
 
@@ -167,15 +168,15 @@ struct ff_gpt {
 enum { FF_GPT_TAG_SPAN = 999, FF_GPT_TAG_EMB = 1998 };
 
 /* Entry `off` (>= n_zsharded) of a flat buffer of gradients or moments,
- * which under SAMO holds [n_zsharded, n_params) only. */
+ * which under SAMO holds [0, samo_zc0) and [n_zsharded, n_params) only. */
 static inline float *ff_gpt_rest(const ff_gpt *g, float *buf, size_t off)
 {
-    return buf + (off - (g->samo ? g->n_zsharded : 0));
+    return buf + (off - (g->samo ? g->n_zsharded - g->samo_zc0 : 0));
 }
 /* Entries of the dense flat buffers of gradients and moments. */
 static inline size_t ff_gpt_dense_state(const ff_gpt *g)
 {
-    return g->samo ? g->n_params - g->n_zsharded : g->n_params;
+    return g->samo ? g->samo_zc0 + g->n_params - g->n_zsharded : g->n_params;
 }
 /* SAMO: the first compressed entry whose offset is at least off. */
 size_t ff_gpt_samo_lower(const ff_gpt *g, size_t off);
@@ -187,6 +188,9 @@ void ff_gpt_samo_sumsq(ff_gpt *g, size_t a, size_t b, double *out);
 void ff_gpt_samo_adamw(ff_gpt *g, const void *adamw_job);
 /* SAMO: the dense flat buffer `which` (grads, moments, mask) made for a
  * moment (ff_fbuf_free it), or a compressed buffer set from a dense one. */
+/* SAMO: the pruned weights set to +0 again (after the parameters were
+ * written: ff_gpt_init, a scatter or a load). */
+void ff_gpt_samo_zero_pruned(ff_gpt *g);
 float *ff_gpt_samo_expand(ff_gpt *g, ff_gpt_buffer which);
 void ff_gpt_samo_compress(ff_gpt *g, ff_gpt_buffer which, const float *dense);
 /* Binds the linear layers' gradients (compressed under SAMO) and the views (gpt.c). */

@@ -141,7 +141,10 @@ void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m)
     m->params = g->n_params * sizeof(float);
     m->grads = state * sizeof(float);
     m->adam = 2 * state * sizeof(float);
-    m->index = g->samo_k * sizeof(uint32_t);
+    const size_t packed = g->pack_idx ? g->pack_off[2 * g->nb + 1] : 0;
+    m->mask = g->samo ? g->samo_k * sizeof(uint32_t)
+                      : (g->mask ? g->n_params * sizeof(float) : 0) +
+                            packed * (sizeof(uint32_t) + sizeof(float));
     m->activations = g->act_bytes;
     m->scratch = g->scratch_bytes;
     ff_linear_seq_memory(g->seq, NULL, &m->linear_peak);
@@ -472,8 +475,12 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 
 int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
 {
-    if (!g->samo || which == FF_GPT_PARAMS)
-        return scatter_flat(g, which, NULL, canon, root);
+    if (!g->samo || which == FF_GPT_PARAMS) {
+        int rc = scatter_flat(g, which, NULL, canon, root);
+        if (rc == FF_OK && g->samo) /* pruned weights stay pruned */
+            ff_gpt_samo_zero_pruned(g);
+        return rc;
+    }
     if (which == FF_GPT_MASK)
         return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EUNSUPPORTED,
                                                  "a SAMO run's mask is fixed: it cannot change"));

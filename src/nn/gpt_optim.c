@@ -169,9 +169,15 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
                    .grad_scale = grad_scale,
                    .n_decay = g->n_decay};
     int64_t n = (int64_t)g->n_params;
-    if (g->samo) { /* the compressed Z-sharded weights, then the dense rest */
+    if (g->samo) { /* the compressed Z-sharded weights, wte's dense shard, then the rest */
         ff_gpt_samo_adamw(g, &j);
+        const size_t z0 = g->samo_zc0;
+        adamw_job w = j;
+        w.n_decay = z0; /* (wte is decayed) */
+        if (z0 && !ff_dev_pass(g->ctx, FF_PASS_ADAMW, (int64_t)z0, &w))
+            ff_team_run(g->ctx->team, (int64_t)z0, 1 << 14, adamw_range, &w);
         j.p += g->n_zsharded;
+        j.m += z0, j.v += z0, j.gr += z0;
         j.n_decay -= g->n_zsharded;
         n -= (int64_t)g->n_zsharded;
     }

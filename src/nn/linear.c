@@ -1072,9 +1072,8 @@ int ff_linear_seq_allreduce_grads(ff_linear_seq *s)
     int rc = FF_OK, n = 0;
     for (int i = 0; i < s->n_layers && rc == FF_OK; i++) {
         ff_linear *l = s->layers[i];
-        if (!l->dw)
-            continue;
-        rc = ff_iallreduce(gd, l->dw, l->dw, l->shard, &s->opt.coll, &reqs[n++]);
+        if (l->dw) /* (a compressed gradient is the model's to reduce) */
+            rc = ff_iallreduce(gd, l->dw, l->dw, l->shard, &s->opt.coll, &reqs[n++]);
         if (rc == FF_OK && l->has_bias && l->db)
             rc = ff_iallreduce(gzd, l->db, l->db, (size_t)l->nl, &s->opt.coll, &reqs[n++]);
     }

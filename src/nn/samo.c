@@ -43,8 +43,9 @@ typedef struct {
 } sumsq_samo_job;
 
 /* Dense block bl of [a, b): its kept entries' squares in the lanes the dense
- * pass (ff_sumsq_block_at) puts them, (offset - a) mod 8; the pruned entries
- * it adds are zeros, which leave a sum of squares as it is. */
+ * pass (ff_sumsq_block_at) puts them, (offset - a) mod 8, in its order (the
+ * dense prefix's, then the compressed ones); the pruned entries it adds are
+ * zeros, which leave a sum of squares as it is. */
 static void sumsq_samo_blocks(void *arg, int64_t b0, int64_t b1, int th)
 {
     (void)th;
@@ -54,6 +55,8 @@ static void sumsq_samo_blocks(void *arg, int64_t b0, int64_t b1, int th)
         const size_t lo = j->a + (size_t)bl * FF_SUM_BLOCK;
         const size_t hi = lo + FF_SUM_BLOCK < j->b ? lo + FF_SUM_BLOCK : j->b;
         double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (size_t i = lo; i < hi && i < g->samo_zc0; i++)
+            s[(i - j->a) % 8] += (double)g->grads[i] * g->grads[i];
         for (size_t k = ff_gpt_samo_lower(g, lo), k1 = ff_gpt_samo_lower(g, hi); k < k1; k++)
             s[(g->samo_idx[k] - j->a) % 8] += (double)g->samo_g[k] * g->samo_g[k];
         j->part[bl] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
@@ -115,28 +118,43 @@ float *ff_gpt_samo_expand(ff_gpt *g, ff_gpt_buffer which)
         ff_set_error(g->ctx, FF_ENOMEM, "out of memory for a dense copy of the model's state");
         return NULL;
     }
-    const size_t nz = g->n_zsharded;
+    const size_t nz = g->n_zsharded, z0 = g->samo_zc0;
     if (which == FF_GPT_MASK) {
         for (size_t k = 0; k < g->samo_k; k++)
             d[g->samo_idx[k]] = 1.0f;
-        for (size_t i = nz; i < g->n_params; i++)
-            d[i] = 1.0f;
+        for (size_t i = 0; i < g->n_params; i++)
+            if (i < z0 || i >= nz)
+                d[i] = 1.0f;
         return d;
     }
     parts(g, which, &comp, &rest);
     for (size_t k = 0; k < g->samo_k; k++)
         d[g->samo_idx[k]] = comp[k];
-    memcpy(d + nz, rest, (g->n_params - nz) * sizeof(float));
+    memcpy(d, rest, z0 * sizeof(float));
+    memcpy(d + nz, rest + z0, (g->n_params - nz) * sizeof(float));
     return d;
 }
 
 void ff_gpt_samo_compress(ff_gpt *g, ff_gpt_buffer which, const float *d)
 {
     float *comp, *rest;
+    const size_t nz = g->n_zsharded, z0 = g->samo_zc0;
     parts(g, which, &comp, &rest);
     for (size_t k = 0; k < g->samo_k; k++)
         comp[k] = d[g->samo_idx[k]];
-    memcpy(rest, d + g->n_zsharded, (g->n_params - g->n_zsharded) * sizeof(float));
+    memcpy(rest, d, z0 * sizeof(float));
+    memcpy(rest + z0, d + nz, (g->n_params - nz) * sizeof(float));
+}
+
+void ff_gpt_samo_zero_pruned(ff_gpt *g)
+{
+    size_t i = g->samo_zc0;
+    for (size_t k = 0; k <= g->samo_k; k++) {
+        const size_t next = k < g->samo_k ? g->samo_idx[k] : g->n_zsharded;
+        for (; i < next; i++)
+            g->params[i] = 0.0f;
+        i = next + 1;
+    }
 }
 
 /* ---- switching on ----------------------------------------------------------------- */
@@ -174,9 +192,15 @@ int ff_gpt_samo(ff_gpt *g)
         ff_wait(&g->ebucket_req[l]);
     if (rc || (rc = ff_ctx_agree(g->ctx, rc0)))
         return rc;
-    const size_t nz = g->n_zsharded, nr = g->n_params - nz;
-    size_t k = 0;
-    for (size_t i = 0; i < nz; i++)
+    /* wte's shard (first in the buffer) stays dense when nothing of it is
+     * pruned, as by default: compressing it would only add its offsets */
+    const size_t nz = g->n_zsharded, w = g->wte ? ff_linear_local_sizes(g->wte).w_shard : 0;
+    size_t z0 = 0, k = 0;
+    while (z0 < w && g->mask[z0] != 0.0f)
+        z0++;
+    z0 = z0 == w ? w : 0;
+    const size_t nr = z0 + g->n_params - nz; /* the dense state */
+    for (size_t i = z0; i < nz; i++)
         k += g->mask[i] != 0.0f;
     const int moments = g->adam_m != NULL;
     uint32_t *idx = malloc((k ? k : 1) * sizeof *idx);
@@ -195,15 +219,17 @@ int ff_gpt_samo(ff_gpt *g)
             ff_fbuf_free(made[i]);
         return rc;
     }
-    for (size_t i = 0, n = 0; i < nz; i++)
+    for (size_t i = z0, n = 0; i < nz; i++)
         if (g->mask[i] != 0.0f)
             idx[n++] = (uint32_t)i;
-    g->samo_idx = idx, g->samo_k = k, g->samo_g = sg;
+    g->samo_idx = idx, g->samo_k = k, g->samo_g = sg, g->samo_zc0 = z0;
     if (moments) { /* resuming: the moments keep their kept entries */
         for (size_t n = 0; n < k; n++)
             sm[n] = g->adam_m[idx[n]], sv[n] = g->adam_v[idx[n]];
-        memcpy(rm, g->adam_m + nz, nr * sizeof(float));
-        memcpy(rv, g->adam_v + nz, nr * sizeof(float));
+        memcpy(rm, g->adam_m, z0 * sizeof(float));
+        memcpy(rv, g->adam_v, z0 * sizeof(float));
+        memcpy(rm + z0, g->adam_m + nz, (nr - z0) * sizeof(float));
+        memcpy(rv + z0, g->adam_v + nz, (nr - z0) * sizeof(float));
         ff_fbuf_free(g->adam_m), ff_fbuf_free(g->adam_v);
         g->adam_m = rm, g->adam_v = rv, g->samo_m = sm, g->samo_v = sv;
     }

@@ -473,12 +473,12 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
          * their entries, the embedding all of its */
         const double matrices = (double)plan_block_matrices(s);
         const double kept = params - (1 - s->keep) * matrices;
-        if (s->samo) { /* the state of the kept entries, 32-bit offsets to them */
-            const double zk = (double)plan_zsharded_params(s) - (1 - s->keep) * matrices;
+        if (s->samo) { /* the state of the kept entries, 32-bit offsets to the
+                          matrices' (the embedding, kept whole, stays dense) */
             r->mem_params = (a == 2 ? 2 * params + 4 * kept : 4 * params);
             r->mem_grads = a * kept;
             r->mem_optimizer = 8 * kept;
-            r->mem_mask = 4 * zk;
+            r->mem_mask = 4 * s->keep * matrices;
         } else { /* a mask of every parameter; the packed all-reduces' offsets and values */
             const double zk = (double)plan_zsharded_params(s) - (1 - s->keep) * matrices;
             r->mem_mask = 4 * params + (s->g.d > 1 ? 8 * zk : 0);
@@ -492,6 +492,11 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
          * embedding's backward adds to it, and two layers in flight (ORS) */
         double dw = (s->first || s->last ? wte : 0) + 2 * 4 * C * C / (gx * gy);
         buffers = a * ((s->first || s->last ? wte : 0) + gathered + dw);
+    } else if (s->samo) {
+        /* SAMO with Gz = 1: a layer's products accumulate on a dense block
+         * expanded from its compressed gradient (src/nn/linear.c), one at a
+         * time, the widest 4C x C */
+        buffers = a * 4 * C * C / (gx * gy);
     }
     r->mem_weight_buffers = buffers;
     /* per block: ln1, projection output, residual, ln2, MLP output, residual

@@ -493,9 +493,11 @@ static int maybe_samo(ff_trainer *t)
         return rc;
     ff_gpt_memory m;
     ff_gpt_memory_report(t->g, &m);
-    note(t, "SAMO from step %lld: %zu kept weights on this rank, gradients and moments %.1f MiB",
-         (long long)t->st.step, m.index / sizeof(uint32_t),
-         (double)(m.grads + m.adam + m.index) / (1 << 20));
+    note(t,
+         "SAMO from step %lld: %zu kept weights compressed on this rank, gradients, moments and "
+         "offsets %.1f MiB",
+         (long long)t->st.step, m.mask / sizeof(uint32_t),
+         (double)(m.grads + m.adam + m.mask) / (1 << 20));
     return FF_OK;
 }
 
