@@ -634,6 +634,9 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
             o->plan);
     ROW("memory per rank", "params %.1f grads %.1f adam %.1f act %.1f MiB", mem.params * mib,
         mem.grads * mib, mem.adam * mib, mem.activations * mib);
+    if (mem.mask && !ff_gpt_is_samo(g))
+        ROW("mask", "%.1f MiB (masked training: the mask and the packed all-reduces)",
+            mem.mask * mib);
     if (ff_gpt_is_samo(g))
         ROW("SAMO", "%zu kept weights compressed on this rank; their offsets %.1f MiB",
             mem.mask / sizeof(uint32_t), mem.mask * mib);
