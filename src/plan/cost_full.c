@@ -207,11 +207,21 @@ double plan_coll_time(const ff_plan_link *l, ff_coll coll, int p, int64_t count,
  * all-gather and reduce-scatter AUTO may run moves the ring's bytes, and
  * their time is plan_coll_time's. */
 
+/* A group layout and AUTO's all-reduce picks on it so far (count, wire ->
+ * rec-whole or not; a step repeats the same collectives for every
+ * micro-batch, so the picks, each a run of the collective layer's model,
+ * are looked up instead: open addressing, MEMO slots, count -1 free). */
+enum { MEMO = 256 };
 struct plan_topo {
     int p;
     int64_t inner, base;
     ff_topo *t;
     struct plan_topo *next;
+    struct {
+        int64_t count;
+        int wire, whole;
+    } memo[MEMO];
+    int memo_used;
 };
 
 void plan_topos_free(plan_ops *ops)
@@ -222,6 +232,7 @@ void plan_topos_free(plan_ops *ops)
         ff_topo_free(e->t);
         free(e);
     }
+    memset(ops->last, 0, sizeof ops->last);
 }
 
 /* Size of the rank's group of `kind` and its index in it, with the stages
@@ -247,8 +258,8 @@ static int staged_rank(const plan_ops *ops, ff_dims g, ff_dims c, ff_group_kind 
 }
 
 /* The layout of the rank's group of `kind`; NULL if out of memory. */
-static const ff_topo *plan_topo(plan_ops *ops, const ff_plan_config *cfg, ff_dims g, ff_dims c,
-                                ff_group_kind kind)
+static struct plan_topo *plan_topo(plan_ops *ops, const ff_plan_config *cfg, ff_dims g, ff_dims c,
+                                   ff_group_kind kind)
 {
     int p = staged_size(ops, g, kind), G = plan_group_size(g, FF_GROUP_STAGE);
     int64_t inner = kind == FF_GROUP_PIPE ? G
@@ -259,7 +270,7 @@ static const ff_topo *plan_topo(plan_ops *ops, const ff_plan_config *cfg, ff_dim
     int64_t base = staged_rank(ops, g, c, FF_GROUP_WORLD) - staged_rank(ops, g, c, kind) * inner;
     for (struct plan_topo *e = ops->topos; e; e = e->next)
         if (e->p == p && e->inner == inner && e->base == base)
-            return e->t;
+            return e;
     struct plan_topo *e = calloc(1, sizeof *e);
     int *node = malloc((size_t)p * sizeof *node);
     if (e && node) {
@@ -280,9 +291,11 @@ static const ff_topo *plan_topo(plan_ops *ops, const ff_plan_config *cfg, ff_dim
         return NULL;
     }
     e->p = p, e->inner = inner, e->base = base;
+    for (int i = 0; i < MEMO; i++)
+        e->memo[i].count = -1;
     e->next = ops->topos;
     ops->topos = e;
-    return e->t;
+    return e;
 }
 
 /* 1 if AUTO runs the collective `op` of the rank at c as rec-whole; -1 if
@@ -292,9 +305,28 @@ static int plan_whole(plan_ops *ops, const ff_plan_config *cfg, ff_dims g, ff_di
 {
     if (op->coll != FF_COLL_ALLREDUCE || staged_size(ops, g, (ff_group_kind)op->group) <= 1)
         return 0;
-    const ff_topo *t = plan_topo(ops, cfg, g, c, (ff_group_kind)op->group);
-    if (!t)
-        return -1;
+    /* the layout the group kind found last, if for the same rank of the
+     * same grid (a list repeats its groups), else the kept layouts' */
+    const int k = op->group;
+    struct plan_topo *e = ops->last[k];
+    if (!e || memcmp(&ops->lg[k], &g, sizeof g) || memcmp(&ops->lc[k], &c, sizeof c) ||
+        ops->lstage[k] != ops->stage || ops->lP[k] != ops->P || ops->lge[k] != ops->ge) {
+        if (!(e = plan_topo(ops, cfg, g, c, (ff_group_kind)op->group)))
+            return -1;
+        ops->last[k] = e, ops->lg[k] = g, ops->lc[k] = c;
+        ops->lstage[k] = ops->stage, ops->lP[k] = ops->P, ops->lge[k] = ops->ge;
+    }
+    /* the pick depends on the layout, the count and the wire (and the
+     * configuration's model, the same for the whole plan) */
+    unsigned h =
+        (unsigned)((((uint64_t)op->count * 2 + (op->wire == 2)) * 0x9E3779B97F4A7C15ull) >> 56) %
+        MEMO; /* (the high bits: counts have many trailing zeros) */
+    for (int i = 0; i < MEMO; i++, h = (h + 1) % MEMO) {
+        if (e->memo[h].count == op->count && e->memo[h].wire == op->wire)
+            return e->memo[h].whole;
+        if (e->memo[h].count < 0)
+            break;
+    }
     /* the default rule, strict_volume; the ~4 KB model (its picks) is
      * copied only where the configuration says otherwise */
     const ff_coll_model *m = &cfg->coll;
@@ -305,7 +337,13 @@ static int plan_whole(plan_ops *ops, const ff_plan_config *cfg, ff_dims g, ff_di
         m = &strict;
     }
     ff_wire w = op->wire == 2 ? FF_WIRE_BF16 : FF_WIRE_FP32;
-    return ff_coll_pick(t, m, FF_COLL_ALLREDUCE, (size_t)op->count, w) == FF_ALGO_REC_WHOLE;
+    int whole = ff_coll_pick(e->t, m, FF_COLL_ALLREDUCE, (size_t)op->count, w) == FF_ALGO_REC_WHOLE;
+    if (e->memo[h].count < 0 &&
+        e->memo_used < MEMO / 2) { /* (h: a free slot, or the table is full) */
+        e->memo[h].count = op->count, e->memo[h].wire = op->wire, e->memo[h].whole = whole;
+        e->memo_used++;
+    }
+    return whole;
 }
 
 /* ---- compute ---- */
@@ -860,12 +898,19 @@ static int count_traffic(const ff_plan_config *cfg, plan_ops *o, ff_dims g, ff_d
 int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan_link *link,
               double rate, ff_plan_result *acc, double weight, double *end_s, double *bg_s)
 {
-    const size_t nt = (size_t)ops->tags + 1;
-    double *tag_end = ops->oom ? NULL : calloc(nt, sizeof *tag_end);
-    double *times = ops->oom ? NULL : malloc(4 * nt * sizeof *times);
-    int *ints = ops->oom ? NULL : malloc(4 * nt * sizeof *ints);
+    const size_t nt = (size_t)ops->tags + 1, need = nt * (5 * sizeof(double) + 4 * sizeof(int));
+    if (!ops->oom && ops->play_cap < need) { /* (kept for the next play) */
+        free(ops->play);
+        ops->play = malloc(need);
+        ops->play_cap = ops->play ? need : 0;
+    }
+    double *tag_end = ops->oom || !ops->play ? NULL : ops->play;
+    double *times = tag_end ? tag_end + nt : NULL;
+    int *ints = times ? (int *)(times + 4 * nt) : NULL;
     ff_plan_result *t = calloc(1, sizeof *t);
     int rc = -1;
+    if (tag_end)
+        memset(tag_end, 0, nt * sizeof *tag_end);
     if (tag_end && times && ints && t) {
         timeline tl = {
             .cfg = cfg,
@@ -897,9 +942,6 @@ int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan
                 acc->coll[k][c].exposed_s += weight * t->coll[k][c].exposed_s;
             }
     }
-    free(tag_end);
-    free(times);
-    free(ints);
     free(t);
     return rc;
 }

@@ -60,6 +60,16 @@ typedef struct {
     int P, stage;
     /* expert parallelism Ge (the EP and EDP groups' sizes); 0 or 1: none */
     int ge;
+    /* reused from one list to the next (a plan plays thousands): the
+     * reordering's second list, the timeline's per-tag arrays, and the
+     * group layout each group kind found last, for grid lg, rank lc */
+    plan_op *spare;
+    size_t spare_cap;
+    void *play;
+    size_t play_cap;
+    struct plan_topo *last[FF_PLAN_NGROUPS];
+    ff_dims lg[FF_PLAN_NGROUPS], lc[FF_PLAN_NGROUPS];
+    int lstage[FF_PLAN_NGROUPS], lP[FF_PLAN_NGROUPS], lge[FF_PLAN_NGROUPS];
 } plan_ops;
 
 /* The resolved sizes of one rank's step. */

@@ -58,6 +58,8 @@ void plan_ops_free(plan_ops *o)
 {
     plan_topos_free(o);
     free(o->ops);
+    free(o->spare);
+    free(o->play);
     memset(o, 0, sizeof *o);
 }
 
@@ -666,10 +668,14 @@ static void plan_prefetch(plan_ops *o)
     if (n_ag < 2)
         return;
     size_t *ag = malloc(n_ag * sizeof *ag);
-    plan_op *out = malloc(o->n * sizeof *out);
+    if (o->spare_cap < o->cap) { /* the second list, as long as the first */
+        free(o->spare);
+        o->spare = malloc(o->cap * sizeof *o->spare);
+        o->spare_cap = o->spare ? o->cap : 0;
+    }
+    plan_op *out = o->spare;
     if (!ag || !out) {
         free(ag);
-        free(out);
         o->oom = 1;
         return;
     }
@@ -694,10 +700,11 @@ static void plan_prefetch(plan_ops *o)
             o->ops[ag[a]].prefetch)
             out[n++] = o->ops[ag[a++]];
     }
-    free(o->ops);
     free(ag);
-    o->ops = out;
-    o->cap = o->n;
+    plan_op *old = o->ops; /* the two lists swap */
+    const size_t old_cap = o->cap;
+    o->ops = out, o->cap = o->spare_cap;
+    o->spare = old, o->spare_cap = old_cap;
 }
 
 /* A point-to-point message of the pipeline (PIPE; mode 0 send, 1 receive). */
