@@ -53,7 +53,7 @@ for delay in $DELAYS; do
         plan=$PLANS/plan-$name-$grid-d$delay.json
         "$CLI" plan --layers 2 --hidden "$C" --heads 4 --vocab 512 --positions 128 --batch 8 \
             --seq 128 --grid "$grid" --machine "profiles/tb-2x2-1gbit-d${delay}us.json" \
-            --panel-rows "$PANEL" --per-layer --out "$plan" | grep -A 20 '^per-layer' | sed 's/^/# /'
+            --panel-rows "$PANEL" --progress "$PROGRESS" --per-layer --out "$plan" | grep -A 20 '^per-layer' | sed 's/^/# /'
         for r in $(seq "$ROUNDS"); do
             for v in $VARIANTS; do
                 case $v in

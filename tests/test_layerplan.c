@@ -636,6 +636,8 @@ static double ar2_s(double alpha, double beta, long n)
 typedef struct {
     double delta; /* the step's change */
     int bound;    /* the link-bound conditions held */
+    double late;  /* with progress poll and chunks of one panel, the step's change is
+                     delta + late (below) */
 } layer_change;
 
 static void fwd_on_link(layer_change *c, const ff_profile *p, long m, long nl, long kl,
@@ -648,6 +650,9 @@ static void fwd_on_link(layer_change *c, const ff_profile *p, long m, long nl, l
     double e = passes * m * nl * 4 / p->mem_Bps;
     c->delta += (G0 - G) + (2 * Ac - A) + (e / 2 - e);
     c->bound &= Ac >= G0 && Ac >= e / 2;
+    /* polling, chunks of one panel: all-reduce 0 starts only in its wait,
+     * after GEMM 1 (G0 + G1 + A0 + A1 + e1): G1 later */
+    c->late += G0;
 }
 
 static void bwd_on_link(layer_change *c, const ff_profile *p, long m, long nl, long kl)
@@ -657,6 +662,9 @@ static void bwd_on_link(layer_change *c, const ff_profile *p, long m, long nl, l
     double A = ar2_s(a, b, m * kl), Ac = ar2_s(a, b, m / 2 * kl);
     c->delta += (D0 - D) + (2 * Ac - A);
     c->bound &= A >= W && Ac >= D0 && 2 * Ac >= D0 + W;
+    /* polling, chunks and dW GEMM of one panel: the chunks start in the
+     * wait after the dW GEMM (D0 + D1 + W + A0 + A1): D1 + W later */
+    c->late += D0 + W;
 }
 
 static void chunked_gemm(layer_change *c, const ff_profile *p, long m, long n, long k)
@@ -676,6 +684,9 @@ static void test_sign(void)
     cfg.coll.beta_intra_Bps = cfg.coll.beta_inter_Bps;
     cfg.checkpoint = 0;
     cfg.panel_rows = 1; /* chunks of whole rows, [m i/k, m (i+1)/k) */
+    /* the formulas below: chunks advance from their post (a progress
+     * thread); polling is checked at the end */
+    cfg.progress = FF_PROGRESS_THREAD;
     ff_dims g = {2, 1, 1, 1};
 
     /* Loses: L=2, C=16, 16 rows, both ranks on one node whose transfers
@@ -724,7 +735,7 @@ static void test_sign(void)
     bare_machine(&cfg.machine, 1);
     const ff_profile *mp = &cfg.machine;
     const long m = 4096, C = 1024, Vp = 1024;
-    layer_change block = {0, 1}, head = {0, 1};
+    layer_change block = {0, 1, 0}, head = {0, 1, 0};
     chunked_gemm(&block, mp, m, 3 * C / 2, C); /* QKV forward, Y */
     bwd_on_link(&block, mp, m, 3 * C / 2, C);  /* QKV dI, X */
     fwd_on_link(&block, mp, m, C, C / 2, 2);   /* projection forward, X */
@@ -751,6 +762,42 @@ static void test_sign(void)
     CHECK(rc == FF_OK && rs.step_s <= r2.step_s, "large: the search finds %g s, worse than %g",
           rs.step_s, r2.step_s);
     ff_layer_plan_free(&p);
+
+    /* The run's default progress, polling, with GEMM panels of 2048 rows:
+     * each chunk (2048 rows) and each dW GEMM (kl <= 1024 rows) is one
+     * panel, so no GEMM polls and every chunk starts in its wait; the
+     * chunks are the same (whole panels either way), so the change is the
+     * formula's plus each layer's `late`. Waiting (no progress outside
+     * ff_wait) gives the same. */
+    const double want_poll = want + 2 * block.late + head.late;
+    for (int mode = 0; mode < 2; mode++) {
+        cfg.progress = mode ? FF_PROGRESS_WAIT : FF_PROGRESS_POLL;
+        cfg.panel_rows = 2048;
+        r0 = step_with(&cfg, g, 0);
+        r2 = step_with(&cfg, g, 2);
+        got = r2.step_s - r0.step_s;
+        CHECK(fabs(got - want_poll) <= 1e-9 * r0.step_s,
+              "large, progress %s: the planner's change %.12g s, the formula's %.12g s",
+              mode ? "wait" : "poll", got, want_poll);
+        printf("  large, two nodes, k=2, progress %s, one-panel chunks: %+.6g s (the formula "
+               "%+.6g s)\n",
+               mode ? "wait" : "poll", got, want_poll);
+    }
+    /* with panels of 1024 rows the chunks' GEMMs poll (two panels each):
+     * the change lies between the progress thread's and the one-panel
+     * case's */
+    cfg.progress = FF_PROGRESS_POLL;
+    cfg.panel_rows = 1024;
+    r0 = step_with(&cfg, g, 0);
+    r2 = step_with(&cfg, g, 2);
+    got = r2.step_s - r0.step_s;
+    CHECK(got > want + 1e-9 * r0.step_s && got < want_poll - 1e-9 * r0.step_s,
+          "large, progress poll, two-panel chunks: %.12g s, not between %.12g and %.12g", got, want,
+          want_poll);
+    printf("  large, progress poll, two-panel chunks: %+.6g s (between %+.6g and %+.6g)\n", got,
+           want, want_poll);
+    cfg.progress = FF_PROGRESS_THREAD;
+    cfg.panel_rows = 1;
 }
 
 /* ---- the search ---- */

@@ -245,6 +245,16 @@ typedef struct {
      * full cost model only. */
     double sparsity;
     int samo;
+    /* How the run's collectives advance (ff_ctx_options.progress, `train
+     * --progress`; default FF_PROGRESS_POLL, as a run's): for a decomposed
+     * all-reduce's chunks, which the engine only advances in its progress
+     * calls (docs/planner.md, "What the model assumes about progress"):
+     * FF_PROGRESS_THREAD, beside the following compute from their post;
+     * FF_PROGRESS_POLL, from the first panel boundary of a following GEMM
+     * of two or more panels (a GEMM polls between its panels), else inside
+     * their wait; FF_PROGRESS_WAIT, inside their wait. The other background
+     * collectives are taken to advance from their post in every mode. */
+    int progress;
 } ff_plan_config;
 
 /* batch 8, seq 1024, 1 rank, machine "this", cost full, checkpoint, AG

@@ -47,6 +47,9 @@ static const char help[] =
     "                       values and transfers, fp32 master weights and moments)\n"
     "  --overlap LIST       oar,ors,oag,dp, all or none (default all)\n"
     "  --cmm on|off         the collective matmul of unprefetched gathers (train --cmm)\n"
+    "  --progress M         how the run's collectives advance (train --progress): poll\n"
+    "                       (default), thread or wait; decides when a decomposed\n"
+    "                       all-reduce's chunks can overlap (docs/planner.md)\n"
     "  --cac on|off         communication-aware checkpointing: no collective in a\n"
     "                       recompute (train --cac; default off)\n"
     "  --sparsity P         a pruned model: the fraction P of the blocks' weight matrices\n"
@@ -380,6 +383,19 @@ static int parse_args(int argc, char **argv, plan_opts *o)
                 return CLI_USAGE;
             }
             *dst = v[1] == 'n';
+        } else if (cli_is(&a, "progress")) {
+            if (!(v = cli_value(&a)))
+                return CLI_USAGE;
+            if (!strcmp(v, "poll"))
+                o->cfg.progress = FF_PROGRESS_POLL;
+            else if (!strcmp(v, "thread"))
+                o->cfg.progress = FF_PROGRESS_THREAD;
+            else if (!strcmp(v, "wait"))
+                o->cfg.progress = FF_PROGRESS_WAIT;
+            else {
+                cli_error("--progress %s: expected poll, thread or wait", v);
+                return CLI_USAGE;
+            }
         } else if (cli_is(&a, "cmm")) {
             if (!(v = cli_value(&a)) || (strcmp(v, "on") && strcmp(v, "off"))) {
                 if (v)
@@ -1048,13 +1064,17 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
             "\"stages\": %s, \"schedule\": \"%s\", \"pipeline_limit\": %d, "
             "\"wire_bytes\": %d, \"precision\": \"%s\", \"overlap\": %u, \"cost\": \"%s\", "
             "\"expert_parallel\": %s, \"dtd\": %s, \"cac\": %s, \"sparsity\": %g, "
-            "\"samo\": %s,\n \"machine\": %s,\n",
+            "\"samo\": %s, \"progress\": \"%s\",\n \"machine\": %s,\n",
             (long long)cfg->batch, (long long)cfg->seq, cfg->ranks, mb, st,
             cfg->schedule ? "1f1b" : "message", cfg->pipe_limit,
             ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? 2 : cfg->wire_bytes,
             ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? "bf16-mixed" : "fp32", cfg->overlap,
             ff_cost_name(cfg->cost), ge, cfg->dtd ? "true" : "false", cfg->cac ? "true" : "false",
-            cfg->sparsity, cfg->samo ? "true" : "false", machine);
+            cfg->sparsity, cfg->samo ? "true" : "false",
+            cfg->progress == FF_PROGRESS_THREAD ? "thread"
+            : cfg->progress == FF_PROGRESS_WAIT ? "wait"
+                                                : "poll",
+            machine);
 }
 
 /* ---- per-layer plans ---- */

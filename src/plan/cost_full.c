@@ -706,6 +706,11 @@ typedef struct {
     int pending_gc, cmm_gc, cmm_prev_gc;
     double cmm_own;
     double *tag_end; /* completion of background collectives and chunks */
+    /* chunks posted but not advancing yet (progress poll or wait): their
+     * tags in posting order, q_head..q_n, each with its time and collective */
+    int *queue, q_head, q_n;
+    double *q_time;
+    int *q_gc;
 } timeline;
 
 static void expose(ff_plan_result *r, int gc, double dt)
@@ -735,9 +740,24 @@ static void expose_wait(timeline *tl, ff_plan_result *r, int c, int at, double f
     }
 }
 
+/* The queued chunks start advancing, one after another on their channel,
+ * the first no earlier than `at`. */
+static void start_chunks(timeline *tl, double at)
+{
+    while (tl->q_head < tl->q_n) {
+        const int tag = tl->queue[tl->q_head++];
+        double start = at > tl->chunk_free ? at : tl->chunk_free;
+        tl->chunk_free = start + tl->q_time[tag];
+        tl->tag_end[tag] = tl->chunk_free;
+        tl->tag_ch[tag] = 1;
+        tl->tag_at[tag] = channel_add(tl, 1, start, tl->chunk_free, tl->q_gc[tag]);
+    }
+}
+
 /* Plays the step; -1 if out of memory. */
 static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
 {
+    const int progress = tl->cfg->progress;
     const ff_profile *p = tl->prof;
     for (size_t i = 0; i < o->n; i++) {
         const plan_op *op = &o->ops[i];
@@ -753,6 +773,11 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
                 r->gemm_s += t;
             else
                 r->attention_s += t;
+            /* polling: the queued chunks advance from the GEMM's first
+             * panel boundary, its first ff_poll */
+            if (progress == FF_PROGRESS_POLL && op->kind == OP_GEMM && op->panels > 1 &&
+                tl->q_head < tl->q_n)
+                start_chunks(tl, tl->cursor + t / op->panels);
             if (tl->cmm_p > 1 && op->kind == OP_GEMM) {
                 /* the collective matmul: p slices' products, the ring's
                  * p - 1 steps beside all but the first */
@@ -821,6 +846,14 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             } else if (op->mode == MODE_OAR) {
                 tl->pending = free_part;
                 tl->pending_gc = gc;
+            } else if (op->mode == MODE_CHUNK && progress != FF_PROGRESS_THREAD) {
+                /* without a progress thread a chunk advances only in the
+                 * engine's progress calls: queued until a GEMM polls, or
+                 * its wait */
+                tl->queue[tl->q_n++] = op->tag;
+                tl->q_time[op->tag] = free_part;
+                tl->q_gc[op->tag] = gc;
+                tl->tag_end[op->tag] = INFINITY;
             } else if (op->mode == MODE_CHUNK) {
                 /* decomposition: a layer's chunks follow one another on
                  * its X or Y links, beside the GEMMs until their waits */
@@ -839,6 +872,9 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             break;
         }
         case OP_WAIT:
+            if (tl->tag_end[op->tag] == INFINITY) /* queued: the wait's polls advance it and
+                                                     every chunk queued after it */
+                start_chunks(tl, tl->cursor);
             if (tl->tag_end[op->tag] > tl->cursor) {
                 expose_wait(tl, r, tl->tag_ch[op->tag], tl->tag_at[op->tag], tl->cursor,
                             tl->tag_end[op->tag]);
@@ -898,15 +934,15 @@ static int count_traffic(const ff_plan_config *cfg, plan_ops *o, ff_dims g, ff_d
 int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan_link *link,
               double rate, ff_plan_result *acc, double weight, double *end_s, double *bg_s)
 {
-    const size_t nt = (size_t)ops->tags + 1, need = nt * (5 * sizeof(double) + 4 * sizeof(int));
+    const size_t nt = (size_t)ops->tags + 1, need = nt * (6 * sizeof(double) + 6 * sizeof(int));
     if (!ops->oom && ops->play_cap < need) { /* (kept for the next play) */
         free(ops->play);
         ops->play = malloc(need);
         ops->play_cap = ops->play ? need : 0;
     }
     double *tag_end = ops->oom || !ops->play ? NULL : ops->play;
-    double *times = tag_end ? tag_end + nt : NULL;
-    int *ints = times ? (int *)(times + 4 * nt) : NULL;
+    double *times = tag_end ? tag_end + nt : NULL;      /* 5 nt: the channels', the queue's */
+    int *ints = times ? (int *)(times + 5 * nt) : NULL; /* 6 nt */
     ff_plan_result *t = calloc(1, sizeof *t);
     int rc = -1;
     if (tag_end)
@@ -923,6 +959,9 @@ int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan
             .ch = {{times, times + nt, ints, 0}, {times + 2 * nt, times + 3 * nt, ints + nt, 0}},
             .tag_ch = ints + 2 * nt,
             .tag_at = ints + 3 * nt,
+            .queue = ints + 4 * nt,
+            .q_gc = ints + 5 * nt,
+            .q_time = times + 4 * nt,
             .pending_gc = -1,
             .cmm_gc = -1,
             .cmm_prev_gc = -1};

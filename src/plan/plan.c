@@ -44,6 +44,7 @@ void ff_plan_config_default(ff_plan_config *cfg)
     cfg->precision = FF_PLAN_AUTO;
     cfg->expert_parallel = 1;
     cfg->dtd = 1;
+    cfg->progress = FF_PROGRESS_POLL;
     ff_coll_model_default(&cfg->coll);
 }
 
@@ -175,6 +176,11 @@ static int check_experts(const ff_plan_config *cfg, char *err, size_t len)
         return ff_format_error(err, len, FF_EINVAL,
                                "expert parallelism %d needs a model with experts",
                                cfg->expert_parallel);
+    if (cfg->progress != FF_PROGRESS_POLL && cfg->progress != FF_PROGRESS_THREAD &&
+        cfg->progress != FF_PROGRESS_WAIT)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "progress %d: expected FF_PROGRESS_POLL, _THREAD or _WAIT",
+                               cfg->progress);
     if (!(cfg->sparsity >= 0 && cfg->sparsity < 1))
         return ff_format_error(err, len, FF_EINVAL, "sparsity %g: expected 0 <= p < 1",
                                cfg->sparsity);

@@ -75,6 +75,9 @@ static void gemm_rows(sched *c, int64_t rows, int64_t m, int64_t n, int64_t k)
     op->kind = OP_GEMM;
     op->m = m, op->n = n, op->k = k;
     op->work = 2.0 * (double)rows * (double)n * (double)k;
+    /* src/nn/gemm.c's panels of these rows (a chunk's rows are whole panels) */
+    int64_t p = c->s->panel_rows > 0 ? c->s->panel_rows : ff_gemm_panel_rows(INT64_MAX, n, k);
+    op->panels = (int)((rows + p - 1) / p);
 }
 
 /* (m x k) times (k x n) */
