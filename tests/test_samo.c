@@ -45,8 +45,9 @@ static int32_t token_at(int64_t s, int64_t t)
 
 /* The global mask of sparsity p (the embedding too with `embedding`) of
  * the model initialised from 1234, on rank 0 alone; its Z-sharded kept
- * entries (wte and the weight matrices) into *kept_z. */
-static unsigned char *make_mask(const ff_gpt_config *c, int embedding, double *kept_z)
+ * entries (wte and the weight matrices) into *kept_z, its entries into *n. */
+static unsigned char *make_mask(const ff_gpt_config *c, int embedding, double *kept_z,
+                                uint64_t *n_out)
 {
     ff_ctx *self = NULL;
     ff_grid *one = NULL;
@@ -59,6 +60,7 @@ static unsigned char *make_mask(const ff_gpt_config *c, int embedding, double *k
         ff_grid_create(self, (ff_dims){1, 1, 1, 1}, &one) == FF_OK &&
         ff_gpt_create(one, c, NULL, B, T, &g) == FF_OK && ff_gpt_init(g, 1234) == FF_OK) {
         size_t n = ff_gpt_canonical_size(g);
+        *n_out = n;
         float *canon = malloc(n * sizeof *canon);
         keep = malloc(n);
         memset(keep, 1, n);
@@ -355,36 +357,21 @@ int main(int argc, char **argv)
     ff_gpt_config mc = CFG;
     ff_gpt_config_moe(&mc, 4);
     double kept[3] = {0, 0, 0};
+    uint64_t nk[3] = {0, 0, 0};
     unsigned char *keep[3] = {NULL, NULL, NULL}; /* dense, dense with wte, MoE */
     if (rank == 0) {
         printf("model L=%d C=%d NH=%d V=%d, B=%d T=%d; %d AdamW steps of %d micro-batches, "
                "masked and SAMO with the global 0.8 mask, per grid\n",
                CFG.L, CFG.C, CFG.NH, CFG.V, B, T, STEPS, MICRO);
-        keep[0] = make_mask(&CFG, 0, &kept[0]);
-        keep[1] = make_mask(&CFG, 1, &kept[1]);
-        keep[2] = make_mask(&mc, 0, &kept[2]);
+        keep[0] = make_mask(&CFG, 0, &kept[0], &nk[0]);
+        keep[1] = make_mask(&CFG, 1, &kept[1], &nk[1]);
+        keep[2] = make_mask(&mc, 0, &kept[2], &nk[2]);
     }
     MPI_Bcast(kept, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     /* every rank counts its own kept entries from the masks */
-    const ff_gpt_config *cfgs[3] = {&CFG, &CFG, &mc};
+    MPI_Bcast(nk, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     for (int i = 0; i < 3; i++) {
-        uint64_t n = 0;
-        if (rank == 0) {
-            ff_ctx *self = NULL;
-            ff_grid *one = NULL;
-            ff_gpt *probe = NULL;
-            ff_ctx_options co;
-            ff_ctx_options_default(&co);
-            co.device = "cpu";
-            if (ff_ctx_create(&self, MPI_COMM_SELF, &co) == FF_OK &&
-                ff_grid_create(self, (ff_dims){1, 1, 1, 1}, &one) == FF_OK &&
-                ff_gpt_create(one, cfgs[i], NULL, B, T, &probe) == FF_OK)
-                n = ff_gpt_canonical_size(probe);
-            ff_gpt_destroy(probe);
-            ff_grid_destroy(one);
-            ff_ctx_destroy(self);
-        }
-        MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+        const uint64_t n = nk[i];
         if (rank != 0)
             keep[i] = malloc(n ? n : 1);
         MPI_Bcast(keep[i], (int)n, MPI_UNSIGNED_CHAR, 0, MPI_COMM_WORLD);
