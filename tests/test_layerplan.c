@@ -638,6 +638,7 @@ typedef struct {
     int bound;    /* the link-bound conditions held */
     double late;  /* with progress poll and chunks of one panel, the step's change is
                      delta + late (below) */
+    double wait;  /* with progress wait, delta + late + wait */
 } layer_change;
 
 static void fwd_on_link(layer_change *c, const ff_profile *p, long m, long nl, long kl,
@@ -651,8 +652,11 @@ static void fwd_on_link(layer_change *c, const ff_profile *p, long m, long nl, l
     c->delta += (G0 - G) + (2 * Ac - A) + (e / 2 - e);
     c->bound &= Ac >= G0 && Ac >= e / 2;
     /* polling, chunks of one panel: all-reduce 0 starts only in its wait,
-     * after GEMM 1 (G0 + G1 + A0 + A1 + e1): G1 later */
+     * after GEMM 1, and all-reduce 1 right after it, beside bias 0
+     * (G0 + G1 + A0 + A1 + e1): G1 later. Waiting: all-reduce 1 starts in
+     * its own wait, after bias 0 (G + A0 + e0 + A1 + e1): e0 more. */
     c->late += G0;
+    c->wait += e / 2;
 }
 
 static void bwd_on_link(layer_change *c, const ff_profile *p, long m, long nl, long kl)
@@ -663,7 +667,8 @@ static void bwd_on_link(layer_change *c, const ff_profile *p, long m, long nl, l
     c->delta += (D0 - D) + (2 * Ac - A);
     c->bound &= A >= W && Ac >= D0 && 2 * Ac >= D0 + W;
     /* polling, chunks and dW GEMM of one panel: the chunks start in the
-     * wait after the dW GEMM (D0 + D1 + W + A0 + A1): D1 + W later */
+     * wait after the dW GEMM (D0 + D1 + W + A0 + A1): D1 + W later; the
+     * same waiting (nothing runs between the two waits) */
     c->late += D0 + W;
 }
 
@@ -735,7 +740,7 @@ static void test_sign(void)
     bare_machine(&cfg.machine, 1);
     const ff_profile *mp = &cfg.machine;
     const long m = 4096, C = 1024, Vp = 1024;
-    layer_change block = {0, 1, 0}, head = {0, 1, 0};
+    layer_change block = {0, 1, 0, 0}, head = {0, 1, 0, 0};
     chunked_gemm(&block, mp, m, 3 * C / 2, C); /* QKV forward, Y */
     bwd_on_link(&block, mp, m, 3 * C / 2, C);  /* QKV dI, X */
     fwd_on_link(&block, mp, m, C, C / 2, 2);   /* projection forward, X */
@@ -764,24 +769,32 @@ static void test_sign(void)
     ff_layer_plan_free(&p);
 
     /* The run's default progress, polling, with GEMM panels of 2048 rows:
-     * each chunk (2048 rows) and each dW GEMM (kl <= 1024 rows) is one
-     * panel, so no GEMM polls and every chunk starts in its wait; the
-     * chunks are the same (whole panels either way), so the change is the
-     * formula's plus each layer's `late`. Waiting (no progress outside
-     * ff_wait) gives the same. */
+     * each chunk (2048 rows) and each dW GEMM (the engine's dW^T: nl <=
+     * 2048 rows) is one panel, so no GEMM polls and the chunks start in
+     * the waits; the chunks are the same (whole panels either way), so the
+     * change is the formula's plus each layer's `late`; waiting (progress
+     * only inside each chunk's own wait) adds each layer's `wait`, with
+     * chunks of one panel or of two. */
     const double want_poll = want + 2 * block.late + head.late;
-    for (int mode = 0; mode < 2; mode++) {
-        cfg.progress = mode ? FF_PROGRESS_WAIT : FF_PROGRESS_POLL;
-        cfg.panel_rows = 2048;
+    const double want_wait = want_poll + 2 * block.wait + head.wait;
+    const struct {
+        int progress, panel_rows;
+        double want;
+        const char *what;
+    } cases[] = {{FF_PROGRESS_POLL, 2048, want_poll, "poll, one-panel chunks"},
+                 {FF_PROGRESS_WAIT, 2048, want_wait, "wait, one-panel chunks"},
+                 {FF_PROGRESS_WAIT, 1024, want_wait, "wait, two-panel chunks"}};
+    for (int i = 0; i < 3; i++) {
+        cfg.progress = cases[i].progress;
+        cfg.panel_rows = cases[i].panel_rows;
         r0 = step_with(&cfg, g, 0);
         r2 = step_with(&cfg, g, 2);
         got = r2.step_s - r0.step_s;
-        CHECK(fabs(got - want_poll) <= 1e-9 * r0.step_s,
+        CHECK(fabs(got - cases[i].want) <= 1e-9 * r0.step_s,
               "large, progress %s: the planner's change %.12g s, the formula's %.12g s",
-              mode ? "wait" : "poll", got, want_poll);
-        printf("  large, two nodes, k=2, progress %s, one-panel chunks: %+.6g s (the formula "
-               "%+.6g s)\n",
-               mode ? "wait" : "poll", got, want_poll);
+              cases[i].what, got, cases[i].want);
+        printf("  large, two nodes, k=2, progress %s: %+.6g s (the formula %+.6g s)\n",
+               cases[i].what, got, cases[i].want);
     }
     /* with panels of 1024 rows the chunks' GEMMs poll (two panels each):
      * the change lies between the progress thread's and the one-panel

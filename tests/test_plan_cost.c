@@ -386,7 +386,7 @@ static void test_cmm_timeline(void)
         double gs = work / 4 / rate, want = gs + 3 * fmax(gs, t / 3);
         near(c ? "cmm, products longer than ring steps" : "cmm, ring steps longer", end, want);
         o.ops = NULL; /* the array is on the stack */
-        plan_topos_free(&o);
+        plan_ops_free(&o);
     }
 }
 

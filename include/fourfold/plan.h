@@ -246,14 +246,17 @@ typedef struct {
     double sparsity;
     int samo;
     /* How the run's collectives advance (ff_ctx_options.progress, `train
-     * --progress`; default FF_PROGRESS_POLL, as a run's): for a decomposed
+     * --progress`; ff_plan_config_default's FF_PROGRESS_POLL, as a run's;
+     * a zeroed configuration has FF_PROGRESS_WAIT, 0): for a decomposed
      * all-reduce's chunks, which the engine only advances in its progress
      * calls (docs/planner.md, "What the model assumes about progress"):
      * FF_PROGRESS_THREAD, beside the following compute from their post;
      * FF_PROGRESS_POLL, from the first panel boundary of a following GEMM
      * of two or more panels (a GEMM polls between its panels), else inside
-     * their wait; FF_PROGRESS_WAIT, inside their wait. The other background
-     * collectives are taken to advance from their post in every mode. */
+     * a wait, whose polls advance the chunks queued after the one waited
+     * for too; FF_PROGRESS_WAIT, each inside its own wait. The other
+     * background collectives are taken to advance from their post in every
+     * mode. */
     int progress;
 } ff_plan_config;
 

@@ -740,9 +740,9 @@ static void expose_wait(timeline *tl, ff_plan_result *r, int c, int at, double f
     }
 }
 
-/* The queued chunks start advancing, one after another on their channel,
- * the first no earlier than `at`. */
-static void start_chunks(timeline *tl, double at)
+/* The queued chunks up to tag `upto` (-1: all) start advancing, one after
+ * another on their channel, the first no earlier than `at`. */
+static void start_chunks(timeline *tl, double at, int upto)
 {
     while (tl->q_head < tl->q_n) {
         const int tag = tl->queue[tl->q_head++];
@@ -751,6 +751,8 @@ static void start_chunks(timeline *tl, double at)
         tl->tag_end[tag] = tl->chunk_free;
         tl->tag_ch[tag] = 1;
         tl->tag_at[tag] = channel_add(tl, 1, start, tl->chunk_free, tl->q_gc[tag]);
+        if (tag == upto)
+            break;
     }
 }
 
@@ -777,7 +779,7 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
              * panel boundary, its first ff_poll */
             if (progress == FF_PROGRESS_POLL && op->kind == OP_GEMM && op->panels > 1 &&
                 tl->q_head < tl->q_n)
-                start_chunks(tl, tl->cursor + t / op->panels);
+                start_chunks(tl, tl->cursor + t * op->first, -1);
             if (tl->cmm_p > 1 && op->kind == OP_GEMM) {
                 /* the collective matmul: p slices' products, the ring's
                  * p - 1 steps beside all but the first */
@@ -872,9 +874,11 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             break;
         }
         case OP_WAIT:
-            if (tl->tag_end[op->tag] == INFINITY) /* queued: the wait's polls advance it and
-                                                     every chunk queued after it */
-                start_chunks(tl, tl->cursor);
+            /* queued: the wait advances it, and while polling every chunk
+             * queued after it too (they then run beside what follows);
+             * progress wait advances only the one waited for */
+            if (tl->tag_end[op->tag] == INFINITY)
+                start_chunks(tl, tl->cursor, progress == FF_PROGRESS_WAIT ? op->tag : -1);
             if (tl->tag_end[op->tag] > tl->cursor) {
                 expose_wait(tl, r, tl->tag_ch[op->tag], tl->tag_at[op->tag], tl->cursor,
                             tl->tag_end[op->tag]);

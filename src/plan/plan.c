@@ -176,11 +176,6 @@ static int check_experts(const ff_plan_config *cfg, char *err, size_t len)
         return ff_format_error(err, len, FF_EINVAL,
                                "expert parallelism %d needs a model with experts",
                                cfg->expert_parallel);
-    if (cfg->progress != FF_PROGRESS_POLL && cfg->progress != FF_PROGRESS_THREAD &&
-        cfg->progress != FF_PROGRESS_WAIT)
-        return ff_format_error(err, len, FF_EINVAL,
-                               "progress %d: expected FF_PROGRESS_POLL, _THREAD or _WAIT",
-                               cfg->progress);
     if (!(cfg->sparsity >= 0 && cfg->sparsity < 1))
         return ff_format_error(err, len, FF_EINVAL, "sparsity %g: expected 0 <= p < 1",
                                cfg->sparsity);
@@ -248,6 +243,11 @@ static int check_config_for(const ff_plan_config *cfg, int traffic_only, char *e
         return ff_format_error(err, len, FF_EINVAL, "wire must be 4 (fp32) or 2 (bf16) bytes");
     if (cfg->overlap > FF_OVERLAP_ALL)
         return ff_format_error(err, len, FF_EINVAL, "unknown overlap bits 0x%x", cfg->overlap);
+    if (cfg->progress != FF_PROGRESS_POLL && cfg->progress != FF_PROGRESS_THREAD &&
+        cfg->progress != FF_PROGRESS_WAIT)
+        return ff_format_error(err, len, FF_EINVAL,
+                               "progress %d: expected FF_PROGRESS_POLL, _THREAD or _WAIT",
+                               cfg->progress);
     if (cfg->min_tp < 0 || cfg->grad_acc < 1)
         return ff_format_error(err, len, FF_EINVAL, "min-tp must be >= 0 and grad-acc >= 1");
     if (!ff_coll_model_ok(&cfg->coll))

@@ -38,6 +38,7 @@ typedef struct {
     uint8_t cmm;       /* Z all-gather run as a collective matmul with the next GEMM */
     int tag;           /* OP_COLL in the background or a chunk, and the OP_WAIT for it */
     int panels;        /* OP_GEMM: row panels the engine computes it in (ff_poll between) */
+    double first;      /* OP_GEMM: the first panel's share of its rows (its first poll) */
     int slices;        /* OP_GEMM: computed in this many column slices (the collective
                           matmul's shards); 0 or 1: whole */
     int64_t count;     /* OP_COLL: the count argument of ff_i<coll> */

@@ -67,6 +67,18 @@ void plan_ops_free(plan_ops *o)
  * its rows at the efficiency of the whole product. A chunk of whole panels
  * (decomposition) makes the very BLAS calls the whole product makes, so it
  * runs at the same rate. */
+/* The GEMM op just pushed runs in src/nn/gemm.c's row panels of a
+ * (rows x k) times (k x n) product, with a progress call between them. */
+static void set_panels(sched *c, int64_t rows, int64_t n, int64_t k)
+{
+    if (c->o->oom)
+        return;
+    plan_op *op = &c->o->ops[c->o->n - 1];
+    int64_t p = c->s->panel_rows > 0 ? c->s->panel_rows : ff_gemm_panel_rows(INT64_MAX, n, k);
+    op->panels = (int)((rows + p - 1) / p);
+    op->first = rows > p ? (double)p / (double)rows : 1.0;
+}
+
 static void gemm_rows(sched *c, int64_t rows, int64_t m, int64_t n, int64_t k)
 {
     plan_op *op = push(c->o);
@@ -75,13 +87,19 @@ static void gemm_rows(sched *c, int64_t rows, int64_t m, int64_t n, int64_t k)
     op->kind = OP_GEMM;
     op->m = m, op->n = n, op->k = k;
     op->work = 2.0 * (double)rows * (double)n * (double)k;
-    /* src/nn/gemm.c's panels of these rows (a chunk's rows are whole panels) */
-    int64_t p = c->s->panel_rows > 0 ? c->s->panel_rows : ff_gemm_panel_rows(INT64_MAX, n, k);
-    op->panels = (int)((rows + p - 1) / p);
+    set_panels(c, rows, n, k); /* (a chunk's rows are whole panels) */
 }
 
 /* (m x k) times (k x n) */
 static void gemm(sched *c, int64_t m, int64_t n, int64_t k) { gemm_rows(c, m, m, n, k); }
+
+/* A weight gradient dW = I^T dO, (kl x m) times (m x nl): the model stores
+ * W^T (NK), so the engine computes dW^T = dO^T I, nl rows in panels */
+static void weight_gradient(sched *c, int64_t kl, int64_t nl, int64_t m)
+{
+    gemm(c, kl, nl, m);
+    set_panels(c, nl, kl, m);
+}
 
 static void attention(sched *c, double flops)
 {
@@ -286,7 +304,7 @@ static void linear_backward(sched *c, const linear *w, int scatter, const ff_lay
     if (k == 1) {
         gemm(c, m, kl, nl);
         coll(c, group, FF_COLL_ALLREDUCE, m * kl, o->wire_bytes, o->oar ? MODE_OAR : MODE_BLOCKING);
-        gemm(c, kl, nl, m);
+        weight_gradient(c, kl, nl, m);
     } else {
         int tag[FF_DECOMPOSE_MAX];
         for (int i = 0; i < k; i++) {
@@ -296,7 +314,7 @@ static void linear_backward(sched *c, const linear *w, int scatter, const ff_lay
         }
         for (int i = 0; !o->oar && i < k; i++)
             wait_for(c, tag[i]);
-        gemm(c, kl, nl, m);
+        weight_gradient(c, kl, nl, m);
         for (int i = 0; o->oar && i < k; i++)
             wait_for(c, tag[i]);
     }
