@@ -5,7 +5,8 @@
 # weights); masked training from it on 2x1x1x2 keeps every pruned weight of
 # its checkpoint exactly zero (read by numpy from the llm.c file) while the
 # kept weights move; iterative pruning inside a run, resumed bit for bit from
-# a checkpoint that carries the mask; SAMO (--samo) writes the masked run's
+# a checkpoint that carries the mask, whose header records the pruned
+# fraction; SAMO (--samo) writes the masked run's
 # files bit for bit, also resumed on the same and on another grid and after
 # iterative pruning; bad input gets one message and the same exit on every
 # rank (tests/cases.sh).
@@ -100,6 +101,26 @@ else
     echo "FAILED: the resumed pruning run differs at step 8"
     failures=$((failures + 1))
 fi
+
+# a run's mask file records what the mask tells of its options: the
+# embedding pruned or not, and the pruned fraction of the candidates
+mask_opts() { # mask file, embedding, pruned, candidates
+    if "$PY" - "$@" <<'EOF'
+import sys
+import numpy as np
+h = np.fromfile(sys.argv[1], dtype=np.int32, count=64)
+want = np.float32(int(sys.argv[3]) / int(sys.argv[4]))
+got = h[8:9].view(np.float32)[0]
+print(f"{sys.argv[1].split('/')[-1]}: embedding {h[7]}, sparsity {got} (want {sys.argv[2]}, {want})")
+sys.exit(0 if h[7] == int(sys.argv[2]) and got == want else 1)
+EOF
+    then echo "ok: the mask's header options"; else
+        echo "FAILED: the mask's header options"
+        failures=$((failures + 1))
+    fi
+}
+mask_opts "$WORK/it/model_00000008.bin.mask" 0 73728 98304
+mask_opts "$WORK/st/model_00000003.bin.mask" 1 104858 131072
 
 # SAMO (--samo) from the pruned checkpoint on 1x1x2x2: the model and state
 # files of every checkpoint bit for bit those of the masked run; resumed at

@@ -78,7 +78,9 @@ int ff_gpt_has_mask(const ff_gpt *g);
  * agrees on every rank. */
 int ff_gpt_load_mask(ff_gpt *g, const char *path, int optional);
 /* Writes the model's mask to path (rank 0, atomically); a model without a
- * mask removes a file left at path instead. Collective. */
+ * mask removes a file left at path instead. Its header's options are what
+ * the mask tells: the embedding a candidate if any of it is pruned, the
+ * sparsity the pruned fraction of the candidates, per_layer 0. Collective. */
 int ff_gpt_save_mask(ff_gpt *g, const char *path);
 
 /* SAMO (docs/samo.md, "SAMO"): from now on the model keeps the gradient and

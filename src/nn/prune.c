@@ -412,7 +412,25 @@ int ff_gpt_save_mask(ff_gpt *g, const char *path)
         if (root) {
             for (size_t i = 0; i < n; i++)
                 keep[i] = canon[i] != 0.0f;
-            if ((local = ff_mask_write(g, path, keep, NULL, err, sizeof err)))
+            /* the header's options, as far as the mask tells them: the
+             * embedding is a candidate if any of it is pruned, the sparsity
+             * is the pruned fraction of the candidates (per_layer unknown) */
+            ff_prune_opts o;
+            ff_prune_opts_default(&o);
+            for (size_t i = 0; i < (size_t)g->cfg.V * (size_t)g->cfg.C && !o.embedding; i++)
+                o.embedding = !keep[i]; /* (wte is the first tensor) */
+            const size_t ns = candidate_spans(g, o.embedding, NULL);
+            span *sp = malloc((ns ? ns : 1) * sizeof *sp);
+            size_t cand = 0, pruned = 0;
+            if (sp) {
+                candidate_spans(g, o.embedding, sp);
+                for (size_t k = 0; k < ns; k++)
+                    for (size_t i = sp[k].off; i < sp[k].off + sp[k].len; i++)
+                        cand++, pruned += !keep[i];
+            }
+            free(sp);
+            o.sparsity = cand ? (double)pruned / (double)cand : 0.0;
+            if ((local = ff_mask_write(g, path, keep, &o, err, sizeof err)))
                 ff_set_error(ctx, local, "%s", err);
         }
         rc = ff_ctx_agree(ctx, local);
