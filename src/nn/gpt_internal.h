@@ -180,17 +180,18 @@ static inline size_t ff_gpt_dense_state(const ff_gpt *g)
 }
 /* SAMO: the first compressed entry whose offset is at least off. */
 size_t ff_gpt_samo_lower(const ff_gpt *g, size_t off);
-/* SAMO's part of the gradient norm: the sums of squares of the compressed
- * gradients at offsets [a, b), in the dense blocks of FF_SUM_BLOCK from a
- * and their lanes, so the sum has the bits of the dense gradients' (samo.c). */
+/* SAMO's part of the gradient norm: adds to *out, block after block, the
+ * sums of squares of the gradients at offsets [a, b) (wte's dense prefix,
+ * then the compressed ones), in the dense pass's blocks of FF_SUM_BLOCK
+ * from a and their lanes, so *out gets the dense gradients' bits (samo.c). */
 void ff_gpt_samo_sumsq(ff_gpt *g, size_t a, size_t b, double *out);
 /* SAMO's AdamW on the compressed entries (samo.c); j as for the dense pass. */
 void ff_gpt_samo_adamw(ff_gpt *g, const void *adamw_job);
-/* SAMO: the dense flat buffer `which` (grads, moments, mask) made for a
- * moment (ff_fbuf_free it), or a compressed buffer set from a dense one. */
 /* SAMO: the pruned weights set to +0 again (after the parameters were
  * written: ff_gpt_init, a scatter or a load). */
 void ff_gpt_samo_zero_pruned(ff_gpt *g);
+/* SAMO: the dense flat buffer `which` (grads, moments, mask) made for a
+ * moment (ff_fbuf_free it), or a compressed buffer set from a dense one. */
 float *ff_gpt_samo_expand(ff_gpt *g, ff_gpt_buffer which);
 void ff_gpt_samo_compress(ff_gpt *g, ff_gpt_buffer which, const float *dense);
 /* Binds the linear layers' gradients (compressed under SAMO) and the views (gpt.c). */
