@@ -8,14 +8,15 @@
  *
  *   mpirun -np R ff_bench_gpt --grid 1x1x1x1 --L 12 --C 768 --NH 12 --V 50257
  *          --maxT 1024 --B 4 --T 64 [--threads 1] [--reps 5] [--warmup 2]
- *          [--checkpoint] [--label TEXT] [--decompose K] [--plan FILE]
+ *          [--checkpoint] [--label TEXT] [--decompose K] [--plan FILE] [--gemm-report]
  *          [--panel ROWS] [--progress poll|thread] [--micro M]
  *          [--stages P --schedule message|1f1b --limit K --slow-stage S --slow-ms T
  *          --pass-ms E --slow-jitter 0|1]
  *          [--experts E --expert-every K --top-k 1|2 --capacity F --ep Ge --dtd 0|1
  *          --cac 0|1]
  * (--decompose: every linear layer's all-reduced products in K chunks;
- * --plan: a per-layer plan file; --panel: GEMM panel height, 0 = by shape;
+ * --plan: a per-layer plan file; --gemm-report: rank 0's GEMM tuner's
+ * choices and timings at the end (ff_gemm_report); --panel: GEMM panel height, 0 = by shape;
  * --micro: micro-batches of B sequences per step (default 1); --stages:
  * pipeline stages, the grid being one stage's (docs/pipeline.md), with
  * their schedule, limit, a straggler (stage S sleeps T ms after each pass)
@@ -43,6 +44,7 @@
 typedef struct {
     const char *grid, *label, *plan, *progress, *schedule;
     int L, C, NH, V, maxT, B, T, threads, reps, warmup, checkpoint, decompose, panel, cmm, oag;
+    int gemm_report;
     int micro, stages, limit, slow_stage, slow_ms, pass_ms, jitter;
     int experts, expert_every, top_k, capacity_pct, ep, dtd, cac;
 } options;
@@ -153,6 +155,8 @@ static int parse(int argc, char **argv, options *o)
             o->progress = argv[++i];
         else if (strcmp(a, "--checkpoint") == 0)
             o->checkpoint = 1;
+        else if (strcmp(a, "--gemm-report") == 0)
+            o->gemm_report = 1;
         else
             return -1;
     }
@@ -308,6 +312,8 @@ int main(int argc, char **argv)
                o.ep, o.dtd, o.cac, a2a_wait, ag_wait, info.dropped);
     }
     free(tok), free(tgt);
+    if (o.gemm_report && rank == 0) /* what rank 0's GEMM tuner chose, and its timings */
+        ff_gemm_report(ff_linear_seq_gemm(ff_gpt_linear_seq(g)), stdout);
     ff_gpt_destroy(g);
     ff_grid_destroy(grid);
     ff_ctx_destroy(ctx);
