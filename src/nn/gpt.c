@@ -743,6 +743,7 @@ int ff_gpt_create(ff_grid *grid, const ff_gpt_config *cfg, const ff_gpt_opts *op
     if (rc == FF_OK) {
         g->grid = grid;
         g->ctx = ctx;
+        g->ln_ready = -1;
         g->cfg = *cfg;
         if (g->cfg.Vp == 0)
             g->cfg.Vp = (cfg->V + 127) / 128 * 128;
@@ -925,6 +926,43 @@ static void rows_add(void *arg, int64_t row0, int64_t n)
     ff_add(w->g->ctx, w->out + off, w->a + off, w->b + off, n * w->width);
 }
 
+/* A residual sum and the LayerNorm that reads it, chunk by chunk: where a
+ * row is whole on the rank (Gy = 1) its statistics need no collective, so
+ * the LayerNorm runs on each chunk while the next chunks' all-reduces are
+ * in flight (ln NULL: it runs after the product; with Gy > 1 a chunk's
+ * statistics would need two all-reduces over Y of their own). Row by row
+ * the same arithmetic as on the whole. */
+typedef struct {
+    rows_work add;
+    float *ln, *mean, *rstd;
+    const float *w, *b;
+    int rc;
+} rows_norm;
+
+static void rows_add_norm(void *arg, int64_t row0, int64_t n)
+{
+    rows_norm *r = arg;
+    ff_gpt *g = r->add.g;
+    rows_add(&r->add, row0, n);
+    if (r->ln && r->rc == FF_OK) {
+        int64_t off = row0 * g->cy;
+        r->rc = ff_ln_forward(g->grp_y, r->ln + off, r->mean + row0, r->rstd + row0,
+                              r->add.out + off, r->w, r->b, n, g->cy, g->cfg.C);
+    }
+}
+
+/* The LayerNorm after block l's residual, run per chunk where it can be:
+ * a block's LN2 after its attention, the next block's LN1 (or on the last
+ * stage the final LayerNorm) after its MLP. */
+static rows_norm norm_after(ff_gpt *g, float *out, const float *a, float *ln, float *mean,
+                            float *rstd, const float *w, const float *b)
+{
+    rows_norm r = {{g, out, a, g->tmp, g->cy}, NULL, NULL, NULL, NULL, NULL, FF_OK};
+    if (g->gy == 1 && ln)
+        r.ln = ln, r.mean = mean, r.rstd = rstd, r.w = w, r.b = b;
+    return r;
+}
+
 static void rows_gelu(void *arg, int64_t row0, int64_t n)
 {
     rows_work *w = arg;
@@ -951,21 +989,26 @@ static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
             ff_gelu_forward(g->ctx, a->fch_gelu, a->fch, m * g->fx);
         return FF_OK;
     }
-    // ln1 (m, C/Gy) = LayerNorm(h); qkv (m, 3C/Gx) = ln1 Wqkv + b
-    if ((rc = ff_ln_forward(g->grp_y, a->ln1, a->ln1_mean, a->ln1_rstd, h, g->pv.ln1w[l],
-                            g->pv.ln1b[l], m, cy, C)) ||
+    // ln1 (m, C/Gy) = LayerNorm(h), unless the previous block's MLP made it;
+    // qkv (m, 3C/Gx) = ln1 Wqkv + b
+    const int ln1_made = !recompute && g->ln_ready == l;
+    g->ln_ready = -1;
+    if ((!ln1_made && (rc = ff_ln_forward(g->grp_y, a->ln1, a->ln1_mean, a->ln1_rstd, h,
+                                          g->pv.ln1w[l], g->pv.ln1b[l], m, cy, C))) ||
         (rc = ff_linear_forward(g->qkv[l], a->qkv, a->ln1, m)))
         return rc;
     // atty (m, C/Gx): the rank's heads
     ff_attention_forward(g->ctx, a->atty, a->att, a->qkv, g->Bl, g->T, (int)g->nhx, (int)g->hs);
-    // mid (m, C/Gy) = h + atty Wproj + b
-    rows_work mid = {g, a->mid, h, g->tmp, cy};
-    if ((rc = ff_linear_forward_rows(g->attproj[l], g->tmp, a->atty, m, rows_add, &mid)))
+    // mid (m, C/Gy) = h + atty Wproj + b; ln2 = LayerNorm(mid), per chunk where it can
+    rows_norm mid =
+        norm_after(g, a->mid, h, a->ln2, a->ln2_mean, a->ln2_rstd, g->pv.ln2w[l], g->pv.ln2b[l]);
+    if ((rc = ff_linear_forward_rows(g->attproj[l], g->tmp, a->atty, m, rows_add_norm, &mid)) ||
+        (rc = mid.rc))
         return rc;
-    // fch (m, 4C/Gx) = LayerNorm(mid) Wfc + b; fch_gelu = GELU(fch)
+    // fch (m, 4C/Gx) = ln2 Wfc + b; fch_gelu = GELU(fch)
     rows_work act = {g, a->fch_gelu, a->fch, NULL, g->fx};
-    if ((rc = ff_ln_forward(g->grp_y, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, g->pv.ln2w[l],
-                            g->pv.ln2b[l], m, cy, C)) ||
+    if ((!mid.ln && (rc = ff_ln_forward(g->grp_y, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid,
+                                        g->pv.ln2w[l], g->pv.ln2b[l], m, cy, C))) ||
         (!g->is_moe[l] &&
          (rc = ff_linear_forward_rows(g->fc[l], a->fch, a->ln2, m, rows_gelu, &act))))
         return rc;
@@ -973,9 +1016,23 @@ static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
         return ff_gpt_moe_forward(g, l, a, resid_at(g, l + 1), recompute);
     if (recompute)
         return FF_OK;
-    // resid[l+1] (m, C/Gy) = mid + fch_gelu Wfcproj + b
-    rows_work out = {g, resid_at(g, l + 1), a->mid, g->tmp, cy};
-    return ff_linear_forward_rows(g->fcproj[l], g->tmp, a->fch_gelu, m, rows_add, &out);
+    // resid[l+1] (m, C/Gy) = mid + fch_gelu Wfcproj + b, and per chunk where
+    // it can the LayerNorm that reads it: the next block's LN1, or the final one
+    rows_norm out;
+    if (l + 1 < g->nb) {
+        ff_gpt_acts *next = ff_gpt_acts_of(g, l + 1);
+        out = norm_after(g, resid_at(g, l + 1), a->mid, next->ln1, next->ln1_mean, next->ln1_rstd,
+                         g->pv.ln1w[l + 1], g->pv.ln1b[l + 1]);
+    } else {
+        out = norm_after(g, resid_at(g, l + 1), a->mid, g->last ? g->lnf : NULL, g->lnf_mean,
+                         g->lnf_rstd, g->pv.lnfw, g->pv.lnfb);
+    }
+    if ((rc = ff_linear_forward_rows(g->fcproj[l], g->tmp, a->fch_gelu, m, rows_add_norm, &out)) ||
+        (rc = out.rc))
+        return rc;
+    if (out.ln)
+        g->ln_ready = l + 1;
+    return FF_OK;
 }
 
 /* dres (m, C/Gy) holds d loss / d resid[l + 1]; leaves d loss / d resid[l]. */
@@ -1029,15 +1086,18 @@ static int forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets, flo
             (rc = ff_linear_use_end(g->wte)))
             return rc;
     }
+    g->ln_ready = -1;
     for (int l = 0; l < g->nb; l++)
         if ((rc = block_forward(g, l, ff_gpt_acts_of(g, l), 0)))
             return rc;
     if (!g->last)
         return FF_OK;
-    if ((rc = ff_ln_forward(g->grp_y, g->lnf, g->lnf_mean, g->lnf_rstd, resid_at(g, g->nb),
-                            g->pv.lnfw, g->pv.lnfb, m, g->cy, g->cfg.C)) ||
+    if ((g->ln_ready != g->nb &&
+         (rc = ff_ln_forward(g->grp_y, g->lnf, g->lnf_mean, g->lnf_rstd, resid_at(g, g->nb),
+                             g->pv.lnfw, g->pv.lnfb, m, g->cy, g->cfg.C))) ||
         (rc = ff_linear_forward(g->wte, g->logits, g->lnf, m)))
         return rc;
+    g->ln_ready = -1;
     return ff_crossentropy(g->grp_x, g->losses, g->logits, targets, m, v0, g->vx, g->cfg.V, dscale,
                            g->ce_scratch);
 }

@@ -135,6 +135,9 @@ struct ff_gpt {
     double pipe_idle_s, pipe_busy_s; /* ff_gpt_pipeline_times */
     uint64_t n_straggles;            /* the jittered straggler's draws */
     ff_request **req_act_in, **req_act_out, **req_grad_in, **req_grad_out; /* per slot */
+    /* the LayerNorm whose output the last MLP down's chunks already made
+     * (block_forward): block ln_ready's LN1, nb the final one; -1 none */
+    int ln_ready;
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *dres, *dln, *tmp, *dqkv, *datty, *dfch, *att_scratch, *ce_scratch, *ln_scratch;
     double *norm_part; /* the gradient norm's block sums (gpt_optim.c) */
