@@ -8,8 +8,10 @@
  * - Mode tuning (dissertation §5.1.3): C = op(A) op(B) can be computed with
  *   either operand explicitly transposed first, i.e. as NN, NT, TN or TT
  *   sgemm calls on different memory layouts. On first use of a shape every
- *   candidate is timed once and the fastest is kept. On OpenBLAS these four
- *   give bitwise-identical results (tests/test_gemm.c checks it), so tuning
+ *   candidate runs once untimed, then timed; another mode than the direct
+ *   call is kept where it is at least 3% faster and its result equals the
+ *   direct call's bit for bit (OpenBLAS's AVX2 kernels give all four the
+ *   same bits, its AVX-512 ones not always: tests/test_gemm.c), so tuning
  *   never changes a result. FF_GEMM_TUNE_ALL adds the transposed product
  *   (C^T = op(B)^T op(A)^T, then transposed back), which rounds differently:
  *   results then depend on timing, so it is off unless asked for.

@@ -282,7 +282,7 @@ static int tune_shape(ff_gemm *g, const char *name, int ta, int tb, int64_t m, i
     double best = (1.0 - TUNE_MARGIN) * s->seconds[FF_GEMM_MODE_DIRECT];
     for (int mode = 1; mode < n_modes && rc == FF_OK; mode++) {
         int allowed = !s->differs[mode] || mode == FF_GEMM_MODE_TPROD;
-        if (allowed && s->seconds[mode] < best)
+        if (allowed && s->seconds[mode] >= 0 && s->seconds[mode] < best)
             s->mode = mode, best = s->seconds[mode];
     }
     free(ref);
