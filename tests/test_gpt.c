@@ -116,8 +116,9 @@ static const test_config configs[] = {
     {"small8", {.L = 2, .C = 64, .NH = 8, .V = 500, .Vp = 0, .maxT = 32}, 8, 32},
     /* grids with a 3: NH = 6, C = 96, Vp = 384 divisible by 3; B = 6 */
     {"small6", {.L = 2, .C = 96, .NH = 6, .V = 380, .Vp = 0, .maxT = 32}, 6, 32},
-    /* the oracle's model (1 rank) */
-    {"oracle", {.L = 2, .C = 64, .NH = 4, .V = 500, .Vp = 0, .maxT = 32}, 4, 32},
+    /* the oracle's model (1 rank): T = 160, so that attention runs in query
+     * blocks of 64, 64 and 32 rows (src/nn/gpt_ops.c) */
+    {"oracle", {.L = 2, .C = 64, .NH = 4, .V = 500, .Vp = 0, .maxT = 160}, 2, 160},
     /* mixture of experts (docs/moe.md): block 1 of 2 has 8 experts, top-2,
      * capacity factor 1, so that tokens are dropped (8 per expert and
      * sequence of 32); 8 experts, so that up to 8 ranks can share them */

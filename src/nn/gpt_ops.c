@@ -156,12 +156,17 @@ int ff_ln_backward(ff_group *gy, float *dinp, float *dw, float *db, const float 
 }
 
 /* ---- attention ---------------------------------------------------------------
- * Per sequence and head, with BLAS: S = Q K^T / sqrt(hs) over the full T x T
- * (the masked half is computed and discarded, as a batched-matmul
- * implementation does), causal softmax by rows, O = P V. The (sequence,
- * head) pairs run on the team, each calling the BLAS on one thread (the
- * BLAS's own threads are set to 1 around the region, so the products are the
- * same calls whatever the team's size); thread 0 polls between its pairs. */
+ * Per sequence and head, with BLAS, in blocks of ATT_ROWS query rows: block
+ * [r0, r1) computes its scores S = Q K^T / sqrt(hs) against keys [0, r1)
+ * only (the later keys are masked), the causal softmax by rows, and O = P V
+ * over those r1 keys; the backward likewise by row blocks (dP, dQ) and by
+ * column blocks of P (dV, dK: only the queries from the block's first key
+ * on see it). At T = 1024 that is 17/32 of the full T x T products. The
+ * blocks depend only on T. The (sequence, head) pairs run on the team, each
+ * calling the BLAS on one thread (the BLAS's own threads are set to 1
+ * around the region, so the products are the same calls whatever the
+ * team's size); thread 0 polls between its pairs. */
+enum { ATT_ROWS = 64 };
 
 static void attn_fwd(void *arg, int64_t k0, int64_t k1, int th)
 {
@@ -173,28 +178,30 @@ static void attn_fwd(void *arg, int64_t k0, int64_t k1, int th)
         const int64_t b = k / j->nh, h = k % j->nh;
         const float *q = j->qkv + b * T * c3 + h * hs;
         const float *kk = q + c, *v = q + 2 * c;
-        float *p = j->att + k * T * T;
-        // p (T, T) = q (T, hs) k^T (hs, T) * scale
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, (int)c3, kk,
-                    (int)c3, 0.0f, p, T);
-        for (int t = 0; t < T; t++) {
-            float *row = p + (int64_t)t * T, mx = row[0], sum = 0;
-            for (int u = 1; u <= t; u++)
-                mx = row[u] > mx ? row[u] : mx;
-            for (int u = 0; u <= t; u++) {
-                row[u] = expf(row[u] - mx);
-                sum += row[u];
+        float *p = j->att + k * T * T, *o = j->out + b * T * c + h * hs;
+        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+            const int r1 = r0 + ATT_ROWS < T ? r0 + ATT_ROWS : T, n = r1 - r0;
+            // p[r0:r1, 0:r1] = q[r0:r1] (n, hs) k[0:r1]^T (hs, r1) * scale
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1, hs, scale, q + r0 * c3,
+                        (int)c3, kk, (int)c3, 0.0f, p + (int64_t)r0 * T, T);
+            for (int t = r0; t < r1; t++) {
+                float *row = p + (int64_t)t * T, mx = row[0], sum = 0;
+                for (int u = 1; u <= t; u++)
+                    mx = row[u] > mx ? row[u] : mx;
+                for (int u = 0; u <= t; u++) {
+                    row[u] = expf(row[u] - mx);
+                    sum += row[u];
+                }
+                float inv = 1.0f / sum;
+                for (int u = 0; u <= t; u++)
+                    row[u] *= inv;
+                for (int u = t + 1; u < T; u++)
+                    row[u] = 0.0f;
             }
-            float inv = 1.0f / sum;
-            for (int u = 0; u <= t; u++)
-                row[u] *= inv;
-            for (int u = t + 1; u < T; u++)
-                row[u] = 0.0f;
+            // o[r0:r1] (n, hs) = p[r0:r1, 0:r1] v[0:r1] (r1, hs)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, r1, 1.0f,
+                        p + (int64_t)r0 * T, T, v, (int)c3, 0.0f, o + r0 * c, (int)c);
         }
-        // o (T, hs) = p (T, T) v (T, hs)
-        float *o = j->out + b * T * c + h * hs;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, (int)c3,
-                    0.0f, o, (int)c);
         if (th == 0)
             ff_poll(j->ctx); /* collectives in flight advance between heads */
     }
@@ -213,27 +220,36 @@ static void attn_bwd(void *arg, int64_t k0, int64_t k1, int th)
         float *dq = j->dqkv + off, *dk = dq + c, *dv = dq + 2 * c;
         const float *pa = j->patt + k * T * T;
         const float *g = j->dout + b * T * c + h * hs;
-        // dp (T, T) = g (T, hs) v^T; dv (T, hs) = p^T g
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, g, (int)c, v, (int)c3,
-                    0.0f, dp, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, pa, T, g, (int)c, 0.0f,
-                    dv, (int)c3);
-        // softmax backward: ds = p * (dp - sum_u p dp), zero above the diagonal
-        for (int t = 0; t < T; t++) {
-            const float *pr = pa + (int64_t)t * T;
-            float *dr = dp + (int64_t)t * T, dot = 0;
-            for (int u = 0; u <= t; u++)
-                dot += pr[u] * dr[u];
-            for (int u = 0; u <= t; u++)
-                dr[u] = pr[u] * (dr[u] - dot);
-            for (int u = t + 1; u < T; u++)
-                dr[u] = 0.0f;
+        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+            const int r1 = r0 + ATT_ROWS < T ? r0 + ATT_ROWS : T, n = r1 - r0;
+            float *dpr = dp + (int64_t)r0 * T;
+            // dp[r0:r1, 0:r1] = g[r0:r1] (n, hs) v[0:r1]^T
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1, hs, 1.0f, g + r0 * c,
+                        (int)c, v, (int)c3, 0.0f, dpr, T);
+            // softmax backward: ds = p * (dp - sum_u p dp), zero above the diagonal
+            for (int t = r0; t < r1; t++) {
+                const float *pr = pa + (int64_t)t * T;
+                float *dr = dp + (int64_t)t * T, dot = 0;
+                for (int u = 0; u <= t; u++)
+                    dot += pr[u] * dr[u];
+                for (int u = 0; u <= t; u++)
+                    dr[u] = pr[u] * (dr[u] - dot);
+                for (int u = t + 1; u < T; u++)
+                    dr[u] = 0.0f;
+            }
+            // dq[r0:r1] (n, hs) = ds[r0:r1, 0:r1] k[0:r1] * scale
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, r1, scale, dpr, T, kk,
+                        (int)c3, 0.0f, dq + r0 * c3, (int)c3);
         }
-        // dq (T, hs) = ds k * scale; dk (T, hs) = ds^T q * scale
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dp, T, kk, (int)c3,
-                    0.0f, dq, (int)c3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dp, T, q, (int)c3,
-                    0.0f, dk, (int)c3);
+        // keys [c0, c1) are seen by queries [c0, T): dv = p^T g, dk = ds^T q * scale there
+        for (int c0 = 0; c0 < T; c0 += ATT_ROWS) {
+            const int c1 = c0 + ATT_ROWS < T ? c0 + ATT_ROWS : T, n = c1 - c0, rows = T - c0;
+            const int64_t at = (int64_t)c0 * T + c0;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, 1.0f, pa + at, T,
+                        g + c0 * c, (int)c, 0.0f, dv + c0 * c3, (int)c3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, scale, dp + at, T,
+                        q + c0 * c3, (int)c3, 0.0f, dk + c0 * c3, (int)c3);
+        }
         if (th == 0)
             ff_poll(j->ctx);
     }
