@@ -313,6 +313,10 @@ int64_t ff_gpt_num_params(const ff_gpt *g);
  * forward and backward (the causal half not taken off), as the PaLM paper
  * and nanoGPT count. */
 double ff_gpt_flops_per_token(const ff_gpt *g, int T);
+/* Causal attention runs in blocks of this many query rows, each against the
+ * keys up to its last row (docs/gpt.md): (n + 1) / 2n of the T x T products
+ * for n blocks. The planner counts the same. */
+enum { FF_ATTENTION_ROWS = 64 };
 ff_linear_seq *ff_gpt_linear_seq(ff_gpt *g);
 
 #ifdef __cplusplus

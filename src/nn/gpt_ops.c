@@ -9,6 +9,7 @@
 
 #include "device.h"
 #include "fourfold/gemm.h"
+#include "fourfold/gpt.h" /* FF_ATTENTION_ROWS */
 #include "internal.h"
 #include "passes.h"
 #include "util/team.h"
@@ -166,7 +167,7 @@ int ff_ln_backward(ff_group *gy, float *dinp, float *dw, float *db, const float 
  * calling the BLAS on one thread (the BLAS's own threads are set to 1
  * around the region, so the products are the same calls whatever the
  * team's size); thread 0 polls between its pairs. */
-enum { ATT_ROWS = 64 };
+enum { ATT_ROWS = FF_ATTENTION_ROWS };
 
 static void attn_fwd(void *arg, int64_t k0, int64_t k1, int th)
 {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fourfold/gpt.h"    /* FF_ATTENTION_ROWS */
 #include "fourfold/linear.h" /* FF_DECOMPOSE_MAX */
 #include "plan/plan_internal.h"
 
@@ -348,13 +349,16 @@ static void layernorm(sched *c, int backward)
 }
 
 /* Causal attention of the rank's NH/Gx heads, replicated over Y: QKᵀ and
- * A V on the lower triangle, 2 T^2 hd flops per head and sequence forward,
- * twice that backward. The softmax makes 3 passes over its T^2/2 scores. */
+ * A V on the lower triangle in blocks of FF_ATTENTION_ROWS queries (src/nn/
+ * gpt_ops.c), (n + 1)/2n of the T^2 square for n blocks, so
+ * 2 T^2 hd (n + 1)/n flops per head and sequence forward, twice that
+ * backward. The softmax makes 3 passes over its T^2/2 scores. */
 static void attention_pass(sched *c, int backward)
 {
     const plan_shape *s = c->s;
     double heads = (double)s->b_mb * (double)(s->NH / c->gx);
-    double fwd = heads * 2.0 * (double)s->T * (double)s->T * (double)s->hd;
+    double blocks = ceil((double)s->T / FF_ATTENTION_ROWS);
+    double fwd = heads * 2.0 * (double)s->T * (double)s->T * (double)s->hd * (blocks + 1) / blocks;
     attention(c, backward ? 2 * fwd : fwd);
     elem(c, 3, heads * (double)s->T * (double)s->T / 2);
 }
