@@ -461,21 +461,38 @@ void ff_embed_backward(ff_ctx *ctx, float *dwte_block, float *dwpe, const float 
 static void ce_local(void *p, int64_t i0, int64_t i1, int th)
 {
     const ce_job *j = p;
+    const int64_t n = j->valid, n16 = n / 16 * 16;
     for (int64_t i = i0; i < i1; i++) {
-        float *row = j->logits + i * j->vl, mx = -INFINITY;
-        for (int64_t c = 0; c < j->valid; c++)
+        /* the max in 16 lanes (any order gives the same max) */
+        float *row = j->logits + i * j->vl, lane[16], mx = -INFINITY;
+        for (int k = 0; k < 16; k++)
+            lane[k] = -INFINITY;
+        for (int64_t c = 0; c < n16; c += 16)
+            for (int k = 0; k < 16; k++)
+                lane[k] = row[c + k] > lane[k] ? row[c + k] : lane[k];
+        for (int64_t c = n16; c < n; c++)
             mx = row[c] > mx ? row[c] : mx;
+        for (int k = 0; k < 16; k++)
+            mx = lane[k] > mx ? lane[k] : mx;
         int64_t t = (int64_t)j->targets[i] - j->v0;
         j->mine[3 * i] = mx;
         j->mine[3 * i + 2] = t >= 0 && t < j->valid ? row[t] : 0.0f;
         /* training keeps exp(l - local max) in place of the logits: the
          * gradient is a rescaling of it. Two loops: the first vectorizes. */
         float *e = j->dscale == 0.0f ? j->rows + (int64_t)th * j->vl : row;
-        for (int64_t c = 0; c < j->valid; c++)
+        for (int64_t c = 0; c < n; c++)
             e[c] = ff_exp_fast(row[c] - mx);
-        double sum = 0;
-        for (int64_t c = 0; c < j->valid; c++)
-            sum += e[c];
+        /* their sum in double, element c to running sum c mod 8 (independent
+         * chains, which vectorize; one long chain took ~7 % of the small
+         * model's step), added in a fixed order */
+        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t c = 0;
+        for (; c + 8 <= n; c += 8)
+            for (int k = 0; k < 8; k++)
+                s[k] += (double)e[c + k];
+        for (int k = 0; c < n; c++, k++)
+            s[k] += (double)e[c];
+        double sum = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
         j->mine[3 * i + 1] = (float)sum;
     }
 }
