@@ -376,19 +376,7 @@ __global__ void k_softmax(float *att, int64_t rows, int T)
 {
     FOR_INDEX(r, rows)
     {
-        const int t = (int)(r % T);
-        float *row = att + r * T, mx = row[0], sum = 0;
-        for (int u = 1; u <= t; u++)
-            mx = row[u] > mx ? row[u] : mx;
-        for (int u = 0; u <= t; u++) {
-            row[u] = expf(row[u] - mx);
-            sum += row[u];
-        }
-        float inv = 1.0f / sum;
-        for (int u = 0; u <= t; u++)
-            row[u] *= inv;
-        for (int u = t + 1; u < T; u++)
-            row[u] = 0.0f;
+        ff_softmax_causal_row(att + r * T, (int)(r % T), T);
     }
 }
 
@@ -397,15 +385,7 @@ __global__ void k_softmax_back(float *dp, const float *pa, int64_t rows, int T)
 {
     FOR_INDEX(r, rows)
     {
-        const int t = (int)(r % T);
-        const float *pr = pa + r * T;
-        float *dr = dp + r * T, dot = 0;
-        for (int u = 0; u <= t; u++)
-            dot += pr[u] * dr[u];
-        for (int u = 0; u <= t; u++)
-            dr[u] = pr[u] * (dr[u] - dot);
-        for (int u = t + 1; u < T; u++)
-            dr[u] = 0.0f;
+        ff_softmax_causal_back_row(dp + r * T, pa + r * T, (int)(r % T), T);
     }
 }
 

@@ -185,20 +185,8 @@ static void attn_fwd(void *arg, int64_t k0, int64_t k1, int th)
             // p[r0:r1, 0:r1] = q[r0:r1] (n, hs) k[0:r1]^T (hs, r1) * scale
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1, hs, scale, q + r0 * c3,
                         (int)c3, kk, (int)c3, 0.0f, p + (int64_t)r0 * T, T);
-            for (int t = r0; t < r1; t++) {
-                float *row = p + (int64_t)t * T, mx = row[0], sum = 0;
-                for (int u = 1; u <= t; u++)
-                    mx = row[u] > mx ? row[u] : mx;
-                for (int u = 0; u <= t; u++) {
-                    row[u] = expf(row[u] - mx);
-                    sum += row[u];
-                }
-                float inv = 1.0f / sum;
-                for (int u = 0; u <= t; u++)
-                    row[u] *= inv;
-                for (int u = t + 1; u < T; u++)
-                    row[u] = 0.0f;
-            }
+            for (int t = r0; t < r1; t++)
+                ff_softmax_causal_row(p + (int64_t)t * T, t, T);
             // o[r0:r1] (n, hs) = p[r0:r1, 0:r1] v[0:r1] (r1, hs)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, r1, 1.0f,
                         p + (int64_t)r0 * T, T, v, (int)c3, 0.0f, o + r0 * c, (int)c);
@@ -228,16 +216,8 @@ static void attn_bwd(void *arg, int64_t k0, int64_t k1, int th)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1, hs, 1.0f, g + r0 * c,
                         (int)c, v, (int)c3, 0.0f, dpr, T);
             // softmax backward: ds = p * (dp - sum_u p dp), zero above the diagonal
-            for (int t = r0; t < r1; t++) {
-                const float *pr = pa + (int64_t)t * T;
-                float *dr = dp + (int64_t)t * T, dot = 0;
-                for (int u = 0; u <= t; u++)
-                    dot += pr[u] * dr[u];
-                for (int u = 0; u <= t; u++)
-                    dr[u] = pr[u] * (dr[u] - dot);
-                for (int u = t + 1; u < T; u++)
-                    dr[u] = 0.0f;
-            }
+            for (int t = r0; t < r1; t++)
+                ff_softmax_causal_back_row(dp + (int64_t)t * T, pa + (int64_t)t * T, t, T);
             // dq[r0:r1] (n, hs) = ds[r0:r1, 0:r1] k[0:r1] * scale
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, r1, scale, dpr, T, kk,
                         (int)c3, 0.0f, dq + r0 * c3, (int)c3);

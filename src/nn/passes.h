@@ -260,6 +260,37 @@ static inline FF_HD void ff_ce_combine_at(const ce_job *j, int64_t i)
         row[c] = 0.0f;
 }
 
+/* Row t of a causal softmax over T scores, in place: the first t + 1
+ * normalised, the rest zero (attention, gpt_ops.c and its GPU twin). */
+static inline FF_HD void ff_softmax_causal_row(float *row, int t, int T)
+{
+    float mx = row[0], sum = 0;
+    for (int u = 1; u <= t; u++)
+        mx = row[u] > mx ? row[u] : mx;
+    for (int u = 0; u <= t; u++) {
+        row[u] = expf(row[u] - mx);
+        sum += row[u];
+    }
+    float inv = 1.0f / sum;
+    for (int u = 0; u <= t; u++)
+        row[u] *= inv;
+    for (int u = t + 1; u < T; u++)
+        row[u] = 0.0f;
+}
+
+/* Its backward for row t, in place: ds = p * (dp - sum_u p dp) on the
+ * first t + 1, zero above the diagonal. */
+static inline FF_HD void ff_softmax_causal_back_row(float *dr, const float *pr, int t, int T)
+{
+    float dot = 0;
+    for (int u = 0; u <= t; u++)
+        dot += pr[u] * dr[u];
+    for (int u = 0; u <= t; u++)
+        dr[u] = pr[u] * (dr[u] - dot);
+    for (int u = t + 1; u < T; u++)
+        dr[u] = 0.0f;
+}
+
 /* the sum of squares of block b, in double with eight running sums (element
  * i to sum i mod 8: independent chains the compiler can vectorize) added in
  * a fixed order */
