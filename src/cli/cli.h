@@ -41,6 +41,8 @@ int cli_is(const cli_args *a, const char *name);
 int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out);
 int cli_parse_double(const char *opt, const char *text, double lo, double hi, double *out);
 int cli_parse_size(const char *opt, const char *text, size_t *out); /* 16MiB, 4K, 100 */
+/* --progress wait|poll|thread */
+int cli_parse_progress(const char *text, ff_progress_mode *out);
 /* --stage-layers A,B,..: the blocks of each of `stages` stages into out
  * (at most cap). */
 int cli_parse_stage_layers(const char *text, int stages, int *out, int cap);

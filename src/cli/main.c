@@ -170,6 +170,20 @@ int cli_parse_double(const char *opt, const char *text, double lo, double hi, do
     return 0;
 }
 
+int cli_parse_progress(const char *text, ff_progress_mode *out)
+{
+    static const char *const names[] = {"wait", "poll", "thread"};
+    static const ff_progress_mode modes[] = {FF_PROGRESS_WAIT, FF_PROGRESS_POLL,
+                                             FF_PROGRESS_THREAD};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(text, names[i])) {
+            *out = modes[i];
+            return 0;
+        }
+    cli_error("--progress %s: expected wait, poll or thread", text);
+    return -1;
+}
+
 int cli_parse_size(const char *opt, const char *text, size_t *out)
 {
     char *end;
@@ -240,16 +254,8 @@ int cli_run_option(cli_args *a, cli_run_opts *o, int *bad)
     } else if (cli_is(a, "progress")) {
         if (!(v = cli_value(a)))
             return *bad = 1;
-        if (!strcmp(v, "wait"))
-            o->ctx.progress = FF_PROGRESS_WAIT;
-        else if (!strcmp(v, "poll"))
-            o->ctx.progress = FF_PROGRESS_POLL;
-        else if (!strcmp(v, "thread"))
-            o->ctx.progress = FF_PROGRESS_THREAD;
-        else {
-            cli_error("--progress %s: expected wait, poll or thread", v);
+        if (cli_parse_progress(v, &o->ctx.progress))
             return *bad = 1;
-        }
     } else if (cli_is(a, "poll-us")) {
         if (!(v = cli_value(a)) || cli_parse_double("poll-us", v, 0, 1e7, &d))
             return *bad = 1;

@@ -386,16 +386,10 @@ static int parse_args(int argc, char **argv, plan_opts *o)
         } else if (cli_is(&a, "progress")) {
             if (!(v = cli_value(&a)))
                 return CLI_USAGE;
-            if (!strcmp(v, "poll"))
-                o->cfg.progress = FF_PROGRESS_POLL;
-            else if (!strcmp(v, "thread"))
-                o->cfg.progress = FF_PROGRESS_THREAD;
-            else if (!strcmp(v, "wait"))
-                o->cfg.progress = FF_PROGRESS_WAIT;
-            else {
-                cli_error("--progress %s: expected poll, thread or wait", v);
+            ff_progress_mode mode;
+            if (cli_parse_progress(v, &mode))
                 return CLI_USAGE;
-            }
+            o->cfg.progress = mode;
         } else if (cli_is(&a, "cmm")) {
             if (!(v = cli_value(&a)) || (strcmp(v, "on") && strcmp(v, "off"))) {
                 if (v)
