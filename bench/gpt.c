@@ -61,7 +61,7 @@ static void die(int rank, const char *msg)
 static double sgemm_rate(int n)
 {
     size_t e = (size_t)n * n;
-    float *a = malloc(e * 4), *b = malloc(e * 4), *c = malloc(e * 4);
+    float *a = ff_floats_alloc(e), *b = ff_floats_alloc(e), *c = ff_floats_alloc(e);
     for (size_t i = 0; i < e; i++)
         a[i] = (float)(i % 7) * 0.1f, b[i] = (float)(i % 5) * 0.1f;
     double t[5];
@@ -73,7 +73,7 @@ static double sgemm_rate(int n)
         if (r > 0)
             t[r - 1] = MPI_Wtime() - t0;
     }
-    free(a), free(b), free(c);
+    ff_floats_free(a), ff_floats_free(b), ff_floats_free(c);
     return 2.0 * n * (double)n * n / ff_median(t, 5);
 }
 
@@ -278,9 +278,10 @@ int main(int argc, char **argv)
     ff_gpt_memory mem;
     ff_gpt_memory_report(g, &mem);
     if (rank == 0) {
-        printf("%s grid %s, %d rank(s) x %d BLAS thread(s), kernel %s: L=%d C=%d NH=%d V=%d B=%d "
-               "T=%d%s\n",
-               o.label, o.grid, size, o.threads, ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T,
+        printf("%s grid %s, %d rank(s) x %d thread(s) (BLAS %s, element-wise work on %s), kernel "
+               "%s: L=%d C=%d NH=%d V=%d B=%d T=%d%s\n",
+               o.label, o.grid, size, o.threads, ff_blas_threading(), ff_ctx_team(ctx),
+               ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T,
                o.checkpoint ? ", checkpointing" : "");
         printf("  step %.1f ms (median of %d), %.0f tokens/s, model %.1f GFLOP/s = %.3f of sgemm "
                "%.1f GFLOP/s x %d ranks; rank 0 memory: params %.1f MiB, activations %.1f MiB\n",
@@ -291,15 +292,17 @@ int main(int argc, char **argv)
                    o.micro, o.limit ? o.limit : o.stages,
                    o.slow_stage >= 0 ? " (with a straggler)" : "");
         printf("{\"bench\":\"gpt\",\"label\":\"%s\",\"grid\":\"%s\",\"ranks\":%d,\"threads\":%d,"
-               "\"kernel\":\"%s\",\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"B\":%d,\"T\":%d,"
+               "\"blas_threading\":\"%s\",\"team\":\"%s\",\"kernel\":\"%s\",\"L\":%d,\"C\":%d,"
+               "\"NH\":%d,\"V\":%d,\"B\":%d,\"T\":%d,"
                "\"checkpoint\":%d,\"progress\":\"%s\",\"decompose\":%d,\"plan\":\"%s\","
                "\"micro\":%d,\"stages\":%d,\"schedule\":\"%s\",\"limit\":%d,\"slow_stage\":%d,"
                "\"slow_ms\":%d,\"slow_jitter\":%d,\"pass_ms\":%d,\"median_ms\":%.2f,"
                "\"runs_ms\":[",
-               o.label, o.grid, size, o.threads, ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T,
-               o.checkpoint, thread ? "thread" : "poll", o.decompose, o.plan ? o.plan : "", o.micro,
-               o.stages, o.schedule, o.limit ? o.limit : o.stages, o.slow_stage, o.slow_ms,
-               o.jitter, o.pass_ms, step_s * 1e3);
+               o.label, o.grid, size, o.threads, ff_blas_threading(), ff_ctx_team(ctx),
+               ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T, o.checkpoint,
+               thread ? "thread" : "poll", o.decompose, o.plan ? o.plan : "", o.micro, o.stages,
+               o.schedule, o.limit ? o.limit : o.stages, o.slow_stage, o.slow_ms, o.jitter,
+               o.pass_ms, step_s * 1e3);
         for (int r = 0; r < o.reps; r++)
             printf("%s%.2f", r ? "," : "", runs[r] * 1e3);
         printf("],\"stage_busy_ms\":[");

@@ -29,7 +29,6 @@
 
 #include "fourfold/fourfold.h"
 
-
 typedef struct {
     const char *grid, *trace, *label;
     long k, n, rows, layers, reps;
@@ -48,8 +47,8 @@ static void die(int rank, const char *msg)
  * median of 7 calls. */
 static double sgemm_rate(long m, long n, long k)
 {
-    float *a = calloc((size_t)(m * k), 4), *b = calloc((size_t)(k * n), 4),
-          *c = calloc((size_t)(m * n), 4);
+    float *a = ff_floats_alloc((size_t)(m * k)), *b = ff_floats_alloc((size_t)(k * n)),
+          *c = ff_floats_alloc((size_t)(m * n));
     for (long i = 0; i < m * k; i++)
         a[i] = (float)(i % 7) * 0.1f;
     for (long i = 0; i < k * n; i++)
@@ -63,7 +62,7 @@ static double sgemm_rate(long m, long n, long k)
         if (r > 0)
             t[r - 1] = now() - t0;
     }
-    free(a), free(b), free(c);
+    ff_floats_free(a), ff_floats_free(b), ff_floats_free(c);
     return 2.0 * m * n * k / ff_median(t, 7);
 }
 

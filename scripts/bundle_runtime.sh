@@ -20,7 +20,9 @@ set -eu
 DIR=${1:?usage: scripts/bundle_runtime.sh DIR}
 mkdir -p "$DIR"
 # Open MPI and OpenBLAS, and the libraries of theirs a minimal Ubuntu lacks
-PKGS="openmpi-bin openmpi-common libopenmpi3 libopenblas0-pthread libgfortran5 libquadmath0
+# (libgomp1: the library is built with OpenMP, docs/design.md §8; beside the
+# pthreads OpenBLAS bundled here its passes keep threads of their own)
+PKGS="openmpi-bin openmpi-common libopenmpi3 libopenblas0-pthread libgomp1 libgfortran5 libquadmath0
 libatomic1 libpmix2 libmunge2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libucx0
 libfabric1 libibverbs1 ibverbs-providers librdmacm1 libpsm-infinipath1 libpsm2-2 libnl-3-200
 libnl-route-3-200 libnuma1 libudev1 libuuid1"
@@ -54,7 +56,7 @@ _ff_fb=$FFDEPS_PREFIX/fallback-lib
 _ff_ma=x86_64-linux-gnu
 
 # Packages Ubuntu may already ship (newer, ABI-compatible); the system copy wins.
-_ff_sys_pkgs=" libudev1 libuuid1 libatomic1 libgfortran5 libquadmath0 libnuma1 libnl-3-200 libnl-route-3-200 libibverbs1 ibverbs-providers librdmacm1 "
+_ff_sys_pkgs=" libudev1 libuuid1 libatomic1 libgomp1 libgfortran5 libquadmath0 libnuma1 libnl-3-200 libnl-route-3-200 libibverbs1 ibverbs-providers librdmacm1 "
 
 _ff_unpack() {
     rm -rf "$_ff_main" "$_ff_sys" "$_ff_fb" || return 1

@@ -5,7 +5,7 @@
 set -eu
 
 PACKAGES="build-essential cmake pkg-config openmpi-bin libopenmpi-dev \
-libopenblas-dev python3 python3-numpy python3-torch iproute2 util-linux iptables \
+libopenblas-dev libopenblas-openmp-dev python3 python3-numpy python3-torch iproute2 util-linux iptables \
 libnetfilter-queue-dev fortunes"
 
 missing=""

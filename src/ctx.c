@@ -108,9 +108,12 @@ static int create_local(ff_ctx *ctx)
     if (ctx->opt.threads < 0 || ctx->opt.threads > 1024)
         return ff_set_error(ctx, FF_EINVAL, "threads %d: expected 1 to 1024 (0: unset)",
                             ctx->opt.threads);
-    if (ctx->opt.threads > 0)
-        ff_blas_set_threads(ctx->opt.threads);
-    if (!(ctx->team = ff_team_create(ctx->opt.threads > 0 ? ctx->opt.threads : 1)))
+    /* every context sets the BLAS's threads: OpenBLAS's OpenMP build would
+     * otherwise take OpenMP's default, every core, in each rank */
+    ff_blas_set_threads(ctx->opt.threads > 0 ? ctx->opt.threads : 1);
+    /* one pool of threads where the BLAS's are OpenMP's (util/team.h) */
+    int openmp = strcmp(ff_blas_threading(), "pthreads") != 0;
+    if (!(ctx->team = ff_team_create(ctx->opt.threads > 0 ? ctx->opt.threads : 1, openmp)))
         return ff_set_error(ctx, FF_ENOMEM, "cannot start %d compute threads", ctx->opt.threads);
     if (ctx->opt.progress == FF_PROGRESS_THREAD) {
         int provided = MPI_THREAD_SINGLE;
@@ -191,6 +194,7 @@ int ff_ctx_size(const ff_ctx *ctx) { return ctx->size; }
 MPI_Comm ff_ctx_comm(const ff_ctx *ctx) { return ctx->comm; }
 ff_progress_mode ff_ctx_progress_mode(const ff_ctx *ctx) { return ctx->opt.progress; }
 int ff_ctx_threads(const ff_ctx *ctx) { return ff_team_size(ctx->team); }
+const char *ff_ctx_team(const ff_ctx *ctx) { return ff_team_kind(ctx->team); }
 
 int ff_ctx_agree(ff_ctx *ctx, int rc) { return ff_agree_on(ctx, ctx->comm, rc); }
 

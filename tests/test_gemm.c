@@ -12,7 +12,10 @@
  * keeps a run's results independent of the tuner's timings). The panelled
  * direct call and the transposed product (which rounds differently) must
  * agree with one sgemm within the same bound. And the tuner must pick one of
- * the candidates it timed and report it. */
+ * the candidates it timed and report it.
+ * Also the library's buffers (ff_floats_alloc): zeroed, those of 2 MiB and
+ * more aligned to a huge page, writable to their last float, and freed,
+ * 70 at once in another order than allocated. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -122,9 +125,43 @@ static void check_product(ff_ctx *ctx, ff_gemm *g, int64_t panel, int nmodes, in
     free(a), free(b), free(c_init), free(c0), free(c), free(ref), free(bound);
 }
 
+static void check_floats_alloc(void)
+{
+    const size_t huge = ((size_t)2 << 20) / sizeof(float);
+    const size_t sizes[] = {1, 1000, huge - 1, huge, huge + 1, 3000000};
+    int bad = 0;
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        float *p = ff_floats_alloc(n);
+        CHECK(p != NULL, "ff_floats_alloc(%zu) failed", n);
+        if (!p)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            bad += p[i] != 0.0f;
+        CHECK(n < huge || (uintptr_t)p % (huge * sizeof(float)) == 0,
+              "%zu floats at %p: not aligned to 2 MiB", n, (void *)p);
+        for (size_t i = 0; i < n; i++)
+            p[i] = (float)i;
+        CHECK(p[n - 1] == (float)(n - 1), "%zu floats: the last one not kept", n);
+        ff_floats_free(p);
+    }
+    CHECK(bad == 0, "%d floats of fresh buffers not zero", bad);
+    enum { MANY = 70 };
+    float *many[MANY];
+    for (int i = 0; i < MANY; i++) {
+        many[i] = ff_floats_alloc(huge + (size_t)i);
+        CHECK(many[i] != NULL, "buffer %d of %d failed", i, MANY);
+    }
+    for (int i = 0; i < MANY; i++) /* every second one first, then the others */
+        ff_floats_free(many[(2 * i) % MANY + (2 * i >= MANY)]);
+    printf("ff_floats_alloc: %zu sizes zeroed, aligned and freed; %d buffers of 2 MiB at once\n",
+           sizeof sizes / sizeof sizes[0], MANY);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
+    check_floats_alloc();
     ff_ctx *ctx;
     ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL);
     ff_gemm *g;

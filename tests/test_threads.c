@@ -5,7 +5,10 @@
  * parameters, gradients, AdamW moments and evaluation loss. The model has
  * rows enough for several LayerNorm blocks and several threads' ranges in
  * every pass, more heads than threads, and a vocabulary split over X.
- *   mpirun -np 2 test_threads   (grid 2x1x1x1) */
+ * The team that ran the passes (ff_ctx_team: OpenMP's threads with
+ * OpenBLAS's OpenMP build, threads of its own beside its pthreads build)
+ * must be the one expected.
+ *   mpirun -np 2 test_threads "openmp"|"own threads"   (grid 2x1x1x1) */
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +23,8 @@ typedef struct {
     float loss[STEPS], norm[STEPS], eval;
     float *buf[4]; /* params, grads, m, v: canonical, rank 0 */
 } run_result;
+
+static const char *expected_team;
 
 static int run(int threads, run_result *res)
 {
@@ -40,6 +45,9 @@ static int run(int threads, run_result *res)
     CHECK(rc == FF_OK, "%d threads, set-up: %s", threads, ff_ctx_error(ctx));
     CHECK(rc != FF_OK || ff_ctx_threads(ctx) == threads, "ff_ctx_threads %d, want %d",
           ff_ctx_threads(ctx), threads);
+    CHECK(rc != FF_OK || !strcmp(ff_ctx_team(ctx), expected_team),
+          "the passes ran on %s (the BLAS's threads: %s), expected %s", ff_ctx_team(ctx),
+          ff_blas_threading(), expected_team);
     if (rc == FF_OK) {
         int first, count;
         ff_gpt_local_sequences(g, &first, &count);
@@ -82,12 +90,13 @@ int main(int argc, char **argv)
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size != 2) {
+    if (size != 2 || argc != 2) {
         if (rank == 0)
-            fprintf(stderr, "usage: mpirun -np 2 test_threads\n");
+            fprintf(stderr, "usage: mpirun -np 2 test_threads openmp|'own threads'\n");
         MPI_Finalize();
         return 2;
     }
+    expected_team = argv[1];
     const int threads[NRUNS] = {1, 2, 4};
     run_result r[NRUNS];
     memset(r, 0, sizeof r);
@@ -111,9 +120,11 @@ int main(int argc, char **argv)
         }
     }
     if (rank == 0 && canon > 0)
-        printf("grid 2x1x1x1, 1, 2, 4 threads per rank, tolerance 0 (bit for bit): losses %.7f "
-               "%.7f %.7f, eval %.7f; %d canonical elements of 4 buffers compared\n",
-               r[0].loss[0], r[0].loss[1], r[0].loss[2], r[0].eval, canon);
+        printf("grid 2x1x1x1, 1, 2, 4 threads per rank (BLAS %s, passes on %s), tolerance 0 (bit "
+               "for bit): losses %.7f %.7f %.7f, eval %.7f; %d canonical elements of 4 buffers "
+               "compared\n",
+               ff_blas_threading(), expected_team, r[0].loss[0], r[0].loss[1], r[0].loss[2],
+               r[0].eval, canon);
     for (int i = 0; i < NRUNS; i++)
         for (int k = 0; k < 4; k++)
             free(r[i].buf[k]);

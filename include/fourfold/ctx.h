@@ -76,8 +76,9 @@ typedef struct {
     int ignore_env;        /* 1: unset fields take the built-in defaults */
     /* This rank's compute threads, for the BLAS (process-wide: the last
      * context created sets it) and for the element-wise work alike
-     * (docs/design.md §8); results do not depend on it. 0: unset (one
-     * thread for the element-wise work, the BLAS left as it is). */
+     * (docs/design.md §8); results do not depend on it. 0: unset, one
+     * thread (the BLAS is set to one thread too: OpenBLAS's OpenMP build
+     * would otherwise use every core in every rank). */
     int threads;
     /* FF_DEVICE: where the model computes, "cpu" (unset) or "cuda" (a build
      * with -DFF_CUDA=ON: one GPU per rank, the node's GPUs shared round
@@ -121,6 +122,11 @@ MPI_Comm ff_ctx_comm(const ff_ctx *ctx);
 ff_progress_mode ff_ctx_progress_mode(const ff_ctx *ctx);
 /* The rank's compute threads (ff_ctx_options.threads; 1 if unset). */
 int ff_ctx_threads(const ff_ctx *ctx);
+/* What runs the element-wise work on those threads: "openmp" (OpenMP's
+ * threads, the BLAS's own when OpenBLAS is its OpenMP build) or "own
+ * threads" (workers beside a BLAS with pthreads of its own); the results
+ * are the same bits either way (docs/design.md §8). */
+const char *ff_ctx_team(const ff_ctx *ctx);
 
 /* Makes every rank agree on an outcome (collective over the context's
  * communicator). Each rank passes its own result; if any rank failed, every

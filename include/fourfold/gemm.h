@@ -81,11 +81,22 @@ void ff_blas_set_threads(int n);
 /* The BLAS's kernel family ("Haswell", "Cooperlake"): timings are comparable
  * only between runs with the same kernels. */
 const char *ff_blas_core(void);
+/* How the loaded OpenBLAS runs its threads: "openmp", "pthreads" or
+ * "sequential". With "openmp" (or "sequential") a context's element-wise
+ * work runs on OpenMP too, sharing the BLAS's threads (ff_ctx_team). */
+const char *ff_blas_threading(void);
 /* Sustained sgemm rate (FLOP/s) of C(m,n) = A(m,k) B(k,n) with `threads`
  * BLAS threads: the median of runs totalling at least min_seconds (at least
  * 3). Leaves the BLAS on one thread. The peak that model FLOP/s are quoted
  * against (docs/design.md). */
 double ff_sgemm_rate(int m, int n, int k, int threads, double min_seconds);
+/* n zeroed floats, allocated as the library allocates its own large
+ * buffers (parameters, gradients, moments, activations): from 2 MiB up on
+ * a mapping of their own with transparent huge pages asked for
+ * (MADV_HUGEPAGE; the system's setting decides), so that a rate measured
+ * on them is the library's. Free with ff_floats_free. NULL if out of memory. */
+float *ff_floats_alloc(size_t n);
+void ff_floats_free(void *p);
 /* The median of v[0..n) (sorts v); 0 for n <= 0. */
 double ff_median(double *v, int n);
 

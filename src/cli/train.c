@@ -643,8 +643,9 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
     if (strcmp(ff_ctx_device(ff_grid_ctx(grid)), "cpu") != 0)
         ROW("sgemm per rank", "%.1f GFLOP/s (cuBLAS fp32 4096^3 on the GPU)", ti.sgemm_rate * 1e-9);
     else
-        ROW("sgemm per rank", "%.1f GFLOP/s (%s, %d thread(s), all ranks at once)",
-            ti.sgemm_rate * 1e-9, ff_blas_core(), o->run.ctx.threads);
+        ROW("sgemm per rank", "%.1f GFLOP/s (%s, %d thread(s) on %s, all ranks at once)",
+            ti.sgemm_rate * 1e-9, ff_blas_core(), ff_ctx_threads(ff_grid_ctx(grid)),
+            ff_blas_threading());
     ROW("model FLOPs", "6N + 12LCT = %.3g per token", ff_gpt_flops_per_token(g, (int)o->seq));
 #undef ROW
     cli_print("+-----------------------+-----------------------------------------------------------"

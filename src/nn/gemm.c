@@ -377,9 +377,19 @@ void ff_gemm_totals_reset(ff_gemm *g) { g->flops = g->seconds = 0.0; }
 /* OpenBLAS's own entry points (not in cblas.h on every distribution). */
 void openblas_set_num_threads(int num_threads);
 char *openblas_get_corename(void);
+int openblas_get_parallel(void);
 
 void ff_blas_set_threads(int n) { openblas_set_num_threads(n); }
 const char *ff_blas_core(void) { return openblas_get_corename(); }
+
+const char *ff_blas_threading(void)
+{
+    switch (openblas_get_parallel()) {
+    case 0: return "sequential";
+    case 2: return "openmp";
+    default: return "pthreads";
+    }
+}
 
 static int cmp_double(const void *x, const void *y)
 {
@@ -399,8 +409,7 @@ double ff_sgemm_rate(int m, int n, int k, int threads, double min_seconds)
 {
     ff_blas_set_threads(threads);
     size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
-    float *A = malloc(na * sizeof(float)), *B = malloc(nb * sizeof(float));
-    float *C = malloc(nc * sizeof(float));
+    float *A = ff_floats_alloc(na), *B = ff_floats_alloc(nb), *C = ff_floats_alloc(nc);
     double rate = 0;
     if (A && B && C) {
         for (size_t i = 0; i < na; i++)
@@ -421,7 +430,7 @@ double ff_sgemm_rate(int m, int n, int k, int threads, double min_seconds)
         }
         rate = 2.0 * m * n * k / ff_median(t, runs);
     }
-    free(A), free(B), free(C);
+    ff_floats_free(A), ff_floats_free(B), ff_floats_free(C);
     ff_blas_set_threads(1);
     return rate;
 }

@@ -43,7 +43,7 @@ typedef struct {
 } sumsq_samo_job;
 
 /* Dense block bl of [a, b): its kept entries' squares in the lanes the dense
- * pass (ff_sumsq_block_at) puts them, (offset - a) mod 8, in its order (the
+ * pass (ff_sumsq_block_at) puts them, (offset - a) mod FF_SUM_CHAINS, in its order (the
  * dense prefix's, then the compressed ones); the pruned entries it adds are
  * zeros, which leave a sum of squares as it is. */
 static void sumsq_samo_blocks(void *arg, int64_t b0, int64_t b1, int th)
@@ -54,12 +54,12 @@ static void sumsq_samo_blocks(void *arg, int64_t b0, int64_t b1, int th)
     for (int64_t bl = b0; bl < b1; bl++) {
         const size_t lo = j->a + (size_t)bl * FF_SUM_BLOCK;
         const size_t hi = lo + FF_SUM_BLOCK < j->b ? lo + FF_SUM_BLOCK : j->b;
-        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        double s[FF_SUM_CHAINS] = {0};
         for (size_t i = lo; i < hi && i < g->samo_zc0; i++)
-            s[(i - j->a) % 8] += (double)g->grads[i] * g->grads[i];
+            s[(i - j->a) % FF_SUM_CHAINS] += (double)g->grads[i] * g->grads[i];
         for (size_t k = ff_gpt_samo_lower(g, lo), k1 = ff_gpt_samo_lower(g, hi); k < k1; k++)
-            s[(g->samo_idx[k] - j->a) % 8] += (double)g->samo_g[k] * g->samo_g[k];
-        j->part[bl] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+            s[(g->samo_idx[k] - j->a) % FF_SUM_CHAINS] += (double)g->samo_g[k] * g->samo_g[k];
+        j->part[bl] = ff_sum_chains(s);
     }
 }
 

@@ -1,10 +1,14 @@
-/* A team of threads (src/util/team.h). One job at a time: the caller
- * publishes it under the mutex with a new generation number, the workers
- * wake, each runs its range, and the last one done signals the caller. */
+/* A team of threads (src/util/team.h). On OpenMP, a run is one parallel
+ * region. With threads of its own, one job at a time: the caller publishes
+ * it under the mutex with a new generation number, the workers wake, each
+ * runs its range, and the last one done signals the caller. */
 #include "team.h"
 
 #include <pthread.h>
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 typedef struct {
     ff_team *team;
@@ -14,6 +18,7 @@ typedef struct {
 
 struct ff_team {
     int threads;
+    int openmp; /* runs are OpenMP parallel regions; no workers */
     worker *workers;
     pthread_mutex_t lock;
     pthread_cond_t start, done;
@@ -60,13 +65,22 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-ff_team *ff_team_create(int threads)
+ff_team *ff_team_create(int threads, int openmp)
 {
     if (threads < 1)
         return NULL;
     ff_team *t = calloc(1, sizeof *t);
     if (!t)
         return NULL;
+#ifdef _OPENMP
+    if (openmp) {
+        t->threads = threads;
+        t->openmp = 1;
+        return t;
+    }
+#else
+    (void)openmp;
+#endif
     t->threads = 1;
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->start, NULL);
@@ -92,6 +106,10 @@ void ff_team_destroy(ff_team *t)
 {
     if (!t)
         return;
+    if (t->openmp) {
+        free(t);
+        return;
+    }
     pthread_mutex_lock(&t->lock);
     t->stop = 1;
     pthread_cond_broadcast(&t->start);
@@ -107,6 +125,23 @@ void ff_team_destroy(ff_team *t)
 
 int ff_team_size(const ff_team *t) { return t ? t->threads : 1; }
 
+const char *ff_team_kind(const ff_team *t) { return t && t->openmp ? "openmp" : "own threads"; }
+
+#ifdef _OPENMP
+/* One parallel region; range i runs on thread i, or, where OpenMP gives
+ * fewer threads (a caller inside a region of its own, without nesting), on
+ * thread i mod the threads given: the ranges, and so the bits, are the same. */
+static void run_openmp(int ranges, int64_t n, ff_team_fn fn, void *arg)
+{
+#pragma omp parallel num_threads(ranges)
+    {
+        int given = omp_get_num_threads();
+        for (int i = omp_get_thread_num(); i < ranges; i += given)
+            fn(arg, n * i / ranges, n * (i + 1) / ranges, i);
+    }
+}
+#endif
+
 void ff_team_run(ff_team *t, int64_t n, int64_t grain, ff_team_fn fn, void *arg)
 {
     if (n <= 0)
@@ -119,6 +154,12 @@ void ff_team_run(ff_team *t, int64_t n, int64_t grain, ff_team_fn fn, void *arg)
         fn(arg, 0, n, 0);
         return;
     }
+#ifdef _OPENMP
+    if (t->openmp) {
+        run_openmp(ranges, n, fn, arg);
+        return;
+    }
+#endif
     pthread_mutex_lock(&t->lock);
     t->fn = fn;
     t->arg = arg;

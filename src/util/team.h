@@ -1,8 +1,15 @@
 /* A team of threads for a rank's work outside the BLAS (docs/design.md §8):
  * element-wise passes, attention's heads, the embedding, cross-entropy and
- * AdamW. The caller is thread 0; threads-1 workers sleep on a condition
- * variable between runs (they never spin, so they leave the cores to the
- * BLAS's own threads) and never call MPI.
+ * AdamW. The caller is thread 0; the others never call MPI. Two kinds:
+ *   OpenMP: the runs are parallel regions on OpenMP's threads, the same
+ *     threads as the BLAS's when OpenBLAS is its OpenMP build, so that one
+ *     pool of threads serves both (their brief spin after a region keeps
+ *     them awake for the next product or pass);
+ *   own threads: threads-1 workers that sleep on a condition variable
+ *     between runs (they never spin, leaving the cores to a BLAS with
+ *     threads of its own). With OpenBLAS's pthreads build this is the only
+ *     safe kind: OpenMP's spinning threads beside OpenBLAS's took twice the
+ *     time of a step (docs/results.md).
  *
  * Results must not depend on the number of threads: a loop run on a team
  * gives each index to exactly one thread, and a function that reduces over
@@ -19,11 +26,14 @@ typedef struct ff_team ff_team;
  * (0 = the caller; < ff_team_size), for per-thread scratch. */
 typedef void (*ff_team_fn)(void *arg, int64_t begin, int64_t end, int thread);
 
-/* A team of `threads` >= 1 (threads-1 workers started); NULL if out of
+/* A team of `threads` >= 1: on OpenMP if `openmp` and the library was
+ * built with it, else with threads-1 workers of its own; NULL if out of
  * memory or a thread cannot start. */
-ff_team *ff_team_create(int threads);
+ff_team *ff_team_create(int threads, int openmp);
 void ff_team_destroy(ff_team *t);
 int ff_team_size(const ff_team *t);
+/* "openmp" or "own threads" */
+const char *ff_team_kind(const ff_team *t);
 
 /* Runs fn over [0, n) in contiguous ranges, at least `grain` indices each
  * (fewer ranges than threads when n is small; one range runs on the caller
