@@ -35,15 +35,24 @@ void ff_ctx_device_work(const ff_ctx *ctx, long long *gpu, long long *cpu)
     *cpu = (long long)c;
 }
 
-/* Buffers of at least one huge page are mapped on their own, aligned to
- * it, and the kernel is asked for transparent huge pages there
- * (MADV_HUGEPAGE; the system's setting decides: with "never" it is a
- * no-op). The streaming passes over the parameters, gradients and moments
- * miss the TLB on every 4 KiB page otherwise: AdamW over 124M parameters
- * took 138 ms in a training step against 87 ms on huge pages (the same
- * loop alone on fresh 4 KiB pages: 98 ms; docs/results.md). The mappings
- * are listed so that ff_fbuf_free can tell them from calloc's. */
-#define HUGE_PAGE ((size_t)2 << 20)
+/* Buffers of at least one huge page are mapped on their own, starting on
+ * a huge page's boundary, and the kernel is asked for transparent huge
+ * pages there (MADV_HUGEPAGE; the system's setting decides: with "never" it
+ * is a no-op). The length is rounded to 4 KiB pages only: the last partial
+ * huge page's worth stays on small pages rather than costing up to 2 MiB
+ * more per buffer. The streaming passes over the parameters, gradients and
+ * moments miss the TLB on every 4 KiB page otherwise: AdamW over 124M
+ * parameters took 138 ms in a training step against 77-94 ms on huge pages
+ * (docs/results.md, "Huge pages"). The mappings are listed so that
+ * ff_fbuf_free can tell them from calloc's. The sanitizer build keeps
+ * calloc, whose buffers AddressSanitizer guards (redzones, leaks). */
+#define HUGE_PAGE  ((size_t)2 << 20)
+#define SMALL_PAGE ((size_t)4096)
+#if defined(__SANITIZE_ADDRESS__)
+#define FF_MAP_HUGE 0
+#else
+#define FF_MAP_HUGE 1
+#endif
 
 typedef struct {
     void *p;
@@ -95,7 +104,7 @@ static size_t forget(void *p)
 /* n floats, zero, on a mapping aligned to a huge page; NULL if mmap fails */
 static float *map_huge(size_t n)
 {
-    size_t len = (n * sizeof(float) + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    size_t len = (n * sizeof(float) + SMALL_PAGE - 1) & ~(SMALL_PAGE - 1);
     if (len < n * sizeof(float) || len > SIZE_MAX - HUGE_PAGE) /* would wrap */
         return NULL;
     char *base =
@@ -125,7 +134,7 @@ float *ff_fbuf_alloc(const ff_ctx *ctx, size_t n)
 #else
     (void)ctx;
 #endif
-    if (n >= HUGE_PAGE / sizeof(float) && n <= SIZE_MAX / sizeof(float)) {
+    if (FF_MAP_HUGE && n >= HUGE_PAGE / sizeof(float) && n <= SIZE_MAX / sizeof(float)) {
         float *p = map_huge(n);
         if (p)
             return p;
