@@ -4,7 +4,11 @@
 # NH=12, V=50257 padded to 50304, B=4, T=64) and of a small model (L=4,
 # C=256, NH=4, B=8, T=64) on 1 rank with 1 and 2 BLAS threads, side by side
 # with PyTorch (bench/gpt_torch_bench.py: the same shapes and threads,
-# OMP_WAIT_POLICY=PASSIVE, its OpenBLAS), alternating, ROUNDS times; and
+# OMP_WAIT_POLICY=PASSIVE, and the OpenBLAS the benchmark's binary loads,
+# through LD_LIBRARY_PATH: Debian's torch takes libblas.so.3 from it; with
+# OpenBLAS's OpenMP build PyTorch's 124M step on 2 threads took 1533 and
+# 1901 ms against 1679 and 2008 with the pthreads one, 2026-11-26),
+# alternating, ROUNDS times; and
 # on 2 ranks (2x1x1x1, 1x2x1x1, 1x1x2x1, 1x1x1x2). Each run is the median of
 # REPS steps after 2 warm-up steps; the table printed gives the median over
 # rounds and the ratio PyTorch / fourfold (> 1: fourfold faster). With
@@ -67,7 +71,8 @@ ff() { # label grid ranks threads model-args
 pt() { # label threads model-args (V padded as fourfold pads it)
     label=$1 th=$2
     shift 2
-    OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=$th "$PY" bench/gpt_torch_bench.py --threads "$th" --warmup 2 \
+    LD_LIBRARY_PATH=${blas:+$(dirname "$blas")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+        OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=$th "$PY" bench/gpt_torch_bench.py --threads "$th" --warmup 2 \
         --iters "$REPS" "$@" 2>&1 | grep '^{' | sed "s/^{/{\"label\":\"$label\",/" |
         tee -a "$OUT.tmp" | sed 's/.*"median_ms": *\([0-9.]*\).*/\1/'
 }

@@ -42,8 +42,8 @@ void ff_ctx_device_work(const ff_ctx *ctx, long long *gpu, long long *cpu)
  * huge page's worth stays on small pages rather than costing up to 2 MiB
  * more per buffer. The streaming passes over the parameters, gradients and
  * moments miss the TLB on every 4 KiB page otherwise: AdamW over 124M
- * parameters took 138 ms in a training step against 77-94 ms on huge pages
- * (docs/results.md, "Huge pages"). The mappings are listed so that
+ * parameters took 138 ms in a training step against 77-95 ms on huge pages
+ * (docs/results.md, "One pool of threads, huge pages"). The mappings are listed so that
  * ff_fbuf_free can tell them from calloc's. The sanitizer build keeps
  * calloc, whose buffers AddressSanitizer guards (redzones, leaks). */
 #define HUGE_PAGE  ((size_t)2 << 20)

@@ -74,11 +74,13 @@ typedef struct {
     int a2a_window;
     ff_volume_rule volume; /* FF_STRICT_VOLUME=1 or 0 */
     int ignore_env;        /* 1: unset fields take the built-in defaults */
-    /* This rank's compute threads, for the BLAS (process-wide: the last
-     * context created sets it) and for the element-wise work alike
-     * (docs/design.md §8); results do not depend on it. 0: unset, one
-     * thread (the BLAS is set to one thread too: OpenBLAS's OpenMP build
-     * would otherwise use every core in every rank). */
+    /* This rank's compute threads, for the BLAS (process-wide with
+     * OpenBLAS's pthreads build; with its OpenMP build, OpenMP's thread
+     * count of the thread that creates the context, which OpenBLAS follows:
+     * the last context created sets it) and for the element-wise work
+     * alike (docs/design.md §8); results do not depend on it. 0: unset,
+     * one thread (the BLAS is set to one thread too: OpenBLAS's OpenMP
+     * build would otherwise use every core in every rank). */
     int threads;
     /* FF_DEVICE: where the model computes, "cpu" (unset) or "cuda" (a build
      * with -DFF_CUDA=ON: one GPU per rank, the node's GPUs shared round

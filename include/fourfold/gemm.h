@@ -82,8 +82,9 @@ void ff_blas_set_threads(int n);
  * only between runs with the same kernels. */
 const char *ff_blas_core(void);
 /* How the loaded OpenBLAS runs its threads: "openmp", "pthreads" or
- * "sequential". With "openmp" (or "sequential") a context's element-wise
- * work runs on OpenMP too, sharing the BLAS's threads (ff_ctx_team). */
+ * "sequential". With "openmp" (or "sequential"), in a library built with
+ * OpenMP (FF_OPENMP), a context's element-wise work runs on OpenMP too,
+ * sharing the BLAS's threads (ff_ctx_team). */
 const char *ff_blas_threading(void);
 /* Sustained sgemm rate (FLOP/s) of C(m,n) = A(m,k) B(k,n) with `threads`
  * BLAS threads: the median of runs totalling at least min_seconds (at least
