@@ -91,6 +91,12 @@ static void test_good(void)
     CHECK(p.precision == FF_PLAN_BF16_MIXED, "precision: %d", p.precision);
     good("precision fp32", HEAD REQ ",\"precision\":\"fp32\"}", &p);
     CHECK(p.precision == FF_PLAN_FP32, "precision fp32: %d", p.precision);
+    /* the GEMM call time and the fused attention kernel (default 0, 0) */
+    CHECK(p.gemm_call_s == 0 && p.attention_fused == 0, "defaults: call %g s, fused %d",
+          p.gemm_call_s, p.attention_fused);
+    good("call time, fused attention", HEAD REQ ",\"gemm_call_s\":6e-6,\"attention_fused\":1}", &p);
+    CHECK(p.gemm_call_s == 6e-6 && p.attention_fused == 1, "call %g s, fused %d", p.gemm_call_s,
+          p.attention_fused);
     /* the GPU presets plan bf16-mixed, this machine fp32 */
     const char *const presets[] = {"perlmutter", "frontier", "alps", "this"};
     for (int i = 0; i < 4; i++) {
@@ -137,6 +143,10 @@ static void test_bad(void)
         "\"beta_inter_Bps\":1}",
         FF_EINVAL, "expected an integer");
     bad("overlap above 1", HEAD REQ ",\"intra_overlap\":1.5}", FF_EINVAL, "\"intra_overlap\"");
+    bad("negative call time", HEAD REQ ",\"gemm_call_s\":-1e-6}", FF_EINVAL, "\"gemm_call_s\"");
+    bad("fused attention 2", HEAD REQ ",\"attention_fused\":2}", FF_EINVAL, "\"attention_fused\"");
+    bad("fused attention 0.5", HEAD REQ ",\"attention_fused\":0.5}", FF_EINVAL,
+        "expected an integer");
     bad("precision fp16", HEAD REQ ",\"precision\":\"fp16\"}", FF_EINVAL,
         "\"precision\" \"fp16\": expected \"fp32\" or \"bf16-mixed\"");
     bad("precision a number", HEAD REQ ",\"precision\":16}", FF_EINVAL,

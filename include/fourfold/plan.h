@@ -98,8 +98,14 @@ typedef struct {
     /* optional keys, the planner's own (defaults in docs/planner.md) */
     double mem_Bps;       /* memory bandwidth of one rank, for elementwise work */
     double gemm_half_dim; /* h in the GEMM efficiency 1/(1 + h/m + h/n + h/k) */
+    double gemm_call_s;   /* fixed time of one GEMM call (launch, tail), 0 on a CPU */
     int cores_per_node;   /* 0: a rank never shares a core; else ranks share cores */
     double intra_overlap; /* 1: intra-node transfers run beside compute; 0: they are CPU copies */
+    /* 1: attention is one fused kernel whose scores never leave the chip
+     * (FlashAttention): no passes over the T x T scores in memory, and only
+     * a row's log-sum-exp kept for the backward. 0: the scores are written
+     * and kept, as fourfold's CPU engine does. */
+    int attention_fused;
     ff_axonn_table axonn_table;
     /* the number formats the machine's runs train in, what ff_plan_config's
      * automatic precision plans for: FF_PLAN_FP32 (0, a CPU like this

@@ -366,6 +366,12 @@ static double gemm_efficiency(const ff_profile *p, int64_t m, int64_t n, int64_t
     return 1.0 / (1.0 + h / (double)m + h / (double)n + h / (double)k);
 }
 
+double plan_gemm_time(const ff_profile *p, double rate, double flops, int64_t m, int64_t n,
+                      int64_t k, int calls)
+{
+    return calls * p->gemm_call_s + flops / (rate * gemm_efficiency(p, m, n, k));
+}
+
 /* ---- checks ---- */
 
 int plan_check_divides(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r)
@@ -454,6 +460,7 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
     s->cac = cfg->cac != 0; /* (every checkpointed block, dense or not) */
     s->keep = 1.0 - cfg->sparsity;
     s->samo = cfg->samo && cfg->sparsity > 0;
+    s->fused_attn = cfg->machine.attention_fused != 0;
 }
 
 /* Memory of one rank, bytes, for the shape's checkpointing and AG cache
@@ -540,9 +547,10 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
     /* per block: ln1, projection output, residual, ln2, MLP output, residual
      * in layout Y (6C/Gy); qkv, attention output, MLP hidden before and after
      * GELU in layout X (12C/Gx); 4 LayerNorm statistics per row; the
-     * attention probabilities of the rank's heads (T x T per head) */
+     * attention probabilities of the rank's heads (T x T per head), or with
+     * a fused kernel each row's log-sum-exp (T per head) */
     double heads = (double)s->b_mb * (double)(s->NH / s->g.x);
-    double attn = heads * (double)s->T * (double)s->T;
+    double attn = heads * (double)s->T * (s->fused_attn ? 1.0 : (double)s->T);
     /* what every block keeps, and a dense block's MLP hidden (8C/Gx) */
     double common = m * (6 * C / gy + 4 * C / gx + 4) + attn, mlp = m * 8 * C / gx;
     double block_acts = common + mlp;
@@ -770,7 +778,8 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             /* a product in column slices (the collective matmul's shards)
              * runs at the efficiency of a slice's thinner shape */
             int64_t n = op->slices > 1 ? op->n / op->slices : op->n;
-            t = op->work / (tl->rate * gemm_efficiency(p, op->m, n > 0 ? n : 1, op->k));
+            t = plan_gemm_time(p, tl->rate, op->work, op->m, n > 0 ? n : 1, op->k,
+                               op->slices > 1 ? op->slices : 1);
             if (op->kind == OP_GEMM)
                 r->gemm_s += t;
             else

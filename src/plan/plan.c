@@ -102,7 +102,8 @@ static int check_profile(const ff_profile *p, char *err, size_t len)
                                "machine %s: memory, rates and bandwidths must be positive",
                                p->name);
     if (!(p->alpha_intra_s >= 0) || !(p->alpha_inter_s >= 0) || !(p->gemm_half_dim >= 0) ||
-        !(p->intra_overlap >= 0 && p->intra_overlap <= 1) || p->cores_per_node < 0)
+        !(p->gemm_call_s >= 0) || !(p->intra_overlap >= 0 && p->intra_overlap <= 1) ||
+        p->cores_per_node < 0 || (p->attention_fused != 0 && p->attention_fused != 1))
         return ff_format_error(err, len, FF_EINVAL,
                                "machine %s: a latency or option is out of range", p->name);
     if (p->precision != FF_PLAN_FP32 && p->precision != FF_PLAN_BF16_MIXED)

@@ -108,6 +108,7 @@ typedef struct {
     double keep;
     int samo;
     int64_t cap, R, ch;
+    int fused_attn; /* the machine's attention_fused */
 } plan_shape;
 
 /* 1 if block l of the shape is a mixture of experts. */
@@ -202,6 +203,11 @@ int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan
 /* The GEMM rate of one rank where `busy_ranks` ranks compute at once on
  * a node: they share its cores_per_node cores, if the profile has them. */
 double plan_gemm_rate(const ff_profile *p, double busy_ranks);
+/* Seconds of `calls` GEMM calls doing `flops` in all on (m x k)(k x n)
+ * products at `rate`: calls * gemm_call_s + flops / (rate * efficiency),
+ * the efficiency 1 / (1 + h/m + h/n + h/k) of the profile's h. */
+double plan_gemm_time(const ff_profile *p, double rate, double flops, int64_t m, int64_t n,
+                      int64_t k, int calls);
 /* Adds the calls and bytes of rank 0 in ops (its collectives and p2p) to
  * r. -1 if out of memory. */
 int plan_count_traffic(const ff_plan_config *cfg, plan_ops *ops, ff_dims g, ff_plan_result *r);

@@ -48,9 +48,25 @@ static void add_bw(ff_profile *p, int inner, int size, double gbps)
  * book (github.com/stas00/ml-engineering, compute/accelerator/README.md,
  * the best mean rate over a search of bf16 shapes) is 271.2 for an A100
  * SXM, 828.6 for a GH200 and, with the later ROCm 6.2, 147.0 for an MI250X
- * GCD (docs/planner.md, "Presets"). Intra-node bandwidths are the ones
- * AxoNN's tool uses (GB/s by stride and group size); the rest are
- * assumptions stated in docs/planner.md. */
+ * GCD (docs/planner.md, "Presets").
+ *
+ * Below that rate, a product of (m x k)(k x n) takes gemm_call_s + its
+ * flops / (rate / (1 + h/m + h/n + h/k)). h and gemm_call_s are fitted
+ * (bench/gemm_shape_fit.py) to OpenXLA's published per-shape table of bf16
+ * GEMM rates (github.com/openxla/xla,
+ * xla/service/gpu/model/default_matmul_perf_table.txtpb, 125 shapes of 256
+ * to 4096 per side, read at commit dc66032216): on an H100 ("sm_90", at its
+ * MAMF of 794.5) h = 52 and 6 us per call leave a median error of 6.6 %.
+ * Alps' GH200 is the same GPU; the A100 is its predecessor with the same
+ * library and fewer SMs (it fills at smaller shapes, so h = 52 errs on the
+ * slow side). The table has no MI250X: for MI300X ("gfx942", at its 668.4)
+ * h = 204 and 6.5 us per call; an MI250X GCD has 110 compute units to the
+ * MI300X's 304, so a product fills it with sqrt(110/304) = 0.6 of the sides
+ * (h about 125): Frontier keeps 128. docs/planner.md, "Calibrating the GEMM
+ * curve", has the fits and how far the predictions move with h.
+ *
+ * Intra-node bandwidths are the ones AxoNN's tool uses (GB/s by stride and
+ * group size); the rest are assumptions stated in docs/planner.md. */
 static void perlmutter(ff_profile *p)
 {
     set_common(p, "perlmutter");
@@ -66,8 +82,12 @@ static void perlmutter(ff_profile *p)
     add_bw(p, 1, 4, 225);
     add_bw(p, 2, 2, 76);
     p->mem_Bps = 1.555e12;
-    p->gemm_half_dim = 128;
+    p->gemm_half_dim = 52;
+    p->gemm_call_s = 6e-6;
     p->intra_overlap = 1;
+    /* the paper's runs here used Megatron-LM's model code, whose default
+     * softmax kernel writes the scores (FlashAttention only on request) */
+    p->attention_fused = 0;
     p->precision = FF_PLAN_BF16_MIXED;
     p->axonn_table = FF_AXONN_TABLE_PERLMUTTER;
 }
@@ -91,7 +111,9 @@ static void frontier(ff_profile *p)
     add_bw(p, 4, 2, 36);
     p->mem_Bps = 1.6e12;
     p->gemm_half_dim = 128;
+    p->gemm_call_s = 6.5e-6;
     p->intra_overlap = 1;
+    p->attention_fused = 1; /* LitGPT's runs: PyTorch's fused attention */
     p->precision = FF_PLAN_BF16_MIXED;
     p->axonn_table = FF_AXONN_TABLE_FRONTIER;
 }
@@ -108,8 +130,10 @@ static void alps(ff_profile *p)
     p->alpha_inter_s = 10e-6;
     p->beta_inter_Bps = 4 * 25e9;
     p->mem_Bps = 4.0e12;
-    p->gemm_half_dim = 128;
+    p->gemm_half_dim = 52;
+    p->gemm_call_s = 6e-6;
     p->intra_overlap = 1;
+    p->attention_fused = 1;
     p->precision = FF_PLAN_BF16_MIXED;
 }
 
@@ -199,7 +223,9 @@ static const key_spec keys[FF_PK_COUNT] = {
     [FF_PK_INTRA_BW] = {"intra_bw", K_BW, 0, 1, 0, 0, 0},
     [FF_PK_MEM_BPS] = {"mem_Bps", K_NUMBER, 0, 2, 0, 1e16, 1},
     [FF_PK_GEMM_HALF_DIM] = {"gemm_half_dim", K_NUMBER, 0, 2, 0, 1e6, 0},
+    [FF_PK_GEMM_CALL_S] = {"gemm_call_s", K_NUMBER, 0, 2, 0, 1, 0},
     [FF_PK_INTRA_OVERLAP] = {"intra_overlap", K_NUMBER, 0, 2, 0, 1, 0},
+    [FF_PK_ATTENTION_FUSED] = {"attention_fused", K_INT, 0, 2, 0, 1, 0},
     [FF_PK_PRECISION] = {"precision", K_STRING, 0, 2, 0, 0, 0},
     [FF_PK_REDUCE_BPS] = {"reduce_Bps", K_NUMBER, 0, 3, 0, 1e16, 0},
     [FF_PK_SMALL_MAX_INTRA] = {"small_max_intra_B", K_NUMBER, 0, 4, 0, 1e15, 0},
@@ -655,9 +681,11 @@ int ff_profile_doc_machine(const ff_profile_doc *d, ff_profile *out, char *err, 
      * OpenBLAS-like efficiency, intra-node transfers are CPU copies */
     p.mem_Bps = has[FF_PK_MEM_BPS] ? v[FF_PK_MEM_BPS] : p.gemm_flops / 16;
     p.gemm_half_dim = has[FF_PK_GEMM_HALF_DIM] ? v[FF_PK_GEMM_HALF_DIM] : 32;
+    p.gemm_call_s = v[FF_PK_GEMM_CALL_S]; /* (absent: 0) */
     p.cores_per_node = (int)v[FF_PK_CORES_PER_NODE];
     p.intra_overlap = has[FF_PK_INTRA_OVERLAP] ? v[FF_PK_INTRA_OVERLAP] : 0;
-    p.precision = (int)v[FF_PK_PRECISION]; /* (absent: fp32) */
+    p.attention_fused = (int)v[FF_PK_ATTENTION_FUSED]; /* (absent: 0) */
+    p.precision = (int)v[FF_PK_PRECISION];             /* (absent: fp32) */
     p.axonn_table = FF_AXONN_TABLE_NONE;
     *out = p;
     return FF_OK;
@@ -681,7 +709,11 @@ void ff_profile_doc_from_machine(ff_profile_doc *d, const ff_profile *p)
         d->intra_bw[d->n_intra_bw++] = p->intra_bw[i];
     ff_profile_doc_set(d, FF_PK_MEM_BPS, p->mem_Bps);
     ff_profile_doc_set(d, FF_PK_GEMM_HALF_DIM, p->gemm_half_dim);
+    if (p->gemm_call_s > 0) /* (a CPU's profile stays as it was) */
+        ff_profile_doc_set(d, FF_PK_GEMM_CALL_S, p->gemm_call_s);
     ff_profile_doc_set(d, FF_PK_INTRA_OVERLAP, p->intra_overlap);
+    if (p->attention_fused)
+        ff_profile_doc_set(d, FF_PK_ATTENTION_FUSED, p->attention_fused);
     ff_profile_doc_set(d, FF_PK_PRECISION, p->precision);
 }
 

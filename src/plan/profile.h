@@ -43,7 +43,9 @@ typedef enum {
     FF_PK_INTRA_BW, /* list */
     FF_PK_MEM_BPS,
     FF_PK_GEMM_HALF_DIM,
+    FF_PK_GEMM_CALL_S,
     FF_PK_INTRA_OVERLAP,
+    FF_PK_ATTENTION_FUSED,
     FF_PK_PRECISION,  /* "fp32" or "bf16-mixed" (stored as FF_PLAN_FP32 or FF_PLAN_BF16_MIXED) */
     FF_PK_REDUCE_BPS, /* the collective model's own (docs/collectives.md) */
     FF_PK_SMALL_MAX_INTRA,
