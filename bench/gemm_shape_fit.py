@@ -22,11 +22,13 @@ Input, either
     matmul_interpolator_data.h that embeds it): pick the GPU with --arch
     (sm_90, gfx942, ...) and the number format with --dtype (default bf16).
 
-docs/planner.md ("Calibrating the GEMM curve") gives the fits of the presets.
-Uses the standard library only.
+A shape listed twice keeps its later entry. The last line is the fit as
+JSON. docs/planner.md ("Calibrating the GEMM curve") gives the fits of the
+presets. Uses the standard library only.
 """
 import argparse
 import csv
+import json
 import math
 import re
 import sys
@@ -59,6 +61,14 @@ def parse_textproto(text):
     return block()
 
 
+def dedupe(rows):
+    """(b, m, n, k, flops) rows, a shape listed twice keeping its later entry."""
+    last = {}
+    for r in rows:
+        last[r[:4]] = r
+    return list(last.values())
+
+
 def rows_from_xla(text, arch, dtype):
     start = text.find('R"pb(')  # the header that embeds the table
     if start >= 0:
@@ -80,22 +90,31 @@ def rows_from_xla(text, arch, dtype):
                 if k != "flops":
                     continue
                 d = dict(f)
-                if d["key"].lower().startswith(dtype.lower() + "x" + dtype.lower() + "->" + dtype.lower()):
-                    rows.append((int(shape.get("b", 1)), int(shape["m"]), int(shape["n"]), int(shape["k"]), d["value"]))
+                want = "%sx%s->%s" % (dtype, dtype, dtype)
+                if d["key"].lower() == want.lower():
+                    dims = (int(shape.get("b", 1)), int(shape["m"]), int(shape["n"]), int(shape["k"]))
+                    rows.append(dims + (d["value"],))
     if not rows:
-        sys.exit("gemm_shape_fit: no %s rows for arch %s (the table has: %s)" % (dtype, arch, ", ".join(map(str, archs))))
+        sys.exit("gemm_shape_fit: no %s rows for arch %s (the table has: %s)"
+                 % (dtype, arch, ", ".join(map(str, archs))))
     return rows
 
 
 def rows_from_csv(path, dtype):
     rows = []
     with open(path) as f:
-        for r in csv.DictReader(f):
-            if dtype and "dtype" in r and not r["dtype"].lower().startswith(dtype.lower()):
+        reader = csv.DictReader(f, skipinitialspace=True)
+        reader.fieldnames = [name.strip().lower() for name in reader.fieldnames or []]
+        missing = [c for c in ("m", "n", "k", "flops") if c not in reader.fieldnames]
+        if missing:
+            sys.exit("gemm_shape_fit: %s: the header lacks %s" % (path, ", ".join(missing)))
+        for r in reader:
+            if "dtype" in r and r["dtype"].strip().lower() != dtype.lower():
                 continue
-            rows.append((int(r.get("b") or 1), int(r["m"]), int(r["n"]), int(r["k"]), float(r["flops"])))
+            b = int(r.get("b") or 1)
+            rows.append((b, int(r["m"]), int(r["n"]), int(r["k"]), float(r["flops"])))
     if not rows:
-        sys.exit("gemm_shape_fit: no rows in %s" % path)
+        sys.exit("gemm_shape_fit: no %s rows in %s" % (dtype, path))
     return rows
 
 
@@ -134,20 +153,35 @@ def main():
     ap.add_argument("--arch", default="sm_90", help="the GPU of an OpenXLA table (default sm_90)")
     ap.add_argument("--dtype", default="bf16", help="number format (default bf16)")
     ap.add_argument("--batched", action="store_true", help="keep b > 1 rows, as b*m rows")
-    ap.add_argument("--check", nargs=2, type=float, metavar=("H", "CALL_S"), action="append", default=[],
-                    help="also print the errors of this h and gemm_call_s")
+    ap.add_argument("--check", nargs=2, type=float, metavar=("H", "CALL_S"), action="append",
+                    default=[], help="also print the errors of this h and gemm_call_s")
     a = ap.parse_args()
+    if a.rate < 1e9:
+        sys.exit("gemm_shape_fit: --rate is in FLOP/s (e.g. 7.945e14), not %g" % a.rate)
     text = open(a.table).read()
     if "entries" in text and "{" in text:
         rows = rows_from_xla(text, a.arch, a.dtype)
     else:
         rows = rows_from_csv(a.table, a.dtype)
+    rows = dedupe(rows)
     shapes = [(b * m if a.batched else m, n, k, f) for b, m, n, k, f in rows if a.batched or b == 1]
+    if not shapes:
+        sys.exit("gemm_shape_fit: no single products (b = 1) in the table; --batched keeps the others")
     h, c = fit(shapes, a.rate)
+    err = errors(shapes, a.rate, h, c)
     print("%d shapes, gemm_flops %.4g" % (len(shapes), a.rate))
-    print("fit: gemm_half_dim %g, gemm_call_s %.3g: %s" % (h, c, summary(errors(shapes, a.rate, h, c))))
+    print("fit: gemm_half_dim %g, gemm_call_s %.3g: %s" % (h, c, summary(err)))
+    worst = max(range(len(err)), key=lambda i: abs(err[i]))
+    m, n, k, f = shapes[worst]
+    print("largest error: %dx%dx%d, measured %.4g FLOP/s, predicted %.4g"
+          % (m, n, k, f, predict(a.rate, h, c, m, n, k)))
     for ch, cc in a.check:
         print("h %g, gemm_call_s %.3g: %s" % (ch, cc, summary(errors(shapes, a.rate, ch, cc))))
+    mags = sorted(abs(e) for e in err)
+    median = mags[(len(mags) - 1) // 2]
+    print(json.dumps({"bench": "gemm_shape_fit", "shapes": len(shapes), "gemm_flops": a.rate,
+                      "gemm_half_dim": h, "gemm_call_s": c, "median_abs_error": median,
+                      "max_abs_error": mags[-1]}))
 
 
 if __name__ == "__main__":

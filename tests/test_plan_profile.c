@@ -232,7 +232,9 @@ static void test_files(void)
                    a.beta_inter_Bps == b.beta_inter_Bps && a.n_intra_bw == b.n_intra_bw &&
                    a.mem_Bps == b.mem_Bps && a.gemm_half_dim == b.gemm_half_dim &&
                    a.cores_per_node == b.cores_per_node && a.intra_overlap == b.intra_overlap &&
-                   a.precision == b.precision && b.axonn_table == FF_AXONN_TABLE_NONE;
+                   a.precision == b.precision && a.gemm_call_s == b.gemm_call_s &&
+                   a.attention_fused == b.attention_fused &&
+                   b.axonn_table == FF_AXONN_TABLE_NONE;
         for (int k = 0; same && k < a.n_intra_bw; k++)
             same = a.intra_bw[k].inner == b.intra_bw[k].inner &&
                    a.intra_bw[k].size == b.intra_bw[k].size &&

@@ -369,6 +369,8 @@ static double gemm_efficiency(const ff_profile *p, int64_t m, int64_t n, int64_t
 double plan_gemm_time(const ff_profile *p, double rate, double flops, int64_t m, int64_t n,
                       int64_t k, int calls)
 {
+    if (!(flops > 0))
+        return 0; /* an empty product (an expert without rows) is not called */
     return calls * p->gemm_call_s + flops / (rate * gemm_efficiency(p, m, n, k));
 }
 

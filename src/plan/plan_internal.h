@@ -205,7 +205,8 @@ int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan
 double plan_gemm_rate(const ff_profile *p, double busy_ranks);
 /* Seconds of `calls` GEMM calls doing `flops` in all on (m x k)(k x n)
  * products at `rate`: calls * gemm_call_s + flops / (rate * efficiency),
- * the efficiency 1 / (1 + h/m + h/n + h/k) of the profile's h. */
+ * the efficiency 1 / (1 + h/m + h/n + h/k) of the profile's h; 0 for no
+ * flops (no call). */
 double plan_gemm_time(const ff_profile *p, double rate, double flops, int64_t m, int64_t n,
                       int64_t k, int calls);
 /* Adds the calls and bytes of rank 0 in ops (its collectives and p2p) to

@@ -352,15 +352,17 @@ static void layernorm(sched *c, int backward)
  * A V on the lower triangle in blocks of FF_ATTENTION_ROWS queries (src/nn/
  * gpt_ops.c), (n + 1)/2n of the T^2 square for n blocks, so
  * 2 T^2 hd (n + 1)/n flops per head and sequence forward, twice that
- * backward. The softmax makes 3 passes over its T^2/2 scores in memory,
- * none in a fused kernel (the profile's attention_fused). */
+ * backward. The softmax makes 3 passes over its T^2/2 scores in memory.
+ * A fused kernel (the profile's attention_fused) makes none, and its
+ * backward recomputes the scores QKᵀ from the kept log-sum-exps: 2.5 times
+ * the forward's flops, as FlashAttention counts them. */
 static void attention_pass(sched *c, int backward)
 {
     const plan_shape *s = c->s;
     double heads = (double)s->b_mb * (double)(s->NH / c->gx);
     double blocks = ceil((double)s->T / FF_ATTENTION_ROWS);
     double fwd = heads * 2.0 * (double)s->T * (double)s->T * (double)s->hd * (blocks + 1) / blocks;
-    attention(c, backward ? 2 * fwd : fwd);
+    attention(c, backward ? (s->fused_attn ? 2.5 : 2) * fwd : fwd);
     if (!s->fused_attn) /* a fused kernel keeps its scores on the chip */
         elem(c, 3, heads * (double)s->T * (double)s->T / 2);
 }
