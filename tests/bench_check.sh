@@ -60,6 +60,9 @@ for key in ("memory_bytes", "gemm_flops", "peak_flops", "beta_intra_Bps", "beta_
             "reduce_Bps"):
     assert p[key] > 0 and math.isfinite(p[key]), key
 assert p["alpha_intra_s"] >= 0 and p["alpha_inter_s"] >= 0
+# the GEMM curve fitted to the measured shapes (gemm_call_s only when > 0)
+assert 0 <= p["gemm_half_dim"] <= 2000 and 0 <= p.get("gemm_call_s", 0) <= 30e-6, p
+assert p["fit"]["gemm"]["shapes"] == 9 and p["fit"]["gemm"]["max_rel"] >= 0, p["fit"]
 if k == 2:
     assert [(e["inner"], e["size"]) for e in p["intra_bw"]] == [(1, 2)], p["intra_bw"]
     assert p["intra_bw"][0]["Bps"] > 0 and p["fit"]["intra"]["measured"] is True

@@ -8,6 +8,7 @@
  * the round trip of a full profile with picks, both regimes, a "fit" and
  * unknown keys, 96 picks, and the merge into a collective model. Runs
  * without MPI. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,8 +234,7 @@ static void test_files(void)
                    a.mem_Bps == b.mem_Bps && a.gemm_half_dim == b.gemm_half_dim &&
                    a.cores_per_node == b.cores_per_node && a.intra_overlap == b.intra_overlap &&
                    a.precision == b.precision && a.gemm_call_s == b.gemm_call_s &&
-                   a.attention_fused == b.attention_fused &&
-                   b.axonn_table == FF_AXONN_TABLE_NONE;
+                   a.attention_fused == b.attention_fused && b.axonn_table == FF_AXONN_TABLE_NONE;
         for (int k = 0; same && k < a.n_intra_bw; k++)
             same = a.intra_bw[k].inner == b.intra_bw[k].inner &&
                    a.intra_bw[k].size == b.intra_bw[k].size &&
@@ -677,6 +677,36 @@ static void test_merge(void)
     printf("merge  %-40s ok\n", "absent keys, reduce_Bps 0, regimes, picks");
 }
 
+/* ff_profile_fit_gemm recovers a curve it could fit exactly: rates made by
+ * the planner's own time (plan_gemm_time's formula, written out here) for
+ * h = 40 and 3 us per call at 1e12 FLOP/s on 9 shapes, then for h = 0 and
+ * no call time (a flat CPU), each to the grid's exactness. */
+static void test_gemm_fit(void)
+{
+    const double truth[2][2] = {{40, 3e-6}, {0, 0}};
+    const int dims[9][3] = {{64, 1024, 1024},  {1024, 64, 1024},  {1024, 1024, 64},
+                            {64, 64, 64},      {256, 1024, 1024}, {1024, 256, 1024},
+                            {1024, 1024, 256}, {256, 256, 256},   {1024, 1024, 1024}};
+    for (int c = 0; c < 2; c++) {
+        double shapes[9][4], fitted[9], h, call, med, max;
+        for (int i = 0; i < 9; i++) {
+            double m = dims[i][0], n = dims[i][1], k = dims[i][2], w = 2 * m * n * k;
+            double eff = 1 / (1 + truth[c][0] / m + truth[c][0] / n + truth[c][0] / k);
+            shapes[i][0] = m, shapes[i][1] = n, shapes[i][2] = k;
+            shapes[i][3] = w / (truth[c][1] + w / (1e12 * eff));
+        }
+        ff_profile_fit_gemm((const double(*)[4])shapes, 9, 1e12, &h, &call, fitted, &med, &max);
+        printf("gemm fit: made with h %g, call %g s: fitted h %g, call %g s, largest error %.2g\n",
+               truth[c][0], truth[c][1], h, call, max);
+        CHECK(h == truth[c][0] && fabs(call - truth[c][1]) < 1e-15 && max < 1e-12 && med <= max,
+              "fit of h %g, call %g: got h %g, call %g, median %g, max %g", truth[c][0],
+              truth[c][1], h, call, med, max);
+        for (int i = 0; i < 9; i++)
+            CHECK(fabs(fitted[i] / shapes[i][3] - 1) < 1e-12, "shape %d: fitted %g, made %g", i,
+                  fitted[i], shapes[i][3]);
+    }
+}
+
 int main(void)
 {
     test_good();
@@ -686,5 +716,6 @@ int main(void)
     test_round_trip();
     test_capacity();
     test_merge();
+    test_gemm_fit();
     return test_finish("test_plan_profile");
 }

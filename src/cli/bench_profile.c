@@ -13,7 +13,10 @@
  *     groups of G ranks at stride P inside every node, all at once (the
  *     planner's placement-aware bandwidth, docs/design.md §6): bytes received per
  *     rank per second;
- *   gemm: sgemm 1024^3 with one thread on every rank at once.
+ *   gemm: sgemm 1024^3 with one thread on every rank at once (the profile's
+ *     gemm_flops), and 8 shapes with one or all three sides 64 or 256
+ *     (quick: 256^3 and 32, 64), whose rates fit the planner's GEMM curve
+ *     below it (gemm_half_dim, gemm_call_s; ff_profile_fit_gemm).
  * The fit (AutoDDL §3, plus the additions): a ring collective of p ranks on
  * blocks of B bytes takes s*alpha + s*B/beta + a*B/reduce with s = p-1 steps
  * (2(p-1) for all-reduce, B = n/p) and a = p-1 blocks added (0 for
@@ -84,6 +87,21 @@ static double time_additions(MPI_Comm world, int quick)
 
 /* Measured values are written to 6 significant digits: their noise is
  * larger, and the file stays readable. */
+/* One sgemm shape with one thread on every rank at once: the median rate
+ * over the ranks. */
+static double gemm_rate(MPI_Comm world, int size, int m, int n, int k, double seconds)
+{
+    MPI_Barrier(world);
+    double rate = ff_sgemm_rate(m, n, k, 1, seconds), med;
+    double *rates = malloc((size_t)size * sizeof *rates);
+    if (!rates)
+        MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
+    MPI_Allgather(&rate, 1, MPI_DOUBLE, rates, 1, MPI_DOUBLE, world);
+    med = ff_median(rates, size);
+    free(rates);
+    return med;
+}
+
 static double sig6(double v)
 {
     char t[32];
@@ -378,14 +396,7 @@ int cmd_bench_profile(int argc, char **argv)
 
     /* sgemm, every rank at once */
     int dim = quick ? 256 : 1024;
-    MPI_Barrier(world);
-    double rate = ff_sgemm_rate(dim, dim, dim, 1, quick ? 0.1 : 1.0), med;
-    double *rates = malloc((size_t)size * sizeof *rates);
-    if (!rates)
-        MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
-    MPI_Allgather(&rate, 1, MPI_DOUBLE, rates, 1, MPI_DOUBLE, world);
-    med = ff_median(rates, size);
-    free(rates);
+    double med = gemm_rate(world, size, dim, dim, dim, quick ? 0.1 : 1.0);
     cli_print("\n# sgemm %dx%dx%d, 1 thread, all ranks at once: %.2f GFLOP/s per rank (median), "
               "OpenBLAS core %s\n",
               dim, dim, dim, med * 1e-9, ff_blas_core());
@@ -393,10 +404,40 @@ int cmd_bench_profile(int argc, char **argv)
      * planner shares it among the ranks of a node that compute at once
      * (docs/planner.md, "Machine profiles"). Measured with more ranks than
      * cores on a node, each rank had cores/ranks of one. */
-    if (cores > 0 && g > cores) {
-        med *= (double)g / (double)cores;
+    double share = cores > 0 && g > cores ? (double)g / (double)cores : 1;
+    if (share > 1) {
+        med *= share;
         cli_print("# %d ranks shared %ld cores: %.2f GFLOP/s per rank on a core of its own\n", g,
                   cores, med * 1e-9);
+    }
+    /* the GEMM curve below that rate (gemm_half_dim, gemm_call_s): shapes
+     * with one or three sides thin, fitted as bench/gemm_shape_fit.py does */
+    const int thin[2] = {quick ? 32 : 64, quick ? 64 : 256};
+    double shapes[9][4];
+    int nshape = 0;
+    for (int t = 0; t < 2; t++) {
+        for (int side = 0; side < 3; side++) {
+            int d[3] = {dim, dim, dim};
+            d[side] = thin[t];
+            shapes[nshape][0] = d[0], shapes[nshape][1] = d[1], shapes[nshape][2] = d[2];
+            shapes[nshape++][3] =
+                share * gemm_rate(world, size, d[0], d[1], d[2], quick ? 0.05 : 0.3);
+        }
+        shapes[nshape][0] = shapes[nshape][1] = shapes[nshape][2] = thin[t];
+        shapes[nshape++][3] =
+            share * gemm_rate(world, size, thin[t], thin[t], thin[t], quick ? 0.05 : 0.3);
+    }
+    shapes[nshape][0] = shapes[nshape][1] = shapes[nshape][2] = dim, shapes[nshape++][3] = med;
+    double half_dim, call_s, fitted[9], gemm_med, gemm_max;
+    ff_profile_fit_gemm((const double(*)[4])shapes, nshape, med, &half_dim, &call_s, fitted,
+                        &gemm_med, &gemm_max);
+    cli_print("# GEMM curve: gemm_half_dim %g, gemm_call_s %.3g (median error %.1f %%, largest "
+              "%.1f %%)\n#%21s %12s %12s\n",
+              half_dim, call_s, 100 * gemm_med, 100 * gemm_max, "m x n x k", "GFLOP/s", "fitted");
+    for (int i = 0; i < nshape; i++) {
+        char shape[48];
+        snprintf(shape, sizeof shape, "%.0fx%.0fx%.0f", shapes[i][0], shapes[i][1], shapes[i][2]);
+        cli_print(" %21s %12.2f %12.2f\n", shape, shapes[i][3] * 1e-9, fitted[i] * 1e-9);
     }
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     double mem = pages > 0 && page > 0 ? (double)pages * (double)page / (g > 0 ? g : 1) : 0;
@@ -416,6 +457,9 @@ int cmd_bench_profile(int argc, char **argv)
         ff_profile_doc_set(&doc, FF_PK_MEMORY_BYTES, sig6(mem));
         ff_profile_doc_set(&doc, FF_PK_GEMM_FLOPS, sig6(med));
         ff_profile_doc_set(&doc, FF_PK_PEAK_FLOPS, sig6(med));
+        ff_profile_doc_set(&doc, FF_PK_GEMM_HALF_DIM, half_dim);
+        if (call_s > 0)
+            ff_profile_doc_set(&doc, FF_PK_GEMM_CALL_S, call_s);
         static const ff_profile_key level[2][5] = {
             {FF_PK_ALPHA_INTRA, FF_PK_BETA_INTRA, FF_PK_SMALL_MAX_INTRA, FF_PK_ALPHA_INTRA_SMALL,
              FF_PK_BETA_INTRA_SMALL},
@@ -443,7 +487,10 @@ int cmd_bench_profile(int argc, char **argv)
             .nodes = N,
             .iters = iters,
             .level = {{fit[0].ok, fit[0].n, fit[0].rms_rel, fit[0].max_rel},
-                      {fit[1].ok, fit[1].n, fit[1].rms_rel, fit[1].max_rel}}};
+                      {fit[1].ok, fit[1].n, fit[1].rms_rel, fit[1].max_rel}},
+            .gemm_shapes = nshape,
+            .gemm_median_rel = gemm_med,
+            .gemm_max_rel = gemm_max};
         if (ff_profile_doc_set_fit(&doc, &about) != FF_OK ||
             ff_profile_doc_save(out, &doc, err, sizeof err) != FF_OK) {
             fprintf(stderr, "fourfold: error: %s\n", err);
