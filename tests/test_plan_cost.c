@@ -626,6 +626,19 @@ static void test_gemm_curve(void)
           h, call, med, max);
 }
 
+/* The mini model on one rank of the round machine, batch 4 x 64 tokens,
+ * without checkpointing; its plan on 1x1x1x1 in *r. */
+static void mini_one_rank(ff_plan_config *cfg, ff_plan_result *r)
+{
+    char err[256];
+    ff_plan_config_default(cfg);
+    CHECK(ff_model_preset("mini", &cfg->model, err, sizeof err) == FF_OK, "%s", err);
+    round_machine(&cfg->machine, 1);
+    cfg->ranks = 1, cfg->batch = 4, cfg->seq = 64, cfg->checkpoint = 0;
+    const ff_dims g = {1, 1, 1, 1};
+    CHECK(ff_plan_evaluate(cfg, g, r, err, sizeof err) == FF_OK, "%s", err);
+}
+
 /* The per-call time: one GPT step's GEMM calls counted by hand. The mini
  * model (L = 4) on one rank, one micro-batch, no checkpointing: each block
  * makes 4 products forward (QKV, projection, MLP up, MLP down) and 2 per
@@ -640,14 +653,10 @@ static void test_gemm_curve(void)
 static void test_gemm_calls(void)
 {
     ff_plan_config cfg;
-    ff_plan_config_default(&cfg);
-    char err[256];
-    CHECK(ff_model_preset("mini", &cfg.model, err, sizeof err) == FF_OK, "%s", err);
-    round_machine(&cfg.machine, 1);
-    cfg.ranks = 1, cfg.batch = 4, cfg.seq = 64, cfg.checkpoint = 0;
-    const ff_dims g = {1, 1, 1, 1};
     ff_plan_result a, b;
-    CHECK(ff_plan_evaluate(&cfg, g, &a, err, sizeof err) == FF_OK, "%s", err);
+    char err[256];
+    const ff_dims g = {1, 1, 1, 1};
+    mini_one_rank(&cfg, &a);
     cfg.machine.gemm_call_s = 1e-3;
     CHECK(ff_plan_evaluate(&cfg, g, &b, err, sizeof err) == FF_OK, "%s", err);
     near("GEMM calls' time (51 calls of 1 ms)", b.gemm_s - a.gemm_s, 51e-3);
@@ -679,14 +688,10 @@ static void test_gemm_calls(void)
 static void test_attention_fused(void)
 {
     ff_plan_config cfg;
-    ff_plan_config_default(&cfg);
-    char err[256];
-    CHECK(ff_model_preset("mini", &cfg.model, err, sizeof err) == FF_OK, "%s", err);
-    round_machine(&cfg.machine, 1);
-    cfg.ranks = 1, cfg.batch = 4, cfg.seq = 64, cfg.checkpoint = 0;
-    const ff_dims g = {1, 1, 1, 1};
     ff_plan_result a, b;
-    CHECK(ff_plan_evaluate(&cfg, g, &a, err, sizeof err) == FF_OK, "%s", err);
+    char err[256];
+    const ff_dims g = {1, 1, 1, 1};
+    mini_one_rank(&cfg, &a);
     cfg.machine.attention_fused = 1;
     CHECK(ff_plan_evaluate(&cfg, g, &b, err, sizeof err) == FF_OK, "%s", err);
     near("elementwise time saved by fusing attention", a.elementwise_s - b.elementwise_s,
