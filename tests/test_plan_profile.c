@@ -680,31 +680,55 @@ static void test_merge(void)
 /* ff_profile_fit_gemm recovers a curve it could fit exactly: rates made by
  * the planner's own time (plan_gemm_time's formula, written out here) for
  * h = 40 and 3 us per call at 1e12 FLOP/s on 9 shapes, then for h = 0 and
- * no call time (a flat CPU), each to the grid's exactness. */
+ * no call time (a flat CPU), each to the grid's exactness (relative 1e-12):
+ * at the given rate, and with the rate found from the 1024^3 shape, as
+ * `bench profile` fits. Bad input is refused. */
 static void test_gemm_fit(void)
 {
     const double truth[2][2] = {{40, 3e-6}, {0, 0}};
     const int dims[9][3] = {{64, 1024, 1024},  {1024, 64, 1024},  {1024, 1024, 64},
                             {64, 64, 64},      {256, 1024, 1024}, {1024, 256, 1024},
                             {1024, 1024, 256}, {256, 256, 256},   {1024, 1024, 1024}};
-    for (int c = 0; c < 2; c++) {
-        double shapes[9][4], fitted[9], h, call, med, max;
+    double shapes[9][4], fitted[9], rate, h, call, med, max;
+    for (int c = 0; c < 4; c++) {
+        const double *t = truth[c / 2];
         for (int i = 0; i < 9; i++) {
             double m = dims[i][0], n = dims[i][1], k = dims[i][2], w = 2 * m * n * k;
-            double eff = 1 / (1 + truth[c][0] / m + truth[c][0] / n + truth[c][0] / k);
+            double eff = 1 / (1 + t[0] / m + t[0] / n + t[0] / k);
             shapes[i][0] = m, shapes[i][1] = n, shapes[i][2] = k;
-            shapes[i][3] = w / (truth[c][1] + w / (1e12 * eff));
+            shapes[i][3] = w / (t[1] + w / (1e12 * eff));
         }
-        ff_profile_fit_gemm((const double(*)[4])shapes, 9, 1e12, &h, &call, fitted, &med, &max);
-        printf("gemm fit: made with h %g, call %g s: fitted h %g, call %g s, largest error %.2g\n",
-               truth[c][0], truth[c][1], h, call, max);
-        CHECK(h == truth[c][0] && fabs(call - truth[c][1]) < 1e-15 && max < 1e-12 && med <= max,
-              "fit of h %g, call %g: got h %g, call %g, median %g, max %g", truth[c][0],
-              truth[c][1], h, call, med, max);
-        for (int i = 0; i < 9; i++)
+        int anchor = c % 2 ? 8 : -1;
+        rate = anchor < 0 ? 1e12 : 0;
+        int rc = ff_profile_fit_gemm((const double(*)[4])shapes, 9, anchor, &rate, &h, &call,
+                                     fitted, &med, &max);
+        printf("gemm fit: made with h %g, call %g s, rate 1e12%s: h %g, call %g s, rate %.12g, "
+               "largest error %.2g (tolerance 1e-12)\n",
+               t[0], t[1], anchor < 0 ? " (given)" : " (found from 1024^3)", h, call, rate, max);
+        CHECK(rc == FF_OK && h == t[0] && fabs(call - t[1]) < 1e-15 &&
+                  fabs(rate / 1e12 - 1) < 1e-12 && max < 1e-12 && med <= max,
+              "fit of h %g, call %g: got rc %d, h %g, call %g, rate %g, median %g, max %g", t[0],
+              t[1], rc, h, call, rate, med, max);
+        for (int i = 0; rc == FF_OK && i < 9; i++)
             CHECK(fabs(fitted[i] / shapes[i][3] - 1) < 1e-12, "shape %d: fitted %g, made %g", i,
                   fitted[i], shapes[i][3]);
     }
+    rate = 1e12;
+    CHECK(ff_profile_fit_gemm((const double(*)[4])shapes, 0, -1, &rate, &h, &call, NULL, NULL,
+                              NULL) == FF_EINVAL,
+          "no shapes accepted");
+    shapes[3][3] = 0; /* a failed measurement */
+    CHECK(ff_profile_fit_gemm((const double(*)[4])shapes, 9, 8, &rate, &h, &call, NULL, NULL,
+                              NULL) == FF_EINVAL,
+          "a rate of 0 accepted");
+    shapes[3][3] = 1e11, shapes[3][1] = 0;
+    CHECK(ff_profile_fit_gemm((const double(*)[4])shapes, 9, 8, &rate, &h, &call, NULL, NULL,
+                              NULL) == FF_EINVAL,
+          "a side of 0 accepted");
+    rate = NAN, shapes[3][1] = 64;
+    CHECK(ff_profile_fit_gemm((const double(*)[4])shapes, 9, -1, &rate, &h, &call, NULL, NULL,
+                              NULL) == FF_EINVAL,
+          "a rate of NaN accepted");
 }
 
 int main(void)

@@ -13,10 +13,11 @@
  *     groups of G ranks at stride P inside every node, all at once (the
  *     planner's placement-aware bandwidth, docs/design.md §6): bytes received per
  *     rank per second;
- *   gemm: sgemm 1024^3 with one thread on every rank at once (the profile's
- *     gemm_flops), and 8 shapes with one or all three sides 64 or 256
- *     (quick: 256^3 and 32, 64), whose rates fit the planner's GEMM curve
- *     below it (gemm_half_dim, gemm_call_s; ff_profile_fit_gemm).
+ *   gemm: sgemm 1024^3 (quick: 256^3) with one thread on every rank at
+ *     once, and 8 shapes with one or all three sides 64 or 256 (quick: 32
+ *     or 64), whose rates fit the planner's GEMM curve (gemm_half_dim,
+ *     gemm_call_s; ff_profile_fit_gemm) and the large-shape rate it
+ *     approaches (gemm_flops, which predicts the 1024^3 rate measured).
  * The fit (AutoDDL §3, plus the additions): a ring collective of p ranks on
  * blocks of B bytes takes s*alpha + s*B/beta + a*B/reduce with s = p-1 steps
  * (2(p-1) for all-reduce, B = n/p) and a = p-1 blocks added (0 for
@@ -85,8 +86,6 @@ static double time_additions(MPI_Comm world, int quick)
     return med > 0 ? (double)(n * sizeof(float)) / med : 0;
 }
 
-/* Measured values are written to 6 significant digits: their noise is
- * larger, and the file stays readable. */
 /* One sgemm shape with one thread on every rank at once: the median rate
  * over the ranks. */
 static double gemm_rate(MPI_Comm world, int size, int m, int n, int k, double seconds)
@@ -102,6 +101,8 @@ static double gemm_rate(MPI_Comm world, int size, int m, int n, int k, double se
     return med;
 }
 
+/* Measured values are written to 6 significant digits: their noise is
+ * larger, and the file stays readable. */
 static double sig6(double v)
 {
     char t[32];
@@ -410,8 +411,12 @@ int cmd_bench_profile(int argc, char **argv)
         cli_print("# %d ranks shared %ld cores: %.2f GFLOP/s per rank on a core of its own\n", g,
                   cores, med * 1e-9);
     }
-    /* the GEMM curve below that rate (gemm_half_dim, gemm_call_s): shapes
-     * with one or three sides thin, fitted as bench/gemm_shape_fit.py does */
+    /* the GEMM curve (gemm_half_dim, gemm_call_s): shapes with one or three
+     * sides thin, the search bench/gemm_shape_fit.py runs, and the large-
+     * shape rate the curve approaches (gemm_flops) the one that predicts
+     * the dim^3 shape as measured. Every rate is scaled by the cores' share,
+     * as dim^3's (small shapes are likely less slowed by sharing, which
+     * would make the fit too flat where ranks outnumber cores). */
     const int thin[2] = {quick ? 32 : 64, quick ? 64 : 256};
     double shapes[9][4];
     int nshape = 0;
@@ -428,16 +433,25 @@ int cmd_bench_profile(int argc, char **argv)
             share * gemm_rate(world, size, thin[t], thin[t], thin[t], quick ? 0.05 : 0.3);
     }
     shapes[nshape][0] = shapes[nshape][1] = shapes[nshape][2] = dim, shapes[nshape++][3] = med;
-    double half_dim, call_s, fitted[9], gemm_med, gemm_max;
-    ff_profile_fit_gemm((const double(*)[4])shapes, nshape, med, &half_dim, &call_s, fitted,
-                        &gemm_med, &gemm_max);
-    cli_print("# GEMM curve: gemm_half_dim %g, gemm_call_s %.3g (median error %.1f %%, largest "
-              "%.1f %%)\n#%21s %12s %12s\n",
-              half_dim, call_s, 100 * gemm_med, 100 * gemm_max, "m x n x k", "GFLOP/s", "fitted");
-    for (int i = 0; i < nshape; i++) {
-        char shape[48];
-        snprintf(shape, sizeof shape, "%.0fx%.0fx%.0f", shapes[i][0], shapes[i][1], shapes[i][2]);
-        cli_print(" %21s %12.2f %12.2f\n", shape, shapes[i][3] * 1e-9, fitted[i] * 1e-9);
+    double gemm_flops = med, half_dim = 0, call_s = 0, fitted[9], gemm_med = 0, gemm_max = 0;
+    int curve = ff_profile_fit_gemm((const double(*)[4])shapes, nshape, nshape - 1, &gemm_flops,
+                                    &half_dim, &call_s, fitted, &gemm_med, &gemm_max) == FF_OK;
+    if (!curve) {
+        gemm_flops = med;
+        cli_print("# GEMM curve: not fitted (a shape's rate is not positive)\n");
+    } else {
+        cli_print("# GEMM curve: gemm_flops %.2f GFLOP/s, gemm_half_dim %g, gemm_call_s %.3g%s "
+                  "(median error %.1f %%, largest %.1f %%)\n"
+                  "#%21s %12s %12s   (per rank on a core of its own)\n",
+                  gemm_flops * 1e-9, half_dim, call_s,
+                  half_dim >= 2000 || call_s >= 30e-6 ? ", at the search's edge" : "",
+                  100 * gemm_med, 100 * gemm_max, "m x n x k", "GFLOP/s", "fitted");
+        for (int i = 0; i < nshape; i++) {
+            char shape[48];
+            snprintf(shape, sizeof shape, "%.0fx%.0fx%.0f", shapes[i][0], shapes[i][1],
+                     shapes[i][2]);
+            cli_print(" %21s %12.2f %12.2f\n", shape, shapes[i][3] * 1e-9, fitted[i] * 1e-9);
+        }
     }
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     double mem = pages > 0 && page > 0 ? (double)pages * (double)page / (g > 0 ? g : 1) : 0;
@@ -455,10 +469,11 @@ int cmd_bench_profile(int argc, char **argv)
         ff_profile_doc_set(&doc, FF_PK_RANKS_PER_NODE, g);
         ff_profile_doc_set(&doc, FF_PK_CORES_PER_NODE, (double)cores);
         ff_profile_doc_set(&doc, FF_PK_MEMORY_BYTES, sig6(mem));
-        ff_profile_doc_set(&doc, FF_PK_GEMM_FLOPS, sig6(med));
-        ff_profile_doc_set(&doc, FF_PK_PEAK_FLOPS, sig6(med));
-        ff_profile_doc_set(&doc, FF_PK_GEMM_HALF_DIM, half_dim);
-        if (call_s > 0)
+        ff_profile_doc_set(&doc, FF_PK_GEMM_FLOPS, sig6(gemm_flops));
+        ff_profile_doc_set(&doc, FF_PK_PEAK_FLOPS, sig6(gemm_flops));
+        if (curve)
+            ff_profile_doc_set(&doc, FF_PK_GEMM_HALF_DIM, half_dim);
+        if (curve && call_s > 0)
             ff_profile_doc_set(&doc, FF_PK_GEMM_CALL_S, call_s);
         static const ff_profile_key level[2][5] = {
             {FF_PK_ALPHA_INTRA, FF_PK_BETA_INTRA, FF_PK_SMALL_MAX_INTRA, FF_PK_ALPHA_INTRA_SMALL,
@@ -488,9 +503,9 @@ int cmd_bench_profile(int argc, char **argv)
             .iters = iters,
             .level = {{fit[0].ok, fit[0].n, fit[0].rms_rel, fit[0].max_rel},
                       {fit[1].ok, fit[1].n, fit[1].rms_rel, fit[1].max_rel}},
-            .gemm_shapes = nshape,
-            .gemm_median_rel = gemm_med,
-            .gemm_max_rel = gemm_max};
+            .curve_shapes = curve ? nshape : 0,
+            .curve_median_rel = gemm_med,
+            .curve_max_rel = gemm_max};
         if (ff_profile_doc_set_fit(&doc, &about) != FF_OK ||
             ff_profile_doc_save(out, &doc, err, sizeof err) != FF_OK) {
             fprintf(stderr, "fourfold: error: %s\n", err);

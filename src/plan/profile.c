@@ -920,9 +920,9 @@ int ff_profile_doc_set_fit(ff_profile_doc *d, const ff_profile_fit *f)
                        l ? "inter" : "intra", v->measured ? "true" : "false", v->samples,
                        v->rms_rel, v->max_rel);
     }
-    if (f->gemm_shapes > 0)
+    if (f->curve_shapes > 0)
         ff_text_printf(&b, ",\"gemm\":{\"shapes\":%d,\"median_rel\":%.4f,\"max_rel\":%.4f}",
-                       f->gemm_shapes, f->gemm_median_rel, f->gemm_max_rel);
+                       f->curve_shapes, f->curve_median_rel, f->curve_max_rel);
     ff_text_puts(&b, "}");
     if (b.failed) {
         free(b.s);
@@ -932,62 +932,6 @@ int ff_profile_doc_set_fit(ff_profile_doc *d, const ff_profile_fit *f)
     d->fit = b.s;
     d->has[FF_PK_FIT] = 1;
     return FF_OK;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The relative errors of the curve (h, call) on the shapes into err[n]
- * (and its rates into fitted[n], if not NULL); their sum of squared log
- * ratios. */
-static double gemm_errors(const double (*shapes)[4], int n, double rate, double h, double call,
-                          double *err, double *fitted)
-{
-    ff_profile p;
-    memset(&p, 0, sizeof p);
-    p.gemm_half_dim = h, p.gemm_call_s = call;
-    double sum = 0;
-    for (int i = 0; i < n; i++) {
-        const double *s = shapes[i];
-        double flops = 2 * s[0] * s[1] * s[2];
-        double t = plan_gemm_time(&p, rate, flops, (int64_t)s[0], (int64_t)s[1], (int64_t)s[2], 1);
-        double ratio = flops / t / s[3];
-        err[i] = ratio - 1;
-        if (fitted)
-            fitted[i] = flops / t;
-        sum += log(ratio) * log(ratio);
-    }
-    return sum;
-}
-
-void ff_profile_fit_gemm(const double (*shapes)[4], int n, double rate, double *half_dim,
-                         double *call_s, double *fitted, double *median, double *max)
-{
-    double *err = n > 0 ? malloc((size_t)n * sizeof *err) : NULL;
-    double best = INFINITY, bh = 0, bc = 0;
-    for (int hi = 0; err && hi <= 1000; hi++)
-        for (int ci = 0; ci <= 120; ci++) {
-            double s = gemm_errors(shapes, n, rate, 2.0 * hi, ci * 0.25e-6, err, NULL);
-            if (s < best)
-                best = s, bh = 2.0 * hi, bc = ci * 0.25e-6;
-        }
-    *half_dim = bh, *call_s = bc;
-    double med = 0, big = 0;
-    if (err) {
-        gemm_errors(shapes, n, rate, bh, bc, err, fitted);
-        for (int i = 0; i < n; i++)
-            err[i] = fabs(err[i]);
-        qsort(err, (size_t)n, sizeof *err, cmp_double);
-        med = err[(n - 1) / 2], big = err[n - 1];
-    }
-    if (median)
-        *median = med;
-    if (max)
-        *max = big;
-    free(err);
 }
 
 /* ---- the public readers and writer (plan.h, comm.h): views of the document ---- */

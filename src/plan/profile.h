@@ -132,22 +132,28 @@ typedef struct {
     const char *method, *date, *host, *gemm_shape;
     int ranks, nodes, iters;
     ff_profile_fit_level level[2]; /* "intra", "inter" */
-    int gemm_shapes;               /* shapes the GEMM curve was fitted to (0: none) */
-    double gemm_median_rel, gemm_max_rel;
+    int curve_shapes;              /* shapes the GEMM curve was fitted to (0: none) */
+    double curve_median_rel, curve_max_rel;
 } ff_profile_fit;
 /* Sets "fit" to that object; FF_ENOMEM. */
 int ff_profile_doc_set_fit(ff_profile_doc *d, const ff_profile_fit *f);
 
-/* The GEMM curve fitted to measured rates (docs/planner.md, "Calibrating
- * the GEMM curve"; bench/gemm_shape_fit.py does the same from a table):
- * shapes[i] = {m, n, k, FLOP/s of one call}; at the large-shape rate
- * `rate`, the h (gemm_half_dim) and time per call (gemm_call_s) whose
- * predicted rates (the planner's, plan_gemm_time) have the least squared
- * log error, searched on a grid (h = 0, 2, ..., 2000; the call 0 to 30 us
- * in steps of 0.25 us). The fitted curve's rates in fitted[n], its median
- * and largest relative error in *median and *max (each if not NULL). */
-void ff_profile_fit_gemm(const double (*shapes)[4], int n, double rate, double *half_dim,
-                         double *call_s, double *fitted, double *median, double *max);
+/* The GEMM curve fitted to measured rates (src/plan/gemm_fit.c;
+ * docs/planner.md, "Calibrating the GEMM curve"; bench/gemm_shape_fit.py
+ * does the same from a table): shapes[i] = {m, n, k, FLOP/s of one call}.
+ * The h (gemm_half_dim) and time per call (gemm_call_s) whose predicted
+ * rates (the planner's, plan_gemm_time) have the least squared log error,
+ * searched on a grid (h = 0, 2, ..., 2000; the call 0 to 30 us in steps of
+ * 0.25 us). The large-shape rate (gemm_flops): with anchor < 0, *rate as
+ * given; with 0 <= anchor < n, for each candidate the rate that predicts
+ * shapes[anchor] exactly, the best one returned in *rate (the curve only
+ * approaches it: a measured large shape is below it). The fitted rates in
+ * fitted[n], the median and largest relative error in *median and *max
+ * (each if not NULL). FF_EINVAL for no shapes, a side below 1, a rate not
+ * finite and positive, or no candidate that fits; FF_ENOMEM. */
+int ff_profile_fit_gemm(const double (*shapes)[4], int n, int anchor, double *rate,
+                        double *half_dim, double *call_s, double *fitted, double *median,
+                        double *max);
 
 /* The whole file (keys in ff_profile_key order, a few per line, picks one
  * per line; numbers in the shortest form that reads back exactly), NUL-
