@@ -113,8 +113,8 @@ bad 2 "give one of them"                          $GPT2 --per-layer --plan "$WOR
 bad 2 "grid 8x1x1x1: the 12 heads do not divide" $GPT2 --grid 8x1x1x1 --per-layer
 bad 1 "--out: cannot write $WORK/none/lp.json"    $GPT2 --per-layer --out "$WORK/none/lp.json"
 bad 1 "cannot open plan $WORK/none.json"          $GPT2 --plan "$WORK/none.json"
-printf '{"format": "fourfold-layer-plan", "version": 2}\n' > "$WORK/v2.json"
-bad 1 "v2.json: version 2 is not supported"       $GPT2 --plan "$WORK/v2.json"
+printf '{"format": "fourfold-layer-plan", "version": 3}\n' > "$WORK/v3.json"
+bad 1 "v3.json: version 3 is not supported"       $GPT2 --plan "$WORK/v3.json"
 
 # --per-layer without --grid: the ranking's best grid; the plan is written
 "$FF" plan $GPT2 --per-layer --out "$WORK/lp.json" > "$WORK/lp.txt" 2> "$WORK/err" ||
@@ -132,7 +132,7 @@ searched=$(sed -n 's/^predicted step: uniform configuration \(.*\), per-layer pl
 [ -n "$searched" ] || fail "--per-layer: no 'predicted step' line"
 echo "ok  --per-layer on $best: uniform, plan: $searched"
 if command -v python3 > /dev/null; then
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["format"] == "fourfold-layer-plan" and d["version"] == 1 and len(d["blocks"]) == 12 and d["model"]["layers"] == 12, d' \
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["format"] == "fourfold-layer-plan" and d["version"] == 2 and d["progress"] == "poll" and len(d["blocks"]) == 12 and d["model"]["layers"] == 12, d' \
         "$WORK/lp.json" || fail "--out: not a plan of 12 blocks"
 fi
 
@@ -145,6 +145,19 @@ evaluated=$(sed -n 's/^predicted step: uniform configuration \(.*\), per-layer p
     fail "--plan --grid $best: exit $?"
 cmp -s "$WORK/eval.txt" "$WORK/eval2.txt" || fail "--plan with and without its --grid differ"
 grep -q "per-layer plan: activation checkpointing in" "$WORK/eval.txt" || fail "--plan: no detail"
+# a plan searched for another progress mode: evaluated in its mode unless
+# --progress is given (then noted)
+"$FF" plan $GPT2 --grid "$best" --per-layer --progress thread --out "$WORK/lpt.json" > "$WORK/lpt.txt" ||
+    fail "--per-layer --progress thread: exit $?"
+searched_t=$(sed -n 's/^predicted step: uniform configuration \(.*\), per-layer plan \(.*\) (.*/\1 \2/p' "$WORK/lpt.txt")
+"$FF" plan $GPT2 --plan "$WORK/lpt.json" > "$WORK/evalt.txt" || fail "--plan (thread): exit $?"
+evaluated_t=$(sed -n 's/^predicted step: uniform configuration \(.*\), per-layer plan \(.*\) (.*/\1 \2/p' "$WORK/evalt.txt")
+[ "$evaluated_t" = "$searched_t" ] || fail "--plan of a thread plan predicts '$evaluated_t', its search '$searched_t'"
+! grep -q "^note:" "$WORK/evalt.txt" || fail "--plan in the plan's own mode printed a note"
+"$FF" plan $GPT2 --plan "$WORK/lpt.json" --progress poll > "$WORK/evalp.txt" || fail "--plan --progress poll: exit $?"
+grep -q "^note: the plan was searched for --progress thread; evaluated with --progress poll" "$WORK/evalp.txt" ||
+    fail "--plan --progress poll of a thread plan: no note"
+echo "ok  a plan searched with --progress thread is evaluated in that mode ($evaluated_t), noted when not"
 other=2x2x2x1
 [ "$best" = 2x2x2x1 ] && other=1x2x2x2
 bad 2 "the plan is for grid $best; this run has grid $other" $GPT2 --grid $other --plan "$WORK/lp.json"

@@ -45,7 +45,8 @@ static int same_plan(const ff_layer_plan *a, const ff_layer_plan *b)
         a->vocab != b->vocab || a->grid.x != b->grid.x || a->grid.y != b->grid.y ||
         a->grid.z != b->grid.z || a->grid.d != b->grid.d || a->batch != b->batch ||
         a->seq != b->seq || a->micro_batches != b->micro_batches ||
-        a->predicted_step_s != b->predicted_step_s || !same_opts(&a->head, &b->head))
+        a->predicted_step_s != b->predicted_step_s || a->progress != b->progress ||
+        !same_opts(&a->head, &b->head))
         return 0;
     for (int l = 0; l < a->layers; l++) {
         if (a->blocks[l].checkpoint != b->blocks[l].checkpoint)
@@ -154,7 +155,7 @@ static void test_file(void)
         const char *needle;
     } cases[] = {
         {"other format", "fourfold-layer-plan", "fourfold-profile", FF_ECORRUPT, "format"},
-        {"version 2", "\"version\": 1", "\"version\": 2", FF_ECORRUPT, "version 2"},
+        {"version 3", "\"version\": 1", "\"version\": 3", FF_ECORRUPT, "version 3"},
         {"no version", "\"version\": 1,", "", FF_ECORRUPT, "version"},
         {"version as a string", "\"version\": 1", "\"version\": \"1\"", FF_ECORRUPT, "version"},
         {"duplicate key", "\"batch\": 16,", "\"batch\": 16, \"batch\": 16,", FF_EINVAL,
@@ -193,6 +194,36 @@ static void test_file(void)
         refused(cases[i].label, t, cases[i].code, cases[i].needle);
         free(t);
     }
+    /* version 2: the progress mode the plan was searched for; a plan
+     * without one (progress -1, as above) is written as version 1 */
+    CHECK(strstr(text, "\"version\": 1,") && !strstr(text, "progress"),
+          "a plan without a progress mode is not written as version 1");
+    a.progress = FF_PROGRESS_THREAD;
+    char *text2 = ff_layer_plan_to_json(&a);
+    CHECK(text2 && strstr(text2, "\"version\": 2,") && strstr(text2, "\"progress\": \"thread\""),
+          "version 2 text: %.120s", text2 ? text2 : "(null)");
+    rc = ff_layer_plan_parse(text2, strlen(text2), "text2", &b, err, sizeof err);
+    CHECK(rc == FF_OK && same_plan(&a, &b) && b.progress == FF_PROGRESS_THREAD,
+          "version 2 round trip: rc %d (%s)", rc, err);
+    ff_layer_plan_free(&b);
+    printf("  version 2 (progress thread) -> parse: the same plan\n");
+    struct {
+        const char *label, *from, *to;
+        const char *needle;
+    } cases2[] = {
+        {"no progress", "\"progress\": \"thread\", ", "", "lacks \"progress\""},
+        {"progress fast", "\"thread\"", "\"fast\"", "expected wait, poll or thread"},
+        {"progress as a number", "\"thread\"", "2", "must be a string"},
+        {"progress in version 1", "\"version\": 2", "\"version\": 1", "not a key of version 1"},
+    };
+    for (size_t i = 0; i < sizeof cases2 / sizeof cases2[0]; i++) {
+        char *t = replaced(text2, cases2[i].from, cases2[i].to);
+        refused(cases2[i].label, t, FF_EINVAL, cases2[i].needle);
+        free(t);
+    }
+    free(text2);
+    a.progress = -1;
+
     /* cut short, and a NUL inside */
     char *cut = strdup(text);
     cut[strlen(cut) / 2] = '\0';

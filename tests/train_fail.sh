@@ -61,16 +61,19 @@ case_ "fails its checksum"                 1 eval --grid 1x2x2x1 --checkpoint "$
 case_ "cannot open the checkpoint"         1 sample --grid 1x2x2x1 --checkpoint "$WORK/none.bin"
 case_ "is truncated"                       1 eval --grid 1x2x2x1 --checkpoint "$WORK/good/model_00000002.bin" --data "$WORK/short_train.bin"
 
-# per-layer plans (--plan): for this model and grid it runs; for another
-# grid or model, missing or corrupt, one message before anything runs
+# per-layer plans (--plan): for this model and grid it runs (searched for
+# another progress mode: noted once); for another grid or model, missing or
+# corrupt, one message before anything runs
 P="--layers 2 --hidden 64 --heads 4 --vocab 257 --seq 16 --batch 4"
-"$FF" plan $P --grid 1x2x2x1 --per-layer --out "$WORK/plan.json" > /dev/null
+"$FF" plan $P --grid 1x2x2x1 --per-layer --progress thread --out "$WORK/plan.json" > /dev/null
 "$FF" plan $P --grid 2x1x2x1 --per-layer --out "$WORK/plan_grid.json" > /dev/null
 "$FF" plan --layers 2 --hidden 128 --heads 4 --vocab 257 --seq 16 --batch 4 --grid 1x2x2x1 \
     --per-layer --out "$WORK/plan_model.json" > /dev/null
 "$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" train $S --data "$D" \
     --plan "$WORK/plan.json" --out "$WORK/planned" > "$WORK/planned.out" 2>&1 &&
-    grep -q "per-layer plan" "$WORK/planned.out" && echo "      a plan for this model and grid runs" ||
+    grep -q "per-layer plan" "$WORK/planned.out" &&
+    [ "$(grep -c "was searched for --progress thread; this run uses --progress poll" "$WORK/planned.out")" = 1 ] &&
+    echo "      a plan for this model and grid runs, its progress mode noted once" ||
     { cat "$WORK/planned.out"; echo "FAILED: a plan for this model and grid"; failures=$((failures + 1)); }
 case_ "grid 2x1x2x1"                       1 train $S --data "$D" --plan "$WORK/plan_grid.json" --out "$WORK/o"
 case_ "hidden=128"                         1 train $S --data "$D" --plan "$WORK/plan_model.json" --out "$WORK/o"

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define FF_LAYER_PLAN_VERSION 1
+#define FF_LAYER_PLAN_VERSION 2 /* written; version 1 (no "progress") is read too */
 
 /* The options of one linear layer. */
 typedef struct {
@@ -58,6 +58,10 @@ typedef struct {
      * --panel-rows; 0: by shape): decomposition cuts at panel boundaries, so
      * a run with the plan uses these panels (ff_gemm_set_panel_rows) */
     int64_t panel_rows;
+    /* the progress mode it was searched for (FF_PROGRESS_*, `fourfold plan
+     * --progress`); -1: not recorded (a version 1 file, or a uniform plan).
+     * Informative: a run with another mode may use the plan, told so. */
+    int progress;
     ff_layer_opts head;    /* the token embedding and tied LM head (wte) */
     ff_block_opts *blocks; /* `layers` entries, owned (ff_layer_plan_free) */
 } ff_layer_plan;
@@ -68,7 +72,7 @@ void ff_layer_opts_default(ff_layer_opts *o);
 
 /* Allocates p->blocks for `layers` blocks, each block and the head set to
  * `opts` and checkpoint to `checkpoint`; the identification fields are zeroed
- * for the caller to fill. FF_ENOMEM or FF_EINVAL (layers < 1). */
+ * for the caller to fill, progress -1. FF_ENOMEM or FF_EINVAL (layers < 1). */
 int ff_layer_plan_uniform(ff_layer_plan *p, int layers, const ff_layer_opts *opts, int checkpoint,
                           char *err, size_t err_len);
 void ff_layer_plan_free(ff_layer_plan *p);
@@ -77,11 +81,14 @@ void ff_layer_plan_free(ff_layer_plan *p);
  * switches 0/1, wire_bytes 4 or 2) or the identification is impossible. */
 int ff_layer_plan_check(const ff_layer_plan *p, char *err, size_t err_len);
 
-/* The JSON text (malloc'd, NUL-terminated; NULL if out of memory). */
+/* The JSON text (malloc'd, NUL-terminated; NULL if out of memory):
+ * version 2 with "progress", or version 1 for a plan whose progress is not
+ * recorded. */
 char *ff_layer_plan_to_json(const ff_layer_plan *p);
-/* Parses a plan; `source` names it in messages. FF_ECORRUPT on malformed
- * JSON or another format/version, FF_EINVAL on a missing, duplicated or
- * out-of-range key or a block count other than "layers". */
+/* Parses a plan of version 1 or 2; `source` names it in messages.
+ * FF_ECORRUPT on malformed JSON or another format/version, FF_EINVAL on a
+ * missing, duplicated or out-of-range key or a block count other than
+ * "layers". */
 int ff_layer_plan_parse(const char *text, size_t len, const char *source, ff_layer_plan *out,
                         char *err, size_t err_len);
 /* Writes atomically (a temporary file renamed over path) / reads and parses. */

@@ -43,6 +43,8 @@ int cli_parse_double(const char *opt, const char *text, double lo, double hi, do
 int cli_parse_size(const char *opt, const char *text, size_t *out); /* 16MiB, 4K, 100 */
 /* --progress wait|poll|thread */
 int cli_parse_progress(const char *text, ff_progress_mode *out);
+/* The option's name of a progress mode ("wait", "poll", "thread"). */
+const char *cli_progress_name(int mode);
 /* --stage-layers A,B,..: the blocks of each of `stages` stages into out
  * (at most cap). */
 int cli_parse_stage_layers(const char *text, int stages, int *out, int cap);

@@ -170,14 +170,23 @@ int cli_parse_double(const char *opt, const char *text, double lo, double hi, do
     return 0;
 }
 
+static const char *const progress_names[] = {"wait", "poll", "thread"};
+static const ff_progress_mode progress_modes[] = {FF_PROGRESS_WAIT, FF_PROGRESS_POLL,
+                                                  FF_PROGRESS_THREAD};
+
+const char *cli_progress_name(int mode)
+{
+    for (int i = 0; i < 3; i++)
+        if ((int)progress_modes[i] == mode)
+            return progress_names[i];
+    return "?";
+}
+
 int cli_parse_progress(const char *text, ff_progress_mode *out)
 {
-    static const char *const names[] = {"wait", "poll", "thread"};
-    static const ff_progress_mode modes[] = {FF_PROGRESS_WAIT, FF_PROGRESS_POLL,
-                                             FF_PROGRESS_THREAD};
     for (int i = 0; i < 3; i++)
-        if (!strcmp(text, names[i])) {
-            *out = modes[i];
+        if (!strcmp(text, progress_names[i])) {
+            *out = progress_modes[i];
             return 0;
         }
     cli_error("--progress %s: expected wait, poll or thread", text);

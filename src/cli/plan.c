@@ -196,6 +196,7 @@ typedef struct {
     long seed;
     const char *out, *plan_file;
     char plan_grid[64]; /* --plan without --grid: the plan's */
+    int progress_given; /* --progress given (else --plan takes the plan's) */
     const char *stage_layers;
     int stage_split[1024]; /* --stage-layers, parsed */
 } plan_opts;
@@ -390,6 +391,7 @@ static int parse_args(int argc, char **argv, plan_opts *o)
             if (cli_parse_progress(v, &mode))
                 return CLI_USAGE;
             o->cfg.progress = mode;
+            o->progress_given = 1;
         } else if (cli_is(&a, "cmm")) {
             if (!(v = cli_value(&a)) || (strcmp(v, "on") && strcmp(v, "off"))) {
                 if (v)
@@ -1064,11 +1066,7 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
             ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? 2 : cfg->wire_bytes,
             ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? "bf16-mixed" : "fp32", cfg->overlap,
             ff_cost_name(cfg->cost), ge, cfg->dtd ? "true" : "false", cfg->cac ? "true" : "false",
-            cfg->sparsity, cfg->samo ? "true" : "false",
-            cfg->progress == FF_PROGRESS_THREAD ? "thread"
-            : cfg->progress == FF_PROGRESS_WAIT ? "wait"
-                                                : "poll",
-            machine);
+            cfg->sparsity, cfg->samo ? "true" : "false", cli_progress_name(cfg->progress), machine);
 }
 
 /* ---- per-layer plans ---- */
@@ -1161,6 +1159,9 @@ static int run_given_plan(plan_opts *o, ff_dims grid, const ff_layer_plan *p)
         cli_error("--plan %s: %s", o->plan_file, err);
         return CLI_USAGE;
     }
+    if (p->progress >= 0 && p->progress != cfg->progress)
+        cli_print("note: the plan was searched for --progress %s; evaluated with --progress %s\n",
+                  cli_progress_name(p->progress), cli_progress_name(cfg->progress));
     ff_plan_result u, r;
     int rc = ff_plan_evaluate(cfg, grid, &u, err, sizeof err);
     if (rc == FF_OK) {
@@ -1376,6 +1377,9 @@ int cmd_plan(int argc, char **argv)
                      given.grid.z, given.grid.d);
             o.grid = o.plan_grid;
         }
+        /* without --progress, the mode it was searched for (a version 2 plan) */
+        if (!o.progress_given && given.progress >= 0)
+            o.cfg.progress = given.progress;
     }
 
     ff_dims grid = {0, 0, 0, 0};

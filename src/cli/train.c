@@ -718,7 +718,13 @@ static int read_plan(ff_ctx *ctx, const char *path, const ff_gpt_config *cfg, ff
         ff_ctx_set_error(ctx, rc, "--plan %s: %s", path, err);
     else if (rc)
         ff_ctx_set_error(ctx, rc, "%s", err);
-    return ff_ctx_agree(ctx, rc);
+    rc = ff_ctx_agree(ctx, rc);
+    if (rc == FF_OK && plan->progress >= 0 && plan->progress != (int)ff_ctx_progress_mode(ctx))
+        cli_print("note: --plan %s was searched for --progress %s; this run uses --progress %s "
+                  "(its options still apply; its predicted step assumed the other mode)\n",
+                  path, cli_progress_name(plan->progress),
+                  cli_progress_name((int)ff_ctx_progress_mode(ctx)));
+    return rc;
 }
 
 int cmd_train(int argc, char **argv)

@@ -2,16 +2,19 @@
  * JSON file and the match against a run (docs/planner.md, "Per-layer
  * plans").
  *
- * The file is one JSON object, format "fourfold-layer-plan", version 1:
- *   {"format": "fourfold-layer-plan", "version": 1,
+ * The file is one JSON object, format "fourfold-layer-plan", version 2:
+ *   {"format": "fourfold-layer-plan", "version": 2,
  *    "model": {"layers": L, "heads": NH, "hidden": C, "vocab": V},
  *    "grid": [Gx, Gy, Gz, Gd], "batch": B, "seq": T, "micro_batches": u,
  *    "predicted_step_s": s, "panel_rows": P,
+ *    "progress": "wait"|"poll"|"thread",
  *    "head": OPTS,
  *    "blocks": [{"checkpoint": 0|1, "qkv": OPTS, "attproj": OPTS, "fc": OPTS,
  *                "fcproj": OPTS}, ... L of them]}
  * with OPTS = {"decompose": 0..64, "oar": 0|1, "ors": 0|1, "oag": 0|1,
- * "ag_cache": 0|1, "wire": "fp32"|"bf16"}.
+ * "ag_cache": 0|1, "wire": "fp32"|"bf16"}. Version 1 is the same without
+ * "progress" (the mode the plan was searched for, not recorded): it is read
+ * (progress -1) and written for such a plan.
  *
  * The reader is strict: every key required, type- and range-checked, at
  * most once, no other key, nothing after the object. It reads the text
@@ -43,6 +46,10 @@ enum {
 
 static const char *const layer_names[FF_BLOCK_LAYERS] = {"qkv", "attproj", "fc", "fcproj"};
 
+/* the file's names of FF_PROGRESS_WAIT, _POLL, _THREAD */
+enum { NPROGRESS = 3 };
+static const char *const progress_names[NPROGRESS] = {"wait", "poll", "thread"};
+
 enum { OPT_DECOMPOSE, OPT_OAR, OPT_ORS, OPT_OAG, OPT_AG_CACHE, OPT_WIRE, NOPTS };
 static const char *const opt_names[NOPTS] = {"decompose", "oar", "ors", "oag", "ag_cache", "wire"};
 
@@ -56,6 +63,7 @@ int ff_layer_plan_uniform(ff_layer_plan *p, int layers, const ff_layer_opts *opt
                           char *err, size_t err_len)
 {
     memset(p, 0, sizeof *p);
+    p->progress = -1;
     if (layers < 1 || layers > MAX_LAYERS)
         return ff_format_error(err, err_len, FF_EINVAL, "a plan of %d blocks: expected 1 to %d",
                                layers, MAX_LAYERS);
@@ -128,6 +136,10 @@ int ff_layer_plan_check(const ff_layer_plan *p, char *err, size_t err_len)
         return ff_format_error(err, err_len, FF_EINVAL,
                                "the plan's batch, seq, micro-batches and predicted step time "
                                "must be >= 0 (0: not given)");
+    if (p->progress < -1 || p->progress > FF_PROGRESS_THREAD)
+        return ff_format_error(err, err_len, FF_EINVAL,
+                               "the plan's progress mode %d is not one of wait, poll, thread",
+                               p->progress);
     if (opts_bad(&p->head, why, sizeof why))
         return ff_format_error(err, err_len, FF_EINVAL, "the plan's head (wte): %s", why);
     for (int l = 0; l < p->layers; l++) {
@@ -165,11 +177,14 @@ char *ff_layer_plan_to_json(const ff_layer_plan *p)
                    " \"model\": {\"layers\": %d, \"heads\": %d, \"hidden\": %lld, \"vocab\": "
                    "%lld},\n"
                    " \"grid\": [%d, %d, %d, %d], \"batch\": %lld, \"seq\": %lld, "
-                   "\"micro_batches\": %d, \"panel_rows\": %lld, \"predicted_step_s\": ",
-                   FF_LAYER_PLAN_VERSION, p->layers, p->heads, (long long)p->hidden,
-                   (long long)p->vocab, p->grid.x, p->grid.y, p->grid.z, p->grid.d,
-                   (long long)p->batch, (long long)p->seq, p->micro_batches,
+                   "\"micro_batches\": %d, \"panel_rows\": %lld, ",
+                   p->progress >= 0 ? FF_LAYER_PLAN_VERSION : 1, p->layers, p->heads,
+                   (long long)p->hidden, (long long)p->vocab, p->grid.x, p->grid.y, p->grid.z,
+                   p->grid.d, (long long)p->batch, (long long)p->seq, p->micro_batches,
                    (long long)p->panel_rows);
+    if (p->progress >= 0 && p->progress < NPROGRESS)
+        ff_text_printf(&b, "\"progress\": \"%s\", ", progress_names[p->progress]);
+    ff_text_puts(&b, "\"predicted_step_s\": ");
     ff_text_number(&b, p->predicted_step_s);
     ff_text_puts(&b, ",\n \"head\": ");
     put_opts(&b, &p->head);
@@ -411,16 +426,17 @@ enum {
     K_PREDICTED,
     K_HEAD,
     K_BLOCKS,
+    K_PROGRESS,
     NKEYS
 };
 static const char *const top_keys[NKEYS] = {
-    "format",     "version",          "model", "grid",  "batch", "seq", "micro_batches",
-    "panel_rows", "predicted_step_s", "head",  "blocks"};
+    "format",     "version",          "model", "grid",   "batch",   "seq", "micro_batches",
+    "panel_rows", "predicted_step_s", "head",  "blocks", "progress"};
 
 /* The first pass: "format" and "version" only, FF_ECORRUPT unless this
- * format and version (the rest is parsed only as JSON); the messages name
- * the file, not a line. */
-static int read_identity(ff_json *r)
+ * format and version 1 or 2 (into *out; the rest is parsed only as JSON);
+ * the messages name the file, not a line. */
+static int read_identity(ff_json *r, int *out)
 {
     char format[64] = "";
     double version = -1;
@@ -461,20 +477,22 @@ static int read_identity(ff_json *r)
                                 r->source, format);
     else if (!has_version || !version_number)
         r->rc = ff_format_error(r->err, r->err_len, FF_ECORRUPT,
-                                "plan %s: %s (this fourfold reads version %d)", r->source,
+                                "plan %s: %s (this fourfold reads versions 1 and %d)", r->source,
                                 has_version ? "\"version\" is not a number" : "no \"version\"",
                                 FF_LAYER_PLAN_VERSION);
-    else if (version != FF_LAYER_PLAN_VERSION)
+    else if (version != 1 && version != FF_LAYER_PLAN_VERSION)
         r->rc = ff_format_error(r->err, r->err_len, FF_ECORRUPT,
                                 "plan %s: version %g is not supported (this fourfold reads "
-                                "version %d)",
+                                "versions 1 and %d)",
                                 r->source, version, FF_LAYER_PLAN_VERSION);
+    *out = (int)version;
     return r->rc;
 }
 
-static int read_plan(ff_json *r, ff_layer_plan *p)
+static int read_plan(ff_json *r, int version, ff_layer_plan *p)
 {
     int seen[NKEYS] = {0}, n_blocks = 0;
+    p->progress = -1;
     int more = ff_json_open(r, '{');
     while (more > 0) {
         int k;
@@ -516,6 +534,23 @@ static int read_plan(ff_json *r, ff_layer_plan *p)
                 r->where[0] = '\0';
             break;
         case K_BLOCKS: read_blocks(r, p, &n_blocks); break;
+        case K_PROGRESS: {
+            char name[16] = "";
+            if (version == 1)
+                return ff_json_fail(r, FF_EINVAL,
+                                    "\"progress\" is not a key of version 1 (version 2 has it)");
+            if (!ff_json_at_string(r))
+                return ff_json_fail(r, FF_EINVAL, "\"progress\" must be a string");
+            if (ff_json_string(r, name, sizeof name))
+                return r->rc;
+            for (int m = 0; m < NPROGRESS; m++)
+                if (!strcmp(name, progress_names[m]))
+                    p->progress = m;
+            if (p->progress < 0)
+                return ff_json_fail(r, FF_EINVAL,
+                                    "\"progress\" is \"%s\", expected wait, poll or thread", name);
+            break;
+        }
         }
         if (r->rc)
             return r->rc;
@@ -526,6 +561,8 @@ static int read_plan(ff_json *r, ff_layer_plan *p)
     ff_json_skip_ws(r);
     if (r->p != r->end)
         return ff_json_fail(r, FF_ECORRUPT, "unexpected text after the plan object");
+    if (version == 1)
+        seen[K_PROGRESS] = 1; /* (version 2's key) */
     if (all_seen(r, "the plan", top_keys, NKEYS, seen))
         return r->rc;
     if (n_blocks != p->layers)
@@ -546,10 +583,11 @@ int ff_layer_plan_parse(const char *text, size_t len, const char *source, ff_lay
         return ff_json_fail(&r, FF_EINVAL, "no text");
     if (memchr(text, '\0', len))
         return ff_json_fail(&r, FF_ECORRUPT, "contains a NUL byte (not a text file)");
-    if (read_identity(&r))
+    int version = 0;
+    if (read_identity(&r, &version))
         return r.rc;
     ff_json_init(&r, text, len, "plan", source, err, err_len);
-    int rc = read_plan(&r, out);
+    int rc = read_plan(&r, version, out);
     if (rc == FF_OK) {
         char why[384];
         if (ff_layer_plan_check(out, why, sizeof why) != FF_OK)

@@ -301,6 +301,7 @@ int plan_search(const ff_plan_config *cfg, ff_dims grid, int method, uint64_t se
     S.plan.seq = cfg->seq;
     S.plan.micro_batches = cfg->micro_batches;
     S.plan.panel_rows = cfg->panel_rows;
+    S.plan.progress = cfg->progress;
     S.cfg.layers = &S.plan;
     S.res = malloc(sizeof *S.res);
     if (rc == FF_OK && !S.res)
