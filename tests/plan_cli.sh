@@ -157,6 +157,19 @@ evaluated_t=$(sed -n 's/^predicted step: uniform configuration \(.*\), per-layer
 "$FF" plan $GPT2 --plan "$WORK/lpt.json" --progress poll > "$WORK/evalp.txt" || fail "--plan --progress poll: exit $?"
 grep -q "^note: the plan was searched for --progress thread; evaluated with --progress poll" "$WORK/evalp.txt" ||
     fail "--plan --progress poll of a thread plan: no note"
+grep -q "^progress mode thread (the plan's)" "$WORK/evalt.txt" || fail "--plan: its mode not printed"
+grep -q "^wrote $WORK/lpt.json (fourfold train --grid $best --plan $WORK/lpt.json --progress thread)" \
+    "$WORK/lpt.txt" || fail "--out of a thread plan: the train line lacks --progress thread"
+"$FF" plan $GPT2 --plan "$WORK/lpt.json" --progress poll --json > "$WORK/evalp.json" ||
+    fail "--plan --progress poll --json: exit $?"
+if command -v python3 > /dev/null; then
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["progress"] == "poll" and d["layer_plan"]["progress"] == "thread", d["progress"]' \
+        "$WORK/evalp.json" || fail "--plan --progress poll --json: not JSON, or the modes wrong"
+fi
+sed -e 's/"version": 2/"version": 1/' -e 's/"progress": "poll", //' "$WORK/lp.json" > "$WORK/lp1.json"
+"$FF" plan $GPT2 --plan "$WORK/lp1.json" > "$WORK/eval1.txt" || fail "--plan of a version 1 file: exit $?"
+grep -q "^progress mode poll (the plan does not record one)" "$WORK/eval1.txt" ||
+    fail "--plan of a version 1 file: $(grep -m1 progress "$WORK/eval1.txt")"
 echo "ok  a plan searched with --progress thread is evaluated in that mode ($evaluated_t), noted when not"
 other=2x2x2x1
 [ "$best" = 2x2x2x1 ] && other=1x2x2x2

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define FF_LAYER_PLAN_VERSION 2 /* written; version 1 (no "progress") is read too */
+#define FF_LAYER_PLAN_VERSION 2 /* with "progress"; version 1, without, is read and written too */
 
 /* The options of one linear layer. */
 typedef struct {
@@ -59,7 +59,8 @@ typedef struct {
      * a run with the plan uses these panels (ff_gemm_set_panel_rows) */
     int64_t panel_rows;
     /* the progress mode it was searched for (FF_PROGRESS_*, `fourfold plan
-     * --progress`); -1: not recorded (a version 1 file, or a uniform plan).
+     * --progress`); -1: not recorded (a version 1 file, or a uniform plan;
+     * a zeroed struct means FF_PROGRESS_WAIT: set -1 if unknown).
      * Informative: a run with another mode may use the plan, told so. */
     int progress;
     ff_layer_opts head;    /* the token embedding and tied LM head (wte) */

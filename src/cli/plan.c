@@ -48,8 +48,8 @@ static const char help[] =
     "  --overlap LIST       oar,ors,oag,dp, all or none (default all)\n"
     "  --cmm on|off         the collective matmul of unprefetched gathers (train --cmm)\n"
     "  --progress M         how the run's collectives advance (train --progress): poll\n"
-    "                       (default), thread or wait; decides when a decomposed\n"
-    "                       all-reduce's chunks can overlap (docs/planner.md)\n"
+    "                       (default; with --plan, the plan's), thread or wait; decides\n"
+    "                       when a decomposed all-reduce's chunks can overlap\n"
     "  --cac on|off         communication-aware checkpointing: no collective in a\n"
     "                       recompute (train --cac; default off)\n"
     "  --sparsity P         a pruned model: the fraction P of the blocks' weight matrices\n"
@@ -89,7 +89,8 @@ static const char help_more[] =
     "  --search S           descent (coordinate descent, default) or mh (Metropolis-Hastings)\n"
     "  --seed N             mh's random draws (default 1)\n"
     "  --out FILE.json      write the plan there (atomically), for fourfold train --plan\n"
-    "  --plan FILE.json     evaluate a plan on its grid (or --grid, which must be its own)\n\n"
+    "  --plan FILE.json     evaluate a plan on its grid (or --grid, which must be its own)\n"
+    "                       and in its progress mode (or --progress)\n\n"
     "Environment: FF_PROFILE=file, the collective model a run reads, decides which\n"
     "all-reduces the collective layer runs as rec-whole, and so their bytes and time\n"
     "(full); without it, the built-in model (docs/planner.md).\n";
@@ -1159,9 +1160,6 @@ static int run_given_plan(plan_opts *o, ff_dims grid, const ff_layer_plan *p)
         cli_error("--plan %s: %s", o->plan_file, err);
         return CLI_USAGE;
     }
-    if (p->progress >= 0 && p->progress != cfg->progress)
-        cli_print("note: the plan was searched for --progress %s; evaluated with --progress %s\n",
-                  cli_progress_name(p->progress), cli_progress_name(cfg->progress));
     ff_plan_result u, r;
     int rc = ff_plan_evaluate(cfg, grid, &u, err, sizeof err);
     if (rc == FF_OK) {
@@ -1177,6 +1175,12 @@ static int run_given_plan(plan_opts *o, ff_dims grid, const ff_layer_plan *p)
         return CLI_OK;
     }
     print_header(cfg, 0, 0);
+    if (p->progress >= 0 && p->progress != cfg->progress)
+        cli_print("note: the plan was searched for --progress %s; evaluated with --progress %s\n",
+                  cli_progress_name(p->progress), cli_progress_name(cfg->progress));
+    else
+        cli_print("progress mode %s (%s)\n", cli_progress_name(cfg->progress),
+                  p->progress >= 0 ? "the plan's" : "the plan does not record one");
     print_detail(cfg, &r);
     print_layer_plan(p, o->plan_file, &u, &r);
     return CLI_OK;
@@ -1251,8 +1255,11 @@ static int run_per_layer(plan_opts *o, ff_dims grid, int have_grid)
             if (cfg->model.experts)
                 snprintf(ep, sizeof ep, " --expert-parallel %d",
                          cfg->expert_parallel > 1 ? cfg->expert_parallel : 1);
-            cli_print("wrote %s (fourfold train --grid %s%s --plan %s%s)\n", o->out,
-                      fmt_grid(g, sizeof g, grid), ep, o->out, o->cfg.cmm ? " --cmm on" : "");
+            char pm[32] = "";
+            if (cfg->progress != FF_PROGRESS_POLL)
+                snprintf(pm, sizeof pm, " --progress %s", cli_progress_name(cfg->progress));
+            cli_print("wrote %s (fourfold train --grid %s%s --plan %s%s%s)\n", o->out,
+                      fmt_grid(g, sizeof g, grid), ep, o->out, o->cfg.cmm ? " --cmm on" : "", pm);
         }
     }
     ff_layer_plan_free(&p);

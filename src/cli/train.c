@@ -718,13 +718,17 @@ static int read_plan(ff_ctx *ctx, const char *path, const ff_gpt_config *cfg, ff
         ff_ctx_set_error(ctx, rc, "--plan %s: %s", path, err);
     else if (rc)
         ff_ctx_set_error(ctx, rc, "%s", err);
-    rc = ff_ctx_agree(ctx, rc);
-    if (rc == FF_OK && plan->progress >= 0 && plan->progress != (int)ff_ctx_progress_mode(ctx))
+    return ff_ctx_agree(ctx, rc);
+}
+
+/* A plan searched for another progress mode runs; say so once. */
+static void note_plan_progress(ff_ctx *ctx, const char *path, const ff_layer_plan *plan)
+{
+    int mode = (int)ff_ctx_progress_mode(ctx);
+    if (plan->progress >= 0 && plan->progress != mode)
         cli_print("note: --plan %s was searched for --progress %s; this run uses --progress %s "
                   "(its options still apply; its predicted step assumed the other mode)\n",
-                  path, cli_progress_name(plan->progress),
-                  cli_progress_name((int)ff_ctx_progress_mode(ctx)));
-    return rc;
+                  path, cli_progress_name(plan->progress), cli_progress_name(mode));
 }
 
 int cmd_train(int argc, char **argv)
@@ -802,6 +806,8 @@ int cmd_train(int argc, char **argv)
     if (rc == FF_OK) {
         o.moe_model = ff_gpt_get_config(ff_trainer_gpt(t)).experts > 0;
         print_settings(&o, t, grid, ff_ctx_size(ctx));
+        if (o.plan)
+            note_plan_progress(ctx, o.plan, &plan);
         rc = ff_trainer_run(t);
     }
     if (rc == FF_OK && o.sample_tokens > 0) {

@@ -46,9 +46,11 @@ enum {
 
 static const char *const layer_names[FF_BLOCK_LAYERS] = {"qkv", "attproj", "fc", "fcproj"};
 
-/* the file's names of FF_PROGRESS_WAIT, _POLL, _THREAD */
+/* the file's names of FF_PROGRESS_WAIT, _POLL, _THREAD, by their values */
 enum { NPROGRESS = 3 };
 static const char *const progress_names[NPROGRESS] = {"wait", "poll", "thread"};
+_Static_assert(FF_PROGRESS_WAIT == 0 && FF_PROGRESS_POLL == 1 && FF_PROGRESS_THREAD == 2,
+               "progress_names is indexed by the mode");
 
 enum { OPT_DECOMPOSE, OPT_OAR, OPT_ORS, OPT_OAG, OPT_AG_CACHE, OPT_WIRE, NOPTS };
 static const char *const opt_names[NOPTS] = {"decompose", "oar", "ors", "oag", "ag_cache", "wire"};
@@ -477,15 +479,16 @@ static int read_identity(ff_json *r, int *out)
                                 r->source, format);
     else if (!has_version || !version_number)
         r->rc = ff_format_error(r->err, r->err_len, FF_ECORRUPT,
-                                "plan %s: %s (this fourfold reads versions 1 and %d)", r->source,
+                                "plan %s: %s (this fourfold reads versions 1 to %d)", r->source,
                                 has_version ? "\"version\" is not a number" : "no \"version\"",
                                 FF_LAYER_PLAN_VERSION);
     else if (version != 1 && version != FF_LAYER_PLAN_VERSION)
         r->rc = ff_format_error(r->err, r->err_len, FF_ECORRUPT,
                                 "plan %s: version %g is not supported (this fourfold reads "
-                                "versions 1 and %d)",
+                                "versions 1 to %d)",
                                 r->source, version, FF_LAYER_PLAN_VERSION);
-    *out = (int)version;
+    if (!r->rc)
+        *out = (int)version;
     return r->rc;
 }
 
