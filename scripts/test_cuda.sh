@@ -8,13 +8,15 @@
 #   train   200 training steps of the tiny preset on the GPU and on the CPU,
 #           both fp32: the losses side by side and each one's step rate
 #           (printed, not asserted).
+#   passes  every kernel against the CPU's pass it replaces, odd sizes,
+#           NaN-filled outputs (tests/test_passes.c)
 # Prints "no GPU" and exits 0 where nvidia-smi lists none.
 #   FF_BUILD        the build folder: used as it is when given (a build made
 #                   elsewhere), else build-cuda, configured with -DFF_CUDA=ON
 #                   and brought up to date
 #   FF_PYTHON       a python3 with torch (default: python3 on the PATH)
 #   FF_DATA         training shards for `train` (default: the default corpus)
-#   FF_CUDA_TESTS   the tests to run (default "serial grids oracle moe train")
+#   FF_CUDA_TESTS   the tests to run (default "passes serial grids oracle moe train")
 #   FF_CUDA_TIMEOUT seconds allowed each run (default 600)
 #   usage: scripts/test_cuda.sh
 set -u
@@ -35,7 +37,7 @@ PY=${FF_PYTHON:-python3}
 LOGS=$(mktemp -d)
 echo "logs: $LOGS"
 MPI="mpirun --oversubscribe --mca mpi_yield_when_idle 1"
-TESTS=${FF_CUDA_TESTS:-serial grids oracle moe train}
+TESTS=${FF_CUDA_TESTS:-passes serial grids oracle moe train}
 failed=0
 want() { case " $TESTS " in *" $1 "*) return 0 ;; esac; return 1; }
 run() { # name, command...
@@ -52,6 +54,7 @@ run() { # name, command...
     grep -E "model |serial|grids|worst|passed|FAIL|error|CUDA|summary" "$LOGS/$name.log" | head -40
 }
 export FF_DEVICE=cuda
+want passes && run passes $MPI -np 1 "$B/tests/test_passes"
 want serial && run serial_gpu_vs_cpu $MPI -np 1 "$B/tests/test_gpt" small8 1x1x1x1
 want grids && run grids8_dense $MPI -np 8 "$B/tests/test_gpt" small8 all
 if want oracle; then

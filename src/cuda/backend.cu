@@ -18,6 +18,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 extern "C" {
 #include "device.h"
@@ -34,6 +35,9 @@ struct ff_cuda {
     size_t scratch_bytes;
     int64_t n_gpu, n_cpu;
     int64_t cpu_by[FF_PASS_COUNT + 1]; /* passes on the CPU by id; the products last */
+    int profile;                        /* FF_CUDA_PROFILE=1: time each call (they are synchronous) */
+    double sec_by[FF_PASS_COUNT + 1];   /* seconds on the GPU by id; the products last */
+    int64_t calls_by[FF_PASS_COUNT + 1];
     char desc[1024];
 };
 
@@ -68,6 +72,23 @@ static void finish(ff_cuda *cu, const char *what)
         e = cudaStreamSynchronize(cu->st);
     if (e != cudaSuccess)
         die(what, cudaGetErrorString(e));
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* FF_CUDA_PROFILE=1: the GPU's calls by pass (each returns finished, so the
+ * host's clock around it is the call's time, launch included) */
+static void account(ff_cuda *cu, int id, double t0)
+{
+    if (!cu->profile)
+        return;
+    cu->sec_by[id] += now_s() - t0;
+    cu->calls_by[id]++;
 }
 
 /* ---- opening, memory ------------------------------------------------------------- */
@@ -114,6 +135,8 @@ extern "C" int ff_cuda_open(ff_ctx *ctx, ff_cuda **out)
         free(cu);
         return ff_ctx_set_error(ctx, FF_EUNSUPPORTED, "device 'cuda': cuBLAS did not start");
     }
+    const char *prof = getenv("FF_CUDA_PROFILE");
+    cu->profile = prof && *prof == '1';
     /* fp32 products in fp32: no TF32 (docs/cuda.md) */
     CKB(cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH));
     CKB(cublasSetStream(cu->blas, cu->st));
@@ -135,6 +158,14 @@ extern "C" void ff_cuda_close(ff_cuda *cu)
         if (cu->cpu_by[i])
             fprintf(stderr, "fourfold: CUDA: %s %d ran %lld times on the CPU\n",
                     i < FF_PASS_COUNT ? "pass" : "products", i, (long long)cu->cpu_by[i]);
+    double total = 0;
+    for (int i = 0; cu->profile && i <= FF_PASS_COUNT; i++)
+        total += cu->sec_by[i];
+    for (int i = 0; cu->profile && i <= FF_PASS_COUNT; i++)
+        if (cu->calls_by[i])
+            fprintf(stderr, "fourfold: CUDA profile: %s %2d: %8lld calls %10.3f s %5.1f %%\n",
+                    i < FF_PASS_COUNT ? "pass" : "products", i, (long long)cu->calls_by[i],
+                    cu->sec_by[i], 100 * cu->sec_by[i] / (total > 0 ? total : 1));
     cudaStreamSynchronize(cu->st);
     if (cu->scratch)
         cudaFree(cu->scratch);
@@ -227,33 +258,149 @@ static const int32_t *stage_ints(ff_cuda *cu, const int32_t *v, int64_t n, size_
 
 /* ---- kernels ------------------------------------------------------------------------ */
 
+/* blocks of `threads` for n threads' work (the kernels loop past 65535 blocks) */
+static int grid_for(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    return (int)(b < 1 ? 1 : (b > 65535 ? 65535 : b));
+}
+
 #define FOR_INDEX(i, n)                                                                            \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
          i += (int64_t)gridDim.x * blockDim.x)
 
+/* A warp per row for the row reductions: lane l takes columns l, l + 32, ...
+ * and the lanes' partial sums meet in a butterfly. The sums are the CPU's
+ * (in double where its are) in another order, as another grid's are. */
+#define WARP 32
+#define FOR_ROW_WARP(i, n)                                                                         \
+    for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP; i < (n);             \
+         i += (int64_t)gridDim.x * blockDim.x / WARP)
+
+static __device__ double warp_sum(double v)
+{
+    for (int o = WARP / 2; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ float warp_sumf(float v)
+{
+    for (int o = WARP / 2; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ float warp_max(float v)
+{
+    for (int o = WARP / 2; o > 0; o /= 2) {
+        float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = u > v ? u : v;
+    }
+    return v;
+}
+
+/* row i: the sum of its columns in double (ff_ln_sums_at) */
 __global__ void k_ln_sums(ln_job j, int64_t n)
 {
-    FOR_INDEX(i, n) { ff_ln_sums_at(&j, i); }
+    const int lane = threadIdx.x % WARP;
+    FOR_ROW_WARP(i, n)
+    {
+        const float *x = j.inp + i * j.cl;
+        double s = 0;
+        for (int64_t c = lane; c < j.cl; c += WARP)
+            s += x[c];
+        s = warp_sum(s);
+        if (lane == 0)
+            j.mean[i] = (float)s;
+    }
 }
 
+/* row i: the mean, the sum of squared deviations in double (ff_ln_squares_at) */
 __global__ void k_ln_squares(ln_job j, int64_t n)
 {
-    FOR_INDEX(i, n) { ff_ln_squares_at(&j, i); }
+    const int lane = threadIdx.x % WARP;
+    FOR_ROW_WARP(i, n)
+    {
+        const float *x = j.inp + i * j.cl;
+        const float mu = j.mean[i] / (float)j.C;
+        double s = 0;
+        for (int64_t c = lane; c < j.cl; c += WARP) {
+            double dx = (double)x[c] - mu;
+            s += dx * dx;
+        }
+        s = warp_sum(s);
+        __syncwarp();
+        if (lane == 0) {
+            j.mean[i] = mu;
+            j.rstd[i] = (float)s;
+        }
+    }
 }
 
-__global__ void k_ln_normalize(ln_job j, int64_t n, int finish_rstd)
+/* rstd from the all-reduced squares (ff_ln_normalize_at's finish) */
+__global__ void k_ln_rstd(ln_job j, int64_t n)
 {
-    FOR_INDEX(i, n) { ff_ln_normalize_at(&j, i, finish_rstd); }
+    FOR_INDEX(i, n) { j.rstd[i] = 1.0f / sqrtf(j.rstd[i] / (float)j.C + 1e-5f); }
 }
 
+/* a thread per element: ff_ln_normalize_at's arithmetic */
+__global__ void k_ln_normalize(ln_job j, int64_t n)
+{
+    FOR_INDEX(e, n * j.cl)
+    {
+        const int64_t i = e / j.cl, c = e % j.cl;
+        j.out[e] = (j.inp[e] - j.mean[i]) * j.rstd[i] * j.w[c] + j.b[c];
+    }
+}
+
+/* row i: sum(dnorm) and sum(dnorm * norm) in double (ff_ln_back_sums_at) */
 __global__ void k_ln_back_sums(ln_job j, int64_t n)
 {
-    FOR_INDEX(i, n) { ff_ln_back_sums_at(&j, i); }
+    const int lane = threadIdx.x % WARP;
+    FOR_ROW_WARP(i, n)
+    {
+        const float *x = j.inp + i * j.cl, *g = j.dout + i * j.cl;
+        const float mu = j.mean[i], r = j.rstd[i];
+        double s1 = 0, s2 = 0;
+        for (int64_t c = lane; c < j.cl; c += WARP) {
+            float norm = (x[c] - mu) * r, dnorm = j.w[c] * g[c];
+            s1 += dnorm;
+            s2 += (double)dnorm * norm;
+        }
+        s1 = warp_sum(s1);
+        s2 = warp_sum(s2);
+        if (lane == 0) {
+            j.stats[2 * i] = (float)s1;
+            j.stats[2 * i + 1] = (float)s2;
+        }
+    }
 }
 
+/* a thread per (block of rows, column): ff_ln_back_block_at's arithmetic for
+ * its column, so the CPU's bits */
 __global__ void k_ln_back_blocks(ln_job j, int64_t n)
 {
-    FOR_INDEX(blk, n) { ff_ln_back_block_at(&j, blk); }
+    const int64_t cl = j.cl;
+    FOR_INDEX(e, n * cl)
+    {
+        const int64_t blk = e / cl, c = e % cl;
+        float *pdw = j.part + 2 * blk * cl, *pdb = pdw + cl;
+        float sw = 0.0f, sb = 0.0f;
+        const int64_t end = (blk + 1) * FF_LN_BLOCK < j.m ? (blk + 1) * FF_LN_BLOCK : j.m;
+        for (int64_t i = blk * FF_LN_BLOCK; i < end; i++) {
+            const float x = j.inp[i * cl + c], g = j.dout[i * cl + c];
+            const float mu = j.mean[i], r = j.rstd[i];
+            const float dnorm_mean = j.stats[2 * i] / (float)j.C,
+                        dnorm_norm_mean = j.stats[2 * i + 1] / (float)j.C;
+            const float norm = (x - mu) * r, dnorm = j.w[c] * g;
+            sb += g;
+            sw += norm * g;
+            j.dinp[i * cl + c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
+        }
+        pdw[c] = sw;
+        pdb[c] = sb;
+    }
 }
 
 __global__ void k_ln_back_sum_blocks(ln_job j, int64_t n)
@@ -316,30 +463,54 @@ __global__ void k_embed_back(embed_job j, int64_t n)
     }
 }
 
+/* a warp per row: the local max, the target's logit, exp(l - max) in place
+ * (training) and its sum in double */
 __global__ void k_ce_local(ce_job j, int64_t n)
 {
-    FOR_INDEX(i, n)
+    const int lane = threadIdx.x % WARP;
+    FOR_ROW_WARP(i, n)
     {
         float *row = j.logits + i * j.vl, mx = -INFINITY;
-        for (int64_t c = 0; c < j.valid; c++)
+        for (int64_t c = lane; c < j.valid; c += WARP)
             mx = row[c] > mx ? row[c] : mx;
-        int64_t t = (int64_t)j.targets[i] - j.v0;
-        j.mine[3 * i] = mx;
-        j.mine[3 * i + 2] = t >= 0 && t < j.valid ? row[t] : 0.0f;
+        mx = warp_max(mx);
         double sum = 0;
-        for (int64_t c = 0; c < j.valid; c++) {
+        for (int64_t c = lane; c < j.valid; c += WARP) {
             float e = ff_exp_fast(row[c] - mx);
-            if (j.dscale != 0.0f)
-                row[c] = e; /* training keeps it in place of the logit */
             sum += e;
+            if (j.dscale != 0.0f) /* the target's logit is read before (below: lane 0) */
+                row[c] = e;
         }
-        j.mine[3 * i + 1] = (float)sum;
+        sum = warp_sum(sum);
+        if (lane == 0) {
+            j.mine[3 * i] = mx;
+            j.mine[3 * i + 1] = (float)sum;
+        }
     }
 }
 
+/* the target's logit, before k_ce_local overwrites the row (a thread per row) */
+__global__ void k_ce_target(ce_job j, int64_t n)
+{
+    FOR_INDEX(i, n)
+    {
+        const int64_t t = (int64_t)j.targets[i] - j.v0;
+        j.mine[3 * i + 2] = t >= 0 && t < j.valid ? j.logits[i * j.vl + t] : 0.0f;
+    }
+}
+
+/* a warp per row: the loss (every lane computes it, lane 0 writes), then the
+ * row's gradient strided over the lanes (ff_ce_grad_at: the CPU's bits) */
 __global__ void k_ce_combine(ce_job j, int64_t n)
 {
-    FOR_INDEX(i, n) { ff_ce_combine_at(&j, i); }
+    const int lane = threadIdx.x % WARP;
+    FOR_ROW_WARP(i, n)
+    {
+        const float f = ff_ce_loss_at(&j, i); /* every lane writes losses[i], the same value */
+        if (j.dscale != 0.0f)
+            for (int64_t c = lane; c < j.vl; c += WARP)
+                ff_ce_grad_at(&j, i, c, f);
+    }
 }
 
 __global__ void k_sumsq(sumsq_job j, int64_t n)
@@ -362,30 +533,72 @@ __global__ void k_bias_add(bias_job j)
     FOR_INDEX(e, j.rows * j.nl) { j.out[j.r0 * j.nl + e] += j.b[e % j.nl]; }
 }
 
-__global__ void k_bias_grad(bias_job j)
+/* the bias gradient (passes.h): a thread per (block of rows, column) sums
+ * its block from zero into part, then a thread per column adds the blocks to
+ * db in order: the CPU's bits */
+__global__ void k_bias_grad_blocks(bias_job j, float *part, int64_t nb)
+{
+    FOR_INDEX(e, nb * j.nl)
+    {
+        const int64_t blk = e / j.nl, c = e % j.nl;
+        const int64_t i1 = (blk + 1) * FF_BIAS_BLOCK < j.rows ? (blk + 1) * FF_BIAS_BLOCK : j.rows;
+        float s = 0.0f;
+        for (int64_t i = blk * FF_BIAS_BLOCK; i < i1; i++)
+            s += j.dout[i * j.nl + c];
+        part[e] = s;
+    }
+}
+
+__global__ void k_bias_grad(bias_job j, const float *part, int64_t nb)
 {
     FOR_INDEX(c, j.nl)
     {
-        for (int64_t i = 0; i < j.rows; i++)
-            j.db[c] += j.dout[i * j.nl + c];
+        float d = j.db[c];
+        for (int64_t blk = 0; blk < nb; blk++)
+            d += part[blk * j.nl + c];
+        j.db[c] = d;
     }
 }
 
-/* causal softmax of the rows of (B nh) T x T scores, as attn_fwd's */
+/* causal softmax of the rows of (B nh) T x T scores, as attn_fwd's
+ * (ff_softmax_causal_row), a warp per row: the sum in another order */
 __global__ void k_softmax(float *att, int64_t rows, int T)
 {
-    FOR_INDEX(r, rows)
+    const int lane = threadIdx.x % WARP;
+    FOR_ROW_WARP(r, rows)
     {
-        ff_softmax_causal_row(att + r * T, (int)(r % T), T);
+        float *row = att + r * T;
+        const int t = (int)(r % T);
+        float mx = -INFINITY, sum = 0.0f;
+        for (int u = lane; u <= t; u += WARP)
+            mx = row[u] > mx ? row[u] : mx;
+        mx = warp_max(mx);
+        for (int u = lane; u <= t; u += WARP) {
+            row[u] = expf(row[u] - mx);
+            sum += row[u];
+        }
+        const float inv = 1.0f / warp_sumf(sum);
+        for (int u = lane; u < T; u += WARP)
+            row[u] = u <= t ? row[u] * inv : 0.0f;
     }
 }
 
-/* ds = p * (dp - sum_u p dp), zero above the diagonal, as attn_bwd's */
+/* ds = p * (dp - sum_u p dp), zero above the diagonal, as attn_bwd's
+ * (ff_softmax_causal_back_row), a warp per row */
 __global__ void k_softmax_back(float *dp, const float *pa, int64_t rows, int T)
 {
-    FOR_INDEX(r, rows)
+    const int lane = threadIdx.x % WARP;
+    FOR_ROW_WARP(r, rows)
     {
-        ff_softmax_causal_back_row(dp + r * T, pa + r * T, (int)(r % T), T);
+        float *dr = dp + r * T;
+        const float *pr = pa + r * T;
+        const int t = (int)(r % T);
+        float dot = 0.0f;
+        for (int u = lane; u <= t; u += WARP)
+            dot += pr[u] * dr[u];
+        dot = warp_sumf(dot);
+        for (int u = lane; u < T; u += WARP)
+            dr[u] = u <= t ? pr[u] * (dr[u] - dot) : 0.0f;
     }
 }
 
@@ -415,8 +628,10 @@ extern "C" int ff_cuda_gemm(ff_cuda *cu, int ta, int tb, int64_t m, int64_t n, i
         cu->cpu_by[FF_PASS_COUNT]++;
         return 0;
     }
+    const double t0 = cu->profile ? now_s() : 0;
     rm_gemm(cu, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
     finish(cu, "a matrix product");
+    account(cu, FF_PASS_COUNT, t0);
     cu->n_gpu++;
     return 1;
 }
@@ -462,7 +677,7 @@ static void attention(ff_cuda *cu, const attn_job *j, int backward)
     const float scale = 1.0f / sqrtf((float)hs);
     const int threads = 256;
     const int64_t rows = (int64_t)nh * T;
-    const int blocks = (int)((rows + threads - 1) / threads);
+    const int blocks = grid_for(rows * WARP, threads);
     float *dp = (float *)cu->scratch; /* backward: nh T T floats, reserved by the caller */
     for (int b = 0; b < j->B; b++) {
         const float *q = j->qkv + (int64_t)b * T * c3, *kk = q + c, *v = q + 2 * c;
@@ -486,16 +701,12 @@ static void attention(ff_cuda *cu, const attn_job *j, int backward)
 
 /* ---- passes ----------------------------------------------------------------------------- */
 
-static int grid_for(int64_t n, int threads)
-{
-    int64_t b = (n + threads - 1) / threads;
-    return (int)(b < 1 ? 1 : (b > 65535 ? 65535 : b));
-}
 
 extern "C" int ff_cuda_pass(ff_cuda *cu, ff_pass_id id, int64_t n, const void *job)
 {
     const int th = 128;
     const float *p[8] = {0};
+    double t0;
     if (n <= 0) /* nothing to do (and its pointers may be one past a buffer) */
         return 1;
     switch (id) { /* the buffers the kernel reads or writes */
@@ -572,7 +783,10 @@ extern "C" int ff_cuda_pass(ff_cuda *cu, ff_pass_id id, int64_t n, const void *j
             need = (size_t)((const embed_job *)job)->m * sizeof(int32_t);
         else if (id == FF_PASS_CE_LOCAL || id == FF_PASS_CE_COMBINE)
             need = (size_t)((const ce_job *)job)->m * sizeof(int32_t);
-        else if (id == FF_PASS_ATTN_BWD) {
+        else if (id == FF_PASS_BIAS_GRAD) {
+            const bias_job *j = (const bias_job *)job;
+            need = (size_t)((j->rows + FF_BIAS_BLOCK - 1) / FF_BIAS_BLOCK) * j->nl * sizeof(float);
+        } else if (id == FF_PASS_ATTN_BWD) {
             const attn_job *j = (const attn_job *)job;
             need = (size_t)j->nh * j->T * j->T * sizeof(float);
         }
@@ -580,23 +794,27 @@ extern "C" int ff_cuda_pass(ff_cuda *cu, ff_pass_id id, int64_t n, const void *j
             goto cpu;
     }
 
+    t0 = cu->profile ? now_s() : 0;
     switch (id) {
     case FF_PASS_LN_SUMS:
-        k_ln_sums<<<grid_for(n, th), th, 0, cu->st>>>(*(const ln_job *)job, n);
+        k_ln_sums<<<grid_for(n * WARP, 256), 256, 0, cu->st>>>(*(const ln_job *)job, n);
         break;
     case FF_PASS_LN_SQUARES:
-        k_ln_squares<<<grid_for(n, th), th, 0, cu->st>>>(*(const ln_job *)job, n);
+        k_ln_squares<<<grid_for(n * WARP, 256), 256, 0, cu->st>>>(*(const ln_job *)job, n);
         break;
     case FF_PASS_LN_NORMALIZE:
     case FF_PASS_LN_APPLY:
-        k_ln_normalize<<<grid_for(n, th), th, 0, cu->st>>>(*(const ln_job *)job, n,
-                                                           id == FF_PASS_LN_NORMALIZE);
+        if (id == FF_PASS_LN_NORMALIZE)
+            k_ln_rstd<<<grid_for(n, th), th, 0, cu->st>>>(*(const ln_job *)job, n);
+        k_ln_normalize<<<grid_for(n * ((const ln_job *)job)->cl, 256), 256, 0, cu->st>>>(
+            *(const ln_job *)job, n);
         break;
     case FF_PASS_LN_BACK_SUMS:
-        k_ln_back_sums<<<grid_for(n, th), th, 0, cu->st>>>(*(const ln_job *)job, n);
+        k_ln_back_sums<<<grid_for(n * WARP, 256), 256, 0, cu->st>>>(*(const ln_job *)job, n);
         break;
     case FF_PASS_LN_BACK_BLOCKS:
-        k_ln_back_blocks<<<grid_for(n, 32), 32, 0, cu->st>>>(*(const ln_job *)job, n);
+        k_ln_back_blocks<<<grid_for(n * ((const ln_job *)job)->cl, 256), 256, 0, cu->st>>>(
+            *(const ln_job *)job, n);
         break;
     case FF_PASS_LN_BACK_SUM_BLOCKS:
         k_ln_back_sum_blocks<<<grid_for(n, th), th, 0, cu->st>>>(*(const ln_job *)job, n);
@@ -628,10 +846,11 @@ extern "C" int ff_cuda_pass(ff_cuda *cu, ff_pass_id id, int64_t n, const void *j
     case FF_PASS_CE_COMBINE: {
         ce_job j = *(const ce_job *)job;
         j.targets = stage_ints(cu, j.targets, j.m, 0);
-        if (id == FF_PASS_CE_LOCAL)
-            k_ce_local<<<grid_for(n, 64), 64, 0, cu->st>>>(j, n);
-        else
-            k_ce_combine<<<grid_for(n, 64), 64, 0, cu->st>>>(j, n);
+        if (id == FF_PASS_CE_LOCAL) {
+            k_ce_target<<<grid_for(n, th), th, 0, cu->st>>>(j, n);
+            k_ce_local<<<grid_for(n * WARP, 256), 256, 0, cu->st>>>(j, n);
+        } else
+            k_ce_combine<<<grid_for(n * WARP, 256), 256, 0, cu->st>>>(j, n);
         break;
     }
     case FF_PASS_SUMSQ:
@@ -647,7 +866,10 @@ extern "C" int ff_cuda_pass(ff_cuda *cu, ff_pass_id id, int64_t n, const void *j
     }
     case FF_PASS_BIAS_GRAD: {
         const bias_job *j = (const bias_job *)job;
-        k_bias_grad<<<grid_for(j->nl, th), th, 0, cu->st>>>(*j);
+        const int64_t nb = (j->rows + FF_BIAS_BLOCK - 1) / FF_BIAS_BLOCK;
+        float *part = (float *)cu->scratch;
+        k_bias_grad_blocks<<<grid_for(nb * j->nl, 256), 256, 0, cu->st>>>(*j, part, nb);
+        k_bias_grad<<<grid_for(j->nl, th), th, 0, cu->st>>>(*j, part, nb);
         break;
     }
     case FF_PASS_ATTN_FWD:
@@ -655,6 +877,7 @@ extern "C" int ff_cuda_pass(ff_cuda *cu, ff_pass_id id, int64_t n, const void *j
     default: goto cpu;
     }
     finish(cu, "a pass");
+    account(cu, id, t0);
     cu->n_gpu++;
     return 1;
 cpu:

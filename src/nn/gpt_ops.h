@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "device.h"
 #include "fourfold/comm.h"
 #include "passes.h"
 
@@ -71,5 +72,10 @@ void ff_embed_backward(ff_ctx *ctx, float *dwte_block, float *dwpe, const float 
  * dscale * sum(losses): dscale * (softmax - onehot), zeros on padding. */
 int ff_crossentropy(ff_group *gx, float *losses, float *logits, const int32_t *targets, int64_t m,
                     int64_t v0, int64_t vl, int64_t V, float dscale, float *scratch);
+
+/* A linear layer's bias (linear.c): FF_PASS_BIAS_ADD, out rows [r0, r0 +
+ * rows) += b; FF_PASS_BIAS_GRAD, db += dout's column sums in blocks of rows
+ * (passes.h). */
+void ff_bias_pass(ff_ctx *ctx, ff_pass_id id, const bias_job *j);
 
 #endif

@@ -20,6 +20,7 @@
 #include "fourfold/rng.h"
 #include "fourfold/trace.h"
 #include "internal.h"
+#include "gpt_ops.h"
 #include "passes.h"
 
 enum { POOL_SLOTS = 32, NAME_LEN = 32 };
@@ -831,7 +832,7 @@ static int chunk_bounds(const ff_linear *l, int64_t rows, int64_t bounds[FF_DECO
 
 /* A bias pass (passes.h) on the GPU or here, rows in order: out rows
  * [r0, r0 + rows) += b, or db += the column sums of dout's rows. */
-static void bias_pass(ff_ctx *ctx, ff_pass_id id, const bias_job *j)
+void ff_bias_pass(ff_ctx *ctx, ff_pass_id id, const bias_job *j)
 {
     if (ff_dev_pass(ctx, id, j->nl, j))
         return;
@@ -841,12 +842,25 @@ static void bias_pass(ff_ctx *ctx, ff_pass_id id, const bias_job *j)
             for (int64_t c = 0; c < j->nl; c++)
                 o[c] += j->b[c];
         }
-    else
-        for (int64_t i = 0; i < j->rows; i++) {
-            const float *g = j->dout + i * j->nl;
-            for (int64_t c = 0; c < j->nl; c++)
-                j->db[c] += g[c];
+    else { /* in blocks of rows (passes.h), columns in chunks of `part` */
+        enum { CHUNK = 512 };
+        float part[CHUNK];
+        for (int64_t c0 = 0; c0 < j->nl; c0 += CHUNK) {
+            const int64_t w = j->nl - c0 < CHUNK ? j->nl - c0 : CHUNK;
+            for (int64_t i0 = 0; i0 < j->rows; i0 += FF_BIAS_BLOCK) {
+                const int64_t i1 = i0 + FF_BIAS_BLOCK < j->rows ? i0 + FF_BIAS_BLOCK : j->rows;
+                for (int64_t c = 0; c < w; c++)
+                    part[c] = 0.0f;
+                for (int64_t i = i0; i < i1; i++) {
+                    const float *g = j->dout + i * j->nl + c0;
+                    for (int64_t c = 0; c < w; c++)
+                        part[c] += g[c];
+                }
+                for (int64_t c = 0; c < w; c++)
+                    j->db[c0 + c] += part[c];
+            }
         }
+    }
 }
 
 /* Chunk i of the forward is complete: bias, then the caller's row-wise work. */
@@ -854,7 +868,7 @@ static void forward_chunk_done(ff_linear *l, float *out, int64_t r0, int64_t r1,
                                ff_linear_rows_fn done, void *arg)
 {
     if (l->has_bias)
-        bias_pass(l->seq->ctx, FF_PASS_BIAS_ADD,
+        ff_bias_pass(l->seq->ctx, FF_PASS_BIAS_ADD,
                   &(bias_job){.out = out, .b = l->b, .r0 = r0, .rows = r1 - r0, .nl = l->nl});
     if (done)
         done(arg, r0, r1 - r0);
@@ -987,7 +1001,7 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
     }
     /* db (nl) += column sums of dO: this rank's rows; summed over ZD later */
     if (l->has_bias)
-        bias_pass(s->ctx, FF_PASS_BIAS_GRAD,
+        ff_bias_pass(s->ctx, FF_PASS_BIAS_GRAD,
                   &(bias_job){.db = l->db, .dout = dout, .rows = rows, .nl = l->nl});
     if ((rc = ff_waitall(ar, k)))
         return rc;

@@ -85,12 +85,16 @@ static inline FF_HD void ff_adamw_at(float *p, float *m, float *v, float grad, f
     *p -= lr * (mhat / (sqrtf(vhat) + eps) + decay * *p);
 }
 
-/* a linear layer's bias: out (rows, nl) += b, or db (nl) += column sums of dout */
+/* a linear layer's bias: out (rows, nl) += b, or db (nl) += column sums of
+ * dout: in blocks of FF_BIAS_BLOCK rows, each block's sum from zero (rows in
+ * order), added to db block by block (so the GPU, a thread per block and
+ * column, gives the CPU's bits) */
 typedef struct {
     float *out, *db;
     const float *b, *dout;
     int64_t r0, rows, nl;
 } bias_job;
+enum { FF_BIAS_BLOCK = 32 };
 
 /* exp(x) for the wide element-wise loops (GELU, cross-entropy): Cody-Waite
  * reduction x = k ln2 + r and Cephes' degree-6 polynomial; inputs clamped to
@@ -230,8 +234,10 @@ static inline FF_HD void ff_ln_back_block_at(const ln_job *j, int64_t blk)
 }
 
 /* cross-entropy, row i: combine the X ranks' triples in rank order (M = max
- * M_x, S = sum S_x exp(M_x - M)); then the gradient in place */
-static inline FF_HD void ff_ce_combine_at(const ce_job *j, int64_t i)
+ * M_x, S = sum S_x exp(M_x - M)); the row's loss, and the factor f that
+ * turns its exp(l - local max) into dscale * softmax (with the target's
+ * dscale then taken off: ff_ce_grad_at) */
+static inline FF_HD float ff_ce_loss_at(const ce_job *j, int64_t i)
 {
     const int64_t m = j->m;
     float mx = -INFINITY, target = 0;
@@ -246,18 +252,31 @@ static inline FF_HD void ff_ce_combine_at(const ce_job *j, int64_t i)
     }
     float lse = mx + (float)log(sum);
     j->losses[i] = lse - target;
+    /* softmax = exp(l - local max) * exp(local max - lse) */
+    return j->dscale * expf(j->mine[3 * i] - lse);
+}
+
+/* row i, column c of the gradient in place, f from ff_ce_loss_at */
+static inline FF_HD void ff_ce_grad_at(const ce_job *j, int64_t i, int64_t c, float f)
+{
+    float *x = j->logits + i * j->vl + c;
+    if (c >= j->valid) {
+        *x = 0.0f;
+        return;
+    }
+    *x *= f;
+    if (c == (int64_t)j->targets[i] - j->v0)
+        *x -= j->dscale;
+}
+
+/* row i whole: the loss, then (training) the gradient */
+static inline FF_HD void ff_ce_combine_at(const ce_job *j, int64_t i)
+{
+    const float f = ff_ce_loss_at(j, i);
     if (j->dscale == 0.0f)
         return;
-    float *row = j->logits + i * j->vl;
-    int64_t t = (int64_t)j->targets[i] - j->v0;
-    /* softmax = exp(l - local max) * exp(local max - lse) */
-    const float f = j->dscale * expf(j->mine[3 * i] - lse);
-    for (int64_t c = 0; c < j->valid; c++)
-        row[c] *= f;
-    if (t >= 0 && t < j->valid)
-        row[t] -= j->dscale;
-    for (int64_t c = j->valid; c < j->vl; c++)
-        row[c] = 0.0f;
+    for (int64_t c = 0; c < j->vl; c++)
+        ff_ce_grad_at(j, i, c, f);
 }
 
 /* Row t of a causal softmax over T scores, in place: the first t + 1
