@@ -1,5 +1,6 @@
 /* The context: communicator, error state, options, progress thread. */
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +162,12 @@ int ff_ctx_create(ff_ctx **out, MPI_Comm comm, const ff_ctx_options *opt)
     /* collective: the node layout of the hierarchical algorithms */
     if (rc == FF_OK)
         rc = ff_ctx_agree(ctx, ff_coll_layer_init(ctx));
+    /* a program on the BLAS's fallback kernels hears it once (src/blas.c) */
+    static atomic_int warned;
+    int world = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world);
+    if (rc == FF_OK && world == 0 && ff_blas_fallback() && !atomic_exchange(&warned, 1))
+        fprintf(stderr, "fourfold: warning: BLAS kernels %s\n", ff_blas_kernels());
     return rc;
 }
 

@@ -81,6 +81,38 @@ void ff_blas_set_threads(int n);
 /* The BLAS's kernel family ("Haswell", "Cooperlake"): timings are comparable
  * only between runs with the same kernels. */
 const char *ff_blas_core(void);
+/* Whether the BLAS's kernels fit the CPU (docs/design.md §8, "The BLAS's
+ * kernels"): the facts, and what to do about them. */
+typedef struct {
+    const char *core;      /* the kernel family the BLAS chose */
+    int cpu_avx2;          /* the CPU has AVX2 and FMA */
+    int cpu_avx512;        /* ... and AVX-512 F, BW, DQ and VL */
+    const char *user_core; /* OPENBLAS_CORETYPE as the user set it, or NULL */
+} ff_blas_facts;
+typedef struct {
+    const char *better; /* the kernels to ask for ("SkylakeX", "Haswell"), or NULL */
+    char why[200];      /* one line: what was found, and why */
+} ff_blas_advice;
+/* The decision: switch only when the BLAS fell back to SSE or AVX kernels
+ * on a CPU with AVX2 or AVX-512, and the user set no OPENBLAS_CORETYPE; a
+ * kernel family it does not know is left alone. */
+ff_blas_advice ff_blas_advise(const ff_blas_facts *f);
+/* This process's facts: the loaded BLAS, cpuid, the environment. */
+ff_blas_facts ff_blas_facts_here(void);
+/* For a program's main(), before MPI_Init: where the BLAS fell back, set
+ * OPENBLAS_CORETYPE to the better kernels and execute the program again
+ * (execv of /proc/self/exe with argv, once; FF_BLAS_REEXEC marks it); the
+ * new process checks that the BLAS took them and computes a product
+ * exactly, else executes itself once more without the variable. Returns
+ * in the process that runs on. */
+void ff_blas_reexec(char **argv);
+/* One line for a settings table: the kernels and why ("SkylakeX (chosen by
+ * fourfold: ...)", "Cooperlake (OpenBLAS's choice, for a CPU with
+ * AVX-512)", or the fallback and the variable that fixes it). */
+const char *ff_blas_kernels(void);
+/* 1 if this process runs on fallback kernels that fourfold neither chose
+ * nor tried to replace (a library user's program: ff_ctx_create warns once). */
+int ff_blas_fallback(void);
 /* How the loaded OpenBLAS runs its threads: "openmp", "pthreads" or
  * "sequential". With "openmp" (or "sequential"), in a library built with
  * OpenMP (FF_OPENMP), a context's element-wise work runs on OpenMP too,

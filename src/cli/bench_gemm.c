@@ -97,9 +97,10 @@ int cmd_bench_gemm(int argc, char **argv)
     FILE *json = NULL;
     if (json_path && rank == 0 && !(json = fopen(json_path, "a")))
         cli_error("--json %s: cannot open for appending", json_path);
-    cli_print("# fourfold bench gemm: %d rank(s) computing at once, %ld core(s), OpenBLAS core %s\n"
+    cli_print("# fourfold bench gemm: %d rank(s) computing at once, %ld core(s)\n"
+              "# OpenBLAS kernels: %s\n"
               "#%21s %7s %10s %10s %10s %12s\n",
-              size, cores, ff_blas_core(), "m x n x k", "threads", "GFLOP/s", "min", "max",
+              size, cores, ff_blas_kernels(), "m x n x k", "threads", "GFLOP/s", "min", "max",
               "sum(ranks)");
     for (int t = 0; t < nthr; t++)
         for (int s = 0; s < nshape; s++) {

@@ -424,6 +424,9 @@ int main(int argc, char **argv)
         return cmd_plan(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "tokenize"))
         return cmd_tokenize(argc - 2, argv + 2);
+    /* Before MPI: the BLAS's kernels, if it fell back to generic ones on
+     * this CPU (src/blas.c; this process may be replaced by a new one). */
+    ff_blas_reexec(argv);
     /* MPI first, so that every message below is printed once, by rank 0.
      * The progress thread calls MPI concurrently with the main thread; the
      * other modes need only the main thread in MPI. */

@@ -546,6 +546,28 @@ static void guess_val(train_opts *o, char *buf, size_t len)
     o->val_data = buf;
 }
 
+/* A settings row whose value may be longer than the column: continued on
+ * rows without a name, broken at spaces. */
+static void row_wrapped(const char *name, const char *v)
+{
+    enum { W = 66 };
+    while (*v) {
+        int n = (int)strlen(v);
+        if (n > W) {
+            n = W;
+            while (n > W / 2 && v[n] != ' ')
+                n--;
+            if (v[n] != ' ')
+                n = W;
+        }
+        cli_print("| %-21s | %-66.*s |\n", name, n, v);
+        name = "";
+        v += n;
+        while (*v == ' ')
+            v++;
+    }
+}
+
 static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, int ranks)
 {
     ff_gpt *g = ff_trainer_gpt(t);
@@ -643,9 +665,12 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
     if (strcmp(ff_ctx_device(ff_grid_ctx(grid)), "cpu") != 0)
         ROW("sgemm per rank", "%.1f GFLOP/s (cuBLAS fp32 4096^3 on the GPU)", ti.sgemm_rate * 1e-9);
     else
+    {
         ROW("sgemm per rank", "%.1f GFLOP/s (%s, %d thread(s) on %s, all ranks at once)",
             ti.sgemm_rate * 1e-9, ff_blas_core(), ff_ctx_threads(ff_grid_ctx(grid)),
             ff_blas_threading());
+        row_wrapped("BLAS kernels", ff_blas_kernels());
+    }
     ROW("model FLOPs", "6N + 12LCT = %.3g per token", ff_gpt_flops_per_token(g, (int)o->seq));
 #undef ROW
     cli_print("+-----------------------+-----------------------------------------------------------"

@@ -374,22 +374,7 @@ void ff_gemm_totals_reset(ff_gemm *g) { g->flops = g->seconds = 0.0; }
 
 /* ---- the machine's BLAS ---- */
 
-/* OpenBLAS's own entry points (not in cblas.h on every distribution). */
-void openblas_set_num_threads(int num_threads);
-char *openblas_get_corename(void);
-int openblas_get_parallel(void);
-
-void ff_blas_set_threads(int n) { openblas_set_num_threads(n); }
-const char *ff_blas_core(void) { return openblas_get_corename(); }
-
-const char *ff_blas_threading(void)
-{
-    switch (openblas_get_parallel()) {
-    case 0: return "sequential";
-    case 2: return "openmp";
-    default: return "pthreads";
-    }
-}
+/* its threads and kernels: src/blas.c */
 
 static int cmp_double(const void *x, const void *y)
 {
