@@ -341,17 +341,13 @@ __global__ void k_ln_squares(ln_job j, int64_t n)
 /* rstd from the all-reduced squares (ff_ln_normalize_at's finish) */
 __global__ void k_ln_rstd(ln_job j, int64_t n)
 {
-    FOR_INDEX(i, n) { j.rstd[i] = 1.0f / sqrtf(j.rstd[i] / (float)j.C + 1e-5f); }
+    FOR_INDEX(i, n) { ff_ln_rstd_at(&j, i); }
 }
 
-/* a thread per element: ff_ln_normalize_at's arithmetic */
+/* a thread per element */
 __global__ void k_ln_normalize(ln_job j, int64_t n)
 {
-    FOR_INDEX(e, n * j.cl)
-    {
-        const int64_t i = e / j.cl, c = e % j.cl;
-        j.out[e] = (j.inp[e] - j.mean[i]) * j.rstd[i] * j.w[c] + j.b[c];
-    }
+    FOR_INDEX(e, n * j.cl) { ff_ln_out_at(&j, e / j.cl, e % j.cl); }
 }
 
 /* row i: sum(dnorm) and sum(dnorm * norm) in double (ff_ln_back_sums_at) */
@@ -377,8 +373,8 @@ __global__ void k_ln_back_sums(ln_job j, int64_t n)
     }
 }
 
-/* a thread per (block of rows, column): ff_ln_back_block_at's arithmetic for
- * its column, so the CPU's bits */
+/* a thread per (block of rows, column): ff_ln_back_block_at's sums for its
+ * column, rows in order, so the CPU's bits */
 __global__ void k_ln_back_blocks(ln_job j, int64_t n)
 {
     const int64_t cl = j.cl;
@@ -388,16 +384,8 @@ __global__ void k_ln_back_blocks(ln_job j, int64_t n)
         float *pdw = j.part + 2 * blk * cl, *pdb = pdw + cl;
         float sw = 0.0f, sb = 0.0f;
         const int64_t end = (blk + 1) * FF_LN_BLOCK < j.m ? (blk + 1) * FF_LN_BLOCK : j.m;
-        for (int64_t i = blk * FF_LN_BLOCK; i < end; i++) {
-            const float x = j.inp[i * cl + c], g = j.dout[i * cl + c];
-            const float mu = j.mean[i], r = j.rstd[i];
-            const float dnorm_mean = j.stats[2 * i] / (float)j.C,
-                        dnorm_norm_mean = j.stats[2 * i + 1] / (float)j.C;
-            const float norm = (x - mu) * r, dnorm = j.w[c] * g;
-            sb += g;
-            sw += norm * g;
-            j.dinp[i * cl + c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
-        }
+        for (int64_t i = blk * FF_LN_BLOCK; i < end; i++)
+            ff_ln_back_at(&j, i, c, &sw, &sb);
         pdw[c] = sw;
         pdb[c] = sb;
     }

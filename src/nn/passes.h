@@ -183,15 +183,26 @@ static inline FF_HD void ff_ln_squares_at(const ln_job *j, int64_t i)
     j->rstd[i] = (float)s;
 }
 
+/* rstd of row i from its all-reduced squares */
+static inline FF_HD void ff_ln_rstd_at(const ln_job *j, int64_t i)
+{
+    j->rstd[i] = 1.0f / sqrtf(j->rstd[i] / (float)j->C + 1e-5f);
+}
+
+/* row i, column c normalised (the GPU: a thread per element) */
+static inline FF_HD void ff_ln_out_at(const ln_job *j, int64_t i, int64_t c)
+{
+    const int64_t e = i * j->cl + c;
+    j->out[e] = (j->inp[e] - j->mean[i]) * j->rstd[i] * j->w[c] + j->b[c];
+}
+
 /* row i normalised; with finish, rstd from the all-reduced squares first */
 static inline FF_HD void ff_ln_normalize_at(const ln_job *j, int64_t i, int finish)
 {
     if (finish)
-        j->rstd[i] = 1.0f / sqrtf(j->rstd[i] / (float)j->C + 1e-5f);
-    const float *x = j->inp + i * j->cl;
-    float *o = j->out + i * j->cl, mu = j->mean[i], r = j->rstd[i];
+        ff_ln_rstd_at(j, i);
     for (int64_t c = 0; c < j->cl; c++)
-        o[c] = (x[c] - mu) * r * j->w[c] + j->b[c];
+        ff_ln_out_at(j, i, c);
 }
 
 /* row i: sum(dnorm) and sum(dnorm * norm), dnorm = dout * w */
@@ -209,8 +220,22 @@ static inline FF_HD void ff_ln_back_sums_at(const ln_job *j, int64_t i)
     j->stats[2 * i + 1] = (float)s2;
 }
 
+/* row i, column c of LayerNorm's backward: dinp += its gradient, and the
+ * row's terms of the w and b gradients added to *sw and *sb */
+static inline FF_HD void ff_ln_back_at(const ln_job *j, int64_t i, int64_t c, float *sw, float *sb)
+{
+    const int64_t e = i * j->cl + c;
+    const float r = j->rstd[i], norm = (j->inp[e] - j->mean[i]) * r, g = j->dout[e];
+    const float dnorm = j->w[c] * g, dnorm_mean = j->stats[2 * i] / (float)j->C,
+                dnorm_norm_mean = j->stats[2 * i + 1] / (float)j->C;
+    *sb += g;
+    *sw += norm * g;
+    j->dinp[e] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
+}
+
 /* block blk of FF_LN_BLOCK rows: dinp for its rows, and the block's own sums
- * of the w and b gradients (from zero, rows in order) into part */
+ * of the w and b gradients (from zero, rows in order) into part (the GPU: a
+ * thread per block and column, the same sums) */
 static inline FF_HD void ff_ln_back_block_at(const ln_job *j, int64_t blk)
 {
     const int64_t cl = j->cl;
@@ -218,19 +243,9 @@ static inline FF_HD void ff_ln_back_block_at(const ln_job *j, int64_t blk)
     for (int64_t c = 0; c < 2 * cl; c++)
         pdw[c] = 0.0f;
     int64_t end = (blk + 1) * FF_LN_BLOCK < j->m ? (blk + 1) * FF_LN_BLOCK : j->m;
-    for (int64_t i = blk * FF_LN_BLOCK; i < end; i++) {
-        const float *x = j->inp + i * cl, *g = j->dout + i * cl;
-        float *d = j->dinp + i * cl;
-        float mu = j->mean[i], r = j->rstd[i];
-        float dnorm_mean = j->stats[2 * i] / (float)j->C,
-              dnorm_norm_mean = j->stats[2 * i + 1] / (float)j->C;
-        for (int64_t c = 0; c < cl; c++) {
-            float norm = (x[c] - mu) * r, dnorm = j->w[c] * g[c];
-            pdb[c] += g[c];
-            pdw[c] += norm * g[c];
-            d[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
-        }
-    }
+    for (int64_t i = blk * FF_LN_BLOCK; i < end; i++)
+        for (int64_t c = 0; c < cl; c++)
+            ff_ln_back_at(j, i, c, &pdw[c], &pdb[c]);
 }
 
 /* cross-entropy, row i: combine the X ranks' triples in rank order (M = max
