@@ -6,8 +6,8 @@
 #   oracle  the serial model on the GPU against PyTorch in float64;
 #   moe     the MoE model's grids of 8 ranks (test_gpt moe8 all);
 #   train   200 training steps of the tiny preset on the GPU and on the CPU,
-#           both fp32: the losses side by side and each one's step rate
-#           (printed, not asserted).
+#           both fp32: every step's losses within 1e-5 relative (each one's
+#           step rate printed, not asserted).
 #   passes  every kernel against the CPU's pass it replaces, odd sizes,
 #           NaN-filled outputs (tests/test_passes.c)
 # Prints "no GPU" and exits 0 where nvidia-smi lists none.
@@ -82,13 +82,23 @@ def steps(dev):
     with open(os.path.join(os.environ["LOGS"], f"train_{dev}", "log.jsonl")) as f:
         return [r for r in map(json.loads, f) if r.get("type") == "step"]
 c, g = steps("cpu"), steps("cuda")
-print("== train tiny, 200 steps, fp32 (printed, not asserted)")
+# The stated tolerance: fp32 on both devices, the products and the row sums
+# in other orders; at step 1 the losses differ by about 1e-7 and 200 steps
+# of training moved them apart by at most 8.2e-8 on an H200 (2026-11-28):
+# every step within 1e-5 relative.
+TOL = 1e-5
+print(f"== train tiny, 200 steps, fp32: every step's loss within {TOL:g} relative")
 for s in (1, 10, 50, 100, 200):
     if s <= min(len(c), len(g)):
         a, b = c[s - 1]["loss"], g[s - 1]["loss"]
         print(f"   step {s:3d}: loss cpu {a:.8f} gpu {b:.8f} relative difference {abs(a - b) / a:.2e}")
 for n, r in (("cpu", c), ("gpu", g)):
     print(f"   {n}: median {statistics.median(x['tokens_per_s'] for x in r[5:]):.0f} tokens/s")
+worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(c, g))
+ok = len(c) == len(g) == 200 and worst <= TOL
+print(f"   worst relative difference {worst:.2e} over {min(len(c), len(g))} steps: "
+      f"{'passed' if ok else 'FAILED'}")
+raise SystemExit(0 if ok else 1)
 EOF
 fi
 [ "$failed" = 0 ] && echo "test_cuda: passed" || echo "test_cuda: FAILED"

@@ -1239,6 +1239,9 @@ int main(int argc, char **argv)
     ff_ctx_device_work(ctx, &on_gpu, &on_cpu);
     if (strcmp(ff_ctx_device(ctx), "cpu") != 0) {
         CHECK(on_gpu > 0, "the grids ran nothing on the GPU");
+        /* every pass and product has a kernel: none may fall back */
+        CHECK(on_cpu == 0, "rank %d: %lld passes or products ran on the CPU (FF_CUDA_REPORT=1 "
+              "names them)", rank, on_cpu);
         if (rank == 0)
             printf("grids on %s: %lld calls on the GPU, %lld passes on the CPU (rank 0)\n",
                    ff_ctx_device(ctx), on_gpu, on_cpu);
