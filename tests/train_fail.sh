@@ -59,6 +59,21 @@ cp "$WORK/good/model_00000002.bin" "$WORK/bad_header.bin"
 printf '\002' | dd of="$WORK/bad_header.bin" bs=1 seek=20 conv=notrunc 2> /dev/null
 case_ "fails its checksum"                 1 eval --grid 1x2x2x1 --checkpoint "$WORK/bad_header.bin" --data "$D" --seq 16
 case_ "cannot open the checkpoint"         1 sample --grid 1x2x2x1 --checkpoint "$WORK/none.bin"
+# a hostile header: L = 2^31-1 (slot 4, byte 16) or 3000 in a checkpoint of 2
+# blocks. The header is checked against the file's size before any model of
+# its shape is built (before: eval grew by 180 MB/s without end; L = 3000
+# built a 150 M-parameter model before saying "truncated")
+cp "$WORK/good/model_00000002.bin" "$WORK/huge_L.bin"
+printf '\377\377\377\177' | dd of="$WORK/huge_L.bin" bs=1 seek=16 conv=notrunc 2> /dev/null
+cp "$WORK/good/model_00000002.bin" "$WORK/big_L.bin"
+printf '\270\013\000\000' | dd of="$WORK/big_L.bin" bs=1 seek=16 conv=notrunc 2> /dev/null
+case_ "L=2147483647 NH=4 C=64 Vp=384) describes" 1 eval --grid 1x2x2x1 --checkpoint "$WORK/huge_L.bin" --data "$D" --seq 16
+case_ "L=3000 NH=4 C=64 Vp=384) describes" 1 sample --grid 1x2x2x1 --checkpoint "$WORK/big_L.bin"
+case_ "truncated, or a corrupt header"     1 train $S --data "$D" --init-from "$WORK/huge_L.bin" --out "$WORK/o"
+# a FIFO where a file must be: refused at once, not waited on
+mkfifo "$WORK/fifo.bin"
+case_ "fifo.bin': not a regular file"      1 eval --grid 1x2x2x1 --checkpoint "$WORK/fifo.bin" --data "$D" --seq 16
+case_ "fifo.bin': not a regular file"      1 train $S --data "$WORK/fifo.bin" --out "$WORK/o"
 case_ "is truncated"                       1 eval --grid 1x2x2x1 --checkpoint "$WORK/good/model_00000002.bin" --data "$WORK/short_train.bin"
 
 # per-layer plans (--plan): for this model and grid it runs (searched for

@@ -535,7 +535,7 @@ static void tune_layout(ff_ctx *ctx, ff_group *g, MPI_Comm sync, const char *wha
  * len); NULL with errno on failure (EFBIG beyond 16 MiB). */
 static char *read_text(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = ff_fopen_regular(path);
     if (!f)
         return NULL;
     size_t cap = 1 << 16, n = 0;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "util/file.h"
 
 typedef struct {
     cli_run_opts run;
@@ -392,7 +393,7 @@ static int model_config(const train_opts *o, ff_gpt_config *cfg)
     if (o->init_from) {
         /* its shape, its experts and its routing unless given here (read on
          * every rank; the trainer checks the file properly) */
-        FILE *f = fopen(o->init_from, "rb");
+        FILE *f = ff_fopen_regular(o->init_from);
         int got = f && fread(h, sizeof h, 1, f) == 1;
         if (f)
             fclose(f);
@@ -465,7 +466,7 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
         /* plan for the checkpoint's shape (model_config took it from the
          * header, read on every rank: the same file, so the same outcome) */
         int32_t h[8];
-        FILE *f = fopen(o->init_from, "rb");
+        FILE *f = ff_fopen_regular(o->init_from);
         int ok =
             f && fread(h, sizeof h, 1, f) == 1 && (h[0] == 20240326 || h[0] == FF_GPT_MAGIC_MOE);
         if (f)

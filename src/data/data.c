@@ -62,10 +62,10 @@ static int pread_full(int fd, void *dst, size_t len, off_t offset)
 static int shard_open(const char *path, int *fd_out, int64_t *ntok, char *err, size_t errlen)
 {
     *fd_out = -1;
-    int fd = open(path, O_RDONLY);
+    int fd = ff_open_regular(path);
     if (fd < 0)
         return ff_format_error(err, errlen, FF_EIO, "cannot open the shard '%s': %s", path,
-                               strerror(errno));
+                               ff_open_error(errno));
     struct stat st;
     int32_t h[FF_SHARD_HEADER_INTS];
     int rc = FF_OK;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "device.h"
@@ -46,17 +47,19 @@ static int moe_before(const ff_gpt_config *c, int l)
 
 /* The entries of canonical tensor i (one per block, dense block, expert or
  * none) and the entry of model block gl's (for an expert tensor: expert 0's). */
-static size_t tensor_entries(const ff_gpt *g, int i)
+static size_t cfg_tensor_entries(const ff_gpt_config *c, int i)
 {
-    const size_t L = (size_t)g->cfg.L, Lm = (size_t)moe_before(&g->cfg, g->cfg.L);
+    const size_t L = (size_t)c->L, Lm = (size_t)moe_before(c, c->L);
     if (i >= 2 && i <= 9)
         return L;
     if (i >= 10 && i <= 13)
         return L - Lm;
     if (i == 16)
         return Lm;
-    return i > 16 ? Lm * (size_t)g->cfg.experts : 1;
+    return i > 16 ? Lm * (size_t)c->experts : 1;
 }
+
+static size_t tensor_entries(const ff_gpt *g, int i) { return cfg_tensor_entries(&g->cfg, i); }
 
 static size_t tensor_entry_of(const ff_gpt *g, int i, int gl)
 {
@@ -74,12 +77,12 @@ const char *ff_gpt_tensor_name(int i)
 }
 
 /* Elements of one entry of canonical tensor i. */
-static size_t entry_size(const ff_gpt *g, int i)
+static size_t cfg_entry_size(const ff_gpt_config *c, int i)
 {
-    const size_t C = (size_t)g->cfg.C;
+    const size_t C = (size_t)c->C;
     switch (i) {
-    case 0: return (size_t)g->cfg.Vp * C;
-    case 1: return (size_t)g->cfg.maxT * C;
+    case 0: return (size_t)c->Vp * C;
+    case 1: return (size_t)c->maxT * C;
     case 4: return 3 * C * C;
     case 5: return 3 * C;
     case 6: return C * C;
@@ -89,9 +92,22 @@ static size_t entry_size(const ff_gpt *g, int i)
     case 19: return 4 * C * C;
     case 11:
     case 18: return 4 * C;
-    case 16: return (size_t)g->cfg.experts * C;
+    case 16: return (size_t)c->experts * C;
     default: return i >= 0 && i < FF_GPT_NTENSORS ? C : 0;
     }
+}
+
+static size_t entry_size(const ff_gpt *g, int i) { return cfg_entry_size(&g->cfg, i); }
+
+/* The canonical floats of a model of this shape, in double (no overflow for
+ * any header's values: a checkpoint's header is checked with it before
+ * anything of that size is allocated). */
+static double cfg_canonical_floats(const ff_gpt_config *c)
+{
+    double n = 0;
+    for (int i = 0; i < FF_GPT_NTENSORS; i++)
+        n += (double)cfg_tensor_entries(c, i) * (double)cfg_entry_size(c, i);
+    return n;
 }
 
 size_t ff_gpt_tensor_entries(const ff_gpt *g, int i)
@@ -580,9 +596,10 @@ int ff_gpt_save(ff_gpt *g, ff_gpt_buffer which, const char *path)
 static int read_file(ff_gpt *g, const char *path, float **out)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
+    FILE *f = ff_fopen_regular(path);
     if (!f)
-        return ff_set_error(g->ctx, FF_EIO, "cannot open the checkpoint '%s'", path);
+        return ff_set_error(g->ctx, FF_EIO, "cannot open the checkpoint '%s': %s", path,
+                            ff_open_error(errno));
     int32_t h[HEADER_INTS], want[HEADER_INTS];
     int rc = FF_OK;
     if (fread(h, sizeof h, 1, f) != 1)
@@ -651,18 +668,74 @@ int ff_gpt_load(ff_gpt *g, const char *path)
     return rc;
 }
 
+/* The header's shape against itself and against the file, before a model
+ * of that shape is built: every size positive, the padded vocabulary not
+ * below the vocabulary, heads that divide the width, the file exactly the
+ * header and the floats that shape has, and its CRC-32 where it carries one
+ * (read through a small buffer: nothing of the header's size is allocated
+ * before the file is known to match it). */
+static int check_against_file(ff_ctx *ctx, const char *path, FILE *f, const int32_t *h)
+{
+    const ff_gpt_config c = {.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6],
+                             .Vp = h[7], .experts = h[0] == MAGIC_MOE ? h[8] : 0,
+                             .expert_every = h[0] == MAGIC_MOE ? h[9] : 1};
+    const int top_k = h[0] == MAGIC_MOE ? h[10] : 1;
+    if (c.maxT < 1 || c.V < 1 || c.L < 1 || c.NH < 1 || c.C < 1 || c.Vp < c.V ||
+        c.C % c.NH != 0 || top_k < 1 || (c.experts > 0 && top_k > c.experts))
+        return ff_set_error(ctx, FF_ECORRUPT,
+                            "checkpoint '%s' has an impossible shape in its header (maxT=%d V=%d "
+                            "L=%d NH=%d C=%d Vp=%d%s)",
+                            path, c.maxT, c.V, c.L, c.NH, c.C, c.Vp,
+                            c.experts ? ", experts and top-k as stored" : "");
+    struct stat st;
+    const double floats = cfg_canonical_floats(&c),
+                 bytes = (double)HEADER_INTS * sizeof(int32_t) + floats * sizeof(float);
+    if (fstat(fileno(f), &st) != 0)
+        return ff_set_error(ctx, FF_EIO, "cannot stat the checkpoint '%s'", path);
+    if ((double)st.st_size != bytes)
+        return ff_set_error(ctx, FF_ECORRUPT,
+                            "checkpoint '%s' has %lld bytes, but its header (maxT=%d V=%d L=%d "
+                            "NH=%d C=%d Vp=%d) describes %.0f: %s",
+                            path, (long long)st.st_size, c.maxT, c.V, c.L, c.NH, c.C, c.Vp, bytes,
+                            (double)st.st_size < bytes ? "truncated, or a corrupt header"
+                                                       : "a corrupt header, or extra bytes");
+    if (h[SLOT_CRC_TAG] != CRC_TAG)
+        return FF_OK; /* llm.c's files carry no CRC */
+    int32_t zeroed[HEADER_INTS];
+    memcpy(zeroed, h, sizeof zeroed);
+    zeroed[SLOT_CRC] = 0;
+    uint32_t crc = ff_crc32(0, zeroed, sizeof zeroed), want;
+    memcpy(&want, &h[SLOT_CRC], sizeof want);
+    enum { CHUNK = 1 << 18 };
+    float *buf = malloc(CHUNK * sizeof(float));
+    if (!buf)
+        return ff_set_error(ctx, FF_ENOMEM, "out of memory reading '%s'", path);
+    size_t r;
+    while ((r = fread(buf, sizeof(float), CHUNK, f)) > 0)
+        crc = ff_crc32(crc, buf, r * sizeof(float));
+    free(buf);
+    return crc == want ? FF_OK
+                       : ff_set_error(ctx, FF_ECORRUPT,
+                                      "checkpoint '%s' fails its checksum (CRC-32 %08x, header "
+                                      "says %08x)",
+                                      path, crc, want);
+}
+
 int ff_gpt_read_config(ff_ctx *ctx, const char *path, ff_gpt_config *cfg)
 {
     int rc = FF_OK;
     int32_t h[HEADER_INTS] = {0}; /* rank 0 reads it; slots 0-12 are broadcast */
     if (ff_ctx_rank(ctx) == 0) {
-        FILE *f = fopen(path, "rb");
+        FILE *f = ff_fopen_regular(path);
         if (!f)
-            rc = ff_set_error(ctx, FF_EIO, "cannot open the checkpoint '%s'", path);
+            rc = ff_set_error(ctx, FF_EIO, "cannot open the checkpoint '%s': %s", path,
+                              ff_open_error(errno));
         else if (fread(h, sizeof h, 1, f) != 1)
             rc = ff_set_error(ctx, FF_ECORRUPT, "checkpoint '%s': shorter than its header", path);
         else
             rc = check_kind(ctx, path, h);
+        if (rc == FF_OK)
+            rc = check_against_file(ctx, path, f, h);
         if (f)
             fclose(f);
     }

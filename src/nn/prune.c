@@ -262,10 +262,10 @@ int ff_mask_read(const ff_gpt *g, const char *path, unsigned char *keep, int64_t
                  char *err, size_t err_len)
 {
     const size_t n = ff_gpt_canonical_size(g), nbytes = (n + 7) / 8;
-    FILE *f = fopen(path, "rb");
+    FILE *f = ff_fopen_regular(path);
     if (!f)
         return ff_format_error(err, err_len, FF_EIO, "cannot read the mask '%s': %s", path,
-                               strerror(errno));
+                               ff_open_error(errno));
     int32_t h[MASK_HDR];
     unsigned char *bits = malloc(nbytes + 1);
     int rc = FF_OK;

@@ -146,7 +146,7 @@ static void state_from_header(const int32_t h[HEADER_INTS], ff_train_state *st)
 static int model_crc(ff_ctx *ctx, const char *path, uint32_t *crc)
 {
     int32_t h[HEADER_INTS];
-    FILE *f = fopen(path, "rb");
+    FILE *f = ff_fopen_regular(path);
     int ok = f && fread(h, sizeof h, 1, f) == 1;
     if (f)
         fclose(f);
@@ -364,9 +364,10 @@ static int open_state(ff_gpt *g, const char *path, int32_t h[HEADER_INTS], FILE 
 {
     ff_ctx *ctx = g->ctx;
     *out = NULL;
-    FILE *f = fopen(path, "rb");
+    FILE *f = ff_fopen_regular(path);
     if (!f)
-        return ff_set_error(ctx, FF_EIO, "cannot open the training state '%s'", path);
+        return ff_set_error(ctx, FF_EIO, "cannot open the training state '%s': %s", path,
+                            ff_open_error(errno));
     int rc = FF_OK;
     int32_t model[HEADER_INTS];
     ff_gpt_header(g, model);

@@ -2,7 +2,10 @@
 #include "file.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 FILE *ff_atomic_open(const char *path, char *tmp)
@@ -65,4 +68,44 @@ int ff_format_error(char *err, size_t len, int code, const char *fmt, ...)
         va_end(ap);
     }
     return code;
+}
+
+int ff_open_regular(const char *path)
+{
+    /* non-blocking: opening a FIFO for reading would wait for a writer */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int e = errno;
+        close(fd);
+        errno = S_ISREG(st.st_mode) ? e : EINVAL;
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+FILE *ff_fopen_regular(const char *path)
+{
+    int fd = ff_open_regular(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (fd >= 0 && !f) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
+}
+
+const char *ff_open_error(int err)
+{
+    return err == EINVAL ? "not a regular file" : strerror(err);
 }

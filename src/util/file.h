@@ -25,6 +25,14 @@ int ff_write_file_atomic(const char *path, const void *data, size_t len);
  * here), else -1 with errno: checked before long work whose result goes there. */
 int ff_file_writable(const char *path);
 
+/* Inputs that must be regular files (checkpoints, shards, masks, plans):
+ * opened without blocking on a FIFO, refused unless a regular file. A
+ * descriptor (or a FILE* for reading) or -1/NULL with errno: EINVAL for
+ * "not a regular file" (ff_open_error names it). */
+int ff_open_regular(const char *path);
+FILE *ff_fopen_regular(const char *path);
+const char *ff_open_error(int err);
+
 /* Formats a message into err (if any; len bytes) and returns code: the
  * library's pure functions report errors this way (one sentence naming the
  * problem), the context-bound ones through ff_ctx_set_error. */
