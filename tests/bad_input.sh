@@ -25,6 +25,36 @@ case_ "unknown command 'selftset'"            2 selftset
 case_ "cannot write trace"                    1 selftest --grid data --count 3 --trace /nonexistent/dir/t.json
 case_ "cannot write /nonexistent/dir/p.json"  1 bench profile --quick --out /nonexistent/dir/p.json
 
+# ranks given different command lines (rank 1 another --count, or without
+# its last argument): refused before any collective, the argument named
+cat > "$WORK/rank1_differs.sh" <<EOF
+#!/bin/sh
+# rank 1 runs its arguments with the last one replaced by \$ALT (empty: dropped)
+if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then
+    n=\$#
+    i=0
+    for a in "\$@"; do
+        i=\$((i + 1))
+        shift
+        if [ \$i = \$n ]; then
+            [ -n "\$ALT" ] && set -- "\$@" "\$ALT"
+        else
+            set -- "\$@" "\$a"
+        fi
+    done
+fi
+exec "$FF" "\$@"
+EOF
+chmod +x "$WORK/rank1_differs.sh"
+FF_SAVED=$FF
+FF="$WORK/rank1_differs.sh"
+export ALT=4
+case_ "rank 1's argument 5 is '4', rank 0's '3'"        2 selftest --grid data --count 3
+export ALT=
+case_ "rank 1's argument 3 is '(none)', rank 0's 'data'" 2 selftest --grid data
+unset ALT
+FF=$FF_SAVED
+
 # one rank out of memory while finding its groups' nodes (which every choice
 # of algorithm reads): all ranks stop with the message, none goes on alone
 # to a collective its peers run differently

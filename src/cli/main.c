@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -416,6 +417,63 @@ static int wants_thread(int argc, char **argv)
     return 0;
 }
 
+/* Every rank must run the same command line: ranks given different options
+ * (a different --model, --steps or --lr on one of them) would build other
+ * models or stop at other steps and hang or diverge in silence. Rank 0
+ * gathers the others' arguments (argv[0] aside) and names the first that
+ * differs; every rank then agrees. 1 if they agree. */
+static int same_command_line(int argc, char **argv)
+{
+    int size, rank;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (size == 1)
+        return 1;
+    size_t len = 0;
+    for (int i = 1; i < argc; i++)
+        len += strlen(argv[i]) + 1;
+    char *mine = malloc(len + 1), *p = mine;
+    int n = (int)len, ok = mine != NULL && len < INT32_MAX;
+    for (int i = 1; ok && i < argc; i++) {
+        size_t l = strlen(argv[i]) + 1;
+        memcpy(p, argv[i], l);
+        p += l;
+    }
+    int *lens = rank == 0 ? malloc((size_t)size * sizeof *lens) : NULL;
+    int *offs = rank == 0 ? malloc((size_t)size * sizeof *offs) : NULL;
+    if (!ok)
+        n = 0;
+    MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    long long total = 0;
+    for (int r = 0; rank == 0 && r < size; r++)
+        offs[r] = (int)total, total += lens[r];
+    char *all = rank == 0 && total < INT32_MAX ? malloc((size_t)total + 1) : NULL;
+    MPI_Gatherv(mine, n, MPI_CHAR, all, lens, offs, MPI_CHAR, 0, MPI_COMM_WORLD);
+    int verdict = 1;
+    if (rank == 0) {
+        for (int r = 1; r < size && verdict && all; r++) {
+            if (lens[r] == n && !memcmp(all + offs[r], mine, (size_t)n))
+                continue;
+            /* the first argument that differs, by position */
+            const char *a = mine, *b = all + offs[r], *ea = mine + n, *eb = b + lens[r];
+            int k = 1;
+            while (a < ea && b < eb && !strcmp(a, b))
+                a += strlen(a) + 1, b += strlen(b) + 1, k++;
+            cli_error("the ranks were given different command lines: rank %d's argument %d is "
+                      "'%s', rank 0's '%s' (every rank must run the same command)",
+                      r, k, b < eb ? b : "(none)", a < ea ? a : "(none)");
+            verdict = 0;
+        }
+        if (!all || !ok) {
+            cli_error("out of memory comparing the ranks' command lines");
+            verdict = 0;
+        }
+    }
+    MPI_Bcast(&verdict, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    free(mine), free(lens), free(offs), free(all);
+    return verdict;
+}
+
 int main(int argc, char **argv)
 {
     /* The planner is arithmetic only: it runs from a plain shell, without
@@ -437,6 +495,10 @@ int main(int argc, char **argv)
         return CLI_FAIL;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if (!same_command_line(argc, argv)) {
+        MPI_Finalize();
+        return CLI_USAGE;
+    }
     int code;
     const command *cmd = NULL;
     if (argc >= 2)
