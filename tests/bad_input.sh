@@ -25,6 +25,20 @@ case_ "unknown command 'selftset'"            2 selftset
 case_ "cannot write trace"                    1 selftest --grid data --count 3 --trace /nonexistent/dir/t.json
 case_ "cannot write /nonexistent/dir/p.json"  1 bench profile --quick --out /nonexistent/dir/p.json
 
+# outputs that cannot be written are refused before the work, not after it
+case_ "cannot write trace /nonexistent/dir/t.json" 1 train --steps 50 --trace /nonexistent/dir/t.json --out "$WORK/tr"
+if grep -q '^step ' "$WORK/out"; then
+    echo "FAILED: train ran steps before refusing its trace"
+    failures=$((failures + 1))
+fi
+case_ "--json /nonexistent/dir/c.json: cannot open" 1 bench coll -b 4K -e 4K -n 1 -w 0 --json /nonexistent/dir/c.json
+if grep -q '^ *4K\|total #wrong' "$WORK/out"; then
+    echo "FAILED: bench coll timed collectives before refusing its --json"
+    failures=$((failures + 1))
+fi
+case_ "--json /nonexistent/dir/g.json: cannot open" 1 bench gemm --shapes 64 --threads 1 --seconds 0.01 --json /nonexistent/dir/g.json
+case_ "cannot write '/nonexistent/dir/p.bin'"      1 prune --checkpoint /nonexistent/in.bin --sparsity 0.5 --out /nonexistent/dir/p.bin
+
 # ranks given different command lines (rank 1 another --count, or without
 # its last argument): refused before any collective, the argument named
 cat > "$WORK/rank1_differs.sh" <<EOF

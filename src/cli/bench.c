@@ -315,8 +315,14 @@ int cmd_bench_coll(int argc, char **argv)
     int p = ff_group_size(g), r = ff_group_rank(g), nodes, per_node;
     ff_group_topology(g, &nodes, &per_node);
     FILE *json = NULL;
-    if (o.json && r == 0 && !(json = fopen(o.json, "a")))
+    int opened = !o.json || r != 0 || (json = fopen(o.json, "a")) != NULL;
+    MPI_Bcast(&opened, 1, MPI_INT, 0, ff_ctx_comm(ctx));
+    if (!opened) { /* before any collective is timed */
         cli_error("--json %s: cannot open for appending", o.json);
+        ff_group_destroy(g);
+        ff_ctx_destroy(ctx);
+        return CLI_FAIL;
+    }
     double S[11];
     column_sums(p, S);
     long total_wrong = 0;

@@ -95,8 +95,12 @@ int cmd_bench_gemm(int argc, char **argv)
     int rank = cli_world_rank(), size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     FILE *json = NULL;
-    if (json_path && rank == 0 && !(json = fopen(json_path, "a")))
+    int opened = !json_path || rank != 0 || (json = fopen(json_path, "a")) != NULL;
+    MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!opened) { /* before anything is timed */
         cli_error("--json %s: cannot open for appending", json_path);
+        return CLI_FAIL;
+    }
     cli_print("# fourfold bench gemm: %d rank(s) computing at once, %ld core(s)\n"
               "# OpenBLAS kernels: %s\n"
               "#%21s %7s %10s %10s %10s %12s\n",

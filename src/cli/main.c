@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "util/file.h"
 
 /* ---- output ---- */
 
@@ -337,6 +338,12 @@ int cli_setup(const cli_run_opts *o, ff_ctx **pctx, ff_grid **pgrid)
     ff_grid *grid = NULL;
     if (rc == FF_OK)
         rc = ff_grid_create_staged(ctx, shape, o->stages, &grid);
+    /* the trace's file is written at the end: refused now if it cannot be */
+    if (rc == FF_OK && o->trace)
+        rc = ff_ctx_agree(ctx, ff_ctx_rank(ctx) == 0 && ff_file_writable(o->trace) != 0
+                                   ? ff_ctx_set_error(ctx, FF_EIO, "cannot write trace %s: %s",
+                                                      o->trace, strerror(errno))
+                                   : FF_OK);
     if (rc == FF_OK && o->trace) {
         char label[96];
         ff_dims c = ff_grid_coords(grid);

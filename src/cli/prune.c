@@ -1,5 +1,6 @@
 /* fourfold prune: magnitude pruning of a checkpoint's weight matrices,
  * writing the pruned checkpoint and its mask (docs/samo.md). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,7 +134,17 @@ int cmd_prune(int argc, char **argv)
     float *canon = NULL;
     unsigned char *keep = NULL;
     int rank = ff_ctx_rank(ctx);
-    int rc = ff_gpt_read_config(ctx, o.in, &cfg);
+    /* the outputs (the checkpoint and its mask beside it) before the work */
+    char mask_path[4200];
+    int rc = FF_OK;
+    if (rank == 0 && ff_file_writable(o.out) != 0)
+        rc = ff_ctx_set_error(ctx, FF_EIO, "cannot write '%s': %s", o.out, strerror(errno));
+    else if (rank == 0 && (ff_mask_path(o.out, mask_path, sizeof mask_path) != FF_OK ||
+                           ff_file_writable(mask_path) != 0))
+        rc = ff_ctx_set_error(ctx, FF_EIO, "cannot write the mask beside '%s'", o.out);
+    rc = ff_ctx_agree(ctx, rc);
+    if (rc == FF_OK)
+        rc = ff_gpt_read_config(ctx, o.in, &cfg);
     if (rc == FF_OK) {
         ff_gpt_opts go;
         ff_gpt_opts_default(&go);
