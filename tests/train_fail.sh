@@ -69,12 +69,43 @@ cp "$WORK/good/model_00000002.bin" "$WORK/big_L.bin"
 printf '\270\013\000\000' | dd of="$WORK/big_L.bin" bs=1 seek=16 conv=notrunc 2> /dev/null
 case_ "L=2147483647 NH=4 C=64 Vp=384) describes" 1 eval --grid 1x2x2x1 --checkpoint "$WORK/huge_L.bin" --data "$D" --seq 16
 case_ "L=3000 NH=4 C=64 Vp=384) describes" 1 sample --grid 1x2x2x1 --checkpoint "$WORK/big_L.bin"
-case_ "truncated, or a corrupt header"     1 train $S --data "$D" --init-from "$WORK/huge_L.bin" --out "$WORK/o"
+case_ "truncated, or a corrupt header"     1 train --seq 16 --batch 4 --steps 2 --grid 1x2x2x1 --data "$D" --init-from "$WORK/huge_L.bin" --out "$WORK/o"
 # a FIFO where a file must be: refused at once, not waited on
 mkfifo "$WORK/fifo.bin"
 case_ "fifo.bin': not a regular file"      1 eval --grid 1x2x2x1 --checkpoint "$WORK/fifo.bin" --data "$D" --seq 16
 case_ "fifo.bin': not a regular file"      1 train $S --data "$WORK/fifo.bin" --out "$WORK/o"
 case_ "is truncated"                       1 eval --grid 1x2x2x1 --checkpoint "$WORK/good/model_00000002.bin" --data "$WORK/short_train.bin"
+
+# options that the run would otherwise ignore in silence: refused
+case_ "--layers 3, but --init-from"        2 train --layers 3 --hidden 64 --heads 4 --seq 16 --batch 4 --steps 2 --grid 1x2x2x1 --init-from "$WORK/good/model_00000002.bin" --data "$D" --out "$WORK/o"
+case_ "--capacity-factor is for a model with experts" 1 eval --grid 1x2x2x1 --checkpoint "$WORK/good/model_00000002.bin" --data "$D" --seq 16 --capacity-factor 1.5
+"$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" prune --grid 1x2x2x1 \
+    --checkpoint "$WORK/good/model_00000002.bin" --sparsity 0.6 --out "$WORK/p60.bin" \
+    > "$WORK/p60.out" 2>&1 || { cat "$WORK/p60.out"; failures=$((failures + 1)); }
+case_ "already prunes"                     1 prune --grid 1x2x2x1 --checkpoint "$WORK/p60.bin" --sparsity 0.3 --out "$WORK/p30.bin"
+
+# a stopped rank (SIGSTOP once the run has logged a step): with --timeout 3
+# the rank that waits for it names the collective and aborts the job
+cat > "$WORK/stop_rank1.sh" <<EOF
+#!/bin/sh
+if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then
+    (until grep -q '"type":"step"' "$WORK/stopped/log.jsonl" 2> /dev/null; do sleep 0.1; done
+     kill -STOP \$\$) &
+fi
+exec "\$@"
+EOF
+chmod +x "$WORK/stop_rank1.sh"
+start=$(date +%s)
+timeout 120 "$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$WORK/stop_rank1.sh" \
+    "$FF" train $S --steps 100000 --data "$D" --timeout 3 --out "$WORK/stopped" > "$WORK/out" 2>&1
+status=$?
+msg=$(grep -m1 'waited .* for .* on group .*--timeout 3' "$WORK/out")
+echo "a stopped rank with --timeout 3: exit $status after $(($(date +%s) - start)) s: $msg"
+if [ "$status" = 0 ] || [ "$status" = 124 ] || [ -z "$msg" ]; then
+    echo "FAILED: the job did not abort naming the collective"
+    cat "$WORK/out"
+    failures=$((failures + 1))
+fi
 
 # per-layer plans (--plan): for this model and grid it runs (searched for
 # another progress mode: noted once); for another grid or model, missing or

@@ -86,6 +86,12 @@ typedef struct {
      * with -DFF_CUDA=ON: one GPU per rank, the node's GPUs shared round
      * robin; docs/cuda.md) */
     const char *device;
+    /* A watchdog (off at 0): a rank that waits longer than this many seconds
+     * for one collective or message (ff_wait) prints which one, on which
+     * group, and aborts the whole job (MPI_Abort): a rank that stopped
+     * (SIGSTOP, a hung device, a dead node that MPI does not notice) must
+     * not leave its peers spinning forever. `--timeout S` in the program. */
+    double timeout_s;
 } ff_ctx_options;
 
 typedef struct ff_ctx ff_ctx;

@@ -44,6 +44,12 @@ void ff_prune_opts_default(ff_prune_opts *o);
  * non-finite candidate) with a message in err. Pure: no communication. */
 int ff_prune(const ff_gpt *g, const float *canon, const ff_prune_opts *o, unsigned char *keep,
              int64_t *candidates, int64_t *pruned, char *err, size_t err_len);
+/* Entries `keep` already prunes beyond what o's sparsity asks of their
+ * group (ff_prune's groups: all candidates, or each tensor per layer): 0
+ * when pruning to o would only add, else how many more (ff_prune leaves
+ * them pruned); -1 out of memory. `fourfold prune` refuses a target below
+ * its input's mask. */
+int64_t ff_prune_excess(const ff_gpt *g, const ff_prune_opts *o, const unsigned char *keep);
 
 /* Writes keep as a mask file for g's shape, atomically: a header (magic
  * FF_MASK_MAGIC, version 1, the entry and kept counts, the options, the

@@ -234,7 +234,9 @@ const char cli_run_help[] =
     "                    work's (default 1; results do not depend on it)\n"
     "  --device D        where the model computes: cpu (default) or cuda (a build with\n"
     "                    -DFF_CUDA=ON; docs/cuda.md)\n"
-    "  --trace FILE      write a Chrome-trace timeline (open in Perfetto)\n";
+    "  --trace FILE      write a Chrome-trace timeline (open in Perfetto)\n"
+    "  --timeout S       abort the job when a rank waits more than S seconds for one\n"
+    "                    collective (a stopped or hung peer; default: wait forever)\n";
 
 void cli_run_opts_default(cli_run_opts *o)
 {
@@ -279,6 +281,10 @@ int cli_run_option(cli_args *a, cli_run_opts *o, int *bad)
             return *bad = 1;
         }
         o->ctx.device = v;
+    } else if (cli_is(a, "timeout")) {
+        if (!(v = cli_value(a)) || cli_parse_double("timeout", v, 1e-3, 1e9, &d))
+            return *bad = 1;
+        o->ctx.timeout_s = d;
     } else if (cli_is(a, "threads")) {
         if (!(v = cli_value(a)) || cli_parse_int("threads", v, 1, 1024, &n))
             return *bad = 1;

@@ -215,7 +215,12 @@ static int load_model(ff_ctx *ctx, ff_grid *grid, const sample_opts *o, long bat
     if (rc)
         return rc;
     *T = o->seq ? (int)o->seq : cfg.maxT;
-    if (o->capacity_factor > 0 && cfg.experts > 0)
+    if (o->capacity_factor > 0 && cfg.experts == 0)
+        return ff_ctx_agree(ctx, ff_ctx_set_error(ctx, FF_EINVAL,
+                                                  "--capacity-factor is for a model with experts; "
+                                                  "'%s' is dense",
+                                                  o->checkpoint));
+    if (o->capacity_factor > 0)
         cfg.capacity_factor = (float)o->capacity_factor;
     if (*T > cfg.maxT)
         return ff_ctx_agree(ctx,

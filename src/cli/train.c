@@ -442,9 +442,26 @@ static int model_config(const train_opts *o, ff_gpt_config *cfg)
     cfg->NH = o->heads ? (int)o->heads : m.heads;
     cfg->V = o->vocab ? (int)o->vocab : (int)m.vocab;
     cfg->maxT = o->max_seq ? (int)o->max_seq : m.max_seq ? (int)m.max_seq : (int)o->seq;
-    if (h[0] == 20240326 || h[0] == FF_GPT_MAGIC_MOE) /* --init-from: the file's shape */
+    if (h[0] == 20240326 || h[0] == FF_GPT_MAGIC_MOE) { /* --init-from: the file's shape */
+        /* a shape option that says otherwise is refused, not ignored */
+        const struct {
+            const char *opt, *field;
+            long given;
+            int file;
+        } shape[] = {{"layers", "L", o->layers, h[4]},     {"hidden", "C", o->hidden, h[6]},
+                     {"heads", "NH", o->heads, h[5]},      {"vocab", "V", o->vocab, h[3]},
+                     {"max-seq", "maxT", o->max_seq, h[2]}};
+        for (size_t i = 0; i < sizeof shape / sizeof *shape; i++)
+            if (shape[i].given && shape[i].given != shape[i].file) {
+                cli_error("--%s %ld, but --init-from %s has %s=%d (the model is the file's: "
+                          "drop --%s)",
+                          shape[i].opt, shape[i].given, o->init_from, shape[i].field,
+                          shape[i].file, shape[i].opt);
+                return CLI_USAGE;
+            }
         cfg->maxT = h[2], cfg->V = h[3], cfg->L = h[4], cfg->NH = h[5], cfg->C = h[6],
         cfg->Vp = h[7];
+    }
     if (o->seq > cfg->maxT) {
         cli_error("--seq %ld is longer than the model's %d positions", o->seq, cfg->maxT);
         return CLI_USAGE;

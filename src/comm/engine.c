@@ -578,6 +578,17 @@ int ff_allgather_ready(ff_request *req, int *ready)
     return rc;
 }
 
+/* ff_ctx_options.timeout_s passed in one wait: the job cannot finish */
+static void watchdog(const ff_request *req, double waited, double timeout)
+{
+    fprintf(stderr,
+            "fourfold: error: rank %d waited %.0f s for %s on group %s (more than --timeout "
+            "%g): a peer has stopped or hung; aborting the job\n",
+            req->group->ctx->rank, waited, ff_coll_name(req->coll), req->group->name, timeout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 int ff_wait(ff_request **preq)
 {
     ff_request *req = *preq;
@@ -586,11 +597,14 @@ int ff_wait(ff_request **preq)
     *preq = NULL;
     ff_ctx *ctx = req->group->ctx;
     double t0 = ff_now();
+    const double timeout = ctx->opt.timeout_s;
     pthread_mutex_lock(&ctx->lock);
-    for (;;) {
+    for (unsigned spins = 1;; spins++) {
         progress_locked(ctx);
         if (req->done || req->error)
             break;
+        if (timeout > 0 && spins % 1024 == 0 && ff_now() - t0 > timeout)
+            watchdog(req, ff_now() - t0, timeout);
     }
     double t1 = ff_now();
     req->group->counters[req->coll].wait_s += t1 - t0;

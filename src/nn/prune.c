@@ -185,6 +185,29 @@ int ff_prune(const ff_gpt *g, const float *canon, const ff_prune_opts *o, unsign
     return FF_OK;
 }
 
+int64_t ff_prune_excess(const ff_gpt *g, const ff_prune_opts *o, const unsigned char *keep)
+{
+    const size_t ns = candidate_spans(g, o->embedding, NULL);
+    span *s = malloc((ns ? ns : 1) * sizeof *s);
+    if (!s)
+        return -1;
+    candidate_spans(g, o->embedding, s);
+    int64_t excess = 0;
+    for (size_t a = 0; a < ns; a += o->per_layer ? 1 : ns) { /* ff_prune's groups */
+        const size_t group = o->per_layer ? 1 : ns;
+        int64_t n = 0, done = 0;
+        for (size_t b = a; b < a + group; b++) {
+            n += (int64_t)s[b].len;
+            for (size_t i = s[b].off; i < s[b].off + s[b].len; i++)
+                done += !keep[i];
+        }
+        const int64_t target = (int64_t)llround(o->sparsity * (double)n);
+        excess += done > target ? done - target : 0;
+    }
+    free(s);
+    return excess;
+}
+
 /* ---- mask files ------------------------------------------------------------------
  * int32 header[64]: magic, version 1, entries (low, high 32 bits), kept
  * (low, high), per_layer, embedding, sparsity (float bits), then the
