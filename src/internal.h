@@ -242,5 +242,9 @@ void *ff_engine_thread_main(void *arg);
 
 /* ---- clock ---- */
 double ff_now(void);
+/* The watchdog (ff_ctx_options.timeout_s): a rank that has waited since t0
+ * longer than the timeout for `what` on `group` prints it and aborts the
+ * job; otherwise nothing. */
+void ff_watchdog(const ff_ctx *ctx, double t0, const char *what, const char *group);
 
 #endif

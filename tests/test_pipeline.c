@@ -397,6 +397,103 @@ static void check_bad_input(ff_ctx *ctx)
         printf("bad input refused on every rank\n");
 }
 
+/* The schedules' order of passes (ff_gpt_pipeline_order), on 4 stages of 2
+ * ranks (2x1x1x1), M = K = 4, the last stage slowed by 0.25 s after each
+ * pass. 1F1B runs its fixed order on every stage: min(P - s - 1, K - 1)
+ * forwards, then a forward and a backward in turn, then the backwards.
+ * The message-driven schedule (dissertation, Algorithm 2) runs what the
+ * messages call for: with the last stage slow, every input reaches a stage
+ * before the first gradient, so each stage before the last runs the K
+ * forwards before its first backward (1F1B, on stages 1 and 2, one or two
+ * backwards earlier); the last stage runs each forward and backward in turn. */
+static void expect_1f1b(int P, int s, int K, int M, int *e, int *n)
+{
+    int w = P - s - 1, f = 0, b = 0;
+    *n = 0;
+    if (s == P - 1) {
+        for (int u = 0; u < M; u++)
+            e[(*n)++] = u, e[(*n)++] = -(u + 1);
+        return;
+    }
+    if (w > K - 1)
+        w = K - 1;
+    if (w > M)
+        w = M;
+    while (f < w)
+        e[(*n)++] = f++;
+    while (f < M) {
+        e[(*n)++] = f++;
+        e[(*n)++] = -(++b);
+    }
+    while (b < M)
+        e[(*n)++] = -(++b);
+}
+
+static void order_text(const int *o, int n, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && at + 8 < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%c%d", i ? " " : "", o[i] >= 0 ? 'F' : 'B',
+                               o[i] >= 0 ? o[i] : -o[i] - 1);
+}
+
+static void check_schedule_orders(ff_ctx *ctx)
+{
+    enum { P = 4, M = 4, K = 4 };
+    if (ff_ctx_size(ctx) != 8)
+        return;
+    ff_grid *grid;
+    if (ff_grid_create_staged(ctx, (ff_dims){2, 1, 1, 1}, P, &grid)) {
+        CHECK(0, "schedule orders: %s", ff_ctx_error(ctx));
+        return;
+    }
+    const int stage = ff_grid_stage(grid), rank = ff_ctx_rank(ctx);
+    for (int sched = 0; sched < 2; sched++) {
+        ff_gpt_opts o;
+        ff_gpt_opts_default(&o);
+        o.pipe.schedule = sched ? FF_PIPE_1F1B : FF_PIPE_MESSAGE;
+        o.pipe.limit = K;
+        o.pipe.slow_stage = P - 1;
+        o.pipe.slow_s = 0.25;
+        ff_gpt *g = NULL;
+        int rc = ff_gpt_create(grid, &CFG, &o, B, T, &g);
+        int32_t *tok = NULL, *tgt = NULL;
+        float loss = 0;
+        if (rc == FF_OK && (rc = ff_gpt_init(g, 5)) == FF_OK) {
+            local_batch(g, M, 1, &tok, &tgt);
+            rc = ff_gpt_grads(g, tok, tgt, M, &loss);
+        }
+        CHECK(rc == FF_OK, "schedule orders: %s", ff_ctx_error(ctx));
+        int got[FF_GPT_PIPE_ORDER_MAX], want[4 * M], nw, n = 0, ok;
+        if (rc == FF_OK)
+            n = ff_gpt_pipeline_order(g, got, FF_GPT_PIPE_ORDER_MAX);
+        if (sched) { /* 1F1B: the whole order */
+            expect_1f1b(P, stage, K, M, want, &nw);
+            ok = n == nw && !memcmp(got, want, (size_t)n * sizeof(int));
+        } else if (stage == P - 1) { /* message-driven, the last stage: F u, B u */
+            expect_1f1b(P, stage, K, M, want, &nw);
+            ok = n == nw && !memcmp(got, want, (size_t)n * sizeof(int));
+        } else { /* the K forwards first, then the first backward */
+            for (nw = 0; nw < K; nw++)
+                want[nw] = nw;
+            want[nw++] = -1;
+            ok = n == 2 * M && !memcmp(got, want, (size_t)nw * sizeof(int));
+        }
+        char text[256], wtext[256];
+        order_text(got, n, text, sizeof text);
+        order_text(want, nw, wtext, sizeof wtext);
+        if (rank % 2 == 0) /* one rank of each stage */
+            printf("schedule %s, stage %d of %d (M = K = %d, the last stage slowed): %s%s\n",
+                   sched ? "1f1b" : "message", stage, P, M, text, ok ? "" : "  <- FAILED");
+        CHECK(ok, "schedule %s, stage %d: order %s, expected %s%s", sched ? "1f1b" : "message",
+              stage, text, wtext, sched || stage == P - 1 ? "" : " ...");
+        free(tok), free(tgt);
+        ff_gpt_destroy(g);
+    }
+    ff_grid_destroy(grid);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -551,6 +648,8 @@ int main(int argc, char **argv)
                "run: %d rank-runs\n",
                n_planned);
     check_moves(ctx, shape ? shape : NULL);
+    if (!CFG.experts)
+        check_schedule_orders(ctx);
     check_bad_input(ctx);
 
     for (int M = 0; M <= MAX_M; M++)

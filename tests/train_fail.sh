@@ -107,6 +107,26 @@ if [ "$status" = 0 ] || [ "$status" = 124 ] || [ -z "$msg" ]; then
     failures=$((failures + 1))
 fi
 
+# a message that fails inside the message-driven schedule, on one rank of a
+# stage's tensor-parallel group (a test hook: FF_FAULT_PIPE_TEST=world rank):
+# its peers learn it in the schedule's agreement, and the job aborts (the
+# other stage would wait for its messages forever) instead of hanging
+if [ "${FF_TEST_HOOKS:-0}" = 1 ]; then
+    start=$(date +%s)
+    FF_FAULT_PIPE_TEST=1 timeout 120 "$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 \
+        "$FF" train $S --stages 2 --grid 2x1x1x1 --data "$D" --out "$WORK/pfault" > "$WORK/out" 2>&1
+    status=$?
+    msg=$(grep -m1 'FF_FAULT_PIPE_TEST.*aborting the job' "$WORK/out")
+    echo "a failed receive in the schedule: exit $status after $(($(date +%s) - start)) s: $msg"
+    if [ "$status" = 0 ] || [ "$status" = 124 ] || [ -z "$msg" ]; then
+        echo "FAILED: the job did not stop with the failed receive's message"
+        cat "$WORK/out"
+        failures=$((failures + 1))
+    fi
+else
+    echo "skipped: a failed receive in the schedule (no fault hooks in this build)"
+fi
+
 # per-layer plans (--plan): for this model and grid it runs (searched for
 # another progress mode: noted once); for another grid or model, missing or
 # corrupt, one message before anything runs

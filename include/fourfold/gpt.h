@@ -303,6 +303,11 @@ typedef struct {
     double busy_s, idle_s;
 } ff_pipe_times;
 void ff_gpt_pipeline_times(const ff_gpt *g, ff_pipe_times *t);
+/* The passes of this rank's stage in the last pipelined step, in the order
+ * they ran: u for micro-batch u's forward, -(u + 1) for its backward (the
+ * first FF_GPT_PIPE_ORDER_MAX). Returns their count, copies at most max. */
+enum { FF_GPT_PIPE_ORDER_MAX = 512 };
+int ff_gpt_pipeline_order(const ff_gpt *g, int *order, int max);
 /* The blocks [*first, *first + *count) this rank's stage holds. */
 void ff_gpt_stage_blocks(const ff_gpt *g, int *first, int *count);
 /* Parameters of the canonical model without the padded vocabulary rows. */

@@ -578,13 +578,15 @@ int ff_allgather_ready(ff_request *req, int *ready)
     return rc;
 }
 
-/* ff_ctx_options.timeout_s passed in one wait: the job cannot finish */
-static void watchdog(const ff_request *req, double waited, double timeout)
+void ff_watchdog(const ff_ctx *ctx, double t0, const char *what, const char *group)
 {
+    const double timeout = ctx->opt.timeout_s, waited = ff_now() - t0;
+    if (timeout <= 0 || waited <= timeout)
+        return;
     fprintf(stderr,
             "fourfold: error: rank %d waited %.0f s for %s on group %s (more than --timeout "
             "%g): a peer has stopped or hung; aborting the job\n",
-            req->group->ctx->rank, waited, ff_coll_name(req->coll), req->group->name, timeout);
+            ctx->rank, waited, what, group, timeout);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
@@ -603,8 +605,8 @@ int ff_wait(ff_request **preq)
         progress_locked(ctx);
         if (req->done || req->error)
             break;
-        if (timeout > 0 && spins % 1024 == 0 && ff_now() - t0 > timeout)
-            watchdog(req, ff_now() - t0, timeout);
+        if (timeout > 0 && spins % 1024 == 0)
+            ff_watchdog(ctx, t0, ff_coll_name(req->coll), req->group->name);
     }
     double t1 = ff_now();
     req->group->counters[req->coll].wait_s += t1 - t0;

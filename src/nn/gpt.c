@@ -1490,6 +1490,13 @@ void ff_gpt_pipeline_times(const ff_gpt *g, ff_pipe_times *t)
     t->idle_s = g->pipe_idle_s;
 }
 
+int ff_gpt_pipeline_order(const ff_gpt *g, int *order, int max)
+{
+    for (int i = 0; i < g->pipe_order_n && i < max; i++)
+        order[i] = g->pipe_order[i];
+    return g->pipe_order_n;
+}
+
 void ff_gpt_stage_blocks(const ff_gpt *g, int *first, int *count)
 {
     *first = g->l0;

@@ -133,6 +133,10 @@ struct ff_gpt {
     int *set_of;   /* block l's set among the n_own, or -1: the shared one */
     float *grad_in, *grad_out;       /* n_slots x (m, C/Gy): gradients from / to the neighbours */
     double pipe_idle_s, pipe_busy_s; /* ff_gpt_pipeline_times */
+    /* the last pipelined step's passes in order (ff_gpt_pipeline_order):
+     * u for micro-batch u's forward, -(u + 1) for its backward */
+    int pipe_order[FF_GPT_PIPE_ORDER_MAX];
+    int pipe_order_n;
     uint64_t n_straggles;            /* the jittered straggler's draws */
     ff_request **req_act_in, **req_act_out, **req_grad_in, **req_grad_out; /* per slot */
     /* the LayerNorm whose output the last MLP down's chunks already made

@@ -13,6 +13,8 @@
  * order), so slot u mod K is free when u arrives: the first stage starts
  * u only after the backward of u - K. */
 #include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpt_internal.h"
@@ -32,6 +34,14 @@ typedef struct {
 } pipe_run;
 
 static int64_t mc(const ff_gpt *g) { return g->m * g->cy; }
+
+/* ff_gpt_pipeline_order's record */
+static void record(ff_gpt *g, int pass)
+{
+    if (g->pipe_order_n < FF_GPT_PIPE_ORDER_MAX)
+        g->pipe_order[g->pipe_order_n] = pass;
+    g->pipe_order_n++;
+}
 
 /* Posts the input receives of the micro-batches whose slots are free. */
 static int post_act_receives(pipe_run *r)
@@ -63,6 +73,9 @@ static int run_forward(pipe_run *r)
     g->pipe_busy_s += ff_now() - t0;
     if (rc)
         return rc;
+    record(g, u);
+    if (g->last)
+        record(g, -(u + 1)); /* (its backward ran inside) */
     if (!g->last) {
         if ((rc = ff_isend(g->grp_pipe, ff_gpt_resid(g, slot, g->nb), (size_t)mc(g), g->stage + 1,
                            tag_of(u, TAG_ACT), &g->req_act_out[slot])))
@@ -88,6 +101,7 @@ static int run_backward(pipe_run *r)
     g->pipe_busy_s += ff_now() - t0;
     if (rc)
         return rc;
+    record(g, -(u + 1));
     if (!g->first && (rc = ff_isend(g->grp_pipe, g->grad_out + slot * mc(g), (size_t)mc(g),
                                     g->stage - 1, tag_of(u, TAG_GRAD), &g->req_grad_out[slot])))
         return rc;
@@ -148,15 +162,39 @@ static int schedule_1f1b(pipe_run *r)
  * A mixture of experts all-reduces its routing statistics over ZD in every
  * forward (gpt_moe.c), so there the whole stage (TP and D) agrees.
  * A blocking MPI_Allreduce of two ints per poll, outside the counters. */
-static int agree_arrivals(ff_gpt *g, int got[2])
+/* A rank whose test of a message failed takes part in the agreement all
+ * the same (got[2] = 1), so its group stops with it instead of waiting for
+ * it in the next agreement. */
+static int agree_arrivals(ff_gpt *g, int got[3], int rc)
 {
     ff_group *tp = ff_grid_group(g->grid, g->E ? FF_GROUP_STAGE : FF_GROUP_TP);
-    if (ff_group_size(tp) == 1)
-        return FF_OK;
-    int mrc = MPI_Allreduce(MPI_IN_PLACE, got, 2, MPI_INT, MPI_MAX, ff_group_comm(tp));
-    return mrc == MPI_SUCCESS
-               ? FF_OK
-               : ff_ctx_set_error(g->ctx, FF_EMPI, "MPI_Allreduce (the stage's next pass) failed");
+    got[2] = rc != FF_OK;
+    if (ff_group_size(tp) > 1 &&
+        MPI_Allreduce(MPI_IN_PLACE, got, 3, MPI_INT, MPI_MAX, ff_group_comm(tp)) != MPI_SUCCESS)
+        return ff_ctx_set_error(g->ctx, FF_EMPI, "MPI_Allreduce (the stage's next pass) failed");
+    if (got[2] && rc == FF_OK)
+        return ff_ctx_set_error(g->ctx, FF_EREMOTE,
+                                "another rank of this stage failed to receive a message");
+    return rc;
+}
+
+/* A message's test, failing on world rank FF_FAULT_PIPE_TEST in its first
+ * test (test builds only: FF_TEST_HOOKS). */
+static int test_message(ff_gpt *g, ff_request *req, int *done)
+{
+#ifdef FF_TEST_HOOKS
+    static int fired;
+    const char *e = getenv("FF_FAULT_PIPE_TEST");
+    int world = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world);
+    if (e && !fired && atoi(e) == world) {
+        fired = 1;
+        *done = 0;
+        return ff_ctx_set_error(g->ctx, FF_EMPI, "a receive failed (FF_FAULT_PIPE_TEST)");
+    }
+#endif
+    (void)g;
+    return ff_test(req, done);
 }
 
 /* AxoNN's message-driven schedule (dissertation, Algorithm 2): the first
@@ -176,15 +214,17 @@ static int schedule_message(pipe_run *r)
                              : NULL;
         ff_request *grad =
             !g->last && r->next_bwd < r->next_fwd ? g->req_grad_in[r->next_bwd % r->K] : NULL;
-        int got[2] = {0, 0}; /* a gradient, an input */
+        int got[3] = {0, 0, 0}; /* a gradient, an input, a failure */
         double t0 = ff_now();
         while (rc == FF_OK && !got[0] && !got[1]) {
-            if (grad && (rc = ff_test(grad, &got[0])))
-                break;
-            if (in && !got[0] && (rc = ff_test(in, &got[1])))
-                break;
-            if ((rc = agree_arrivals(g, got)) == FF_OK && !got[0] && !got[1])
+            if (grad)
+                rc = test_message(g, grad, &got[0]);
+            if (rc == FF_OK && in && !got[0])
+                rc = test_message(g, in, &got[1]);
+            if ((rc = agree_arrivals(g, got, rc)) == FF_OK && !got[0] && !got[1]) {
+                ff_watchdog(g->ctx, t0, "the next micro-batch's message", "PIPE");
                 sched_yield();
+            }
         }
         g->pipe_idle_s += ff_now() - t0;
         int got_grad = got[0];
@@ -210,6 +250,7 @@ int ff_gpt_pipeline_run(ff_gpt *g, const int32_t *tokens, const int32_t *targets
                   .M = n_micro,
                   .K = g->n_slots,
                   .dscale = 1.0f / ((float)n_micro * (float)g->B * (float)g->T)};
+    g->pipe_order_n = 0;
     int rc = post_act_receives(&r);
     if (rc == FF_OK)
         rc = g->opt.pipe.schedule == FF_PIPE_1F1B ? schedule_1f1b(&r) : schedule_message(&r);
@@ -221,6 +262,16 @@ int ff_gpt_pipeline_run(ff_gpt *g, const int32_t *tokens, const int32_t *targets
     g->pipe_idle_s += ff_now() - t0;
     if (rc == FF_OK)
         g->micro_done = n_micro;
+    else if (g->P > 1) {
+        /* the other stages wait for this one's messages and would wait
+         * forever (STYLE: MPI_Abort where other ranks could block); its
+         * tensor-parallel peers stopped with it (agree_arrivals) */
+        fprintf(stderr, "fourfold: error: stage %d, rank %d: %s; the other stages would wait for "
+                "its messages: aborting the job\n", g->stage, ff_ctx_rank(g->ctx),
+                ff_ctx_error(g->ctx));
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     return rc;
 }
 
