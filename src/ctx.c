@@ -111,7 +111,10 @@ static int create_local(ff_ctx *ctx)
                             ctx->opt.threads);
     /* every context sets the BLAS's threads: OpenBLAS's OpenMP build would
      * otherwise take OpenMP's default, every core, in each rank */
-    ff_blas_set_threads(ctx->opt.threads > 0 ? ctx->opt.threads : 1);
+    if (ctx->opt.blas_threads < 0 || ctx->opt.blas_threads > 1024)
+        return ff_set_error(ctx, FF_EINVAL, "BLAS threads %d: expected 1 to 1024 (0: threads)",
+                            ctx->opt.blas_threads);
+    ff_blas_set_threads(ff_ctx_blas_threads(ctx));
     /* one pool of threads where the BLAS's are OpenMP's (util/team.h) */
     int openmp = strcmp(ff_blas_threading(), "pthreads") != 0;
     if (!(ctx->team = ff_team_create(ctx->opt.threads > 0 ? ctx->opt.threads : 1, openmp)))
@@ -201,6 +204,12 @@ int ff_ctx_size(const ff_ctx *ctx) { return ctx->size; }
 MPI_Comm ff_ctx_comm(const ff_ctx *ctx) { return ctx->comm; }
 ff_progress_mode ff_ctx_progress_mode(const ff_ctx *ctx) { return ctx->opt.progress; }
 int ff_ctx_threads(const ff_ctx *ctx) { return ff_team_size(ctx->team); }
+int ff_ctx_blas_threads(const ff_ctx *ctx)
+{
+    return ctx->opt.blas_threads > 0 ? ctx->opt.blas_threads
+           : ctx->opt.threads > 0    ? ctx->opt.threads
+                                     : 1;
+}
 const char *ff_ctx_team(const ff_ctx *ctx) { return ff_team_kind(ctx->team); }
 
 int ff_ctx_agree(ff_ctx *ctx, int rc) { return ff_agree_on(ctx, ctx->comm, rc); }

@@ -78,10 +78,17 @@ typedef struct {
      * OpenBLAS's pthreads build; with its OpenMP build, OpenMP's thread
      * count of the thread that creates the context, which OpenBLAS follows:
      * the last context created sets it) and for the element-wise work
-     * alike (docs/design.md §8); results do not depend on it. 0: unset,
+     * alike (docs/design.md §8); the element-wise work's results do not
+     * depend on it, the products' only as the BLAS's threaded kernels do
+     * (OpenBLAS's Haswell kernels split sums by the thread count). 0: unset,
      * one thread (the BLAS is set to one thread too: OpenBLAS's OpenMP
      * build would otherwise use every core in every rank). */
     int threads;
+    /* The BLAS's threads alone, where they should differ from `threads`
+     * (0: `threads`). The element-wise work's results never depend on its
+     * threads; the products' depend on the BLAS's where its threaded kernels
+     * split sums by the thread count (docs/design.md §8, "Threads"). */
+    int blas_threads;
     /* FF_DEVICE: where the model computes, "cpu" (unset) or "cuda" (a build
      * with -DFF_CUDA=ON: one GPU per rank, the node's GPUs shared round
      * robin; docs/cuda.md) */
@@ -130,6 +137,8 @@ MPI_Comm ff_ctx_comm(const ff_ctx *ctx);
 ff_progress_mode ff_ctx_progress_mode(const ff_ctx *ctx);
 /* The rank's compute threads (ff_ctx_options.threads; 1 if unset). */
 int ff_ctx_threads(const ff_ctx *ctx);
+/* The BLAS's threads of the context's products (blas_threads, else threads). */
+int ff_ctx_blas_threads(const ff_ctx *ctx);
 /* What runs the element-wise work on those threads: "openmp" (OpenMP's
  * threads, the BLAS's own when OpenBLAS is its OpenMP build) or "own
  * threads" (workers beside a BLAS with pthreads of its own); the results

@@ -247,7 +247,7 @@ static void attn_run(attn_job *j, ff_team_fn fn, ff_pass_id id)
         ff_blas_set_threads(1);
     ff_team_run(team, (int64_t)j->B * j->nh, 1, fn, j);
     if (wide)
-        ff_blas_set_threads(ff_team_size(team));
+        ff_blas_set_threads(ff_ctx_blas_threads(j->ctx));
 }
 
 void ff_attention_forward(ff_ctx *ctx, float *out, float *att, const float *qkv, int B, int T,
