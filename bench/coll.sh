@@ -1,8 +1,8 @@
 #!/bin/sh
 # The collective benchmarks of docs/coll-bench.md: fourfold's algorithms
-# against each other and the MPI library's, on an emulated cluster (an
-# external cluster emulator of network namespaces, docs/design.md §8: set TB,
-# run as root) or on this node.
+# against each other and the MPI library's, on an emulated cluster
+# (bench/cluster.sh: network namespaces joined by shaped links,
+# docs/design.md §8; run as root) or on this node.
 # Raw output (`bench coll --json` lines NAME.rK.jsonl and the printed
 # tables *.coll.txt, `bench tune` tables and histories, runs.log with the
 # load average around every run) goes OUTSIDE the source tree, to $OUT
@@ -21,7 +21,7 @@
 #   profile      `bench profile` on each configuration: NAME.json and
 #                NAME.profile.txt (profiles/tb-*.json were made so, OUT=profiles)
 #   picks        the algorithm AUTO runs at each size under PROFILES/NAME.json,
-#                without the testbed (nodes pretended, one iteration):
+#                without the emulated cluster (nodes pretended, one iteration):
 #                NAME.picks.jsonl, which `bench/report.py coll-table` prices
 #                at the times of measured runs
 #   pooled       the picks of each profile directory of SETS ("LABEL=DIR ...";
@@ -49,12 +49,10 @@
 #   MAXB (64M)  ITERS (15, after one warm-up)  MPI_ENV ("VAR=value ..." for
 #   every rank, e.g. FF_STRICT_VOLUME=0)  JOBS (1)  TUNE_ARGS (bench tune's
 #   defaults)  CONFIG (tb-4x1-1gbit-d100us)  ROUNDS (3)  SETS  RATIO ("rec direct")
-#   TB        path of the cluster emulator's tbcluster.sh (an external tool,
-#             not in this repository; required by every experiment that runs
-#             on the emulated cluster); TB_PREFIX, TB_SUBNET (ffcoll, 10.79.0):
-#             an emulated cluster of its own, apart from other sessions'
+#   TB_PREFIX, TB_SUBNET (ffcoll, 10.79.0): bench/cluster.sh's -p and -s, an
+#             emulated cluster of its own, apart from other sessions'
 #
-# e.g. (as root, TB exported)
+# e.g. (as root)
 #                 bench/coll.sh sweep
 #                 JOBS=5 TUNE_ARGS="--repeats 1" bench/coll.sh tuned
 #                 COLLS=ar MAXB=4M bench/coll.sh sweep
@@ -69,10 +67,10 @@ sweep | tuned | profile | picks | pooled | a2a-window | wire-place | one-node-ar
 esac
 FF=$PWD/$BUILD/fourfold
 [ -x "$FF" ] || { echo "build first: scripts/build.sh $BUILD" >&2; exit 1; }
-TB=${TB:-}
+CLUSTER=$PWD/bench/cluster.sh
 case $EXP in
 picks | pooled | one-node-ar) ;;
-*) [ -n "$TB" ] || { echo "$EXP runs on the emulated cluster: set TB to the emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; } ;;
+*) "$CLUSTER" -p "${TB_PREFIX:-ffcoll}" -s "${TB_SUBNET:-10.79.0}" -d 100 --check || exit 2 ;;
 esac
 OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/coll-$EXP-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
@@ -106,8 +104,9 @@ tb() { # NAME "MPIRUN-OPTIONS" COMMAND...: COMMAND on the emulated cluster NAME
     shape "$1"
     opts=$2
     shift 2
-    TB_MPIRUN_ARGS="--mca btl_tcp_links 2 $XENV $opts" "$TB" -p "${TB_PREFIX:-ffcoll}" \
-        -s "${TB_SUBNET:-10.79.0}" -n "$n" -m "$m" -r "$rate" -d "$d" all -- "$@"
+    # shellcheck disable=SC2086
+    "$CLUSTER" -p "${TB_PREFIX:-ffcoll}" -s "${TB_SUBNET:-10.79.0}" -n "$n" -m "$m" -r "$rate" \
+        -d "$d" -- --mca btl_tcp_links 2 $XENV $opts "$@"
 }
 
 coll() { # NAME STEM "MPIRUN-OPTIONS" bench-coll-arguments...: one run, STEM.jsonl, STEM.coll.txt

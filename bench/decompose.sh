@@ -1,8 +1,8 @@
 #!/bin/sh
 # The decomposition benchmark of docs/linear.md, "Decomposition" (issue 25):
 # one GPT training step (bench/gpt.c) on an emulated cluster of 2 nodes x 2
-# ranks at 1 Gbit/s, without and with a 100 us one-way delay, made by the
-# external cluster emulator whose tbcluster.sh TB names (docs/design.md §8).
+# ranks at 1 Gbit/s, without and with a 100 us one-way delay, made by
+# bench/cluster.sh (docs/design.md §8).
 # Three cases: the model L=2, C=256, NH=4, V=512, B=8, T=128 on 2x2x1x1 (X
 # inside a node, Y across the nodes) and on 1x4x1x1 (Y over all four ranks),
 # and a small one (C=64, NH=4) on 2x2x1x1 where the GEMMs are short. Each
@@ -19,16 +19,16 @@
 # (name:grid:C ...), DELAYS (us), VARIANTS (0 = off, K, plan; nooag = OAG
 # off, cmm = OAG off with the collective matmul) and PROGRESS
 # (poll, the default, or thread: a progress thread) select a subset. Needs
-# root and TB.
+# root (the emulated cluster).
 # About 10 minutes with the defaults.
-#   usage: TB=.../tbcluster.sh bench/decompose.sh [build-dir]
+#   usage: bench/decompose.sh [build-dir]
 set -eu
 case ${1:-} in -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 BIN=$PWD/$BUILD/bench/ff_bench_gpt
 CLI=$PWD/$BUILD/fourfold
-TB=${TB:-}
+CLUSTER=$PWD/bench/cluster.sh
 OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/decompose.jsonl}
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-3}
@@ -38,7 +38,7 @@ DELAYS=${DELAYS:-0 100}
 VARIANTS=${VARIANTS:-0 2 3 4 plan}
 PROGRESS=${PROGRESS:-poll}
 [ -x "$BIN" ] && [ -x "$CLI" ] || { echo "build first: scripts/build.sh $BUILD" >&2; exit 1; }
-[ -n "$TB" ] || { echo "set TB to the cluster emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; }
+"$CLUSTER" -d 100 --check || exit 2
 . scripts/env.sh
 mkdir -p "$(dirname "$OUT")"
 PLANS=$(dirname "$OUT")/decompose-plans
@@ -62,7 +62,7 @@ for delay in $DELAYS; do
                 cmm) args="--oag 0 --cmm 1" ;;          # ... each run as a collective matmul
                 *) args="--decompose $v" ;;
                 esac
-                "$TB" -n 2 -m 2 -r 1gbit -d "$delay" all -- "$BIN" --grid "$grid" --L 2 --C "$C" \
+                "$CLUSTER" -n 2 -m 2 -r 1gbit -d "$delay" "$BIN" --grid "$grid" --L 2 --C "$C" \
                     --NH 4 --V 512 --maxT 128 --B 8 --T 128 --panel "$PANEL" --progress "$PROGRESS" --reps "$REPS" \
                     $args --label "d$delay $name $grid $v round $r" 2>&1 | grep '^{' |
                     sed "s/^{/{\"delay_us\":$delay,\"case\":\"$name\",\"variant\":\"$v\",/" \

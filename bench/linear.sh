@@ -6,8 +6,8 @@
 # the end, one line per run: step ms with overlaps off -> on, their ratio and
 # the hidden fraction. The raw JSON lines are appended OUTSIDE the source
 # tree, to $OUT (default ${FF_BENCH_OUT:-/tmp/fourfold-bench}/linear.jsonl).
-# The cluster runs need root and TB, the path of the tbcluster.sh of an
-# external cluster emulator (not in this repository: docs/design.md §8).
+# The cluster runs need root: the emulated cluster is bench/cluster.sh
+# (docs/design.md §8).
 # ~15 minutes.
 #   usage: bench/linear.sh [build-dir] [local|cluster|all]
 set -eu
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 WHERE=${2:-all}
 BIN=$PWD/$BUILD/bench/ff_bench_linear
-TB=${TB:-}
+CLUSTER=$PWD/bench/cluster.sh
 OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/linear.jsonl}
 REPS=${REPS:-5}
 ARGS=${ARGS:---k 2048 --n 2048 --rows 4096 --layers 2}
@@ -24,8 +24,7 @@ mkdir -p "$(dirname "$OUT")"
 . scripts/env.sh
 export OMPI_MCA_mpi_yield_when_idle=1
 [ -x "$BIN" ] || { echo "build first: scripts/build.sh $BUILD" >&2; exit 1; }
-[ "$WHERE" = local ] || [ -n "$TB" ] ||
-    { echo "the cluster runs need TB, the emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; }
+[ "$WHERE" = local ] || "$CLUSTER" --check || exit 2
 : > "$OUT.tmp"
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -33,7 +32,7 @@ run() { # label, then the launcher and its arguments
     label=$1
     shift
     echo
-    "$@" $ARGS --reps "$REPS" --label "$label" 2>&1 | grep -v '^tbcluster' |
+    "$@" $ARGS --reps "$REPS" --label "$label" 2>&1 | grep -v '^cluster:' |
         tee -a "$OUT.tmp" | grep -v '^{' | grep -v -e '^gemm ' -e '^GEMM' -e '^fwd' -e '^dI' -e '^dW' || true
 }
 
@@ -45,10 +44,10 @@ if [ "$WHERE" != cluster ]; then
 fi
 if [ "$WHERE" != local ]; then
     for g in 2x1x1x1 1x1x2x1 1x1x1x2; do
-        run "cluster 2x1 1gbit" "$TB" -n 2 -m 1 -r 1gbit -b 256kb all -- "$BIN" --grid $g
+        run "cluster 2x1 1gbit" "$CLUSTER" -n 2 -m 1 -r 1gbit -b 256kb "$BIN" --grid $g
     done
     for g in 2x2x1x1 4x1x1x1 2x1x2x1 1x1x2x2; do
-        run "cluster 2x2 1gbit" "$TB" -n 2 -m 2 -r 1gbit -b 256kb all -- "$BIN" --grid $g
+        run "cluster 2x2 1gbit" "$CLUSTER" -n 2 -m 2 -r 1gbit -b 256kb "$BIN" --grid $g
     done
 fi
 grep '^{' "$OUT.tmp" >> "$OUT" || true

@@ -1,19 +1,19 @@
 #!/bin/sh
 # The mixture-of-experts measurements of docs/moe.md (issue 27).
 #
-#   TB=.../tbcluster.sh bench/moe.sh comm [build-dir]
+#   bench/moe.sh comm [build-dir]
 #     DTD and CAC on an emulated cluster of 2 nodes x 2 ranks at 1 Gbit/s
-#     (the external cluster emulator whose tbcluster.sh TB names,
-#     docs/design.md §8): one training step (bench/gpt.c) of L=2 C=256 NH=4
-#     V=512 T=128 B=8 with 4 experts in both blocks, top-2, capacity factor
-#     1.25, on 2x1x1x2 with expert parallelism 2: X inside a node, the
-#     expert group (D) across the nodes. Variants, alternating, ROUNDS times,
-#     each run the median of REPS steps after 2 warm-ups:
+#     (bench/cluster.sh, docs/design.md §8): one training step
+#     (bench/gpt.c) of L=2 C=256 NH=4 V=512 T=128 B=8 with 4 experts in
+#     both blocks, top-2, capacity factor 1.25, on 2x1x1x2 with expert
+#     parallelism 2: X inside a node, the expert group (D) across the
+#     nodes. Variants, alternating, ROUNDS times, each run the median of
+#     REPS steps after 2 warm-ups:
 #       base  DTD off              dtd   DTD on
 #       ckpt  DTD on, checkpointing    cac   DTD on, checkpointing with CAC
 #     Prints per variant the median step time, the ms per step rank 0 waited
 #     in the all-to-alls and in the X all-gathers, and ratios to base (dtd)
-#     and to ckpt (cac). Needs root and TB. About 3 minutes.
+#     and to ckpt (cac). Needs root (the emulated cluster). About 3 minutes.
 #
 #   bench/moe.sh quality [build-dir]
 #     mini-moe against mini (dense) on the fortunes corpus, STEPS (default
@@ -41,8 +41,8 @@ echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) cores, load $(cut -d' 
 
 case $MODE in
 comm)
-    TB=${TB:-}
-    [ -n "$TB" ] || { echo "set TB to the cluster emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; }
+    CLUSTER=$PWD/bench/cluster.sh
+    "$CLUSTER" --check || exit 2
     REPS=${REPS:-5}
     ROUNDS=${ROUNDS:-3}
     for r in $(seq "$ROUNDS"); do
@@ -53,7 +53,7 @@ comm)
             ckpt) args="--dtd 1 --checkpoint" ;;
             cac) args="--dtd 1 --checkpoint --cac 1" ;;
             esac
-            "$TB" -n 2 -m 2 -r 1gbit all -- "$BIN" --grid 2x1x1x2 --L 2 --C 256 --NH 4 --V 512 \
+            "$CLUSTER" -n 2 -m 2 -r 1gbit "$BIN" --grid 2x1x1x2 --L 2 --C 256 --NH 4 --V 512 \
                 --maxT 128 --B 8 --T 128 --experts 4 --expert-every 1 --top-k 2 --ep 2 \
                 --reps "$REPS" $args --label "$v round $r" 2>&1 | grep '^{' |
                 sed "s/^{/{\"variant\":\"$v\",/" >> "$OUT.tmp"

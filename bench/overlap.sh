@@ -1,13 +1,13 @@
 #!/bin/sh
 # The overlap benchmark of docs/overlap.md: one namespace (2 and 4 ranks) and
-# an emulated cluster (2 nodes x 1 and x 2 ranks, 1 Gbit/s) made by an
-# external cluster emulator whose tbcluster.sh TB names (docs/design.md §8).
+# an emulated cluster (2 nodes x 1 and x 2 ranks, 1 Gbit/s) made by
+# bench/cluster.sh (docs/design.md §8).
 # Prints each configuration's table (medians of REPS repetitions) and, at
 # the end, the hidden fraction and total ms of every mechanism; the
 # raw JSON lines go OUTSIDE the source tree, to $OUT (default
 # ${FF_BENCH_OUT:-/tmp/fourfold-bench}/overlap.jsonl; the headline's to
 # OUT-headline.jsonl, with the median over its 5 runs printed). Needs root
-# and TB. ~20 minutes.
+# (the emulated cluster). ~20 minutes.
 #   usage: bench/overlap.sh [build-dir]            the full sweep
 #          bench/overlap.sh [build-dir] headline   the 80% goal of issue 2, in
 #              5 independent runs: 16 MiB all-reduce, 2 nodes x 2 ranks, 1 Gbit/s,
@@ -18,27 +18,27 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 MODE=${2:-sweep}
 BIN=$PWD/$BUILD/bench/ff_bench_overlap
-TB=${TB:-}
+CLUSTER=$PWD/bench/cluster.sh
 OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/overlap.jsonl}
 REPS=${REPS:-7}
 mkdir -p "$(dirname "$OUT")"
 . scripts/env.sh
 export OMPI_MCA_mpi_yield_when_idle=1
 
-run() { # label, then mpirun-or-testbed command...
+run() { # label, then mpirun-or-cluster command...
     label=$1
     shift
     echo
-    "$@" --reps "$REPS" --label "$label" 2>&1 | grep -v '^tbcluster' | tee -a "$OUT.tmp" | grep -v '^{'
+    "$@" --reps "$REPS" --label "$label" 2>&1 | grep -v '^cluster:' | tee -a "$OUT.tmp" | grep -v '^{'
 }
 : > "$OUT.tmp"
 [ -x "$BIN" ] || { echo "build first: scripts/build.sh $BUILD" >&2; exit 1; }
-[ -n "$TB" ] || { echo "set TB to the cluster emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; }
+"$CLUSTER" --check || exit 2
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) cores"
 
 if [ "$MODE" = headline ]; then
     for i in 1 2 3 4 5; do
-        run "headline run $i" "$TB" -n 2 -m 2 -r 1gbit -b 256kb all -- "$BIN" \
+        run "headline run $i" "$CLUSTER" -n 2 -m 2 -r 1gbit -b 256kb "$BIN" \
             --size 16MiB --compute-ms 300 --mech wait,poll-200us,thread-200us
     done
     grep '^{' "$OUT.tmp" > "${OUT%.jsonl}-headline.jsonl"
@@ -65,23 +65,23 @@ done
 
 # the emulated cluster: 1 Gbit/s between nodes
 for idle in "" --idle; do
-    run "testbed 2x1 1gbit burst256k $idle" "$TB" -n 2 -m 1 -r 1gbit -b 256kb all -- "$BIN" \
+    run "testbed 2x1 1gbit burst256k $idle" "$CLUSTER" -n 2 -m 1 -r 1gbit -b 256kb "$BIN" \
         --size 16MiB --compute-ms 300 $idle
-    run "testbed 2x2 1gbit burst256k $idle" "$TB" -n 2 -m 2 -r 1gbit -b 256kb all -- "$BIN" \
+    run "testbed 2x2 1gbit burst256k $idle" "$CLUSTER" -n 2 -m 2 -r 1gbit -b 256kb "$BIN" \
         --size 16MiB --compute-ms 300 $idle
 done
-# the testbed's default tbf burst (32 KB) splits every TSO packet into MTU
-# frames, which costs the shared cores dearly
-run "testbed 2x2 1gbit burst32k" "$TB" -n 2 -m 2 -r 1gbit all -- "$BIN" \
+# bench/cluster.sh's default tbf burst (32 KB) splits every TSO packet into
+# MTU frames, which costs the shared cores dearly
+run "testbed 2x2 1gbit burst32k" "$CLUSTER" -n 2 -m 2 -r 1gbit "$BIN" \
     --size 16MiB --compute-ms 300 --mech wait,poll-200us,thread-200us
 # how fine the compute must be chunked for polling to keep the wire busy
 for gemm in 64 256 512; do
-    run "testbed 2x2 1gbit burst256k gemm$gemm" "$TB" -n 2 -m 2 -r 1gbit -b 256kb all -- "$BIN" \
+    run "testbed 2x2 1gbit burst256k gemm$gemm" "$CLUSTER" -n 2 -m 2 -r 1gbit -b 256kb "$BIN" \
         --size 16MiB --compute-ms 300 --gemm $gemm --mech wait,poll-200us,thread-200us
 done
 # the other collectives
 for coll in allgather reduce_scatter alltoall; do
-    run "testbed 2x2 1gbit burst256k $coll" "$TB" -n 2 -m 2 -r 1gbit -b 256kb all -- "$BIN" \
+    run "testbed 2x2 1gbit burst256k $coll" "$CLUSTER" -n 2 -m 2 -r 1gbit -b 256kb "$BIN" \
         --coll $coll --size 16MiB --compute-ms 300 --mech wait,poll-200us,thread-200us,mpi-poll-200us
 done
 grep '^{' "$OUT.tmp" > "$OUT"

@@ -1,11 +1,10 @@
 #!/bin/sh
 # The pipeline benchmark of docs/pipeline.md (issue 26): AxoNN's
 # message-driven schedule against 1F1B, with and without a straggler, and
-# the measured bubble against (P-1)/(M+P-1), on the emulated cluster of the
-# external emulator whose tbcluster.sh TB names (docs/design.md §8), with a
-# 100 us one-way delay between nodes (this machine has no netem, so the
-# delay is the testbed's user-space nfqdelay line, whose timer overshoot
-# adds jitter).
+# the measured bubble against (P-1)/(M+P-1), on the emulated cluster of
+# bench/cluster.sh (docs/design.md §8), with a 100 us one-way delay between
+# nodes (this machine's kernel has no netem, so the delay is
+# bench/delayline.c's user-space line, whose late wake-ups add jitter).
 #
 # Two cases (bench/gpt.c, one training step of M micro-batches):
 #  emulated  4 stages of one rank on 2 nodes x 2 ranks at 1 Gbit/s (the
@@ -29,14 +28,14 @@
 # lines go OUTSIDE the source tree, to $OUT (default
 # ${FF_BENCH_OUT:-/tmp/fourfold-bench}/pipeline.jsonl). MS (micro-batch
 # counts of the emulated case), PASS, SLOW, SLOW2 and CASES select. Needs
-# root and TB. About 10 minutes with the defaults.
-#   usage: TB=.../tbcluster.sh bench/pipeline.sh [build-dir]
+# root (the emulated cluster). About 10 minutes with the defaults.
+#   usage: bench/pipeline.sh [build-dir]
 set -eu
 case ${1:-} in -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 BIN=$PWD/$BUILD/bench/ff_bench_gpt
-TB=${TB:-}
+CLUSTER=$PWD/bench/cluster.sh
 OUT=${OUT:-${FF_BENCH_OUT:-/tmp/fourfold-bench}/pipeline.jsonl}
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-3}
@@ -46,7 +45,7 @@ SLOW=${SLOW:-10}
 SLOW2=${SLOW2:-20}
 CASES=${CASES:-emulated compute}
 [ -x "$BIN" ] || { echo "build first: scripts/build.sh $BUILD" >&2; exit 1; }
-[ -n "$TB" ] || { echo "set TB to the cluster emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; }
+"$CLUSTER" -d 100 --check || exit 2
 . scripts/env.sh
 mkdir -p "$(dirname "$OUT")"
 : > "$OUT.tmp"
@@ -55,7 +54,7 @@ echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) cores, load $(cut -d' 
 run() { # case M straggler schedule round ARGS...
     c=$1 m=$2 slow=$3 sch=$4 r=$5
     shift 5
-    "$TB" "$@" -r 1gbit -d 100 all -- "$BIN" --micro "$m" --schedule "$sch" --reps "$REPS" \
+    "$CLUSTER" "$@" -r 1gbit -d 100 "$BIN" --micro "$m" --schedule "$sch" --reps "$REPS" \
         $BENCH_ARGS --label "$c M=$m slow=$slow $sch round $r" 2>&1 | grep '^{' |
         sed "s/^{/{\"case\":\"$c\",\"straggler\":$slow,/" >> "$OUT.tmp"
 }

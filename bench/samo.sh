@@ -1,17 +1,17 @@
 #!/bin/sh
 # The pruning measurements of docs/samo.md (issue 28).
 #
-#   TB=.../tbcluster.sh bench/samo.sh dp [build-dir]
+#   bench/samo.sh dp [build-dir]
 #     The data-parallel all-reduce of masked training against the dense one
-#     on an emulated cluster of 2 nodes x 2 ranks at 1 Gbit/s (the external
-#     cluster emulator whose tbcluster.sh TB names, docs/design.md §8): the
+#     on an emulated cluster of 2 nodes x 2 ranks at 1 Gbit/s
+#     (bench/cluster.sh, docs/design.md §8): the
 #     mini model (L=4 C=128), trained 20 steps and pruned to SPARSITY
 #     (default 0.9, global), then STEPS (default 12) steps on 1x1x2x2 (Z
 #     inside a node, D across the nodes) from that checkpoint, dense, with
 #     its mask and with SAMO, alternately ROUNDS (default 3) times. Prints per variant the
 #     median step time and the time rank 0 waited in collectives (steps 3 on,
-#     medians over rounds) and their ratios. Needs root and TB. About 3
-#     minutes.
+#     medians over rounds) and their ratios. Needs root (the emulated
+#     cluster). About 3 minutes.
 #
 #   bench/samo.sh memory [build-dir]
 #     SAMO's memory and step time against dense and masked training, GPT-2
@@ -65,8 +65,8 @@ PY
 
 case $MODE in
 dp)
-    TB=${TB:-}
-    [ -n "$TB" ] || { echo "set TB to the cluster emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; }
+    CLUSTER=$PWD/bench/cluster.sh
+    "$CLUSTER" --check || exit 2
     STEPS=${STEPS:-12}
     ROUNDS=${ROUNDS:-3}
     P=${SPARSITY:-0.9}
@@ -79,7 +79,7 @@ dp)
             mask=""
             [ "$v" = masked ] && mask="--mask auto"
             [ "$v" = samo ] && mask="--mask auto --samo"
-            "$TB" -n 2 -m 2 -r 1gbit all -- "$CLI" train --grid 1x1x2x2 --steps "$STEPS" \
+            "$CLUSTER" -n 2 -m 2 -r 1gbit "$CLI" train --grid 1x1x2x2 --steps "$STEPS" \
                 --init-from "$WORK/pruned.bin" $mask --data "$WORK/base/corpus/fortunes_train.bin" \
                 --val-every 0 --overwrite --out "$WORK/$v" > "$WORK/out" 2>&1 ||
                 { cat "$WORK/out"; exit 1; }

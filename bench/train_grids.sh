@@ -20,10 +20,11 @@
 #                                 the fastest M of each grid)
 #     MACHINE=this                the planner's profile (name or FILE.json)
 #     RPN=NP                      ranks per node, as the planner sees it
-#     TB="N M RATE DELAY"         run on an emulated cluster (N nodes x M
-#                                 ranks) instead of one namespace (needs root)
-#     TBCLUSTER=PATH              with TB: the tbcluster.sh of the external
-#                                 cluster emulator (docs/design.md §8)
+#     TB="N M RATE DELAY"         run on an emulated cluster of N nodes x M
+#                                 ranks, links of RATE (tc's syntax) with
+#                                 DELAY us one-way, instead of one namespace
+#                                 (bench/cluster.sh, docs/design.md §8; needs
+#                                 root)
 set -eu
 case ${1:-} in -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 BUILD=$(cd "${1:-build}" && pwd)
@@ -40,8 +41,14 @@ STAGES=${STAGES:-1}
 MICRO=${MICRO:-1}
 RPN=${RPN:-$NP}
 HERE=$(cd "$(dirname "$0")" && pwd)
-[ -z "${TB:-}" ] || [ -n "${TBCLUSTER:-}" ] ||
-    { echo "TB needs TBCLUSTER, the cluster emulator's tbcluster.sh (docs/design.md §8)" >&2; exit 2; }
+if [ -n "${TB:-}" ]; then
+    # shellcheck disable=SC2086
+    set -- $TB
+    [ $# = 4 ] || { echo "TB wants \"NODES RANKS RATE DELAY\", e.g. TB=\"2 2 1gbit 0\"" >&2; exit 2; }
+    SHAPE="-p fftrain -s 10.78.0 -n $1 -m $2 -r $3 -d $4"
+    # shellcheck disable=SC2086
+    "$HERE/cluster.sh" $SHAPE --check || exit 2
+fi
 FF=$BUILD/fourfold
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -66,12 +73,8 @@ EOF
 
 launch() { # fourfold ARGS... on NP ranks, here or on the emulated cluster
     if [ -n "${TB:-}" ]; then
-        set -- "$FF" "$@"
         # shellcheck disable=SC2086
-        TB_MPIRUN_ARGS="--mca btl_tcp_links 2" \
-            "$TBCLUSTER" -p fftrain -s 10.78.0 \
-            -n $(echo "$TB" | cut -d' ' -f1) -m $(echo "$TB" | cut -d' ' -f2) \
-            -r $(echo "$TB" | cut -d' ' -f3) -d $(echo "$TB" | cut -d' ' -f4) all -- "$@"
+        "$HERE/cluster.sh" $SHAPE -- --mca btl_tcp_links 2 "$FF" "$@"
     else
         mpirun -np "$NP" --bind-to none "$FF" "$@"
     fi
