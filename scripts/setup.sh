@@ -6,7 +6,7 @@ set -eu
 
 PACKAGES="build-essential cmake pkg-config openmpi-bin libopenmpi-dev \
 libopenblas-dev libopenblas-openmp-dev python3 python3-numpy python3-torch iproute2 util-linux iptables \
-libnetfilter-queue-dev fortunes"
+fortunes"
 
 missing=""
 for p in $PACKAGES; do
