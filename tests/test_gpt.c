@@ -3,7 +3,8 @@
  *
  *   test_gpt CONFIG GRID... | all   serial equality on the grids
  *   test_gpt --dump DIR              files for the PyTorch oracle (1 rank)
- *   test_gpt --dump-moe DIR          files for the MoE oracle (1 rank)
+ *   test_gpt --dump-moe DIR          files for the MoE oracle (1 rank), top-2
+ *   test_gpt --dump-moe1 DIR         the same, top-1 with capacity factor 1.25
  *
  * Serial equality: rank 0 alone runs the 1x1x1x1 program (the same code on
  * MPI_COMM_SELF); then every grid runs the same three AdamW steps of two
@@ -18,6 +19,8 @@
  *  - the variants of one grid: bitwise identical (overlaps and
  *    recomputation change when things happen, never what is computed);
  *  - padded vocabulary rows: exactly zero;
+ *  - MoE: step 0's routing, token by token, against the serial run's
+ *    within what rounding allows (compare_routing, derived there);
  *  - then (first variant) EXTRA = 2 more steps with AdamW's default eps 1e-8,
  *    below: their losses, gradients and norms as above, their parameters
  *    and moments within the bounds derived below.
@@ -149,6 +152,21 @@ static const test_config configs[] = {
       .aux_coef = 0.1f},
      4,
      32},
+    /* the same with top-1 routing and capacity factor 1.25 (the default
+     * routing and mini-moe's): 10 assignments per expert and sequence of 32 */
+    {"oracle-moe1",
+     {.L = 3,
+      .C = 64,
+      .NH = 4,
+      .V = 500,
+      .maxT = 32,
+      .experts = 4,
+      .expert_every = 2,
+      .top_k = 1,
+      .capacity_factor = 1.25f,
+      .aux_coef = 0.1f},
+     4,
+     32},
 };
 
 typedef struct {
@@ -159,6 +177,9 @@ typedef struct {
      * AdamW's m and v before extra step e (e = EXTRA: after the last); the
      * serial run's gradients, norm and rate of each (the bound's inputs) */
     float *state[EXTRA + 1][3], *xgrads[EXTRA], xloss[EXTRA], xnorm[EXTRA], xlr[EXTRA];
+    /* MoE, the first variant: step 0's routing (record_routing), rank 0 only */
+    int *route;
+    float *probs;
 } result;
 
 static const ff_gpt_buffer state_buf[3] = {FF_GPT_PARAMS, FF_GPT_ADAM_M, FF_GPT_ADAM_V};
@@ -167,6 +188,7 @@ static const char *const state_name[3] = {"parameters", "AdamW m", "AdamW v"};
 static void result_free(result *r)
 {
     free(r->grads), free(r->params), free(r->init);
+    free(r->route), free(r->probs);
     for (int e = 0; e <= EXTRA; e++)
         for (int k = 0; k < 3; k++)
             free(r->state[e][k]);
@@ -270,6 +292,67 @@ static int extra_steps(ff_gpt *g, const int32_t *tok, const int32_t *tgt, size_t
     return rc;
 }
 
+static int n_moe_blocks(const ff_gpt_config *c)
+{
+    int n = 0;
+    for (int l = 0; l < c->L; l++)
+        n += ff_gpt_block_is_moe(c, l);
+    return n;
+}
+
+/* Step 0's routing (MoE models), after micro-batch u's forward: every MoE
+ * block's choices and router probabilities (ff_gpt_moe_routing) gathered
+ * to rank 0 of the grid at the batch's positions, r->route[block][u][sequence]
+ * [t] (k choices each) and r->probs (E each). The ranks of an X and a Y
+ * group hold the same sequences: their routing must be the same bits. */
+static int record_routing(ff_gpt *g, ff_grid *grid, const test_config *tc, int u, result *r)
+{
+    ff_ctx *ctx = ff_grid_ctx(grid);
+    const int E = tc->cfg.experts, k = tc->cfg.top_k, np = ff_ctx_size(ctx);
+    const int root = ff_ctx_rank(ctx) == 0;
+    int first, count;
+    ff_gpt_local_sequences(g, &first, &count);
+    const int mk = count * tc->T * k, mE = count * tc->T * E;
+    int *ch = malloc((size_t)mk * sizeof(int)), *firsts = malloc((size_t)np * sizeof(int));
+    float *pr = malloc((size_t)mE * sizeof(float));
+    int *all_ch = root ? malloc((size_t)np * mk * sizeof(int)) : NULL;
+    float *all_pr = root ? malloc((size_t)np * mE * sizeof(float)) : NULL;
+    int rc = FF_OK, mo = 0;
+    char desc[96];
+    ff_grid_describe(grid, desc, sizeof desc);
+    for (int l = 0; l < tc->cfg.L && rc == FF_OK; l++) {
+        if (!ff_gpt_block_is_moe(&tc->cfg, l))
+            continue;
+        rc = ff_gpt_moe_routing(g, l, ch, pr);
+        MPI_Comm comm = ff_ctx_comm(ctx);
+        MPI_Gather(&first, 1, MPI_INT, firsts, 1, MPI_INT, 0, comm);
+        MPI_Gather(ch, mk, MPI_INT, all_ch, mk, MPI_INT, 0, comm);
+        MPI_Gather(pr, mE, MPI_FLOAT, all_pr, mE, MPI_FLOAT, 0, comm);
+        const size_t at = ((size_t)mo * MICRO + (size_t)u) * tc->B; /* the micro-batch's first */
+        for (int q = 0; root && rc == FF_OK && q < np; q++) {
+            int *dc = r->route + (at + (size_t)firsts[q]) * tc->T * k;
+            float *dp = r->probs + (at + (size_t)firsts[q]) * tc->T * E;
+            const int *sc = all_ch + (size_t)q * mk;
+            const float *sp = all_pr + (size_t)q * mE;
+            int seen = 0; /* an earlier rank holds these sequences */
+            for (int p = 0; p < q; p++)
+                seen |= firsts[p] == firsts[q];
+            if (!seen) {
+                memcpy(dc, sc, (size_t)mk * sizeof(int));
+                memcpy(dp, sp, (size_t)mE * sizeof(float));
+            }
+            CHECK(!seen || (memcmp(dc, sc, (size_t)mk * sizeof(int)) == 0 &&
+                            memcmp(dp, sp, (size_t)mE * sizeof(float)) == 0),
+                  "%s: block %d, micro-batch %d: rank %d routes sequences %d-%d unlike the "
+                  "rank before it with them (X and Y replicas must route alike)",
+                  desc, l, u, q, firsts[q], firsts[q] + count - 1);
+        }
+        mo++;
+    }
+    free(ch), free(firsts), free(pr), free(all_ch), free(all_pr);
+    return rc;
+}
+
 /* Runs the steps on `grid`, gathering step 0's gradients and the final
  * parameters to rank 0 of the grid's world; with `extra`, then the steps with
  * eps = 1e-8 (extra_steps: the serial run's own when ref is NULL). */
@@ -286,6 +369,14 @@ static int run(ff_grid *grid, const test_config *tc, const ff_gpt_opts *o, resul
     r->grads = root ? calloc(n, sizeof(float)) : NULL;
     r->params = root ? calloc(n, sizeof(float)) : NULL;
     r->init = root ? calloc(n, sizeof(float)) : NULL;
+    /* MoE: step 0's routing, on the variant that compares with the serial
+     * run beyond losses (no checkpointing: each block keeps its own) */
+    const int routing = tc->cfg.experts && extra;
+    const size_t n_tok = (size_t)n_moe_blocks(&tc->cfg) * MICRO * tc->B * tc->T;
+    if (routing && root) {
+        r->route = malloc(n_tok * (size_t)tc->cfg.top_k * sizeof(int));
+        r->probs = malloc(n_tok * (size_t)tc->cfg.experts * sizeof(float));
+    }
     int32_t *tok, *tgt;
     local_batch(tc, g, STEPS + EXTRA, MICRO, &tok, &tgt);
     int first, count;
@@ -300,9 +391,12 @@ static int run(ff_grid *grid, const test_config *tc, const ff_gpt_opts *o, resul
     /* step 0 by hand, to see the gradients before the update */
     if (rc == FF_OK)
         rc = ff_gpt_zero_grad(g);
-    for (int u = 0; u < MICRO && rc == FF_OK; u++)
+    for (int u = 0; u < MICRO && rc == FF_OK; u++) {
         rc = ff_gpt_forward_backward(g, tok + (size_t)u * count * tc->T,
                                      tgt + (size_t)u * count * tc->T, u, MICRO);
+        if (rc == FF_OK && routing)
+            rc = record_routing(g, grid, tc, u, r);
+    }
     float norm = 0;
     if (rc == FF_OK)
         rc = ff_gpt_finish_grads(g, &r->loss[0]);
@@ -526,8 +620,197 @@ static double compare_extra(ff_gpt *shape, const result *r, const result *ref, i
     return worst;
 }
 
+/* ---- routing across grids (docs/moe.md, "Routing across grids") ----------
+ * A grid's router sees inputs that differ from the serial run's in their
+ * last bits, so a token whose two best experts are nearly tied may choose
+ * differently. What is guaranteed, from the same parameters (step 0): a
+ * token's choices differ only if, in the serial run, the probabilities of
+ * two consecutive experts of its order (the j-th and (j+1)-th best, j < k)
+ * differ by at most
+ *      bound_j = (p_j + p_j+1) 2 (dz + rho),
+ * dz the largest difference of a logit between the two runs and rho the
+ * rounding of each run's softmax relative to p:
+ *  - the logits z_e = <ln2_t, Wr_e>: ln2 comes out of depth - 1 reductions
+ *    in sequence (11 per block before, 12 for an MoE block with its router;
+ *    in block l the LayerNorm's 2, QKV, scores, softmax, attention times V,
+ *    projection, LayerNorm's 2) and the router adds one: depth = 10 +
+ *    sum over earlier blocks. Carried to first order as in the oracle's
+ *    bound (docs/testing.md), each of the two runs is within depth
+ *    gamma_K of exact, K = max(4C, T) + 8 (the forward's longest sum, 8
+ *    elementwise roundings), norm-wise per token: |dz_e| <= 2 depth gamma_K
+ *    ||ln2_t|| ||Wr_e||, with ||ln2_t|| <= max|ln2w| sqrt(C) + ||ln2b||
+ *    (a normalised row has norm sqrt(C));
+ *  - the softmax p_e(z + dz) - p_e(z) = p_e (dz_e - sum_j p_j dz_j), at
+ *    most 2 p_e dz; each run rounds z_e - max (u |z_e - max| = u ln(p_max
+ *    / p_e) relative in p_e), expf (2u), the sum (gamma_E) and the division
+ *    (u): rho = gamma_(E+3) + u ln(p_max / p_e);
+ *  - the j-th best of the serial run falls behind another expert on the
+ *    grid only if the gap to it, and so gap_j, is within the two changes.
+ * Ties (gap 0) are within any bound: their rule (the lower index) is
+ * checked on each run's own probabilities instead. A sequence whose tokens
+ * all choose alike drops the same assignments (the capacity's rule is
+ * exact). */
+typedef struct {
+    long tokens, differ, near, ties, bad;
+    double min_gap, min_ratio, max_err; /* smallest margin, margin/bound; largest |dp|/bound */
+} routing_cmp;
+
+static const float *canon_tensor(ff_gpt *shape, const float *canon, const char *name)
+{
+    size_t off = 0;
+    for (int i = 0; i < FF_GPT_NTENSORS; i++) {
+        if (strcmp(ff_gpt_tensor_name(i), name) == 0)
+            return canon + off;
+        off += ff_gpt_tensor_size(shape, i);
+    }
+    return NULL;
+}
+
+/* dz of MoE block l (the mo-th) at the parameters `init` (canonical). */
+static double routing_dz(const test_config *tc, ff_gpt *shape, const float *init, int l, int mo)
+{
+    const double u = ldexp(1.0, -24);
+    const int C = tc->cfg.C, E = tc->cfg.experts;
+    int depth = 10;
+    for (int b = 0; b < l; b++)
+        depth += 11 + ff_gpt_block_is_moe(&tc->cfg, b);
+    const double K = fmax(4.0 * C, tc->T) + 8, gam = K * u / (1 - K * u);
+    const float *w = canon_tensor(shape, init, "ln2w") + (size_t)l * C;
+    const float *b = canon_tensor(shape, init, "ln2b") + (size_t)l * C;
+    const float *wr = canon_tensor(shape, init, "routerw") + (size_t)mo * E * C;
+    double wmax = 0, bn = 0, rmax = 0;
+    for (int c = 0; c < C; c++)
+        wmax = fmax(wmax, fabs(w[c])), bn += (double)b[c] * b[c];
+    for (int e = 0; e < E; e++) {
+        double n = 0;
+        for (int c = 0; c < C; c++)
+            n += (double)wr[(size_t)e * C + c] * wr[(size_t)e * C + c];
+        rmax = fmax(rmax, sqrt(n));
+    }
+    return 2 * depth * gam * (wmax * sqrt((double)C) + sqrt(bn)) * rmax;
+}
+
+/* Experts of one token in order of p (E), ties to the lower index: the
+ * first n into o. */
+static void top_order(const float *p, int E, int n, int *o)
+{
+    for (int j = 0; j < n; j++) {
+        o[j] = -1;
+        for (int e = 0; e < E; e++) {
+            int used = 0;
+            for (int i = 0; i < j; i++)
+                used |= o[i] == e;
+            if (!used && (o[j] < 0 || p[e] > p[o[j]]))
+                o[j] = e;
+        }
+    }
+}
+
+/* Each token of a run chose the top k of its own probabilities, ties to the
+ * lower index (the rule, checked where the bound cannot see it). */
+static long check_own_choices(const test_config *tc, const result *r, const char *desc)
+{
+    const int E = tc->cfg.experts, k = tc->cfg.top_k;
+    const size_t n = (size_t)n_moe_blocks(&tc->cfg) * MICRO * tc->B * tc->T;
+    long bad = 0;
+    for (size_t t = 0; t < n; t++) {
+        int o[2];
+        top_order(r->probs + t * E, E, k, o);
+        for (int j = 0; j < k; j++) {
+            const int c = r->route[t * k + j], e = c < 0 ? ~c : c;
+            bad += e != o[j];
+        }
+    }
+    CHECK(bad == 0,
+          "%s: %ld choices are not the top %d of the run's own probabilities (ties to "
+          "the lower index)",
+          desc, bad, k);
+    return bad;
+}
+
+/* Step 0's routing of a grid (r) against the serial run's (ref), derived
+ * above; *out collects the numbers. */
+static void compare_routing(const test_config *tc, ff_gpt *shape, const result *r,
+                            const result *ref, const char *desc, routing_cmp *out)
+{
+    const double u = ldexp(1.0, -24);
+    const int E = tc->cfg.experts, k = tc->cfg.top_k, T = tc->T;
+    const double rho0 = (E + 3) * u / (1 - (E + 3) * u);
+    routing_cmp c = {.min_gap = INFINITY, .min_ratio = INFINITY};
+    long p_beyond = 0;
+    c.bad = check_own_choices(tc, r, desc);
+    for (int l = 0, mo = 0; l < tc->cfg.L; l++) {
+        if (!ff_gpt_block_is_moe(&tc->cfg, l))
+            continue;
+        const double dz = routing_dz(tc, shape, ref->init, l, mo);
+        for (int q = 0; q < MICRO * tc->B; q++) { /* sequences of the step */
+            const size_t t0 = ((size_t)mo * MICRO * tc->B + (size_t)q) * T;
+            int seq_alike = 1, drops_alike = 1;
+            for (size_t t = t0; t < t0 + (size_t)T; t++) {
+                const float *p = ref->probs + t * E, *pg = r->probs + t * E;
+                const int *cs = ref->route + t * k, *cg = r->route + t * k;
+                int o[3], differ = 0, near = 0;
+                double gaps[2] = {0, 0}, bnds[2] = {0, 0};
+                const int n = k + 1 < E ? k + 1 : E;
+                top_order(p, E, n, o);
+                for (int e = 0; e < E; e++) { /* each probability's change against its bound */
+                    const double rho = rho0 + u * log((double)p[o[0]] / p[e]);
+                    const double err = fabs((double)pg[e] - p[e]) / (2 * p[e] * (dz + rho));
+                    c.max_err = err > c.max_err || err != err ? err : c.max_err;
+                    p_beyond += !(err <= 1);
+                }
+                for (int j = 0; j < k; j++) {
+                    differ |= (cs[j] < 0 ? ~cs[j] : cs[j]) != (cg[j] < 0 ? ~cg[j] : cg[j]);
+                    drops_alike &= (cs[j] < 0) == (cg[j] < 0);
+                    if (j + 1 >= n)
+                        continue;
+                    const double pa = p[o[j]], pb = p[o[j + 1]], gap = pa - pb;
+                    const double bnd = (pa + pb) * 2 * (dz + rho0 + u * log((double)p[o[0]] / pb));
+                    gaps[j] = gap, bnds[j] = bnd;
+                    c.min_gap = fmin(c.min_gap, gap);
+                    c.min_ratio = fmin(c.min_ratio, gap / bnd);
+                    near |= gap <= bnd;
+                    c.ties += gap == 0;
+                }
+                c.tokens++;
+                c.differ += differ;
+                c.near += near;
+                seq_alike &= !differ;
+                if (differ && !near) {
+                    c.bad++;
+                    CHECK(0,
+                          "%s: block %d, micro-batch %d, sequence %d, token %d: choices %d %d, "
+                          "serial %d %d (~e: dropped), where the serial margins %.3e %.3e exceed "
+                          "the rounding's bounds %.3e %.3e",
+                          desc, l, q / tc->B, q % tc->B, (int)(t - t0), cg[0], k > 1 ? cg[1] : 0,
+                          cs[0], k > 1 ? cs[1] : 0, gaps[0], gaps[1], bnds[0], bnds[1]);
+                }
+            }
+            if (seq_alike && !drops_alike) {
+                c.bad++;
+                CHECK(0,
+                      "%s: block %d, micro-batch %d, sequence %d: every token chose as in the "
+                      "serial run, yet other assignments were dropped",
+                      desc, l, q / tc->B, q % tc->B);
+            }
+        }
+        mo++;
+    }
+    CHECK(p_beyond == 0,
+          "%s: %ld router probabilities changed beyond their bound 2 p (dz + rho) "
+          "(at most %.3g of it)",
+          desc, p_beyond, c.max_err);
+    c.bad += p_beyond;
+    *out = c;
+}
+
 static ff_ctx *serial_ctx;
 static ff_grid *serial_grid;
+/* the routing comparisons of all grids (rank 0) */
+static struct {
+    long tokens, differ, near, ties, differ_grids;
+    double min_gap, min_ratio, max_err;
+} routing_all = {0, 0, 0, 0, 0, INFINITY, INFINITY, 0};
 
 static int run_serial(const test_config *tc, result *ref, ff_gpt **shape_out)
 {
@@ -549,6 +832,8 @@ static int run_serial(const test_config *tc, result *ref, ff_gpt **shape_out)
         rc = run(grid, tc, &o, ref, 1, NULL);
         if (rc)
             fprintf(stderr, "serial run: %s\n", ff_ctx_error(ctx));
+        if (rc == FF_OK && tc->cfg.experts)
+            check_own_choices(tc, ref, "serial 1x1x1x1");
         /* a model kept for its shape (tensor sizes) */
         if (rc == FF_OK)
             rc = ff_gpt_create(grid, &tc->cfg, &o, tc->B, tc->T, shape_out);
@@ -579,6 +864,19 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
         result r = {0};
         int rc = run(grid, tc, &o, &r, v == 0, ref);
         CHECK(rc == FF_OK, "%s, %s: %s", desc, variant_name(v), ff_ctx_error(ctx));
+        if (rc == FF_OK && rank == 0 && v == 0 && tc->cfg.experts) {
+            routing_cmp c;
+            compare_routing(tc, tshape, &r, ref, desc, &c);
+            printf("  %-40s routing at step 0: %ld of %ld tokens choose unlike the serial run; "
+                   "router probabilities' change at most %.1e of its bound\n",
+                   "", c.differ, c.tokens, c.max_err);
+            routing_all.tokens += c.tokens, routing_all.differ += c.differ;
+            routing_all.near = c.near, routing_all.ties = c.ties; /* the serial run's */
+            routing_all.min_gap = fmin(routing_all.min_gap, c.min_gap);
+            routing_all.min_ratio = fmin(routing_all.min_ratio, c.min_ratio);
+            routing_all.max_err = fmax(routing_all.max_err, c.max_err);
+            routing_all.differ_grids += c.differ > 0;
+        }
         if (rc == FF_OK && rank == 0) {
             double lw = 0;
             for (int s = 0; s < STEPS; s++) {
@@ -591,7 +889,8 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
                 double ae = fabs((double)r.aux[s] - ref->aux[s]) / fmax(fabs(ref->aux[s]), 1e-30);
                 CHECK(r.dropped[s] == ref->dropped[s] && ae <= 1e-5,
                       "%s, %s: step %d dropped %.6f, serial %.6f (must be equal); aux loss %.8f, "
-                      "serial %.8f (rel %.2e > 1e-5)",
+                      "serial %.8f (rel %.2e > 1e-5) (if a token near a tie routed otherwise: "
+                      "docs/moe.md, \"Routing across grids\")",
                       desc, variant_name(v), s, r.dropped[s], ref->dropped[s], r.aux[s],
                       ref->aux[s], ae);
                 lw = ae > lw ? ae : lw;
@@ -936,6 +1235,25 @@ static void check_refusals(ff_ctx *ctx, const test_config *tc, int world)
         free(tgt);
         ff_gpt_destroy(g);
     }
+    /* ff_gpt_moe_routing: a dense block, and an MoE block whose activations
+     * are shared (checkpointing without CAC), refused */
+    ff_gpt_opts o;
+    ff_gpt_opts_default(&o);
+    o.checkpoint = 1;
+    if (tc->cfg.experts && ff_gpt_create(grid, &tc->cfg, &o, tc->B, tc->T, &g) == FF_OK) {
+        int moe_l = tc->cfg.expert_every - 1, ch = 0;
+        rc = ff_gpt_moe_routing(g, moe_l - 1, &ch, NULL);
+        CHECK(rc == FF_EINVAL && strstr(ff_ctx_error(ctx), "not an MoE block"),
+              "routing of dense block %d: got %s '%s'", moe_l - 1, ff_strerror(rc),
+              ff_ctx_error(ctx));
+        rc = ff_gpt_moe_routing(g, moe_l, &ch, NULL);
+        CHECK(rc == FF_EINVAL && strstr(ff_ctx_error(ctx), "checkpointing without CAC"),
+              "routing of block %d under checkpointing: got %s '%s'", moe_l, ff_strerror(rc),
+              ff_ctx_error(ctx));
+        if (ff_ctx_rank(ctx) == 0)
+            printf("refused: %s\n", ff_ctx_error(ctx));
+        ff_gpt_destroy(g);
+    }
     ff_grid_destroy(grid);
 }
 
@@ -1081,13 +1399,14 @@ static int dump(const char *dir)
     return rc ? 1 : 0;
 }
 
-/* The MoE oracle's files (model "oracle-moe", 1 rank): the model (fourfold's
- * MoE format), a batch of two micro-batches, and the gradients of one step
- * over them with its loss, load-balancing loss and fraction dropped;
- * tests/gpt_moe_oracle.sh. */
-static int dump_moe(const char *dir)
+/* The MoE oracle's files (model "oracle-moe", top-2, or "oracle-moe1",
+ * top-1; 1 rank): the model (fourfold's MoE format), a batch of two
+ * micro-batches, and the gradients of one step over them (ff_gpt_grads' steps
+ * by hand) with its loss, load-balancing loss and fraction dropped, and each
+ * token's routing (ff_route.bin: int32 (micro-batch, sequence, position,
+ * k) per MoE block in order, ff_gpt_moe_routing's encoding); tests/gpt_moe_oracle.sh. */
+static int dump_moe(const char *dir, const test_config *tc)
 {
-    const test_config *tc = &configs[4];
     enum { M = 2 };
     ff_ctx *ctx;
     ff_grid *grid;
@@ -1098,9 +1417,23 @@ static int dump_moe(const char *dir)
     if (rc == 1 && !g)
         return 1;
     float loss = 0, aux = 0, dropped = 0;
+    const int Lm = n_moe_blocks(&tc->cfg), per = tc->B * tc->T * tc->cfg.top_k;
+    int *route = malloc((size_t)Lm * M * per * sizeof(int));
     if (rc == FF_OK)
-        rc = ff_gpt_grads(g, tok, tgt, M, &loss);
+        rc = ff_gpt_zero_grad(g);
+    for (int u = 0; u < M && rc == FF_OK; u++) {
+        const size_t off = (size_t)u * tc->B * tc->T;
+        rc = ff_gpt_forward_backward(g, tok + off, tgt + off, u, M);
+        for (int l = 0, mo = 0; l < tc->cfg.L && rc == FF_OK; l++)
+            if (ff_gpt_block_is_moe(&tc->cfg, l))
+                rc = ff_gpt_moe_routing(g, l, route + ((size_t)mo++ * M + u) * per, NULL);
+    }
+    if (rc == FF_OK)
+        rc = ff_gpt_finish_grads(g, &loss);
     ff_gpt_moe_stats(g, &aux, &dropped);
+    if (rc == FF_OK && write_raw(dir, "ff_route.bin", route, (size_t)Lm * M * per * sizeof(int)))
+        rc = FF_EIO;
+    free(route);
     snprintf(path, sizeof path, "%s/ff_grads.bin", dir);
     if (rc == FF_OK)
         rc = ff_gpt_save(g, FF_GPT_GRADS, path);
@@ -1137,8 +1470,11 @@ int main(int argc, char **argv)
     int world_size, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (argc >= 3 && (strcmp(argv[1], "--dump") == 0 || strcmp(argv[1], "--dump-moe") == 0)) {
-        int code = argv[1][6] ? dump_moe(argv[2]) : dump(argv[2]);
+    if (argc >= 3 && (strcmp(argv[1], "--dump") == 0 || strcmp(argv[1], "--dump-moe") == 0 ||
+                      strcmp(argv[1], "--dump-moe1") == 0)) {
+        int code = !argv[1][6]   ? dump(argv[2])
+                   : argv[1][10] ? dump_moe(argv[2], &configs[5]) /* top-1 */
+                                 : dump_moe(argv[2], &configs[4]);
         MPI_Finalize();
         return code;
     }
@@ -1148,8 +1484,8 @@ int main(int argc, char **argv)
             tc = &configs[i];
     if (!tc || argc < 3) {
         if (rank == 0)
-            fprintf(stderr,
-                    "usage: test_gpt small8|small6|moe8 GRID...|all, or --dump|--dump-moe DIR\n");
+            fprintf(stderr, "usage: test_gpt small8|small6|moe8 GRID...|all, or "
+                            "--dump|--dump-moe|--dump-moe1 DIR\n");
         MPI_Finalize();
         return 2;
     }
@@ -1246,6 +1582,14 @@ int main(int argc, char **argv)
             printf("grids on %s: %lld calls on the GPU, %lld passes on the CPU (rank 0)\n",
                    ff_ctx_device(ctx), on_gpu, on_cpu);
     }
+    if (rank == 0 && tc->cfg.experts && routing_all.tokens)
+        printf("routing at step 0 (%ld tokens of the serial run, top-%d of %d experts): smallest "
+               "margin %.2e, %.3f of its bound; %ld tokens within their bound (may choose "
+               "otherwise on a grid), %ld exact ties; on the grids %ld tokens chose otherwise (%ld "
+               "grids), router probabilities' change at most %.1e of its bound\n",
+               routing_all.tokens / (n_run ? n_run : 1), tc->cfg.top_k, tc->cfg.experts,
+               routing_all.min_gap, routing_all.min_ratio, routing_all.near, routing_all.ties,
+               routing_all.differ, routing_all.differ_grids, routing_all.max_err);
     if (rank == 0)
         printf("%d grids; worst: loss %.2e (tol 1e-5); error/bound: gradients %.3f, updates "
                "%.3f (bound %.2e per tensor, plus the parameters' rounding for updates); eps 1e-8 "

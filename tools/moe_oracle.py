@@ -68,6 +68,14 @@ def assignments(p, k, T, cap):
     order. Returns (choice (m, k), kept (m, k) bool)."""
     m, E = p.shape
     choice = np.array([sorted(range(E), key=lambda e: (-p[i, e], e))[:k] for i in range(m)])
+    return choice, place(choice, E, T, cap)
+
+
+def place(choice, E, T, cap):
+    """Which of the assignments choice (m, k) are kept: capacity cap per
+    expert and sequence of T tokens, first choices before second ones, each
+    in position order."""
+    m, k = choice.shape
     kept = np.zeros((m, k), dtype=bool)
     for q in range(0, m, T):
         count = [0] * E
@@ -77,7 +85,7 @@ def assignments(p, k, T, cap):
                 if count[e] < cap:
                     kept[i, j] = True
                     count[e] += 1
-    return choice, kept
+    return kept
 
 
 def gelu(x):

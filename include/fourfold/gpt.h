@@ -198,6 +198,20 @@ typedef struct {
  * ff_gpt_zero_grad (or, after ff_gpt_eval, of its forward), the same on
  * every rank once ff_gpt_finish_grads or ff_gpt_eval returned. */
 void ff_gpt_moe_stats(const ff_gpt *g, float *aux_loss, float *dropped);
+/* The routing of MoE block l (counted over the whole model) in the last
+ * forward that ran it on this rank (ff_gpt_forward_backward's micro-batch,
+ * ff_gpt_eval's batch), for each of the rank's m tokens
+ * (ff_gpt_local_sequences' sequences in order, T tokens each):
+ *  - choice (m top_k): its experts in order of choice, e where the
+ *    assignment was kept and ~e (that is -1 - e) where capacity dropped it;
+ *  - probs (m E, may be NULL): the router's probabilities (the softmax,
+ *    float), on which the choice was made (docs/moe.md, "Routing across
+ *    grids").
+ * The ranks of an X and a Y group return the same. FF_EINVAL if block l is
+ * not an MoE block of this rank's pipeline stage, or if its activations are
+ * not its own: checkpointed without CAC (MoE blocks then share one set),
+ * or with pipeline stages (a set per micro-batch in flight). */
+int ff_gpt_moe_routing(const ff_gpt *g, int l, int *choice, float *probs);
 /* The expert group of a mixture of experts with expert parallelism (its
  * all-to-alls, counted like the grid's groups' collectives:
  * ff_group_counters; NULL without expert parallelism), or with replicas 1

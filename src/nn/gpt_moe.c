@@ -4,8 +4,9 @@
  *
  * The rank's rows are whole sequences (Z and D split the batch by
  * sequences), the capacity is per sequence, so each rank routes its own
- * tokens and drops exactly the tokens the serial program drops. What must
- * agree across a group:
+ * tokens, and a sequence whose tokens choose as in the serial program drops
+ * the same assignments (the choices themselves may differ at near ties:
+ * docs/moe.md, "Routing across grids"). What must agree across a group:
  *  - the ranks of an X and a Y group hold the same rows and must route them
  *    identically (their experts' all-reduces over X and Y have one row count
  *    per expert). The router's logits are therefore summed from partial
@@ -364,6 +365,25 @@ void ff_gpt_moe_stats(const ff_gpt *g, float *aux_loss, float *dropped)
 {
     *aux_loss = g->moe_aux;
     *dropped = g->moe_dropped;
+}
+
+int ff_gpt_moe_routing(const ff_gpt *g, int l, int *choice, float *probs)
+{
+    const int lo = l - g->l0; /* the block on this stage */
+    if (lo < 0 || lo >= g->nb || !g->is_moe[lo])
+        return ff_set_error(g->ctx, FF_EINVAL, "block %d is not an MoE block of this rank's stage",
+                            l);
+    if (g->P > 1 || g->set_of[lo] < 0)
+        return ff_set_error(g->ctx, FF_EINVAL,
+                            "block %d's routing is not kept: its activations are shared (%s)", l,
+                            g->P > 1 ? "pipeline stages" : "checkpointing without CAC");
+    const ff_gpt_moe_acts *a = &g->acts[g->set_of[lo]].moe; /* one slot without stages */
+    const int64_t n = g->m * g->top_k;
+    for (int64_t i = 0; i < n; i++)
+        choice[i] = a->row[i] < 0 ? ~a->choice[i] : a->choice[i];
+    if (probs)
+        memcpy(probs, a->probs, (size_t)(g->m * g->E) * sizeof(float));
+    return FF_OK;
 }
 
 ff_group *ff_gpt_expert_group(const ff_gpt *g, int replicas)

@@ -6,8 +6,10 @@
  *
  * Decisions (docs/moe.md):
  * - Capacity per expert and sequence: ceil(F k T / E) assignments. A
- *   sequence is never split across ranks, so the tokens dropped do not
- *   depend on the grid. Within a sequence, every token's first choice is
+ *   sequence is never split across ranks, so the tokens dropped depend on
+ *   the choices of its tokens alone, not on how the grid splits the batch
+ *   (the choices are floats' decisions: docs/moe.md, "Routing across
+ *   grids"). Within a sequence, every token's first choice is
  *   placed before any second choice (GShard), each in position order.
  * - Gates: top-1 the chosen probability (Switch); top-2 the two
  *   probabilities renormalised to sum to 1 (GShard). A dropped assignment
