@@ -94,8 +94,15 @@ static inline int ff_dev_pass(const ff_ctx *ctx, ff_pass_id id, int64_t n, const
 }
 
 /* Buffers the passes may touch (zeroed): managed memory on a GPU context,
- * calloc on the CPU. ff_fbuf_free frees either kind. */
+ * on the CPU calloc, or a mapping on huge pages from 2 MiB (device.c).
+ * ff_fbuf_free frees any kind. */
 float *ff_fbuf_alloc(const ff_ctx *ctx, size_t n);
 void ff_fbuf_free(void *p);
+/* The bytes asked for (4 per float) of the buffers ff_fbuf_alloc has handed
+ * out and ff_fbuf_free not yet taken back, in this process, whichever way
+ * they were made (a mapping, calloc, managed memory); thread-safe. What the
+ * allocator itself adds (a mapping's rounding to 4 KiB pages, calloc's
+ * headers, one float for n = 0) is not counted. */
+size_t ff_fbuf_live_bytes(void);
 
 #endif

@@ -30,7 +30,19 @@
  * 3. A per-layer plan with mixed settings (checkpointing in one block,
  *    different chunk counts, overlap switches, AG cache per layer) equals,
  *    bitwise, the uniform run without decomposition (on REC): none of these
- *    options changes what is computed. */
+ *    options changes what is computed. Since an ignored plan would pass
+ *    that too, every layer must report the plan's options
+ *    (ff_linear_options), and the X and Y all-reduce calls must be the
+ *    uniform run's plus exactly what the plan's chunks and its checkpointed
+ *    block's recompute add (plan_extra_calls).
+ * 4. On every grid with Gz > 1, the collective matmul with OAG (every
+ *    product's weight prefetched) and without OAG under activation
+ *    checkpointing (each forward's gather in flight during its products,
+ *    the recomputes on the weight the AG cache kept), each within the bound
+ *    of the run with the same OAG without it (and without checkpointing),
+ *    with the same Z all-gathers, and the two bitwise equal: the shards are
+ *    multiplied in one fixed order whether the weight was prefetched or
+ *    not, and a recompute is such a forward. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,9 +63,81 @@ typedef struct {
     /* all-gathers of the Z groups, and the collective matmuls, summed */
     unsigned long long ag[3];
     long cmm;
+    /* with a plan: the layers whose options (ff_linear_options) are not the
+     * plan's, the first of them named in why */
+    int plan_missed;
+    char why[160];
 } result;
 
 static int32_t token_at(int64_t s, int64_t t) { return (int32_t)((s * 131 + t * 17 + 7) % cfg.V); }
+
+/* The plan's options of layer `name` ("wte", "h<l>.qkv", ...); NULL if none. */
+static const ff_layer_opts *plan_layer(const ff_layer_plan *p, const char *name)
+{
+    static const char *const kinds[FF_BLOCK_LAYERS] = {"qkv", "attproj", "fc", "fcproj"};
+    char what[16];
+    int l;
+    if (!strcmp(name, "wte"))
+        return &p->head;
+    if (sscanf(name, "h%d.%15s", &l, what) != 2 || l < 0 || l >= p->layers)
+        return NULL;
+    for (int i = 0; i < FF_BLOCK_LAYERS; i++)
+        if (!strcmp(what, kinds[i]))
+            return &p->blocks[l].layer[i];
+    return NULL;
+}
+
+/* Every layer of g runs with the plan's options (decomposition, overlaps,
+ * AG cache, wire), as the layer itself reports them. */
+static void plan_reached(ff_gpt *g, const ff_layer_plan *p, result *r)
+{
+    ff_linear_seq *s = ff_gpt_linear_seq(g);
+    for (int i = 0; i < ff_linear_seq_count(s); i++) {
+        ff_linear *l = ff_linear_seq_layer(s, i);
+        const ff_layer_opts *want = plan_layer(p, ff_linear_name(l));
+        ff_layer_opts got;
+        ff_linear_options(l, &got);
+        if (want && got.decompose == want->decompose && got.oar == want->oar &&
+            got.ors == want->ors && got.oag == want->oag && got.ag_cache == want->ag_cache &&
+            got.wire_bytes == want->wire_bytes)
+            continue;
+        if (!r->plan_missed++)
+            snprintf(r->why, sizeof r->why,
+                     "layer %s runs with decompose %d, OAR %d, ORS %d, OAG %d, AG cache %d, wire "
+                     "%d; the plan says %d %d %d %d %d %d",
+                     ff_linear_name(l), got.decompose, got.oar, got.ors, got.oag, got.ag_cache,
+                     got.wire_bytes, want ? want->decompose : -1, want ? want->oar : -1,
+                     want ? want->ors : -1, want ? want->oag : -1, want ? want->ag_cache : -1,
+                     want ? want->wire_bytes : -1);
+    }
+}
+
+/* The row chunks of a layer's dependent all-reduces. */
+static int chunks(const ff_layer_opts *o) { return o->decompose >= 2 ? o->decompose : 1; }
+
+/* The all-reduces the plan adds to the uniform run's on each rank, X and Y
+ * (the dependent all-reduces of part 1): a layer cut into c chunks
+ * (decompose >= 2; every layer here has at least 4 panels) runs c - 1 more
+ * for its forward and c - 1 more for its input gradient, one on each of the
+ * two groups (QKV, MLP up and the LM head forward on Y, the projections on
+ * X); a checkpointed block recomputes QKV, the projection and MLP up (c
+ * each), and its two LayerNorms, two all-reduces over Y each where Gy > 1. */
+static void plan_extra_calls(const ff_layer_plan *p, int gy, unsigned long long extra[2])
+{
+    unsigned long long cut = (unsigned long long)chunks(&p->head) - 1;
+    extra[0] = extra[1] = 0;
+    for (int l = 0; l < p->layers; l++) {
+        const ff_block_opts *b = &p->blocks[l];
+        for (int i = 0; i < FF_BLOCK_LAYERS; i++)
+            cut += (unsigned long long)chunks(&b->layer[i]) - 1;
+        if (!b->checkpoint)
+            continue;
+        extra[0] += (unsigned long long)chunks(&b->layer[FF_BLOCK_ATTPROJ]);
+        extra[1] += (unsigned long long)(chunks(&b->layer[FF_BLOCK_QKV]) +
+                                         chunks(&b->layer[FF_BLOCK_FC]) + (gy > 1 ? 4 : 0));
+    }
+    extra[0] += cut, extra[1] += cut;
+}
 
 static int run(ff_grid *grid, const ff_gpt_opts *o, result *r)
 {
@@ -81,6 +165,8 @@ static int run(ff_grid *grid, const ff_gpt_opts *o, result *r)
     for (int i = 0; i < 3; i++)
         ff_group_counters_reset(groups[i]);
     ff_gemm_set_panel_rows(ff_linear_seq_gemm(ff_gpt_linear_seq(g)), PANEL);
+    if (o->plan)
+        plan_reached(g, o->plan, r);
     rc = ff_gpt_init(g, 99);
     if (rc == FF_OK)
         rc = ff_gpt_zero_grad(g);
@@ -122,6 +208,15 @@ static double tol_bound(void)
     kmax = 4.0 * cfg.C > kmax ? 4.0 * cfg.C : kmax;
     kmax = (double)cfg.V > kmax ? cfg.V : kmax;
     return 2 * (4.0 * cfg.L + 4) * (kmax * u / (1 - kmax * u));
+}
+
+/* The first canonical gradient whose bits differ (a->n if none). */
+static size_t first_diff(const result *a, const result *b)
+{
+    size_t i = 0;
+    while (i < a->n && !memcmp(&a->grads[i], &b->grads[i], sizeof(float)))
+        i++;
+    return i;
 }
 
 static int bitwise(const result *a, const result *b)
@@ -245,10 +340,27 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, double tol)
     o.plan = &plan;
     if (rc == FF_OK)
         rc = run(grid, &o, &r);
-    free(plan.blocks);
     CHECK(rc == FF_OK, "%s, mixed plan: %s", desc, ff_ctx_error(ctx));
-    if (rc == FF_OK && rank == 0)
+    /* the plan reached the layers (as they report their options) and
+     * acted: its chunks and its checkpointed block's recompute in the X and
+     * Y all-reduces (an ignored plan computes the same bits) */
+    CHECK(rc || !r.plan_missed, "%s, mixed plan: %d layers not as planned: %s", desc, r.plan_missed,
+          r.why);
+    if (rc == FF_OK && rank == 0) {
         CHECK(bitwise(&r, &base), "%s: the mixed plan differs from the uniform run", desc);
+        unsigned long long extra[2];
+        plan_extra_calls(&plan, shape.y, extra);
+        for (int i = 0; i < 2; i++) {
+            unsigned long long want =
+                base.calls[i] +
+                (groups_gt1[i] ? extra[i] * (unsigned long long)ff_ctx_size(ctx) : 0);
+            CHECK(r.calls[i] == want,
+                  "%s, mixed plan: %c all-reduce calls %llu, want %llu (uniform %llu, %llu more "
+                  "a rank)",
+                  desc, "XY"[i], r.calls[i], want, base.calls[i], extra[i]);
+        }
+    }
+    free(plan.blocks);
     free(r.grads);
     free(base.grads);
 
@@ -268,38 +380,60 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, double tol)
     free(a3.grads);
 
     /* 4: the collective matmul, with OAG (the run's first gather) and
-     * without (every forward's), against the same run without it: within
-     * the bound, the same all-gathers (calls and bytes) */
+     * without (every forward's) under checkpointing (the recomputes on the
+     * weights the AG cache kept), against the run without it (without
+     * checkpointing): within the bound, the same all-gathers (calls and
+     * bytes); and the two bitwise equal, since every forward is computed
+     * shard by shard in one fixed order whether its weight was prefetched
+     * or arrives during the products, and a recompute is such a forward
+     * (docs/linear.md) */
+    result cm[2]; /* OAG off with checkpointing, OAG on */
+    memset(cm, 0, sizeof cm);
     for (int oag = 1; shape.z > 1 && oag >= 0; oag--) {
-        result c = {0};
+        result *c = &cm[oag];
         ff_gpt_opts_default(&o);
         o.linear.oag = oag;
         if (!oag) {
             free(a0.grads);
             if ((rc = run(grid, &o, &a0)))
                 break;
+            /* (the recomputes gather nothing: the AG cache keeps each
+             * forward's weight, so the all-gathers stay a0's) */
+            o.checkpoint = 1;
         }
         o.linear.cmm = 1;
-        rc = run(grid, &o, &c);
+        rc = run(grid, &o, c);
         CHECK(rc == FF_OK, "%s, cmm: %s", desc, ff_ctx_error(ctx));
         if (rc == FF_OK && rank == 0) {
             char what[48];
-            snprintf(what, sizeof what, "cmm, OAG %s", oag ? "on" : "off");
-            double worst = within_bound(&c, &a0, tol, desc, what);
-            CHECK(c.ag[0] == a0.ag[0] && c.ag[1] == a0.ag[1] && c.ag[2] == a0.ag[2],
+            snprintf(what, sizeof what, "cmm, OAG %s", oag ? "on" : "off, checkpointing");
+            double worst = within_bound(c, &a0, tol, desc, what);
+            CHECK(c->ag[0] == a0.ag[0] && c->ag[1] == a0.ag[1] && c->ag[2] == a0.ag[2],
                   "%s, %s: Z all-gathers %llu calls %llu bytes, without %llu calls %llu bytes",
-                  desc, what, c.ag[0], c.ag[1], a0.ag[0], a0.ag[1]);
+                  desc, what, c->ag[0], c->ag[1], a0.ag[0], a0.ag[1]);
             /* with OAG the run's first gather is the embedding's lookup,
              * not a product, and every other is prefetched: none runs
              * beside its gather then (the products are still sliced) */
-            CHECK((oag ? c.cmm == 0 : c.cmm > 0) && a0.cmm == 0,
-                  "%s, %s: %ld collective matmuls (%ld without)", desc, what, c.cmm, a0.cmm);
-            printf("  %-34s %s: %ld collective matmuls, %s (error/bound %.3f)\n", desc, what, c.cmm,
-                   bitwise(&c, &a0) ? "bitwise" : "bounded", worst);
+            CHECK((oag ? c->cmm == 0 : c->cmm > 0) && a0.cmm == 0,
+                  "%s, %s: %ld collective matmuls (%ld without)", desc, what, c->cmm, a0.cmm);
+            printf("  %-34s %s: %ld collective matmuls, %s (error/bound %.3f)%s\n", desc, what,
+                   c->cmm, bitwise(c, &a0) ? "bitwise" : "bounded", worst,
+                   oag                  ? ""
+                   : bitwise(c, &cm[1]) ? "; bitwise OAG on"
+                                        : "");
+            if (!oag) {
+                const size_t at = first_diff(c, &cm[1]);
+                CHECK(bitwise(c, &cm[1]),
+                      "%s: the collective matmul with OAG off and checkpointing (%ld of them: "
+                      "gathers during the products, recomputes) differs from OAG on (prefetched, "
+                      "no recompute): loss %.9g and %.9g, gradient %zu %.9g and %.9g",
+                      desc, c->cmm, c->loss, cm[1].loss, at, at < c->n ? c->grads[at] : 0.0,
+                      at < c->n ? cm[1].grads[at] : 0.0);
+            }
         }
-        free(c.grads);
     }
     CHECK(rc == FF_OK, "%s, cmm: %s", desc, ff_ctx_error(ctx));
+    free(cm[0].grads), free(cm[1].grads);
     free(a0.grads);
     ff_grid_destroy(grid);
 }

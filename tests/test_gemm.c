@@ -16,12 +16,15 @@
  * Also the library's buffers (ff_floats_alloc): zeroed, those of 2 MiB and
  * more aligned to a huge page (but in the sanitizer build, whose buffers
  * are calloc's), writable to their last float, and freed, 70 at once in
- * another order than allocated. */
+ * another order than allocated (with 400 small ones), the allocator's live
+ * bytes (ff_fbuf_live_bytes) exactly those asked for, and after the frees
+ * what they were before. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h" /* ff_fbuf_live_bytes: the allocator's count, internal */
 #include "test_util.h"
 
 static float *rnd(size_t n, uint32_t stream)
@@ -153,16 +156,33 @@ static void check_floats_alloc(void)
         ff_floats_free(p);
     }
     CHECK(bad == 0, "%d floats of fresh buffers not zero", bad);
-    enum { MANY = 70 };
-    float *many[MANY];
+    /* many at once, mappings and calloc's mixed (the allocator's table of
+     * live buffers grows and loses entries in another order): its live
+     * bytes are the bytes asked for, and back where they were after */
+    enum { MANY = 70, SMALL = 400 };
+    float *many[MANY], *small[SMALL];
+    const size_t live0 = ff_fbuf_live_bytes();
+    size_t asked = 0;
     for (int i = 0; i < MANY; i++) {
         many[i] = ff_floats_alloc(huge + (size_t)i);
         CHECK(many[i] != NULL, "buffer %d of %d failed", i, MANY);
+        asked += many[i] ? (huge + (size_t)i) * sizeof(float) : 0;
     }
+    for (int i = 0; i < SMALL; i++) {
+        small[i] = ff_floats_alloc((size_t)i);
+        asked += small[i] ? (size_t)i * sizeof(float) : 0;
+    }
+    CHECK(ff_fbuf_live_bytes() - live0 == asked, "%zu bytes live in %d buffers, asked for %zu",
+          ff_fbuf_live_bytes() - live0, MANY + SMALL, asked);
     for (int i = 0; i < MANY; i++) /* every second one first, then the others */
         ff_floats_free(many[(2 * i) % MANY + (2 * i >= MANY)]);
-    printf("ff_floats_alloc: %zu sizes zeroed, aligned and freed; %d buffers of 2 MiB at once\n",
-           sizeof sizes / sizeof sizes[0], MANY);
+    for (int i = 0; i < SMALL; i++)
+        ff_floats_free(small[(7 * i) % SMALL]); /* 7 and 400 coprime: each once */
+    CHECK(ff_fbuf_live_bytes() == live0, "%zu bytes live after freeing, %zu before",
+          ff_fbuf_live_bytes(), live0);
+    printf("ff_floats_alloc: %zu sizes zeroed, aligned and freed; %d buffers of 2 MiB and %d "
+           "small ones at once, the allocator's live bytes those asked for (%zu), then none\n",
+           sizeof sizes / sizeof sizes[0], MANY, SMALL, asked);
 }
 
 int main(int argc, char **argv)

@@ -31,6 +31,11 @@
  *    M (first ? 0 : 1) + M (last ? 0 : 1) messages of that size each way;
  *    the first and the last stage also exchange their tied embedding's
  *    gradient shard (Vp C / (Gx Gy Gz) floats), one message each way.
+ * After every run's steps, the tied embedding's two copies (wte on the first
+ * and on the last stage, rank r of one holding the shard of rank r of the
+ * other) have bitwise equal parameters, gradients and AdamW moments: the
+ * gather reads the first stage's copy only, so nothing above would see the
+ * last stage's drift.
  * Then: the canonical state (parameters, both AdamW moments) moves between
  * every P and back without changing a bit (checkpoints across stages), and
  * bad input (more stages than blocks, a split that does not add up to L,
@@ -47,6 +52,7 @@
 #include "fourfold/gpt.h"
 #include "fourfold/plan.h"
 #include "fourfold/rng.h"
+#include "nn/gpt_internal.h" /* ff_gpt_wte_shard: a stage's copy of the tied embedding */
 #include "test_util.h"
 
 enum { STEPS = 2, VARIANTS = 7, UNEVEN = 6, MAX_M = 25, B = 4, T = 8 };
@@ -72,6 +78,8 @@ static const ff_gpt_config CFG_MOE = {.L = 8,
 typedef struct {
     float loss[STEPS], eval;
     float *grads, *params, *init; /* canonical, rank 0 only */
+    size_t tied_diff;             /* floats of this rank's wte copy unlike the other's */
+    char tied_why[200];
 } result;
 
 static void result_free(result *r)
@@ -184,6 +192,56 @@ static int planned_bytes_match(ff_grid *grid, const ff_gpt_opts *o, int M, char 
     return 1;
 }
 
+/* The tied embedding's two copies, on the first and the last stage (rank r
+ * of one holds the shard of rank r of the other): the first stage's
+ * parameters, gradients and AdamW moments of wte, sent over PIPE, against
+ * the last stage's, bit for bit (docs/pipeline.md: both add the lookup's
+ * and the head's gradient in one order and run the same AdamW). Returns the
+ * floats that differ on this rank (0 on the other stages), the first of
+ * them described in why. Collective over the first and the last stage. */
+static size_t tied_copies_differ(ff_gpt *g, ff_grid *grid, char *why, size_t len)
+{
+    enum { TAG = 4242 };
+    const int P = ff_grid_stages(grid), stage = ff_grid_stage(grid);
+    if (P < 2 || (stage != 0 && stage != P - 1))
+        return 0;
+    MPI_Comm pipe = ff_group_comm(ff_grid_group(grid, FF_GROUP_PIPE));
+    const ff_gpt_buffer which[4] = {FF_GPT_PARAMS, FF_GPT_GRADS, FF_GPT_ADAM_M, FF_GPT_ADAM_V};
+    const char *names[4] = {"parameters", "gradients", "AdamW m", "AdamW v"};
+    size_t bad = 0;
+    for (int k = 0; k < 4; k++) {
+        size_t n = 0;
+        const float *mine = ff_gpt_wte_shard(g, which[k], &n);
+        unsigned long long count = mine ? n : 0, peer_count = 0;
+        if (stage == 0) {
+            MPI_Send(&count, 1, MPI_UNSIGNED_LONG_LONG, P - 1, TAG, pipe);
+            MPI_Send(mine, (int)count, MPI_FLOAT, P - 1, TAG, pipe);
+            continue;
+        }
+        MPI_Recv(&peer_count, 1, MPI_UNSIGNED_LONG_LONG, 0, TAG, pipe, MPI_STATUS_IGNORE);
+        float *peer = malloc((peer_count ? peer_count : 1) * sizeof(float));
+        MPI_Recv(peer, (int)peer_count, MPI_FLOAT, 0, TAG, pipe, MPI_STATUS_IGNORE);
+        size_t first = count, differ = 0;
+        for (size_t i = 0; peer_count == count && i < count; i++)
+            if (memcmp(&peer[i], &mine[i], sizeof(float)) && differ++ == 0)
+                first = i;
+        if (peer_count != count || count == 0) {
+            differ = 1;
+            if (!bad)
+                snprintf(why, len, "wte %s: %llu floats on the first stage, %llu on the last",
+                         names[k], peer_count, count);
+        } else if (differ && !bad) {
+            snprintf(why, len,
+                     "wte %s: %zu of %llu floats of the two copies differ, the first at %zu: "
+                     "%.9g on the first stage, %.9g on the last",
+                     names[k], differ, count, first, (double)peer[first], (double)mine[first]);
+        }
+        bad += differ;
+        free(peer);
+    }
+    return bad;
+}
+
 /* STEPS steps of M micro-batches; p2p: the PIPE counters of step 0; the
  * counters of step 1 against the planner's traffic into *planned (1: equal). */
 static int run(ff_grid *grid, const ff_gpt_opts *o, int M, result *r, ff_counters *p2p,
@@ -231,6 +289,8 @@ static int run(ff_grid *grid, const ff_gpt_opts *o, int M, result *r, ff_counter
             rc = ff_ctx_set_error(ff_gpt_ctx(g), FF_EINVAL, "ff_gpt_grads loss %.9g, step %.9g",
                                   loss0, info.loss);
     }
+    if (rc == FF_OK)
+        r->tied_diff = tied_copies_differ(g, grid, r->tied_why, sizeof r->tied_why);
     if (rc == FF_OK)
         r->params = gather_new(g, FF_GPT_PARAMS, &rc);
     free(tok), free(tgt);
@@ -538,7 +598,7 @@ int main(int argc, char **argv)
 
     ff_dims grids[64];
     double worst = 0;
-    int runs = 0, n_planned = 0;
+    int runs = 0, n_planned = 0, n_tied = 0;
     for (int P = 2; P <= size; P *= 2) {
         int n = test_all_grids(size / P, grids, 64);
         const int Ms[3] = {P, 2 * P, 3 * P + 1};
@@ -577,6 +637,9 @@ int main(int argc, char **argv)
                     CHECK(rc == FF_OK, "%s M=%d variant %d: %s", desc, M, v, ff_ctx_error(ctx));
                     CHECK(rc || planned, "%s M=%d %s, stage %d: planner against counters: %s", desc,
                           M, variant_name(v), ff_grid_stage(grid), why);
+                    CHECK(rc || !r.tied_diff, "%s M=%d %s, stage %d: %s", desc, M, variant_name(v),
+                          ff_grid_stage(grid), r.tied_why);
+                    n_tied += rc == FF_OK && !r.tied_diff && ff_grid_stage(grid) == P - 1;
                     n_planned += rc == FF_OK && planned;
                     /* the p2p counters, on every rank */
                     int st = ff_grid_stage(grid), msgs = M * (st > 0) + M * (st < P - 1);
@@ -647,6 +710,11 @@ int main(int argc, char **argv)
         printf("the planner's traffic equals the counters of a step on every rank of every "
                "run: %d rank-runs\n",
                n_planned);
+    MPI_Allreduce(MPI_IN_PLACE, &n_tied, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("the tied embedding's two copies (parameters, gradients, AdamW moments) bitwise "
+               "equal after the steps: %d rank-runs of the last stage\n",
+               n_tied);
     check_moves(ctx, shape ? shape : NULL);
     if (!CFG.experts)
         check_schedule_orders(ctx);

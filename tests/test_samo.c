@@ -1,8 +1,10 @@
 /* SAMO (issue 28, docs/samo.md): compressed gradients and AdamW moments
  * against masked training, which test_prune checks against the serial
  * program. Run on 8 ranks, on every grid of 8, two MoE grids (expert
- * replicas of 2 and 1) and two grids of 2 pipeline stages (the tied
- * embedding's two copies, with the embedding pruned too): two models from the same
+ * replicas of 2 and 1), two grids of 2 pipeline stages (the tied
+ * embedding's two copies, with the embedding pruned too) and two grids of
+ * one stage with the embedding pruned (one compressed wte gradient that the
+ * LM head and the lookup both add to): two models from the same
  * initialisation and the same global 0.8 mask, one masked, one with
  * ff_gpt_samo, STEPS AdamW steps of two micro-batches each; the arithmetic
  * of every kept entry is the same (docs/samo.md), so after every step
@@ -22,6 +24,17 @@
  *     counted here from the canonical mask and each shard entry's canonical
  *     index (ff_linear_canonical_index); summed over a replica, k + z0 is
  *     the mask's kept count of the Z-sharded weights;
+ *   - what is allocated, measured by the library's allocator
+ *     (ff_fbuf_live_bytes, src/device.c: the float buffers, whichever way
+ *     they were made) around each model's set-up and the allocation of its
+ *     AdamW moments: the masked model holds exactly
+ *     12 (n - dense) + 4 n + 4 packed bytes more than the SAMO model
+ *     (dense = n - nz + z0 + k: its dense gradients and moments against
+ *     SAMO's dense rest and compressed entries, the float mask, the
+ *     packing's float buffer); the 32-bit offsets (the packing's, SAMO's)
+ *     are malloc'd and not in that count, and nothing else differs before
+ *     the first step (the layers' pools, which SAMO with Gz = 1 uses more,
+ *     fill in the steps);
  * and, on one grid, pruned weights zero again after ff_gpt_init and a
  * scatter of dense values under SAMO, and the refusals: ff_gpt_samo without
  * a mask, a mask that prunes a bias, and a mask changed under SAMO, each on
@@ -32,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h" /* ff_fbuf_live_bytes: the library's allocator, internal */
 #include "fourfold/fourfold.h"
 #include "test_util.h"
 
@@ -176,12 +190,18 @@ static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
     go.expert_parallel = gc->ge;
     int rc = gc->stages > 1 ? ff_grid_create_staged(ctx, gc->shape, gc->stages, &grid)
                             : ff_grid_create(ctx, gc->shape, &grid);
-    for (int k = 0; k < 2 && rc == FF_OK; k++)
+    /* the allocator's live bytes: before, after each model's set-up, after
+     * the SAMO switch */
+    size_t live[4] = {ff_fbuf_live_bytes(), 0, 0, 0};
+    for (int k = 0; k < 2 && rc == FF_OK; k++) {
         if ((rc = ff_gpt_create(grid, cfg, &go, B, T, &g[k])) == FF_OK &&
             (rc = ff_gpt_init(g[k], 1234)) == FF_OK)
             rc = ff_gpt_set_mask(g[k], root ? keep : NULL, 0);
+        live[k + 1] = ff_fbuf_live_bytes();
+    }
     if (rc == FF_OK)
         rc = ff_gpt_samo(g[1]);
+    live[3] = ff_fbuf_live_bytes();
     if (rc) {
         CHECK(0, "%s: %s", desc, ff_ctx_error(ctx));
         ff_gpt_destroy(g[0]), ff_gpt_destroy(g[1]);
@@ -220,6 +240,36 @@ static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
         CHECK(sum == kept_z, "%s: %.0f kept weights over a replica, the mask keeps %.0f", desc, sum,
               kept_z);
 
+    const size_t cn = ff_gpt_canonical_size(g[0]);
+    float *buf[2] = {root ? calloc(cn, sizeof(float)) : NULL,
+                     root ? calloc(cn, sizeof(float)) : NULL};
+    /* what is allocated: the moments are made at their first use (here a
+     * gather; zeros, as the first step would make them) */
+    size_t moments[2] = {0, 0};
+    for (int v = 0; v < 2 && rc == FF_OK; v++) {
+        const size_t before = ff_fbuf_live_bytes();
+        rc = ff_gpt_gather(g[v], FF_GPT_ADAM_M, buf[v], 0);
+        moments[v] = ff_fbuf_live_bytes() - before;
+    }
+    if (rc == FF_OK) {
+        /* entries the masked model packs: md.mask is 4 n + 8 of them (checked
+         * above where the test counts them itself), 4 bytes each malloc'd */
+        const size_t pk = gc->moe ? (md.mask - 4 * n) / 8 : packed;
+        const size_t made[2] = {live[1] - live[0] + moments[0], live[3] - live[1] + moments[1]};
+        const long long want = (long long)(12 * (n - dense) + 4 * n + 4 * pk),
+                        less = (long long)made[0] - (long long)made[1];
+        CHECK(live[2] - live[1] == live[1] - live[0] && less == want,
+              "%s: allocated %zu bytes for the masked model, %zu for SAMO's (%zu before its "
+              "switch, moments %zu and %zu): %lld less, the formula 12 (n - dense) + 4 n + 4 "
+              "packed = %lld (n %zu, dense %zu, packed %zu)",
+              desc, made[0], made[1], live[2] - live[1], moments[0], moments[1], less, want, n,
+              dense, pk);
+        if (root)
+            printf(
+                "  %-44s rank 0 allocated %zu bytes masked, %zu SAMO: %lld less (formula %lld)\n",
+                desc, made[0], made[1], less, want);
+    }
+
     int first = 0, count = 0;
     ff_gpt_local_sequences(g[0], &first, &count);
     const int m = count * T;
@@ -232,9 +282,6 @@ static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
     h.lr = 3e-3f;
     h.warmup = 1;
     h.steps = STEPS;
-    const size_t cn = ff_gpt_canonical_size(g[0]);
-    float *buf[2] = {root ? calloc(cn, sizeof(float)) : NULL,
-                     root ? calloc(cn, sizeof(float)) : NULL};
     const ff_gpt_buffer which[4] = {FF_GPT_PARAMS, FF_GPT_GRADS, FF_GPT_ADAM_M, FF_GPT_ADAM_V};
     const char *names[4] = {"parameters", "gradients", "AdamW m", "AdamW v"};
     for (int s = 0; s < STEPS && rc == FF_OK; s++) {
@@ -403,6 +450,11 @@ int main(int argc, char **argv)
         {{{1, 2, 1, 4}, 1, 1, 1, 0}, 2, "MoE 1x2x1x4, no expert parallelism"},
         {{{1, 1, 2, 2}, 2, 1, 0, 1}, 1, "2 stages of 1x1x2x2, the embedding pruned"},
         {{{2, 1, 1, 2}, 2, 1, 0, 1}, 1, "2 stages of 2x1x1x2, the embedding pruned"},
+        /* one stage: the lookup and the LM head share one compressed wte
+         * (Gz = 1: its pool block held through the backward; Gz = 2: the
+         * reduce-scatter added into the kept entries) */
+        {{{1, 2, 1, 4}, 1, 1, 0, 1}, 1, "1x2x1x4, the embedding pruned"},
+        {{{2, 1, 2, 2}, 1, 1, 0, 1}, 1, "2x1x2x2, the embedding pruned"},
     };
     for (size_t i = 0; world == 8 && i < sizeof more / sizeof *more; i++)
         ran += run_case(ctx, &more[i].gc, more[i].mask == 2 ? &mc : &CFG, keep[more[i].mask],
@@ -410,11 +462,13 @@ int main(int argc, char **argv)
     if (world == 8)
         refusals(ctx, keep[0]);
     if (rank == 0)
-        printf("%d grids: SAMO bitwise masked training (losses, norms, parameters, gradients, "
-               "moments after each of %d steps), the same bytes over D (%.0f kept Z-sharded "
-               "weights per replica, ring), the model state of the formula on every rank\n",
-               ran, STEPS, kept[0]);
-    CHECK(ran >= 24 || world != 8, "only %d grids of 8 passed", ran);
+        printf(
+            "%d grids: SAMO bitwise masked training (losses, norms, parameters, gradients, "
+            "moments after each of %d steps), the same bytes over D (%.0f kept Z-sharded "
+            "weights per replica, ring), the model state of the formula and what the allocator has "
+            "live as it says, on every rank\n",
+            ran, STEPS, kept[0]);
+    CHECK(ran >= 26 || world != 8, "only %d grids of 8 passed", ran);
     for (int i = 0; i < 3; i++)
         free(keep[i]);
     ff_ctx_destroy(ctx);

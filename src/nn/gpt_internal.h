@@ -201,6 +201,11 @@ void ff_gpt_samo_zero_pruned(ff_gpt *g);
  * moment (ff_fbuf_free it), or a compressed buffer set from a dense one. */
 float *ff_gpt_samo_expand(ff_gpt *g, ff_gpt_buffer which);
 void ff_gpt_samo_compress(ff_gpt *g, ff_gpt_buffer which, const float *dense);
+/* This rank's shard of wte in flat buffer `which`, *n floats (gpt_io.c):
+ * NULL where its stage holds no wte, and for gradients and moments
+ * compressed under SAMO. With stages the first and the last stage each
+ * hold a copy, which tests/test_pipeline.c compares. */
+const float *ff_gpt_wte_shard(const ff_gpt *g, ff_gpt_buffer which, size_t *n);
 /* Binds the linear layers' gradients (compressed under SAMO) and the views (gpt.c). */
 void ff_gpt_bind_views(ff_gpt *g);
 

@@ -178,6 +178,18 @@ static float *flat_of(ff_gpt *g, ff_gpt_buffer which)
     return NULL;
 }
 
+const float *ff_gpt_wte_shard(const ff_gpt *g, ff_gpt_buffer which, size_t *n)
+{
+    *n = 0;
+    const float *flat = flat_of((ff_gpt *)g, which);
+    if (!g->wte || !flat || (g->samo && which != FF_GPT_PARAMS && g->samo_zc0 == 0))
+        return NULL;
+    *n = ff_linear_local_sizes(g->wte).w_shard;
+    /* wte's shard is the first of the Z-sharded weights, at the same offset
+     * in every flat buffer (under SAMO a dense wte comes first there too) */
+    return flat + (g->pv.wte - g->params);
+}
+
 /* ---- the parameters in layout Y (positions and LayerNorms) -----------------
  * They travel as one vector: wpe, then ln1w, ln1b, ln2w, ln2b (L C each),
  * then lnfw, lnfb. Rank (0, y, 0, 0) of each stage owns slice y of the rows
