@@ -18,6 +18,7 @@
  * A temporary folder under /tmp (rank 0 creates, removes) holds the shards. */
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -509,6 +510,48 @@ static void test_vocab(ff_ctx *world, const char *name, int bad_seq, int at)
     ff_data_close(d);
 }
 
+/* ff_tokenize_files refuses a validation fraction outside [0, 1) itself
+ * (the CLI checks its option too): FF_EINVAL naming the range, nothing
+ * written; 0.5 of the same 10 documents, the control, writes 5 and 5
+ * (rank 0 only, no MPI). */
+static void test_tokenize_fraction(void)
+{
+    char text[512], prefix[512], shard[600], err[512];
+    path_of(text, sizeof text, "ten_docs.txt");
+    path_of(prefix, sizeof prefix, "fraction");
+    FILE *f = fopen(text, "w");
+    for (int i = 0; f && i < 10; i++)
+        fprintf(f, "document %d\n%%\n", i);
+    CHECK(f && fclose(f) == 0, "cannot write %s", text);
+    const char *inputs[1] = {text};
+    const double bad[] = {-0.1, 1, 1.5, NAN, INFINITY};
+    int refused = 0;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        int rc = ff_tokenize_files(inputs, 1, "%", bad[i], prefix, NULL, err, sizeof err);
+        snprintf(shard, sizeof shard, "%s_train.bin", prefix);
+        int written = access(shard, F_OK) == 0;
+        remove(shard);
+        snprintf(shard, sizeof shard, "%s_val.bin", prefix);
+        written |= access(shard, F_OK) == 0;
+        remove(shard);
+        int ok = rc == FF_EINVAL && strstr(err, "[0, 1)") && !written;
+        refused += ok;
+        CHECK(ok, "validation fraction %g: code %d, %s written, message '%s'", bad[i], rc,
+              written ? "a shard" : "nothing", err);
+    }
+    ff_tokenize_report rep;
+    int rc = ff_tokenize_files(inputs, 1, "%", 0.5, prefix, &rep, err, sizeof err);
+    CHECK(rc == FF_OK && rep.train.docs == 5 && rep.val.docs == 5,
+          "validation fraction 0.5 of 10 documents: code %d, %lld + %lld documents: %s", rc,
+          (long long)rep.train.docs, (long long)rep.val.docs, err);
+    remove(rep.train.path), remove(rep.val.path), remove(text);
+    printf("tokenize: validation fractions -0.1, 1, 1.5, NaN, inf refused (FF_EINVAL, nothing "
+           "written): %d of 5; 0.5 of 10 documents gives %lld + %lld: %s\n",
+           refused, (long long)rep.train.docs, (long long)rep.val.docs,
+           refused == 5 && rc == FF_OK ? "PASS" : "FAIL");
+}
+
 static void remove_dir(void)
 {
     DIR *dp = opendir(dir);
@@ -592,6 +635,8 @@ int main(int argc, char **argv)
     test_vocab(world, "vocab_mid.bin", nranks / 2 * 2, 3);
     test_vocab(world, "vocab_end.bin", 2 * nranks - 1, 10); /* only the last rank reads it */
 
+    if (rank == 0)
+        test_tokenize_fraction();
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0)
         remove_dir();

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fourfold/bpe.h"
 #include "fourfold/ctx.h"
 
 #ifdef __cplusplus
@@ -103,10 +104,19 @@ typedef struct {
  * inside a file (fortune(6)'s "%"), or NULL for one document per file.
  * Document i (from 0, in input order) goes to validation when
  * floor((i+1) f) > floor(i f): every (1/f)-th document; f = 0 writes no
- * validation shard, f > 0 that leaves it empty is refused. FF_OK, or FF_EIO
- * with a message in err. No MPI. rep may be NULL. */
+ * validation shard, f > 0 that leaves it empty is refused. FF_OK; FF_EINVAL
+ * for an f outside [0, 1) (nothing read or written); or FF_EIO; with a
+ * message in err. No MPI. rep may be NULL. */
 int ff_tokenize_files(const char *const *inputs, int ninputs, const char *sep, double val_fraction,
                       const char *prefix, ff_tokenize_report *rep, char *err, size_t errlen);
+/* The same with GPT-2's byte-level BPE (include/fourfold/bpe.h): each
+ * document's tokens from bpe, after the vocabulary's end-of-text token.
+ * FF_EINVAL (nothing read) for a vocabulary that only decodes, has no
+ * "<|endoftext|>", or more than 65536 tokens (llm.c's shards hold uint16);
+ * else as ff_tokenize_files. Uses bpe's cache (not thread-safe). */
+int ff_tokenize_files_bpe(const char *const *inputs, int ninputs, const char *sep,
+                          double val_fraction, const char *prefix, ff_bpe *bpe,
+                          ff_tokenize_report *rep, char *err, size_t errlen);
 /* The default corpus: DIR/fortunes_train.bin and DIR/fortunes_val.bin made
  * from the fortune(6) files of Debian's `fortunes` package (one document per
  * fortune, every tenth held out), unless both exist. DIR's parent must

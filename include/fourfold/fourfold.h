@@ -8,6 +8,7 @@
 #define FF_VERSION_PATCH  0
 #define FF_VERSION_STRING "0.1.0"
 
+#include "fourfold/bpe.h"
 #include "fourfold/comm.h"
 #include "fourfold/ctx.h"
 #include "fourfold/data.h"

@@ -81,10 +81,20 @@ int cli_ranks_per_node(MPI_Comm comm);
 
 /* sample.c: generates n tokens after the prompt in every sequence of the
  * model's micro-batch (each starts with end-of-text, token V-1) and prints
- * the first `show` sequences on rank 0 as they are drawn: bytes for a
- * byte-level vocabulary (V = 257), token ids otherwise. Collective. */
+ * the first `show` sequences on rank 0 as they are drawn: the tokens' bytes
+ * through bpe (a vocabulary of V tokens; needed on rank 0 only), bytes for
+ * a byte-level vocabulary (V = 257), token ids otherwise. Collective. */
+int cli_generate_text(ff_gpt *g, const ff_bpe *bpe, const int32_t *prompt, int prompt_len, long n,
+                      const ff_sampler *s, int show);
+/* The same with the vocabulary of V tokens found by cli_vocab_find in the
+ * cache (`train --sample`). */
 int cli_generate(ff_gpt *g, const int32_t *prompt, int prompt_len, long n, const ff_sampler *s,
                  int show);
+/* The first vocabulary of V tokens among the folders and then
+ * scripts/setup.sh gpt2-vocab's cache (${XDG_CACHE_HOME:-~/.cache}/fourfold/gpt2):
+ * 1 and *out, or 0 when there is none (a folder without one, or with one of
+ * another size or that does not load, is passed over). */
+int cli_vocab_find(int V, const char *const *folders, int nfolders, ff_bpe **out);
 /* tokenize.c: one line per shard written (path, documents, tokens, bytes). */
 void cli_print_shards(const ff_tokenize_report *rep);
 

@@ -1,24 +1,77 @@
 /* fourfold sample and fourfold eval: a checkpoint's text and its loss, on
- * any grid (the model's shape comes from the checkpoint's header). */
+ * any grid (the model's shape comes from the checkpoint's header). Text
+ * for a model of another vocabulary than bytes goes through its BPE
+ * vocabulary (include/fourfold/bpe.h): --bpe DIR, or found beside the
+ * checkpoint or in scripts/setup.sh gpt2-vocab's cache. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
-/* Prints token t of a sequence: the byte itself for the byte-level
- * vocabulary (end-of-text as a newline), else the token id. */
-static void put_token(int V, int32_t t)
+/* Prints token t of a sequence: its bytes through the vocabulary bpe, or
+ * the byte itself for the byte-level vocabulary (end-of-text as a newline
+ * in both), else the token id. */
+static void put_token(const ff_bpe *bpe, int V, int32_t t)
 {
-    if (V == FF_BYTE_VOCAB)
-        putchar(t == FF_BYTE_EOT ? '\n' : (int)t);
+    size_t len;
+    const unsigned char *bytes = bpe && t != ff_bpe_eot(bpe) ? ff_bpe_token(bpe, t, &len) : NULL;
+    if (bytes)
+        fwrite(bytes, 1, len, stdout);
+    else if (bpe || V == FF_BYTE_VOCAB)
+        putchar(bpe || t == FF_BYTE_EOT ? '\n' : (int)t);
     else
         printf("%d ", (int)t);
 }
 
+int cli_vocab_find(int V, const char *const *folders, int nfolders, ff_bpe **out)
+{
+    *out = NULL;
+    const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[4200], file[4300];
+    for (int i = 0; i <= nfolders && !*out; i++) {
+        if (i < nfolders)
+            snprintf(dir, sizeof dir, "%s", folders[i]);
+        else if (cache && *cache)
+            snprintf(dir, sizeof dir, "%s/fourfold/gpt2", cache);
+        else if (home && *home)
+            snprintf(dir, sizeof dir, "%s/.cache/fourfold/gpt2", home);
+        else
+            break;
+        snprintf(file, sizeof file, "%s/encoder.json", dir);
+        int has = access(file, R_OK) == 0;
+        snprintf(file, sizeof file, "%s/gpt2_tokenizer.bin", dir);
+        has = has || access(file, R_OK) == 0;
+        char err[512];
+        if (has && ff_bpe_load(dir, out, err, sizeof err) == FF_OK &&
+            ff_bpe_vocab_size(*out) != V) {
+            ff_bpe_destroy(*out);
+            *out = NULL;
+        }
+    }
+    return *out != NULL;
+}
+
 int cli_generate(ff_gpt *g, const int32_t *prompt, int prompt_len, long n, const ff_sampler *s,
                  int show)
+{
+    /* only rank 0 prints; `train --sample` looks for a vocabulary in the cache */
+    ff_bpe *bpe = NULL;
+    int V = ff_gpt_get_config(g).V;
+    if (cli_world_rank() == 0 && show > 0 && V != FF_BYTE_VOCAB &&
+        !cli_vocab_find(V, NULL, 0, &bpe))
+        cli_print("note: token ids: no vocabulary of %d tokens found (scripts/setup.sh "
+                  "gpt2-vocab fetches GPT-2's)\n",
+                  V);
+    int rc = cli_generate_text(g, bpe, prompt, prompt_len, n, s, show);
+    ff_bpe_destroy(bpe);
+    return rc;
+}
+
+int cli_generate_text(ff_gpt *g, const ff_bpe *bpe, const int32_t *prompt, int prompt_len, long n,
+                      const ff_sampler *s, int show)
 {
     ff_gpt_config cfg = ff_gpt_get_config(g);
     int first, count;
@@ -66,7 +119,7 @@ int cli_generate(ff_gpt *g, const int32_t *prompt, int prompt_len, long n, const
         if (len < T)
             len++;
         if (printer) {
-            put_token(cfg.V, next[0]);
+            put_token(bpe, cfg.V, next[0]);
             fflush(stdout);
         }
     }
@@ -96,7 +149,8 @@ int cli_generate(ff_gpt *g, const int32_t *prompt, int prompt_len, long n, const
                 if (seq >= firsts[r] && seq < firsts[r] + count) {
                     printf("---- sample %d\n", seq);
                     for (long i = 0; i < n; i++)
-                        put_token(cfg.V, gathered[((size_t)r * count + seq - firsts[r]) * n + i]);
+                        put_token(bpe, cfg.V,
+                                  gathered[((size_t)r * count + seq - firsts[r]) * n + i]);
                     putchar('\n');
                     break;
                 }
@@ -112,7 +166,7 @@ int cli_generate(ff_gpt *g, const int32_t *prompt, int prompt_len, long n, const
 
 typedef struct {
     cli_run_opts run;
-    const char *checkpoint, *prompt, *data;
+    const char *checkpoint, *prompt, *data, *bpe;
     long tokens, samples, seq, batch, batches, seed, top_k;
     double temperature, capacity_factor; /* capacity_factor 0: the checkpoint's */
 } sample_opts;
@@ -122,10 +176,15 @@ static const char help_sample[] =
     "Generates text from an llm.c gpt2_*.bin v3 checkpoint (fourfold's or llm.c's), or\n"
     "fourfold's mixture-of-experts checkpoint, on\n"
     "any grid; the draws depend on the seed, not the grid (docs/train.md). A byte-level model\n"
-    "(vocabulary 257) prints text; others print token ids.\n\n"
+    "(vocabulary 257) prints text, and so does a model with its BPE vocabulary (GPT-2's:\n"
+    "--bpe DIR, or found beside the checkpoint or in ~/.cache/fourfold/gpt2, where\n"
+    "scripts/setup.sh gpt2-vocab puts it); without one, token ids.\n\n"
     "options:\n"
     "  --checkpoint FILE  the model (e.g. out/model_00000200.bin)\n"
-    "  --prompt TEXT      text to continue (byte-level models; default none)\n"
+    "  --prompt TEXT      text to continue (default none); a BPE model encodes it with its\n"
+    "                     vocabulary's encoder.json and vocab.bpe\n"
+    "  --bpe DIR          the vocabulary: GPT-2's encoder.json and vocab.bpe, or llm.c's\n"
+    "                     gpt2_tokenizer.bin (decoding only); its size must be the model's\n"
     "  --tokens N         tokens to generate (default 256)\n"
     "  --temperature F    0 = greedy (default 0.8)\n"
     "  --top-k N          draw among the N likeliest, 0 = all (default 40)\n"
@@ -136,12 +195,17 @@ static const char help_sample[] =
     "                     docs/moe.md)\n";
 
 static const char help_eval[] =
-    "usage: mpirun -np N fourfold eval --checkpoint FILE --data GLOB [options]\n\n"
+    "usage: mpirun -np N fourfold eval --checkpoint FILE --data GLOB [options]\n"
+    "       mpirun -np N fourfold eval --checkpoint FILE --prompt TEXT [options]\n\n"
     "The mean cross-entropy loss of a checkpoint on the first batches of token\n"
-    "shards, on any grid.\n\n"
+    "shards, or on one text, on any grid.\n\n"
     "options:\n"
     "  --checkpoint FILE  the model\n"
     "  --data GLOB        token shards (llm.c .bin)\n"
+    "  --prompt TEXT      instead: the loss of predicting TEXT's tokens after end-of-text\n"
+    "                     (a BPE model encodes it with its vocabulary, as sample does)\n"
+    "  --bpe DIR          the vocabulary (as sample's; default: beside the checkpoint, or in\n"
+    "                     ~/.cache/fourfold/gpt2); its size must be the model's\n"
     "  --batch N          sequences per batch, whole grid (default: Gz*Gd)\n"
     "  --seq N            tokens per sequence (default: the model's positions)\n"
     "  --batches N        batches averaged (default 1)\n"
@@ -168,6 +232,8 @@ static int parse(int argc, char **argv, sample_opts *o, const char *command)
             bad = !(o->prompt = cli_value(&a));
         else if (cli_is(&a, "data"))
             bad = !(o->data = cli_value(&a));
+        else if (cli_is(&a, "bpe"))
+            bad = !(o->bpe = cli_value(&a));
         else if (cli_is(&a, "tokens"))
             bad = !(v = cli_value(&a)) || cli_parse_int("tokens", v, 1, 1 << 24, &o->tokens);
         else if (cli_is(&a, "samples"))
@@ -197,24 +263,95 @@ static int parse(int argc, char **argv, sample_opts *o, const char *command)
         cli_error("%s needs --checkpoint FILE", command);
         return CLI_USAGE;
     }
-    if (!strcmp(command, "eval") && !o->data) {
-        cli_error("eval needs --data GLOB");
+    if (!strcmp(command, "eval") && !o->data == !o->prompt) {
+        cli_error(o->data ? "eval takes --data GLOB or --prompt TEXT, not both"
+                          : "eval needs --data GLOB (or --prompt TEXT)");
         return CLI_USAGE;
     }
     return CLI_OK;
 }
 
-/* The checkpoint's model on the grid, for micro-batches of `batch`
- * sequences (0: one per (z, d) pair) of `seq` tokens (0: all positions). */
-static int load_model(ff_ctx *ctx, ff_grid *grid, const sample_opts *o, long batch, ff_gpt **g,
-                      int *T)
+/* The folder of a path ("." without one), for looking beside it. */
+static void folder_of(const char *path, char *out, size_t len)
 {
-    ff_gpt_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    int rc = ff_gpt_read_config(ctx, o->checkpoint, &cfg);
-    if (rc)
-        return rc;
-    *T = o->seq ? (int)o->seq : cfg.maxT;
+    const char *slash = strrchr(path, '/');
+    snprintf(out, len, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (!out[0])
+        snprintf(out, len, "/");
+}
+
+/* On rank 0: the vocabulary (--bpe, else, when text is to be printed or
+ * encoded (`find`) and the model is not byte-level, found beside the
+ * checkpoint or in the cache), checked against the model's V,
+ * and the prompt's tokens; the outcome agreed, the tokens sent to every
+ * rank (*prompt malloc'd there too). Collective. */
+static int prepare_text(ff_ctx *ctx, const sample_opts *o, int V, int find, ff_bpe **bpe,
+                        int32_t **prompt, int *n)
+{
+    int rc = FF_OK;
+    long len = 0;
+    *bpe = NULL;
+    *prompt = NULL;
+    *n = 0;
+    if (ff_ctx_rank(ctx) == 0) {
+        char err[1024], here[4200];
+        const char *folders[1] = {here};
+        folder_of(o->checkpoint, here, sizeof here);
+        if (o->bpe && ff_bpe_load(o->bpe, bpe, err, sizeof err) != FF_OK)
+            rc = ff_ctx_set_error(ctx, FF_EIO, "--bpe: %s", err);
+        else if (o->bpe && ff_bpe_vocab_size(*bpe) != V)
+            rc = ff_ctx_set_error(
+                ctx, FF_EINVAL, "the vocabulary %s has %d tokens, but the model '%s' has %d",
+                ff_bpe_source(*bpe), (int)ff_bpe_vocab_size(*bpe), o->checkpoint, V);
+        else if (!o->bpe && V != FF_BYTE_VOCAB && find)
+            cli_vocab_find(V, folders, 1, bpe);
+        if (rc == FF_OK && o->prompt && *bpe && !ff_bpe_can_encode(*bpe))
+            rc = ff_ctx_set_error(ctx, FF_EINVAL,
+                                  "--prompt: %s decodes only; encoding needs GPT-2's encoder.json "
+                                  "and vocab.bpe (scripts/setup.sh gpt2-vocab fetches them)",
+                                  ff_bpe_source(*bpe));
+        else if (rc == FF_OK && o->prompt && !*bpe && V != FF_BYTE_VOCAB)
+            rc = ff_ctx_set_error(ctx, FF_EINVAL,
+                                  "--prompt needs the vocabulary of this model of %d tokens: "
+                                  "--bpe DIR (scripts/setup.sh gpt2-vocab fetches GPT-2's into "
+                                  "~/.cache/fourfold/gpt2)",
+                                  V);
+        size_t plen = o->prompt ? strlen(o->prompt) : 0;
+        if (rc == FF_OK && o->prompt && !(*prompt = malloc((plen ? plen : 1) * sizeof **prompt)))
+            rc = ff_ctx_set_error(ctx, FF_ENOMEM, "out of memory");
+        if (rc == FF_OK && o->prompt && *bpe) {
+            size_t k = 0;
+            int32_t *t = *prompt;
+            if (ff_bpe_encode(*bpe, o->prompt, plen, t, &k) != FF_OK)
+                rc = ff_ctx_set_error(ctx, FF_EINVAL, "--prompt: %s", ff_bpe_error(*bpe));
+            len = (long)k;
+        } else if (rc == FF_OK && o->prompt) {
+            for (size_t i = 0; i < plen; i++)
+                (*prompt)[i] = (unsigned char)o->prompt[i];
+            len = (long)plen;
+        }
+    }
+    if ((rc = ff_ctx_agree(ctx, rc)) == FF_OK && o->prompt) {
+        MPI_Bcast(&len, 1, MPI_LONG, 0, ff_ctx_comm(ctx));
+        if (ff_ctx_rank(ctx) != 0 && !(*prompt = malloc((len ? (size_t)len : 1) * sizeof **prompt)))
+            rc = ff_ctx_set_error(ctx, FF_ENOMEM, "out of memory");
+        if ((rc = ff_ctx_agree(ctx, rc)) == FF_OK)
+            MPI_Bcast(*prompt, (int)len, MPI_INT32_T, 0, ff_ctx_comm(ctx));
+        *n = (int)len;
+    }
+    return rc;
+}
+
+/* The checkpoint's model on the grid, for micro-batches of `batch`
+ * sequences (0: one per (z, d) pair) of T tokens (*T: --seq, or if 0 all
+ * positions; set). */
+static int load_model(ff_ctx *ctx, ff_grid *grid, const sample_opts *o, const ff_gpt_config *c,
+                      long batch, ff_gpt **g, int *T)
+{
+    ff_gpt_config cfg = *c;
+    int rc;
+    if (!*T)
+        *T = o->seq ? (int)o->seq : cfg.maxT;
     if (o->capacity_factor > 0 && cfg.experts == 0)
         return ff_ctx_agree(ctx, ff_ctx_set_error(ctx, FF_EINVAL,
                                                   "--capacity-factor is for a model with experts; "
@@ -262,10 +399,41 @@ static int run(int argc, char **argv, const char *command)
     long batch = eval ? (o.batch ? o.batch : pairs) : (o.samples + pairs - 1) / pairs * pairs;
     ff_gpt *g = NULL;
     ff_data *data = NULL;
+    ff_bpe *bpe = NULL;
     int32_t *tok = NULL, *tgt = NULL, *prompt = NULL;
-    int T = 0;
-    int rc = load_model(ctx, grid, &o, batch, &g, &T);
-    if (rc == FF_OK && eval) {
+    int T = 0, n = 0;
+    ff_gpt_config cfg0;
+    memset(&cfg0, 0, sizeof cfg0);
+    int rc = ff_gpt_read_config(ctx, o.checkpoint, &cfg0);
+    if (rc == FF_OK)
+        rc = prepare_text(ctx, &o, cfg0.V, !eval || o.prompt, &bpe, &prompt, &n);
+    if (rc == FF_OK && eval && o.prompt) { /* one sequence: the text's n tokens after EOT */
+        if (n < 1 || n > cfg0.maxT)
+            rc = ff_ctx_set_error(ctx, FF_EINVAL,
+                                  "--prompt: the text is %d tokens; the model predicts 1 to %d", n,
+                                  cfg0.maxT); /* the same on every rank */
+        T = n;
+        batch = pairs;
+    }
+    if (rc == FF_OK)
+        rc = load_model(ctx, grid, &o, &cfg0, batch, &g, &T);
+    if (rc == FF_OK && eval && o.prompt) {
+        int first, count;
+        ff_gpt_local_sequences(g, &first, &count);
+        tok = malloc((size_t)count * T * sizeof *tok);
+        tgt = malloc((size_t)count * T * sizeof *tgt);
+        rc = ff_ctx_agree(ctx,
+                          tok && tgt ? FF_OK : ff_ctx_set_error(ctx, FF_ENOMEM, "out of memory"));
+        for (int j = 0; rc == FF_OK && j < count; j++)
+            for (int t = 0; t < T; t++) {
+                tok[(size_t)j * T + t] = t ? prompt[t - 1] : cfg0.V - 1;
+                tgt[(size_t)j * T + t] = prompt[t];
+            }
+        float l = 0;
+        if (rc == FF_OK && (rc = ff_gpt_eval(g, tok, tgt, &l)) == FF_OK)
+            cli_print("loss %.9g on the %d tokens of the text (grid %dx%dx%dx%d)\n", l, T, s.x, s.y,
+                      s.z, s.d);
+    } else if (rc == FF_OK && eval) {
         ff_gpt_config cfg = ff_gpt_get_config(g);
         int first, count;
         ff_gpt_local_sequences(g, &first, &count);
@@ -292,33 +460,21 @@ static int run(int argc, char **argv, const char *command)
                       sum / (double)o.batches, o.batches, batch, T, s.x, s.y, s.z, s.d,
                       ff_grid_stages(grid), ff_grid_stages(grid) > 1 ? "s" : "");
     } else if (rc == FF_OK) {
-        ff_gpt_config cfg = ff_gpt_get_config(g);
-        int n = 0;
-        if (o.prompt && cfg.V != FF_BYTE_VOCAB)
-            rc = ff_ctx_agree(ctx, ff_ctx_set_error(ctx, FF_EINVAL,
-                                                    "--prompt needs a byte-level model "
-                                                    "(vocabulary %d); this one has %d",
-                                                    FF_BYTE_VOCAB, cfg.V));
-        else if (o.prompt) {
-            n = (int)strlen(o.prompt);
-            if ((prompt = malloc((size_t)(n ? n : 1) * sizeof *prompt)))
-                for (int i = 0; i < n; i++)
-                    prompt[i] = (unsigned char)o.prompt[i];
-            rc = ff_ctx_agree(ctx,
-                              prompt ? FF_OK : ff_ctx_set_error(ctx, FF_ENOMEM, "out of memory"));
-        }
         ff_sampler smp = {(float)o.temperature, (int)o.top_k, (uint64_t)o.seed};
-        if (rc == FF_OK) {
-            if (o.prompt)
-                cli_print("%s", o.prompt);
-            rc = cli_generate(g, prompt, n, o.tokens, &smp, (int)o.samples);
-        }
+        if (!bpe && cfg0.V != FF_BYTE_VOCAB)
+            cli_print("note: token ids: no vocabulary of %d tokens found (--bpe DIR; "
+                      "scripts/setup.sh gpt2-vocab fetches GPT-2's)\n",
+                      cfg0.V);
+        if (o.prompt)
+            cli_print("%s", o.prompt);
+        rc = cli_generate_text(g, bpe, prompt, n, o.tokens, &smp, (int)o.samples);
     }
     if (rc)
         cli_error("%s", ff_ctx_error(ctx));
     free(tok);
     free(tgt);
     free(prompt);
+    ff_bpe_destroy(bpe);
     ff_data_close(data);
     ff_gpt_destroy(g);
     return cli_teardown(&o.run, ctx, grid, rc ? CLI_FAIL : CLI_OK);

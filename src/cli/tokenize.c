@@ -2,7 +2,10 @@
  *
  * Tokens 0..255 are the bytes of the text, FF_BYTE_EOT (256) precedes every
  * document (GPT-2's and llm.c's convention), so a model trained on these
- * shards has a vocabulary of FF_BYTE_VOCAB = 257 (docs/data.md).
+ * shards has a vocabulary of FF_BYTE_VOCAB = 257 (docs/data.md). With
+ * --bpe DIR, GPT-2's tokens instead (include/fourfold/bpe.h), its
+ * end-of-text token before every document, and llm.c's gpt2_tokenizer.bin
+ * beside the shards.
  *
  * Runs without MPI: main() does not initialise MPI for this command. Started
  * under mpirun anyway, only the process whose launcher rank is 0 works (the
@@ -16,11 +19,18 @@
 
 static const char help[] =
     "usage: fourfold tokenize --out PREFIX [options] FILE...\n"
-    "       fourfold tokenize --decode SHARD [--doc-sep LINE]\n\n"
+    "       fourfold tokenize --decode SHARD [--doc-sep LINE] [--bpe DIR]\n\n"
     "Byte-level tokenizer (no MPI needed; docs/data.md): tokens 0..255 are the bytes of\n"
     "the UTF-8 text, token 256 (end of text) precedes every document; vocabulary 257.\n"
-    "Writes llm.c-format shards PREFIX_train.bin and PREFIX_val.bin.\n\n"
+    "Or, with --bpe DIR, GPT-2's tokenizer. Writes llm.c-format shards PREFIX_train.bin\n"
+    "and PREFIX_val.bin.\n\n"
     "  --out PREFIX        output prefix (required): PREFIX_train.bin, PREFIX_val.bin\n"
+    "  --bpe DIR           GPT-2's byte-level BPE from DIR's encoder.json and vocab.bpe\n"
+    "                      (scripts/setup.sh gpt2-vocab puts them in\n"
+    "                      ~/.cache/fourfold/gpt2): its end-of-text token (50256)\n"
+    "                      precedes every document; also writes llm.c's\n"
+    "                      gpt2_tokenizer.bin beside the shards (for decoding). With\n"
+    "                      --decode, DIR may hold only gpt2_tokenizer.bin\n"
     "  --val-fraction F    fraction of the documents for validation, 0 <= F < 1 (default\n"
     "                      0.1). Document i (from 0, in input order) goes to val when\n"
     "                      floor((i+1) F) > floor(i F): every (1/F)-th document, spread\n"
@@ -30,17 +40,20 @@ static const char help[] =
     "                      fortune(6) files; the separator lines are not part of any\n"
     "                      document, empty documents are skipped (default: each file is\n"
     "                      one document)\n"
-    "  --decode SHARD      write the text of a shard to stdout: bytes as they are, end of\n"
-    "                      text as nothing, or, with --doc-sep LINE, as LINE after every\n"
-    "                      document (a fortune-style file round-trips exactly)\n"
+    "  --decode SHARD      write the text of a shard to stdout: bytes (or with --bpe, the\n"
+    "                      tokens' bytes) as they are, end of text as nothing, or, with\n"
+    "                      --doc-sep LINE, as LINE after every document (a fortune-style\n"
+    "                      file round-trips exactly)\n"
     "  --help              this text\n\n"
     "example (the fortunes package; every fortune one document):\n"
     "  fourfold tokenize --doc-sep % --out data/fortunes /usr/share/games/fortunes/fortunes\n"
-    "  fourfold tokenize --decode data/fortunes_val.bin --doc-sep % | head\n";
+    "  fourfold tokenize --decode data/fortunes_val.bin --doc-sep % | head\n"
+    "  fourfold tokenize --bpe ~/.cache/fourfold/gpt2 --out data/mine notes/*.txt\n";
 
-/* Writes the shard's text to stdout: bytes as they are, EOT as nothing, or
- * (with a separator) as the separator line after every document. */
-static int decode(const char *path, const char *sep)
+/* Writes the shard's text to stdout: bytes (or bpe's tokens' bytes) as they
+ * are, EOT as nothing, or (with a separator) as the separator line after
+ * every document. */
+static int decode(const char *path, const char *sep, const ff_bpe *bpe)
 {
     uint16_t *tok;
     int64_t n;
@@ -50,16 +63,30 @@ static int decode(const char *path, const char *sep)
         return CLI_FAIL;
     }
     int code = CLI_OK, in_doc = 0, last = '\n';
+    const int eot = bpe ? (int)ff_bpe_eot(bpe) : FF_BYTE_EOT;
+    const int vocab = bpe ? (int)ff_bpe_vocab_size(bpe) : FF_BYTE_VOCAB;
     for (int64_t i = 0; i < n && code == CLI_OK; i++) {
-        if (tok[i] > FF_BYTE_EOT) {
-            cli_error("'%s': token %d at offset %lld is not a byte-level token (vocabulary %d)",
-                      path, (int)tok[i], (long long)i, FF_BYTE_VOCAB);
+        if (tok[i] >= vocab) {
+            if (bpe)
+                cli_error("'%s': token %d at offset %lld is outside the vocabulary %s (%d "
+                          "tokens)",
+                          path, (int)tok[i], (long long)i, ff_bpe_source(bpe), vocab);
+            else
+                cli_error("'%s': token %d at offset %lld is not a byte-level token (vocabulary "
+                          "%d; --bpe DIR for GPT-2's)",
+                          path, (int)tok[i], (long long)i, FF_BYTE_VOCAB);
             code = CLI_FAIL;
-        } else if (tok[i] == FF_BYTE_EOT) {
+        } else if (tok[i] == eot) {
             if (sep && in_doc)
                 printf("%s%s\n", last == '\n' ? "" : "\n", sep);
             in_doc = 1;
             last = '\n';
+        } else if (bpe) {
+            size_t len;
+            const unsigned char *bytes = ff_bpe_token(bpe, tok[i], &len);
+            fwrite(bytes, 1, len, stdout);
+            last = len ? bytes[len - 1] : last;
+            in_doc = 1;
         } else {
             putchar(tok[i]);
             last = tok[i];
@@ -76,11 +103,28 @@ static int decode(const char *path, const char *sep)
     return code;
 }
 
+/* llm.c's decoder file beside the shards of PREFIX: PREFIX's folder's
+ * gpt2_tokenizer.bin (llm.c's name; --bpe DIR and llm.c read it). */
+static int write_vocab(ff_bpe *bpe, const char *prefix)
+{
+    const char *slash = strrchr(prefix, '/');
+    char path[4200];
+    snprintf(path, sizeof path, "%.*s%sgpt2_tokenizer.bin", slash ? (int)(slash - prefix) : 0,
+             prefix, slash ? "/" : "");
+    if (ff_bpe_write_llmc(bpe, path) != FF_OK) {
+        cli_error("%s", ff_bpe_error(bpe));
+        return CLI_FAIL;
+    }
+    cli_print("%s: the vocabulary, %d tokens (llm.c's tokenizer file, for decoding)\n", path,
+              (int)ff_bpe_vocab_size(bpe));
+    return CLI_OK;
+}
+
 int cmd_tokenize(int argc, char **argv)
 {
     if (cli_quiet_process())
         return CLI_OK;
-    const char *out = NULL, *sep = NULL, *decode_path = NULL, *v;
+    const char *out = NULL, *sep = NULL, *decode_path = NULL, *bpe_dir = NULL, *v;
     double val_fraction = 0.1;
     int ninputs = 0;
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
@@ -103,6 +147,9 @@ int cmd_tokenize(int argc, char **argv)
                 code = CLI_USAGE;
         } else if (cli_is(&a, "doc-sep")) {
             if (!(sep = cli_value(&a)))
+                code = CLI_USAGE;
+        } else if (cli_is(&a, "bpe")) {
+            if (!(bpe_dir = cli_value(&a)))
                 code = CLI_USAGE;
         } else if (cli_is(&a, "decode")) {
             if (!(decode_path = cli_value(&a)))
@@ -134,20 +181,34 @@ int cmd_tokenize(int argc, char **argv)
         cli_error("--doc-sep: the separator is one line, without a newline");
         code = CLI_USAGE;
     }
+    char err[1024] = "";
+    ff_bpe *bpe = NULL;
+    if (code == CLI_OK && bpe_dir && ff_bpe_load(bpe_dir, &bpe, err, sizeof err) != FF_OK) {
+        cli_error("%s", err);
+        code = CLI_FAIL;
+    }
     if (code != CLI_OK || decode_path) {
         free(inputs);
-        return code == CLI_OK ? decode(decode_path, sep) : code;
+        if (code == CLI_OK)
+            code = decode(decode_path, sep, bpe);
+        ff_bpe_destroy(bpe);
+        return code;
     }
 
-    char err[1024] = "";
     ff_tokenize_report rep;
-    if (ff_tokenize_files(inputs, ninputs, sep, val_fraction, out, &rep, err, sizeof err) !=
-        FF_OK) {
+    int rc =
+        bpe ? ff_tokenize_files_bpe(inputs, ninputs, sep, val_fraction, out, bpe, &rep, err,
+                                    sizeof err)
+            : ff_tokenize_files(inputs, ninputs, sep, val_fraction, out, &rep, err, sizeof err);
+    if (rc != FF_OK) {
         cli_error("%s", err);
         code = CLI_FAIL;
     } else {
         cli_print_shards(&rep);
     }
+    if (code == CLI_OK && bpe)
+        code = write_vocab(bpe, out);
+    ff_bpe_destroy(bpe);
     free(inputs);
     return code;
 }

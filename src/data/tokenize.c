@@ -46,6 +46,9 @@ typedef struct {
     int64_t docs;       /* documents seen (non-empty) */
     unsigned char *doc; /* the document being read */
     size_t doc_len, doc_cap;
+    ff_bpe *bpe;      /* GPT-2's tokens instead of bytes (ff_tokenize_files_bpe) */
+    int32_t *encoded; /* a document's tokens from bpe */
+    size_t encoded_cap;
 } corpus;
 
 /* The document index i goes to val when the running count floor(i F) steps
@@ -69,6 +72,29 @@ static int doc_append(corpus *c, const char *bytes, size_t len)
     return 0;
 }
 
+/* A document's tokens from c->bpe after its end-of-text token. */
+static int push_bpe(corpus *c, token_buf *b)
+{
+    if (c->doc_len > c->encoded_cap) {
+        int32_t *e = realloc(c->encoded, c->doc_len * sizeof *e);
+        if (!e)
+            return -1;
+        c->encoded = e;
+        c->encoded_cap = c->doc_len;
+    }
+    size_t n;
+    if (ff_bpe_encode(c->bpe, (const char *)c->doc, c->doc_len, c->encoded, &n) != FF_OK)
+        return -1; /* out of memory: the handle encodes (ff_tokenize_files_bpe checked) */
+    /* room for EOT and n tokens (n <= doc_len) through buf_push, then them */
+    if (buf_push(b, c->doc, n, 1) != 0)
+        return -1;
+    uint16_t *t = b->tok + b->n - (int64_t)n - 1;
+    t[0] = (uint16_t)ff_bpe_eot(c->bpe);
+    for (size_t i = 0; i < n; i++)
+        t[1 + i] = (uint16_t)c->encoded[i];
+    return 0;
+}
+
 /* Ends the current document: EOT and its bytes go to train or val. */
 static int doc_end(corpus *c)
 {
@@ -77,7 +103,7 @@ static int doc_end(corpus *c)
     token_buf *b = is_val(c->val_fraction, c->docs) ? &c->val : &c->train;
     c->docs++;
     b->docs++;
-    int rc = buf_push(b, c->doc, c->doc_len, 1);
+    int rc = c->bpe ? push_bpe(c, b) : buf_push(b, c->doc, c->doc_len, 1);
     c->doc_len = 0;
     return rc;
 }
@@ -148,15 +174,24 @@ static int write_shard(const char *prefix, const char *split, const token_buf *b
     return code;
 }
 
-int ff_tokenize_files(const char *const *inputs, int ninputs, const char *sep, double val_fraction,
-                      const char *out, ff_tokenize_report *rep, char *err, size_t errlen)
+static int tokenize_files(const char *const *inputs, int ninputs, const char *sep,
+                          double val_fraction, const char *out, ff_bpe *bpe,
+                          ff_tokenize_report *rep, char *err, size_t errlen)
 {
     if (rep)
         memset(rep, 0, sizeof *rep);
+    if (!(val_fraction >= 0 && val_fraction < 1)) { /* NaN included */
+        snprintf(err, errlen,
+                 "the validation fraction %g is outside [0, 1): 0 for no validation shard, "
+                 "0.1 for every tenth document",
+                 val_fraction);
+        return FF_EINVAL;
+    }
     int code = FF_OK;
     corpus c;
     memset(&c, 0, sizeof c);
     c.val_fraction = val_fraction;
+    c.bpe = bpe;
     for (int i = 0; i < ninputs && code == FF_OK; i++)
         code = read_file(&c, inputs[i], sep, err, errlen);
     if (code == FF_OK && c.docs == 0) {
@@ -182,7 +217,40 @@ int ff_tokenize_files(const char *const *inputs, int ninputs, const char *sep, d
     free(c.train.tok);
     free(c.val.tok);
     free(c.doc);
+    free(c.encoded);
     return code;
+}
+
+int ff_tokenize_files(const char *const *inputs, int ninputs, const char *sep, double val_fraction,
+                      const char *out, ff_tokenize_report *rep, char *err, size_t errlen)
+{
+    return tokenize_files(inputs, ninputs, sep, val_fraction, out, NULL, rep, err, errlen);
+}
+
+int ff_tokenize_files_bpe(const char *const *inputs, int ninputs, const char *sep,
+                          double val_fraction, const char *out, ff_bpe *bpe,
+                          ff_tokenize_report *rep, char *err, size_t errlen)
+{
+    if (rep)
+        memset(rep, 0, sizeof *rep);
+    if (!ff_bpe_can_encode(bpe)) {
+        snprintf(err, errlen,
+                 "'%s' only decodes: encoding needs GPT-2's encoder.json and vocab.bpe",
+                 ff_bpe_source(bpe));
+        return FF_EINVAL;
+    }
+    if (ff_bpe_eot(bpe) < 0) {
+        snprintf(err, errlen, "the vocabulary %s has no <|endoftext|> token to separate documents",
+                 ff_bpe_source(bpe));
+        return FF_EINVAL;
+    }
+    if (ff_bpe_vocab_size(bpe) > 65536) {
+        snprintf(err, errlen,
+                 "the vocabulary %s has %d tokens; llm.c's shards hold uint16 tokens (65536)",
+                 ff_bpe_source(bpe), (int)ff_bpe_vocab_size(bpe));
+        return FF_EINVAL;
+    }
+    return tokenize_files(inputs, ninputs, sep, val_fraction, out, bpe, rep, err, errlen);
 }
 
 /* Debian's `fortunes` package: one file per topic, fortunes separated by

@@ -108,7 +108,24 @@ static int hexval(char c)
     return -1;
 }
 
-int ff_json_string(ff_json *r, char *out, size_t cap)
+/* Four hex digits of a \u escape, or -1. */
+static long hex4(ff_json *r)
+{
+    long v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = r->p < r->end ? hexval(*r->p) : -1;
+        if (h < 0)
+            return -1;
+        v = v * 16 + h;
+        r->p++;
+    }
+    return v;
+}
+
+/* A string into out. utf8 0: truncated to cap-1 bytes, non-ASCII escapes as
+ * '?' (ff_json_string); utf8 1: escapes as UTF-8, a lone surrogate refused,
+ * a string of cap bytes or more refused (ff_json_string_utf8). */
+static int read_string(ff_json *r, char *out, size_t cap, int utf8, size_t *len)
 {
     ff_json_skip_ws(r);
     if (r->p >= r->end)
@@ -118,7 +135,8 @@ int ff_json_string(ff_json *r, char *out, size_t cap)
     r->p++;
     size_t n = 0;
     while (r->p < r->end && *r->p != '"') {
-        unsigned char c = (unsigned char)*r->p++;
+        unsigned char c = (unsigned char)*r->p++, bytes[4];
+        size_t nbytes = 1;
         if (c < 0x20)
             return ff_json_fail(r, FF_ECORRUPT, "control character in a string");
         if (c == '\\') {
@@ -135,29 +153,70 @@ int ff_json_string(ff_json *r, char *out, size_t cap)
             case 'r': c = '\r'; break;
             case 't': c = '\t'; break;
             case 'u': {
-                int v = 0;
-                for (int i = 0; i < 4; i++) {
-                    int h = r->p < r->end ? hexval(*r->p) : -1;
-                    if (h < 0)
-                        return ff_json_fail(r, FF_ECORRUPT, "bad \\u escape in a string");
-                    v = v * 16 + h;
-                    r->p++;
+                long v = hex4(r);
+                if (v < 0)
+                    return ff_json_fail(r, FF_ECORRUPT, "bad \\u escape in a string");
+                if (!utf8) {
+                    c = v < 0x80 ? (unsigned char)v : '?';
+                    break;
                 }
-                c = v < 0x80 ? (unsigned char)v : '?';
+                if (v >= 0xdc00 && v < 0xe000)
+                    return ff_json_fail(r, FF_ECORRUPT, "a lone surrogate \\u%04lx in a string", v);
+                if (v >= 0xd800 && v < 0xdc00) { /* a pair: \ud83d\ude00 */
+                    long lo = r->end - r->p >= 2 && r->p[0] == '\\' && r->p[1] == 'u'
+                                  ? (r->p += 2, hex4(r))
+                                  : -1;
+                    if (lo < 0xdc00 || lo >= 0xe000)
+                        return ff_json_fail(r, FF_ECORRUPT, "a lone surrogate \\u%04lx in a string",
+                                            v);
+                    v = 0x10000 + ((v - 0xd800) << 10) + (lo - 0xdc00);
+                }
+                if (v < 0x80) {
+                    bytes[0] = (unsigned char)v;
+                } else if (v < 0x800) {
+                    bytes[0] = (unsigned char)(0xc0 | v >> 6);
+                    bytes[1] = (unsigned char)(0x80 | (v & 0x3f));
+                    nbytes = 2;
+                } else if (v < 0x10000) {
+                    bytes[0] = (unsigned char)(0xe0 | v >> 12);
+                    bytes[1] = (unsigned char)(0x80 | (v >> 6 & 0x3f));
+                    bytes[2] = (unsigned char)(0x80 | (v & 0x3f));
+                    nbytes = 3;
+                } else {
+                    bytes[0] = (unsigned char)(0xf0 | v >> 18);
+                    bytes[1] = (unsigned char)(0x80 | (v >> 12 & 0x3f));
+                    bytes[2] = (unsigned char)(0x80 | (v >> 6 & 0x3f));
+                    bytes[3] = (unsigned char)(0x80 | (v & 0x3f));
+                    nbytes = 4;
+                }
+                c = bytes[0];
                 break;
             }
             default: return ff_json_fail(r, FF_ECORRUPT, "bad escape '\\%c' in a string", e);
             }
         }
-        if (out && n + 1 < cap)
-            out[n++] = (char)c;
+        bytes[0] = c;
+        if (utf8 && out && n + nbytes >= cap)
+            return ff_json_fail(r, FF_ECORRUPT, "a string longer than %zu bytes", cap - 1);
+        for (size_t i = 0; i < nbytes; i++)
+            if (out && n + 1 < cap)
+                out[n++] = (char)bytes[i];
     }
     if (r->p >= r->end)
         return ff_json_fail(r, FF_ECORRUPT, "unterminated string");
     r->p++;
     if (out && cap)
         out[n] = '\0';
+    if (len)
+        *len = n;
     return FF_OK;
+}
+
+int ff_json_string(ff_json *r, char *out, size_t cap) { return read_string(r, out, cap, 0, NULL); }
+
+int ff_json_string_utf8(ff_json *r, char *out, size_t cap, size_t *len)
+{
+    return read_string(r, out, cap, 1, len);
 }
 
 int ff_json_number(ff_json *r, double *out)
@@ -264,10 +323,10 @@ int ff_json_read_file(const char *path, const char *kind, size_t max, char **tex
 {
     *text = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
+    FILE *f = ff_fopen_regular(path); /* (a FIFO would block) */
     if (!f)
         return ff_format_error(err, err_len, FF_EIO, "cannot open %s %s: %s", kind, path,
-                               strerror(errno));
+                               ff_open_error(errno));
     /* grown as it fills, up to max + 1 bytes (one more tells a larger file) */
     char *buf = NULL;
     size_t n = 0, cap = 0;

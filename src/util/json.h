@@ -47,6 +47,11 @@ int ff_json_next_member(ff_json *r, char close);
 /* A string into out (truncated to cap-1; non-ASCII escapes become '?'; out
  * may be NULL to skip it). */
 int ff_json_string(ff_json *r, char *out, size_t cap);
+/* A string into out as UTF-8 (\u escapes and surrogate pairs decoded; a
+ * lone surrogate refused); *len (if not NULL) gets its length in bytes,
+ * which may include NULs from \u0000. A string of cap bytes or more is
+ * refused rather than truncated. out may be NULL to skip it. */
+int ff_json_string_utf8(ff_json *r, char *out, size_t cap, size_t *len);
 /* A number by JSON's grammar (no leading '+' or zeros, no hex, NaN or
  * Infinity), converted with strtod. */
 int ff_json_number(ff_json *r, double *out);
