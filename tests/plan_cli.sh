@@ -70,7 +70,12 @@ sed -n '7p' "$WORK/table"
 "$FF" plan $GPT20 --grid 4x1x16x16 > "$WORK/detail" || fail "--grid: exit $?"
 grep -q "step .* = compute .* + exposed communication" "$WORK/detail" || fail "--grid: no step line"
 grep -q "Z     all-gather" "$WORK/detail" || fail "--grid: no Z all-gather row"
-"$FF" plan $GPT20 --grid 3x1x1x1 --ranks 3 > "$WORK/detail" || fail "--grid 3x1x1x1: exit $?"
+# (a rejected grid: its detail printed, the reason on stderr once, exit 1)
+"$FF" plan $GPT20 --grid 3x1x1x1 --ranks 3 > "$WORK/detail" 2> "$WORK/err"
+rc=$?
+[ "$rc" = 1 ] || fail "--grid 3x1x1x1 (rejected): exit $rc, expected 1"
+[ "$(grep -c 'fourfold: error: grid 3x1x1x1 cannot run this job: hidden size 7168' "$WORK/err")" = 1 ] ||
+    fail "--grid 3x1x1x1: stderr $(cat "$WORK/err")"
 grep -q "rejected: hidden size 7168 does not divide over Gx = 3" "$WORK/detail" ||
     fail "--grid 3x1x1x1: $(cat "$WORK/detail")"
 
@@ -243,7 +248,8 @@ grep -qE " EP8 " "$WORK/moe" && fail "plan mini-moe: Ge = 8 does not divide 4 ex
 grep -q "expert parallelism 4 (1 expert per rank)" "$WORK/moe1" || fail "--grid: no expert line"
 grep -qE "^  EP +all-to-all " "$WORK/moe1" || fail "--grid 2x1x1x4 EP4: no EP all-to-all row"
 grep -qE "^  X +all-gather " "$WORK/moe1" || fail "--grid 2x1x1x4 EP4: no DTD all-gather over X"
-"$FF" plan $MOE --grid 2x1x1x4 --expert-parallel 3 > "$WORK/moe3" || fail "--expert-parallel 3: exit $?"
+"$FF" plan $MOE --grid 2x1x1x4 --expert-parallel 3 > "$WORK/moe3" 2> /dev/null &&
+    fail "--expert-parallel 3: a rejected grid exits 0"
 grep -q "rejected: expert parallelism 3 does not divide Gd = 4" "$WORK/moe3" ||
     fail "--expert-parallel 3 on Gd = 4: $(tail -1 "$WORK/moe3")"
 # DTD on Gx = 2: each all-to-all of tokens carries half the rows (the 2 MoE

@@ -383,7 +383,7 @@ static void test_cmm_timeline(void)
         ff_plan_result acc;
         memset(&acc, 0, sizeof acc);
         double end, bg;
-        CHECK(plan_play(&cfg, g, &o, link, rate, &acc, 1, &end, &bg) == 0, "play");
+        CHECK(plan_play(&cfg, g, &o, link, rate, &acc, 1, &end, &bg, NULL) == 0, "play");
         double gs = work / 4 / rate, want = gs + 3 * fmax(gs, t / 3);
         near(c ? "cmm, products longer than ring steps" : "cmm, ring steps longer", end, want);
         o.ops = NULL; /* the array is on the stack */

@@ -4,6 +4,7 @@
  * against its own single-stage functions. Pure arithmetic, no MPI. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fourfold/plan.h"
@@ -265,6 +266,123 @@ static void test_ranking(void)
     ff_plan_destroy(plan);
 }
 
+/* The two lower bounds of the step that plan_play reports, played on the
+ * list of cfg's M micro-batches itself (plan_eval_full's path); 0 where
+ * the grid is rejected. */
+static int lower_direct(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, double lower[2])
+{
+    ff_plan_result *r = calloc(2, sizeof *r);
+    plan_links(&cfg->machine, g, 1, 0, r->link);
+    plan_shape s;
+    int fits = !plan_check_divides(cfg, g, r);
+    if (fits) {
+        plan_shape_init(cfg, g, &s);
+        fits = plan_fit_memory(cfg, g, r, &s);
+    }
+    if (fits) {
+        ops->n = 0, ops->tags = 0, ops->ge = s.ge;
+        plan_schedule(&s, ops);
+        int ranks = plan_group_size(g, FF_GROUP_WORLD), rpn = cfg->machine.ranks_per_node;
+        double end, bg, rate = plan_gemm_rate(&cfg->machine, ranks < rpn ? ranks : rpn);
+        CHECK(plan_play(cfg, g, ops, r->link, rate, &r[1], 1, &end, &bg, lower) == 0, "play");
+    }
+    free(r);
+    return fits;
+}
+
+/* Automatic micro-batches without stages (docs/planner.md, "Pipeline
+ * stages"): the lower bound of a count's step, extrapolated from lists of
+ * one and two micro-batches, equals the larger of the two bounds the list
+ * of M micro-batches gives (they are affine in M) and is at most the step;
+ * the counts are tried in the order of the bound and the rest skipped, and
+ * the answer is still the fastest count that fits, on a tie the fewest,
+ * bit for bit what ff_plan_evaluate gives for it. GPT-2's shape on 16
+ * ranks of this machine, 128 sequences (up to 128 micro-batches), under
+ * each overlap and progress setting that changes the timeline, and a
+ * mixture of experts. */
+static void test_micro_bound(void)
+{
+    const char *variant[] = {"default", "overlaps off", "cmm, progress wait",
+                             "bf16 wire, CAC, progress thread", "mixture of experts"};
+    plan_ops ops = {0};
+    ff_dims grids[64];
+    char err[256];
+    for (int v = 0; v < 5; v++) {
+        ff_plan_config cfg;
+        ff_plan_config_default(&cfg);
+        CHECK(ff_model_preset(v == 4 ? "mini-moe" : "gpt2", &cfg.model, err, sizeof err) == FF_OK,
+              "%s", err);
+        CHECK(ff_profile_preset("this", &cfg.machine, err, sizeof err) == FF_OK, "%s", err);
+        cfg.model.layers = v == 4 ? 4 : 2; /* (the step's shape per block is what counts) */
+        cfg.ranks = 16;
+        cfg.batch = 128;
+        cfg.seq = v == 4 ? 128 : 256;
+        cfg.machine.memory_bytes = v == 4 ? 64e6 : 1e9; /* small counts need checkpointing */
+        cfg.overlap = v == 1 ? 0 : cfg.overlap;
+        cfg.cmm = v == 2;
+        cfg.progress = v == 2 ? FF_PROGRESS_WAIT : v == 3 ? FF_PROGRESS_THREAD : cfg.progress;
+        cfg.wire_bytes = v == 3 ? 2 : 4;
+        cfg.cac = v == 3;
+        cfg.expert_parallel = 1;
+        cfg.micro_batches = FF_PLAN_AUTO;
+        ff_plan *plan;
+        CHECK(ff_plan_create(&plan, &cfg) == FF_OK, "%s: %s", variant[v], ff_plan_error(plan));
+        size_t ng = ff_plan_grids(cfg.ranks, grids, 64), checked = 0, counts = 0;
+        double worst = 0; /* bound / step */
+        for (size_t i = 0; i < ff_plan_count(plan); i++) {
+            const ff_plan_result *r = ff_plan_get(plan, i);
+            ff_plan_config one = cfg;
+            ff_plan_result best, t;
+            int have = 0;
+            int64_t per_rank = cfg.batch / ((int64_t)r->grid.z * r->grid.d);
+            for (int64_t M = 1; M <= per_rank && !r->rejected; M++) {
+                if (per_rank % M)
+                    continue;
+                one.micro_batches = (int)M;
+                CHECK(ff_plan_evaluate(&one, r->grid, &t, err, sizeof err) == FF_OK, "%s", err);
+                double bound, lower[2];
+                CHECK(plan_full_bound(&one, r->grid, &ops, &bound, err, sizeof err) == FF_OK, "%s",
+                      err);
+                CHECK((bound < 0) == (t.rejected != 0), "%s %dx%dx%dx%d M=%lld: bound %g, %s",
+                      variant[v], r->grid.x, r->grid.y, r->grid.z, r->grid.d, (long long)M, bound,
+                      t.rejected ? "rejected" : "fits");
+                if (t.rejected)
+                    continue;
+                counts++;
+                CHECK(bound <= t.step_s * (1 + 1e-12),
+                      "%s %dx%dx%dx%d M=%lld: bound %.17g > step %.17g", variant[v], r->grid.x,
+                      r->grid.y, r->grid.z, r->grid.d, (long long)M, bound, t.step_s);
+                worst = fmax(worst, bound / t.step_s);
+                if (M <= 32 && lower_direct(&one, r->grid, &ops, lower)) {
+                    double direct = fmax(lower[0], lower[1]);
+                    CHECK(fabs(bound - direct) <= 1e-12 * direct,
+                          "%s %dx%dx%dx%d M=%lld: extrapolated bound %.17g, the list's %.17g",
+                          variant[v], r->grid.x, r->grid.y, r->grid.z, r->grid.d, (long long)M,
+                          bound, direct);
+                }
+                if (!have || t.step_s < best.step_s)
+                    best = t, have = 1; /* (ascending M: a tie keeps the fewest) */
+            }
+            if (!have)
+                continue;
+            checked++;
+            CHECK(r->micro_batches == best.micro_batches && r->step_s == best.step_s &&
+                      r->exposed_s == best.exposed_s && r->mem_total == best.mem_total &&
+                      r->checkpoint == best.checkpoint && r->ag_cache == best.ag_cache,
+                  "%s %dx%dx%dx%d: automatic M=%d (%.17g s), every count's fastest M=%d (%.17g s)",
+                  variant[v], r->grid.x, r->grid.y, r->grid.z, r->grid.d, r->micro_batches,
+                  r->step_s, best.micro_batches, best.step_s);
+        }
+        CHECK(checked > ng / 2, "%s: %zu of %zu grids fit", variant[v], checked, ng);
+        printf("  automatic micro-batches, %s: %zu grids, %zu counts: each bound at most its "
+               "step (at most %.4f of it), equal to the M-list's (tolerance 1e-12); the "
+               "choice is every count's fastest: %s\n",
+               variant[v], checked, counts, worst, test_failures ? "FAILED" : "ok");
+        ff_plan_destroy(plan);
+    }
+    plan_ops_free(&ops);
+}
+
 /* What the planner refuses with stages. */
 static void test_refusals(void)
 {
@@ -309,6 +427,7 @@ int main(void)
     test_evaluate();
     test_memory();
     test_ranking();
+    test_micro_bound();
     test_refusals();
     return test_finish("plan_stages");
 }

@@ -83,6 +83,55 @@ for g in "1 1x1x1x1" "4 1x2x1x2"; do
     compare "$WORK/a/log.jsonl" "$WORK/c$1/log.jsonl" 6 1e-5 "saved on 2x2x2x1, resumed on $2" || fail "resume on $2"
 done
 
+# 2b. the output folder is one folder by identity, not by spelling:
+# resuming from "DIR/" into a symbolic link to DIR continues the run in
+# place (a folder holding another run's checkpoints would be refused), and
+# --overwrite with it is refused as a resume in the same folder. DIR's name
+# holds a quote and a backslash, which the log's "from" escapes: every line
+# of every log.jsonl parses, and "from" reads back as given. Each log
+# records the sgemm reference and the share of a core a rank's thread has,
+# min(1, CPUs / ranks) (docs/design.md §8, "Empirical peak").
+q="$WORK/q\"b\\c"
+resume_from_5 "$q"
+ln -s "$q" "$WORK/qlink"
+run 1 train --grid 1x1x1x1 $TRAIN --out "$WORK/qlink" --resume-from "$q/" ||
+    { cat "$WORK/out"; fail "resume from DIR/ into a link to DIR"; }
+resumed "$q"
+compare "$WORK/a/log.jsonl" "$q/log.jsonl" 6 1e-5 "resumed from DIR/ into a link to DIR (one folder)" ||
+    fail "resume into a link to the folder"
+python3 - "$q/" "$(nproc)" "$WORK/a" 8 "$WORK/c4" 4 "$WORK/c1" 1 "$q" 1 <<'EOF' || fail "log.jsonl"
+import json, sys
+given, cpus, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+ok = True
+for d, ranks in zip(runs[::2], runs[1::2]):
+    try:
+        recs = [json.loads(line) for line in open(d + "/log.jsonl")]
+    except ValueError as e:
+        print(f"{d}/log.jsonl: not JSON lines: {e}")
+        ok = False
+        continue
+    cfg = [r for r in recs if r["type"] == "config"][-1]
+    share, want = cfg.get("sgemm_core_share"), min(1.0, cpus / int(ranks))
+    good = share is not None and abs(share - want) <= 1e-3 * want and cfg["sgemm_flops_per_rank"] > 0
+    print(f"{d.split('/')[-1]}: {len(recs)} lines parse; {ranks} ranks on {cpus} CPUs: sgemm "
+          f"{cfg['sgemm_flops_per_rank'] / 1e9:.1f} GFLOP/s per rank, core share {share} "
+          f"(want {want:.4g}): {'ok' if good else 'FAILED'}")
+    ok &= good
+    for r in recs:
+        if r["type"] == "resume" and d == runs[-2]:
+            print(f"resume record: from {r['from']!r} (given {given!r}): "
+                  f"{'ok' if r['from'] == given else 'FAILED'}")
+            ok &= r["from"] == given
+sys.exit(0 if ok else 1)
+EOF
+run 1 train --grid 1x1x1x1 $TRAIN --out "$WORK/qlink" --resume-from "$q/" --overwrite &&
+    fail "--overwrite with a resume from the same folder ran"
+if grep -q "cannot be combined with resuming in the same folder" "$WORK/out"; then
+    echo "--overwrite with a resume from DIR/ into a link to DIR: refused as a resume in the same folder"
+else
+    fail "--overwrite with a resume from the same folder, spelled otherwise: $(cat "$WORK/out")"
+fi
+
 # 3. a run killed (SIGKILL) while writing its second checkpoint keeps the
 # first, and resuming from it gives the reference run's losses
 # (FF_FAULT_KILL_IN_SAVE, a hook compiled only into test builds: FF_TEST_HOOKS)

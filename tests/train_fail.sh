@@ -74,6 +74,7 @@ case_ "truncated, or a corrupt header"     1 train --seq 16 --batch 4 --steps 2 
 mkfifo "$WORK/fifo.bin"
 case_ "fifo.bin': not a regular file"      1 eval --grid 1x2x2x1 --checkpoint "$WORK/fifo.bin" --data "$D" --seq 16
 case_ "fifo.bin': not a regular file"      1 train $S --data "$WORK/fifo.bin" --out "$WORK/o"
+case_ "fifo.bin: not a regular file"       1 train $S --data "$D" --plan "$WORK/fifo.bin" --out "$WORK/o"
 case_ "is truncated"                       1 eval --grid 1x2x2x1 --checkpoint "$WORK/good/model_00000002.bin" --data "$WORK/short_train.bin"
 
 # options that the run would otherwise ignore in silence: refused
@@ -125,6 +126,51 @@ if [ "${FF_TEST_HOOKS:-0}" = 1 ]; then
     fi
 else
     echo "skipped: a failed receive in the schedule (no fault hooks in this build)"
+fi
+
+# one run per output folder: a second run into a folder in use is refused
+# (flock on its .fourfold.lock), and the lock goes when the first run dies
+"$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" train $S --steps 100000 \
+    --data "$D" --out "$WORK/busy" > "$WORK/busy.out" 2>&1 &
+busy=$!
+i=0
+until grep -q '"type":"step"' "$WORK/busy/log.jsonl" 2> /dev/null || [ $i -ge 600 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+case_ "is in use by another run (process"  1 train $S --data "$D" --out "$WORK/busy" --overwrite
+case_ "is in use by another run (process"  1 train $S --data "$D" --out "$WORK/busy" --resume
+kill -9 $busy 2> /dev/null
+pkill -9 -f "$WORK/busy" 2> /dev/null
+wait $busy 2> /dev/null
+# a resume passes over a checkpoint whose model is corrupt for the one
+# before it, saying so
+"$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" train $S --save-every 1 \
+    --data "$D" --out "$WORK/two" > "$WORK/two.out" 2>&1 || { cat "$WORK/two.out"; failures=$((failures + 1)); }
+printf 'X' | dd of="$WORK/two/model_00000002.bin" bs=1 seek=5000 conv=notrunc 2> /dev/null
+"$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" train $S --steps 3 \
+    --data "$D" --out "$WORK/two" --resume > "$WORK/out" 2>&1
+status=$?
+if [ "$status" = 0 ] && grep -q "passing over the checkpoint of step 2 (.*fails its checksum" "$WORK/out" &&
+    grep -q "resumed from step 1" "$WORK/out"; then
+    echo "a corrupt newest checkpoint: passed over for step 1's, and the run went on"
+else
+    echo "FAILED: the resume past a corrupt checkpoint (exit $status)"
+    cat "$WORK/out"
+    failures=$((failures + 1))
+fi
+# a token outside the vocabulary in the validation data fails the final
+# validation, after the final checkpoint is written (--save-every 0)
+python3 -c 'import struct, sys
+h = [20240520, 1, 4096] + [0] * 253
+open(sys.argv[1], "wb").write(struct.pack("<256i", *h) + struct.pack("<4096H", *([300] * 4096)))' \
+    "$WORK/bad_val.bin"
+case_ "bad_val.bin"                        1 train $S --val-every 0 --data "$D" --val-data "$WORK/bad_val.bin" --out "$WORK/badval"
+if [ -e "$WORK/badval/DONE_00000002" ]; then
+    echo "      the final checkpoint was written before the failing validation"
+else
+    echo "FAILED: the failing final validation lost the run: $(ls "$WORK/badval")"
+    failures=$((failures + 1))
 fi
 
 # per-layer plans (--plan): for this model and grid it runs (searched for

@@ -48,6 +48,9 @@ int ff_ckpt_save(ff_gpt *g, const char *dir, ff_train_state *st, int keep);
 /* The newest complete checkpoint in `dir` (the largest step with a DONE
  * marker): *step, or -1 if there is none. */
 int ff_ckpt_latest(ff_ctx *ctx, const char *dir, int64_t *step);
+/* The newest complete checkpoint in `dir` older than step `before`: *step,
+ * or -1 if there is none (a resume that falls back past a bad one). */
+int ff_ckpt_older(ff_ctx *ctx, const char *dir, int64_t before, int64_t *step);
 /* Removes every checkpoint in `dir` (a new run in a used folder). */
 int ff_ckpt_clear(ff_ctx *ctx, const char *dir);
 /* Loads parameters, AdamW moments and the state of checkpoint `step` from

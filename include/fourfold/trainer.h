@@ -122,6 +122,10 @@ typedef struct {
     int64_t start_step;          /* where this run began (0, or the checkpoint's) */
     const char *data, *val_data; /* the globs in use (val_data NULL: none) */
     double sgemm_rate;           /* mean over ranks, per rank */
+    /* the share of a core each compute thread has, which the measured rate
+     * includes (< 1 where the ranks' threads outnumber the CPUs; 1 on a GPU
+     * or with the caller's rates) */
+    double sgemm_core_share;
     double flops_per_step;       /* model FLOPs of one step, whole grid */
     const ff_train_state *state; /* the checkpointed state (step, data position, ...) */
 } ff_trainer_info;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "util/text.h"
 
 static const char help_gemm[] =
     "usage: mpirun -np N fourfold bench gemm [options]\n\n"
@@ -122,13 +123,17 @@ int cmd_bench_gemm(int argc, char **argv)
             snprintf(shape, sizeof shape, "%dx%dx%d", dims[s][0], dims[s][1], dims[s][2]);
             cli_print(" %21s %7d %10.2f %10.2f %10.2f %12.2f\n", shape, thr[t], med * 1e-9,
                       all[0] * 1e-9, all[size - 1] * 1e-9, sum * 1e-9);
-            if (json)
+            if (json) {
+                ff_text core = {0}; /* the BLAS's name, as a JSON string */
+                ff_text_json_string(&core, ff_blas_core(), 0);
                 fprintf(json,
                         "{\"bench\":\"gemm\",\"m\":%d,\"n\":%d,\"k\":%d,\"threads\":%d,"
                         "\"ranks\":%d,\"gflops_median\":%.3f,\"gflops_min\":%.3f,"
-                        "\"gflops_max\":%.3f,\"core\":\"%s\"}\n",
+                        "\"gflops_max\":%.3f,\"core\":%s}\n",
                         dims[s][0], dims[s][1], dims[s][2], thr[t], size, med * 1e-9, all[0] * 1e-9,
-                        all[size - 1] * 1e-9, ff_blas_core());
+                        all[size - 1] * 1e-9, core.s ? core.s : "null");
+                ff_text_free(&core);
+            }
             free(all);
         }
     if (json)

@@ -1303,12 +1303,18 @@ static int run_ranking(plan_opts *o, ff_dims grid, int have_grid)
                 print_json_result(stdout, cfg, &r);
                 fprintf(stdout, "]}\n");
             }
-            return CLI_OK;
+        } else {
+            print_header(cfg, 0, 0);
+            print_detail(cfg, &r);
+            if (cfg->cost == FF_COST_FULL && !r.rejected)
+                print_budget(&r);
         }
-        print_header(cfg, 0, 0);
-        print_detail(cfg, &r);
-        if (cfg->cost == FF_COST_FULL && !r.rejected)
-            print_budget(&r);
+        /* the one grid asked for cannot run: say so in the exit code too */
+        if (r.rejected) {
+            cli_error("grid %dx%dx%dx%d cannot run this job: %s", r.grid.x, r.grid.y, r.grid.z,
+                      r.grid.d, r.reason);
+            return CLI_FAIL;
+        }
         return CLI_OK;
     }
 

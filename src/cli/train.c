@@ -685,8 +685,10 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
     else
     {
         ROW("sgemm per rank", "%.1f GFLOP/s (%s, %d thread(s) on %s, all ranks at once)",
-            ti.sgemm_rate * 1e-9, ff_blas_core(), ff_ctx_threads(ff_grid_ctx(grid)),
+            ti.sgemm_rate * 1e-9, ff_blas_core(), ff_ctx_blas_threads(ff_grid_ctx(grid)),
             ff_blas_threading());
+        if (ti.sgemm_core_share < 1)
+            ROW("", "(a rank's share of a core: %.3g of its CPU-time rate)", ti.sgemm_core_share);
         row_wrapped("BLAS kernels", ff_blas_kernels());
     }
     ROW("model FLOPs", "6N + 12LCT = %.3g per token", ff_gpt_flops_per_token(g, (int)o->seq));

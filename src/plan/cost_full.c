@@ -700,7 +700,12 @@ typedef struct {
     const ff_profile *prof;
     const ff_plan_link *link;
     double rate;
-    double cursor;     /* the rank's own thread */
+    double cursor; /* the rank's own thread */
+    /* lower bounds of the step: what the thread spends whatever the
+     * channels do (compute, the blocking collectives and the CPU's share
+     * of the others, OAR's max with its GEMM: cursor without the waits),
+     * and the background channel's busy time (the step waits for it all) */
+    double serial, bg_busy;
     double bg_free;    /* when the background channel (weights, gradients) is free */
     double chunk_free; /* when the last chunk of a decomposed all-reduce is done */
     double pending;    /* an OAR collective waiting for its GEMM */
@@ -797,6 +802,7 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
                 int q = tl->cmm_p;
                 double g = t / q, step = tl->cmm_s / (q - 1);
                 tl->cursor += g + (q - 1) * (g > step ? g : step);
+                tl->serial += t;
                 /* its own steps first, the channel's queue before it after */
                 double wait = (q - 1) * (step - g);
                 if (wait > 0) {
@@ -808,6 +814,7 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
                 break;
             }
             tl->cursor += tl->pending > t ? tl->pending : t; /* OAR: beside this GEMM */
+            tl->serial += tl->pending > t ? tl->pending : t;
             expose(r, tl->pending_gc, tl->pending - t);
             tl->pending = 0;
             break;
@@ -819,6 +826,7 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             else
                 r->elementwise_s += t;
             tl->cursor += t;
+            tl->serial += t;
             break;
         case OP_COLL: {
             if (op->coll == FF_COLL_P2P) /* the pipeline's schedule times them (stages.c) */
@@ -839,6 +847,7 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             double fixed = l->intra ? (1 - p->intra_overlap) * t : 0, free_part = t - fixed;
             const int gc = op->group * FF_NCOLL + op->coll;
             tl->cursor += fixed;
+            tl->serial += fixed;
             expose(r, gc, fixed);
             if (op->cmm) {
                 struct channel *h = &tl->ch[0];
@@ -849,12 +858,14 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
                  * channel (the Z links) is free; its wait is then free */
                 double start = tl->cursor > tl->bg_free ? tl->cursor : tl->bg_free;
                 tl->bg_free = start + free_part;
+                tl->bg_busy += free_part;
                 channel_add(tl, 0, start, tl->bg_free, gc);
                 tl->cmm_s = tl->bg_free - tl->cursor;
                 tl->cmm_p = l->size;
                 tl->tag_end[op->tag] = 0;
             } else if (op->mode == MODE_BLOCKING) {
                 tl->cursor += free_part;
+                tl->serial += free_part;
                 expose(r, gc, free_part);
             } else if (op->mode == MODE_OAR) {
                 tl->pending = free_part;
@@ -878,6 +889,7 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             } else {
                 double start = tl->cursor > tl->bg_free ? tl->cursor : tl->bg_free;
                 tl->bg_free = start + free_part;
+                tl->bg_busy += free_part;
                 tl->tag_end[op->tag] = tl->bg_free;
                 tl->tag_ch[op->tag] = 0;
                 tl->tag_at[op->tag] = channel_add(tl, 0, start, tl->bg_free, gc);
@@ -905,6 +917,7 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
         }
     }
     tl->cursor += tl->pending;
+    tl->serial += tl->pending;
     expose(r, tl->pending_gc, tl->pending);
     return 0;
 }
@@ -947,7 +960,8 @@ static int count_traffic(const ff_plan_config *cfg, plan_ops *o, ff_dims g, ff_d
 }
 
 int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan_link *link,
-              double rate, ff_plan_result *acc, double weight, double *end_s, double *bg_s)
+              double rate, ff_plan_result *acc, double weight, double *end_s, double *bg_s,
+              double lower_s[2])
 {
     const size_t nt = (size_t)ops->tags + 1, need = nt * (6 * sizeof(double) + 6 * sizeof(int));
     if (!ops->oom && ops->play_cap < need) { /* (kept for the next play) */
@@ -983,6 +997,8 @@ int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan
         rc = play(&tl, ops, t);
         *end_s = tl.cursor;
         *bg_s = tl.bg_free;
+        if (lower_s)
+            lower_s[0] = tl.serial, lower_s[1] = tl.bg_busy;
     }
     if (rc == 0) {
         acc->gemm_s += weight * t->gemm_s;
@@ -1042,7 +1058,7 @@ int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan
     double end, bg;
     int ranks = plan_group_size(g, FF_GROUP_WORLD), rpn = cfg->machine.ranks_per_node;
     double rate = plan_gemm_rate(&cfg->machine, ranks < rpn ? ranks : rpn);
-    int oom = plan_play(cfg, g, ops, r->link, rate, r, 1, &end, &bg);
+    int oom = plan_play(cfg, g, ops, r->link, rate, r, 1, &end, &bg, NULL);
     if (!oom)
         oom = plan_count_traffic(cfg, ops, g, r);
     if (oom)
@@ -1051,6 +1067,51 @@ int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan
     r->step_s = end;
     plan_finish_times(r, r->step_s);
     return FF_OK;
+}
+
+/* The timeline's two lower bounds of its step (timeline.serial and
+ * bg_busy: the step ends after wait_all, and no background transfer is
+ * posted after it on one stage) are affine in M for M micro-batches of
+ * one shape: every micro-batch lists the same operations (the last adds
+ * the data-parallel buckets), OAG's reordering moves only gathers, which
+ * the serial part does not see and the channel counts wherever they are,
+ * and an OAR collective left over at a micro-batch's end meets the next
+ * one's first GEMM the same way at every boundary. So the lists of one and
+ * two micro-batches give both for M. */
+int plan_full_bound(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, double *bound, char *err,
+                    size_t err_len)
+{
+    *bound = -1;
+    ff_plan_result *r = calloc(2, sizeof *r); /* r[1]: the plays' sums, unused */
+    if (!r)
+        return ff_format_error(err, err_len, FF_ENOMEM, "out of memory");
+    plan_links(&cfg->machine, g, cfg->expert_parallel > 1 ? cfg->expert_parallel : 1, 0, r->link);
+    plan_shape s;
+    int oom = 0;
+    if (!plan_check_divides(cfg, g, r)) {
+        plan_shape_init(cfg, g, &s);
+        if (plan_fit_memory(cfg, g, r, &s)) {
+            int ranks = plan_group_size(g, FF_GROUP_WORLD), rpn = cfg->machine.ranks_per_node;
+            double rate = plan_gemm_rate(&cfg->machine, ranks < rpn ? ranks : rpn);
+            double lower[2][2], end, bg;
+            for (int k = 0; k < 2 && !oom; k++) {
+                s.micro = k + 1; /* micro-batches of the same rows (s.b_mb, s.m) */
+                ops->n = 0;
+                ops->tags = 0;
+                ops->ge = s.ge;
+                plan_schedule(&s, ops);
+                oom = plan_play(cfg, g, ops, r->link, rate, &r[1], 1, &end, &bg, lower[k]);
+            }
+            for (int i = 0; i < 2 && !oom; i++) {
+                double b = lower[0][i] + (cfg->micro_batches - 1) * (lower[1][i] - lower[0][i]);
+                *bound = b > *bound ? b : *bound;
+            }
+        }
+    }
+    free(r);
+    return oom ? ff_format_error(err, err_len, FF_ENOMEM, "out of memory planning grid %dx%dx%dx%d",
+                                 g.x, g.y, g.z, g.d)
+               : FF_OK;
 }
 
 int plan_traffic_of(const ff_plan_config *cfg, ff_dims g, ff_dims coords, int stage,

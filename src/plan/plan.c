@@ -353,9 +353,43 @@ static int evaluate_one(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r,
     return rc;
 }
 
+/* Whether candidate t (m_t micro-batches) beats the kept r (m_r): one that
+ * fits beats one that does not; of two that fit the faster, of two that do
+ * not the one that needs less memory; on a tie the fewer micro-batches. */
+static int better_micro(const ff_plan_result *t, double k_t, int64_t m_t, const ff_plan_result *r,
+                        double k_r, int64_t m_r)
+{
+    if (t->rejected != r->rejected)
+        return r->rejected;
+    if (!t->rejected && k_t != k_r)
+        return k_t < k_r;
+    if (t->rejected && t->mem_total != r->mem_total)
+        return t->mem_total < r->mem_total;
+    return m_t < m_r;
+}
+
+typedef struct {
+    double bound;
+    int64_t M;
+} micro_bound;
+
+static int by_bound(const void *a, const void *b)
+{
+    const micro_bound *p = a, *q = b;
+    if (p->bound != q->bound)
+        return p->bound < q->bound ? -1 : 1;
+    return p->M < q->M ? -1 : p->M > q->M;
+}
+
 /* Evaluates one grid; with automatic micro-batches, every count that
- * divides the grid's sequences per rank, the fastest that fits kept (if
- * none fits, the one that needs least memory, rejected). */
+ * divides the grid's sequences per rank, the fastest that fits kept (on a
+ * tie the fewest; if none fits, the one that needs least memory, rejected).
+ * With the full model on one stage, the counts that fit are evaluated in
+ * the order of a lower bound of their step (plan_full_bound, from lists of
+ * one and two micro-batches), and once the bound exceeds the fastest step
+ * found the rest cannot beat it and are not built: the same answer as
+ * evaluating every count, without the lists of thousands of micro-batches
+ * (GPT-80B on 1024 ranks: docs/planner.md). */
 static int evaluate(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *ops,
                     double *key, char *err, size_t len)
 {
@@ -365,25 +399,62 @@ static int evaluate(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pla
     int64_t per_rank = cfg->batch / ((int64_t)g.z * g.d);
     if (cfg->batch % ((int64_t)g.z * g.d) || per_rank > (1 << 20))
         per_rank = 1; /* rejected for the batch below, or too many counts to try */
+    int n_div = 0;
+    for (int64_t M = 1; M <= per_rank; M++)
+        n_div += per_rank % M == 0;
     ff_plan_result *t = malloc(sizeof *t);
-    if (!t)
+    micro_bound *fit = malloc((size_t)n_div * sizeof *fit);
+    if (!t || !fit) {
+        free(t), free(fit);
         return ff_format_error(err, len, FF_ENOMEM, "out of memory");
-    int rc = FF_OK, have = 0;
-    for (int64_t M = 1; M <= per_rank && rc == FF_OK; M++) {
+    }
+    int rc = FF_OK, n_fit = 0;
+    const int bounded = cfg->cost == FF_COST_FULL && cfg->stages == 1;
+    for (int64_t M = 1; bounded && M <= per_rank && rc == FF_OK; M++) {
         if (per_rank % M)
             continue;
         one.micro_batches = (int)M;
-        double k;
-        rc = evaluate_one(&one, g, t, ops, &k, err, len);
-        int better = !have || (!t->rejected && (r->rejected || k < *key)) ||
-                     (t->rejected && r->rejected && t->mem_total < r->mem_total);
-        if (rc == FF_OK && better) {
-            *r = *t;
-            *key = k;
-            have = 1;
+        double b;
+        rc = plan_full_bound(&one, g, ops, &b, err, len);
+        if (rc == FF_OK && b >= 0)
+            fit[n_fit++] = (micro_bound){b, M};
+    }
+    int have = 0;
+    int64_t best_M = 0;
+    if (n_fit > 0) {
+        /* rounding: the bound is within a relative 1e-12 of what it bounds */
+        qsort(fit, (size_t)n_fit, sizeof *fit, by_bound);
+        for (int i = 0; i < n_fit && rc == FF_OK; i++) {
+            if (have && !r->rejected && fit[i].bound * (1 - 1e-9) > *key)
+                break;
+            one.micro_batches = (int)fit[i].M;
+            double k;
+            rc = evaluate_one(&one, g, t, ops, &k, err, len);
+            if (rc == FF_OK && (!have || better_micro(t, k, fit[i].M, r, *key, best_M))) {
+                *r = *t;
+                *key = k;
+                best_M = fit[i].M;
+                have = 1;
+            }
+        }
+    } else {
+        /* every count (none fits: the least memory, or no bound) */
+        for (int64_t M = 1; M <= per_rank && rc == FF_OK; M++) {
+            if (per_rank % M)
+                continue;
+            one.micro_batches = (int)M;
+            double k;
+            rc = evaluate_one(&one, g, t, ops, &k, err, len);
+            if (rc == FF_OK && (!have || better_micro(t, k, M, r, *key, best_M))) {
+                *r = *t;
+                *key = k;
+                best_M = M;
+                have = 1;
+            }
         }
     }
     free(t);
+    free(fit);
     return rc;
 }
 

@@ -196,10 +196,13 @@ int plan_group_rank(ff_dims g, ff_dims c, ff_group_kind kind);
 
 /* Plays the operations of one rank on a timeline from 0, GEMMs at `rate`
  * FLOP/s: *end_s when its own thread is done, *bg_s when its background
- * collectives are; adds weight x the play's compute and collective times
- * to acc. -1 if out of memory. */
+ * collectives are; lower_s (if not NULL) two lower bounds of *end_s on one
+ * stage: what its thread spends whatever the channels do, and the
+ * background channel's busy time. Adds weight x the play's compute and
+ * collective times to acc. -1 if out of memory. */
 int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan_link *link,
-              double rate, ff_plan_result *acc, double weight, double *end_s, double *bg_s);
+              double rate, ff_plan_result *acc, double weight, double *end_s, double *bg_s,
+              double lower_s[2]);
 /* The GEMM rate of one rank where `busy_ranks` ranks compute at once on
  * a node: they share its cores_per_node cores, if the profile has them. */
 double plan_gemm_rate(const ff_profile *p, double busy_ranks);
@@ -220,6 +223,11 @@ void plan_memory(const plan_shape *s, ff_plan_result *r);
 /* Evaluates one grid with the full model (with stages: plan_eval_stages). */
 int plan_eval_full(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *scratch,
                    char *err, size_t err_len);
+/* A lower bound of plan_eval_full's step for cfg (one stage), from lists of
+ * one and two micro-batches: at most the step up to rounding (a relative
+ * 1e-12 or so); -1 where the grid is rejected. */
+int plan_full_bound(const ff_plan_config *cfg, ff_dims g, plan_ops *scratch, double *bound,
+                    char *err, size_t err_len);
 /* The traffic of one rank (ff_plan_traffic without the checks of cfg), of
  * stage `stage` when cfg->stages > 1, its point-to-point messages in *p2p
  * (may be NULL). */

@@ -232,7 +232,7 @@ static int play_stage(const ff_plan_config *cfg, ff_dims g, const plan_shape *s,
             ops->n = 0;
             ops->tags = 0;
             plan_schedule_piece(s, ops, (plan_piece)piece, lm);
-            if (ops->oom || plan_play(cfg, g, ops, link, rate, acc, weight, &end, &bg))
+            if (ops->oom || plan_play(cfg, g, ops, link, rate, acc, weight, &end, &bg, NULL))
                 return -1;
             /* a run leaves its reduce-scatters in flight (ORS; waited for
              * before the gradients are reduced, src/nn/linear.c), and the

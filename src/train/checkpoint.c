@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -339,6 +340,11 @@ int ff_ckpt_save(ff_gpt *g, const char *dir, ff_train_state *st, int keep)
 
 int ff_ckpt_latest(ff_ctx *ctx, const char *dir, int64_t *step)
 {
+    return ff_ckpt_older(ctx, dir, INT64_MAX, step);
+}
+
+int ff_ckpt_older(ff_ctx *ctx, const char *dir, int64_t before, int64_t *step)
+{
     int64_t latest = -1;
     int rc = FF_OK;
     if (ff_ctx_rank(ctx) == 0) {
@@ -346,8 +352,9 @@ int ff_ckpt_latest(ff_ctx *ctx, const char *dir, int64_t *step)
         int64_t *steps = done_steps(dir, &n);
         if (n < 0)
             rc = ff_set_error(ctx, FF_EIO, "cannot read the checkpoint folder '%s'", dir);
-        else if (n > 0)
-            latest = steps[n - 1];
+        for (int i = n - 1; i >= 0 && latest < 0; i--)
+            if (steps[i] < before)
+                latest = steps[i];
         free(steps);
     }
     if ((rc = ff_ctx_agree(ctx, rc)))

@@ -3,19 +3,24 @@
 #include "fourfold/trainer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../device.h"
 #include "../internal.h"
 #include "../nn/gpt_internal.h"
 #include "../util/file.h"
 #include "../util/plot.h"
+#include "../util/text.h"
 #include "fourfold/prune.h"
+#include "peak.h"
 
 /* Communication on this rank from the group counters: time blocked in
  * waits, and time collectives were in flight (summed over collectives). */
@@ -43,7 +48,10 @@ struct ff_trainer {
     int64_t start_step;
     char train_glob[4300], val_glob[4300];
     double sgemm_rate, flops_step;
-    double run_t0; /* wall time when this run's first step began */
+    double sgemm_share; /* of a core per compute thread, the measured rate scaled by it */
+    int resume_in_out;  /* resume_from is the folder out (by identity) */
+    int lock_fd;        /* rank 0: the output folder's lock (claim_out), or -1 */
+    double run_t0;      /* wall time when this run's first step began */
     /* the last two checkpoints written or loaded: checkpoint s is known good
      * once step s + 1 has a finite loss */
     char ck_last[4300], ck_prev[4300];
@@ -143,10 +151,22 @@ static int prepare_out(ff_ctx *ctx, const char *dir)
     return ff_ctx_agree(ctx, rc);
 }
 
-static int same_dir(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+/* Whether a and b name one folder: the same device and inode where both
+ * exist (so `runs/x`, `./runs/x/` and a link to it are one), else the same
+ * string. */
+static int same_dir(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (!a || !b)
+        return 0;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return !strcmp(a, b);
+}
 
-/* The configuration's own consistency, the same on every rank. */
-static const char *check_config(const ff_trainer_config *c)
+/* The configuration's own consistency, the same on every rank
+ * (resume_in_out: rank 0's same_dir(resume_from, out)). */
+static const char *check_config(const ff_trainer_config *c, int resume_in_out)
 {
     if (c->batch < 1 || c->micro_batch < 1 || c->seq < 1 || c->steps < 0 || c->val_batches < 1 ||
         c->val_every < 0 || c->save_every < 0 || c->keep < 0)
@@ -176,9 +196,53 @@ static const char *check_config(const ff_trainer_config *c)
         return "pruning: sparsity in [0, 1), and with a sparsity prune_every and prune_steps >= 1";
     if (c->mask && !strcmp(c->mask, "auto") && !c->init_from)
         return "mask \"auto\" is init_from's mask: it needs init_from";
-    if (c->overwrite && same_dir(c->resume_from, c->out))
+    if (c->overwrite && resume_in_out)
         return "overwrite starts a new run; it cannot be combined with resuming in the same folder";
     return NULL;
+}
+
+/* Rank 0 locks the output folder for the run (flock on out/.fourfold.lock,
+ * released by the kernel when the process ends, however it ends): two
+ * runs writing one folder interleave their log lines and can leave one
+ * run's model beside the other's state under one DONE marker. The lock
+ * file holds the owner's process id and host for the message; flock is
+ * the local file system's (on a network file system that does not
+ * implement it the lock may not hold across machines). */
+static int lock_out(ff_trainer *t)
+{
+    const char *dir = t->cfg.out;
+    int rc = FF_OK;
+    if (ff_ctx_rank(t->ctx) == 0) {
+        char path[4300], owner[128] = "";
+        snprintf(path, sizeof path, "%s/.fourfold.lock", dir);
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+            rc = ff_ctx_set_error(t->ctx, FF_EIO, "cannot open the lock '%s': %s", path,
+                                  strerror(errno));
+        else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            ssize_t got = pread(fd, owner, sizeof owner - 1, 0);
+            owner[got > 0 ? got : 0] = '\0';
+            owner[strcspn(owner, "\n")] = '\0';
+            close(fd);
+            rc = e == EWOULDBLOCK
+                     ? ff_ctx_set_error(t->ctx, FF_EINVAL,
+                                        "'%s' is in use by another run (%s holds %s); wait "
+                                        "for it to end or give another output folder",
+                                        dir, owner[0] ? owner : "a process", path)
+                     : ff_ctx_set_error(t->ctx, FF_EIO, "cannot lock '%s': %s", path,
+                                        strerror(e));
+        } else {
+            char host[64] = "?";
+            gethostname(host, sizeof host - 1);
+            int n = snprintf(owner, sizeof owner, "process %ld on %s\n", (long)getpid(), host);
+            if (ftruncate(fd, 0) != 0 || pwrite(fd, owner, (size_t)n, 0) != n)
+                rc = ff_ctx_set_error(t->ctx, FF_EIO, "cannot write the lock '%s': %s", path,
+                                      strerror(errno));
+            t->lock_fd = fd;
+        }
+    }
+    return ff_ctx_agree(t->ctx, rc);
 }
 
 /* A new run (or one resumed from elsewhere) must not mix its checkpoints
@@ -187,7 +251,9 @@ static int claim_out(ff_trainer *t)
 {
     const ff_trainer_config *c = &t->cfg;
     int rc = prepare_out(t->ctx, c->out);
-    if (rc || same_dir(c->resume_from, c->out))
+    if (rc == FF_OK)
+        rc = lock_out(t);
+    if (rc || t->resume_in_out)
         return rc;
     int64_t newest;
     if ((rc = ff_ckpt_latest(t->ctx, c->out, &newest)))
@@ -261,7 +327,25 @@ static int start_run(ff_trainer *t)
                                                      "no complete checkpoint to resume in '%s' "
                                                      "(no DONE_* marker)",
                                                      c->resume_from));
-    if ((rc = ff_ckpt_load(t->g, c->resume_from, step, &t->st)))
+    /* the newest checkpoint whose files are whole and belong together: a
+     * corrupt or mismatched one (a crash, a second writer) is noted and
+     * passed over for the one before it */
+    while ((rc = ff_ckpt_load(t->g, c->resume_from, step, &t->st)) == FF_ECORRUPT ||
+           rc == FF_EIO) {
+        char why[FF_ERRMSG_LEN];
+        snprintf(why, sizeof why, "%s", ff_ctx_error(t->ctx));
+        int64_t older;
+        if ((rc = ff_ckpt_older(t->ctx, c->resume_from, step, &older)))
+            return rc;
+        if (older < 0)
+            return ff_ctx_agree(t->ctx, ff_ctx_set_error(t->ctx, FF_ECORRUPT,
+                                                         "%s; no older checkpoint to resume",
+                                                         why));
+        note(t, "passing over the checkpoint of step %lld (%s); trying step %lld",
+             (long long)step, why, (long long)older);
+        step = older;
+    }
+    if (rc)
         return rc;
     const ff_adamw *h = &t->st.hyper, *n = &c->hyper;
     if (h->lr != n->lr || h->warmup != n->warmup || h->steps != n->steps ||
@@ -286,29 +370,48 @@ static int start_run(ff_trainer *t)
     return ff_ctx_agree(t->ctx, ff_data_seek(t->data, t->st.data));
 }
 
-/* The empirical peak: sgemm on every rank at once, as the step runs; the
- * mean over ranks. */
+/* The empirical peak (docs/design.md §8): sgemm on every rank at once, as
+ * the step runs, by CPU time and the share of a core (src/train/peak.h);
+ * the mean over ranks. */
 static void measure_sgemm(ff_trainer *t)
 {
     const ff_trainer_config *c = &t->cfg;
-    int threads = ff_ctx_threads(t->ctx);
-    double r = c->sgemm_rate;
+    int threads = ff_ctx_blas_threads(t->ctx); /* the step's products' */
+    double r = c->sgemm_rate, share = 1;
     int need = !(r > 0 && isfinite(r)), any = 0; /* then every rank measures, at once */
     MPI_Allreduce(&need, &any, 1, MPI_INT, MPI_MAX, ff_ctx_comm(t->ctx));
     if (any) {
-        MPI_Barrier(ff_ctx_comm(t->ctx));
 #ifdef FF_CUDA
         /* on a GPU, cuBLAS's fp32 rate at a size where it peaks */
         struct ff_cuda *cu = ff_ctx_cuda(t->ctx);
-        r = cu ? ff_cuda_sgemm_rate(cu, 4096, 4096, 4096, 0.2)
-               : ff_sgemm_rate(512, 512, 512, threads, 0.2);
+        if (cu) {
+            MPI_Barrier(ff_ctx_comm(t->ctx));
+            r = ff_cuda_sgemm_rate(cu, 4096, 4096, 4096, 0.2);
+        }
 #else
-        r = ff_sgemm_rate(512, 512, 512, threads, 0.2);
+        void *cu = NULL;
 #endif
+        if (!cu) {
+            ff_sgemm_peak p = ff_sgemm_peak_measure(ff_ctx_comm(t->ctx), threads, 0.1);
+            r = p.flops;
+            share = p.share;
+        }
     }
     ff_blas_set_threads(threads);
     MPI_Allreduce(&r, &t->sgemm_rate, 1, MPI_DOUBLE, MPI_SUM, ff_ctx_comm(t->ctx));
     t->sgemm_rate /= ff_ctx_size(t->ctx);
+    MPI_Allreduce(&share, &t->sgemm_share, 1, MPI_DOUBLE, MPI_MIN, ff_ctx_comm(t->ctx));
+}
+
+/* s as a JSON string literal (util/text.h's escaper: quotes, backslashes,
+ * control characters), malloc'd; NULL if out of memory. */
+static char *json_string(const char *s)
+{
+    ff_text b = {0};
+    ff_text_json_string(&b, s, 0);
+    if (b.failed)
+        ff_text_free(&b);
+    return b.s;
 }
 
 static int open_log(ff_trainer *t)
@@ -323,21 +426,30 @@ static int open_log(ff_trainer *t)
                                 ff_ctx_set_error(t->ctx, FF_EIO, "cannot write '%s'", path));
         ff_dims s = ff_grid_shape(t->grid);
         const ff_gpt_config *m = &t->shape;
-        fprintf(t->log,
-                "{\"type\":\"config\",\"grid\":\"%dx%dx%dx%d\",\"stages\":%d,\"L\":%d,\"C\":%d,"
-                "\"NH\":%d,"
-                "\"V\":%d,\"maxT\":%d,\"batch\":%d,\"micro_batch\":%d,\"seq\":%d,"
-                "\"steps\":%d,\"lr\":%g,\"start_step\":%lld,\"sgemm_flops_per_rank\":%.4g,"
-                "\"blas_core\":\"%s\",\"device\":\"%s\",\"ranks\":%d}\n",
-                s.x, s.y, s.z, s.d, ff_grid_stages(t->grid), m->L, m->C, m->NH, m->V, m->maxT,
-                c->batch, c->micro_batch, c->seq, c->steps, c->hyper.lr, (long long)t->st.step,
-                t->sgemm_rate, ff_blas_core(), ff_ctx_cuda(t->ctx) ? "cuda" : "cpu",
-                ff_ctx_size(t->ctx));
-        if (c->resume_from)
-            fprintf(t->log, "{\"type\":\"resume\",\"step\":%lld,\"from\":\"%s\"}\n",
-                    (long long)t->st.step, c->resume_from);
-        io = fflush(t->log) == 0 ? FF_OK
-                                 : ff_ctx_set_error(t->ctx, FF_EIO, "cannot write '%s'", path);
+        /* strings from outside (the BLAS's name, paths) escaped */
+        char *core = json_string(ff_blas_core());
+        char *from = c->resume_from ? json_string(c->resume_from) : NULL;
+        if (!core || (c->resume_from && !from)) {
+            io = ff_ctx_set_error(t->ctx, FF_ENOMEM, "out of memory writing '%s'", path);
+        } else {
+            fprintf(t->log,
+                    "{\"type\":\"config\",\"grid\":\"%dx%dx%dx%d\",\"stages\":%d,\"L\":%d,"
+                    "\"C\":%d,\"NH\":%d,\"V\":%d,\"maxT\":%d,\"batch\":%d,\"micro_batch\":%d,"
+                    "\"seq\":%d,\"steps\":%d,\"lr\":%g,\"start_step\":%lld,"
+                    "\"sgemm_flops_per_rank\":%.4g,\"sgemm_core_share\":%.4g,\"blas_core\":%s,"
+                    "\"device\":\"%s\",\"ranks\":%d}\n",
+                    s.x, s.y, s.z, s.d, ff_grid_stages(t->grid), m->L, m->C, m->NH, m->V, m->maxT,
+                    c->batch, c->micro_batch, c->seq, c->steps, c->hyper.lr, (long long)t->st.step,
+                    t->sgemm_rate, t->sgemm_share, core, ff_ctx_cuda(t->ctx) ? "cuda" : "cpu",
+                    ff_ctx_size(t->ctx));
+            if (from)
+                fprintf(t->log, "{\"type\":\"resume\",\"step\":%lld,\"from\":%s}\n",
+                        (long long)t->st.step, from);
+            io = fflush(t->log) == 0 ? FF_OK
+                                     : ff_ctx_set_error(t->ctx, FF_EIO, "cannot write '%s'", path);
+        }
+        free(core);
+        free(from);
     }
     return ff_ctx_agree(t->ctx, io);
 }
@@ -380,8 +492,12 @@ int ff_trainer_create(ff_grid *grid, const ff_trainer_config *cfg, ff_trainer **
     t->grid = grid;
     t->ctx = ctx;
     t->saved = -1;
+    t->lock_fd = -1;
     t->cfg.hyper.steps = cfg->steps;
-    const char *bad = check_config(cfg);
+    /* one folder by identity, decided on rank 0 (the folders are its) */
+    t->resume_in_out = ff_ctx_rank(ctx) == 0 && same_dir(cfg->resume_from, cfg->out);
+    MPI_Bcast(&t->resume_in_out, 1, MPI_INT, 0, ff_ctx_comm(ctx));
+    const char *bad = check_config(cfg, t->resume_in_out);
     rc = bad ? fail(t, FF_EINVAL, bad) : FF_OK;
     if (rc == FF_OK && cfg->out)
         rc = claim_out(t);
@@ -705,10 +821,12 @@ int ff_trainer_run(ff_trainer *t)
             break;
         const int64_t s = t->st.step;
         const int last = s == c->steps;
-        if (t->val && ((c->val_every && s % c->val_every == 0) || last))
-            rc = ff_trainer_eval(t, NULL);
-        if (rc == FF_OK && c->out && ((c->save_every && s % c->save_every == 0) || last))
+        /* the checkpoint before the validation: a validation that fails (a
+         * bad token in its data) must not lose the steps trained */
+        if (c->out && ((c->save_every && s % c->save_every == 0) || last))
             rc = ff_trainer_save(t);
+        if (rc == FF_OK && t->val && ((c->val_every && s % c->val_every == 0) || last))
+            rc = ff_trainer_eval(t, NULL);
     }
     if (rc == FF_OK)
         log_bytes(t); /* rank 0's log only */
@@ -751,6 +869,7 @@ void ff_trainer_get_info(const ff_trainer *t, ff_trainer_info *info)
     info->data = t->cfg.data;
     info->val_data = t->val ? t->cfg.val_data : NULL;
     info->sgemm_rate = t->sgemm_rate;
+    info->sgemm_core_share = t->sgemm_share;
     info->flops_per_step = t->flops_step;
     info->state = &t->st;
 }
@@ -761,6 +880,8 @@ void ff_trainer_destroy(ff_trainer *t)
         return;
     if (t->log)
         fclose(t->log);
+    if (t->lock_fd >= 0)
+        close(t->lock_fd); /* the folder's lock goes with it */
     free(t->tok);
     free(t->tgt);
     ff_data_close(t->data);

@@ -16,6 +16,24 @@ static double tick_step(double range, int n)
 
 enum { W = 720, H = 400, ML = 64, MR = 24, MT = 36, MB = 48, MAXPTS = 400 };
 
+/* Text as XML character data or an attribute value: & < > " ' as
+ * entities, and the control characters XML 1.0 does not allow (all below
+ * 0x20 but tab, newline and carriage return) as '?'. */
+static void put_xml(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        switch (c) {
+        case '&': fputs("&amp;", f); break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '"': fputs("&quot;", f); break;
+        case '\'': fputs("&apos;", f); break;
+        default: fputc(c < 0x20 && c != '\t' && c != '\n' && c != '\r' ? '?' : c, f);
+        }
+    }
+}
+
 int ff_plot_svg(const char *path, const char *title, const char *xlabel, const char *ylabel,
                 const ff_plot_series *s, int ns, char *err, size_t errlen)
 {
@@ -52,8 +70,10 @@ int ff_plot_svg(const char *path, const char *title, const char *xlabel, const c
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
             "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n"
             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-            "<text x=\"%d\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">%s</text>\n",
-            W, H, W, H, W / 2, title);
+            "<text x=\"%d\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">",
+            W, H, W, H, W / 2);
+    put_xml(f, title);
+    fputs("</text>\n", f);
     /* ticks by count (a step below the values' resolution cannot loop) */
     const int ny = (int)fmin(50, floor((y1 - y0) / ys + 0.5));
     for (int i = 0; i <= ny; i++) {
@@ -72,16 +92,21 @@ int ff_plot_svg(const char *path, const char *title, const char *xlabel, const c
                 "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
                 PX(v), PX(v), MT, H - MB, PX(v), H - MB + 16, v);
     }
-    fprintf(
-        f,
-        "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#444\"/>\n"
-        "<text x=\"%.0f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n"
-        "<text x=\"16\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 16 %.0f)\">"
-        "%s</text>\n",
-        ML, MT, pw, ph, ML + pw / 2, H - 10, xlabel, MT + ph / 2, MT + ph / 2, ylabel);
+    fprintf(f,
+            "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
+            "stroke=\"#444\"/>\n<text x=\"%.0f\" y=\"%d\" text-anchor=\"middle\">",
+            ML, MT, pw, ph, ML + pw / 2, H - 10);
+    put_xml(f, xlabel);
+    fprintf(f,
+            "</text>\n<text x=\"16\" y=\"%.0f\" text-anchor=\"middle\" "
+            "transform=\"rotate(-90 16 %.0f)\">",
+            MT + ph / 2, MT + ph / 2);
+    put_xml(f, ylabel);
+    fputs("</text>\n", f);
     for (int k = 0; k < ns; k++) {
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\" points=\"",
-                s[k].color, s[k].markers ? "2" : "1");
+        fputs("<polyline fill=\"none\" stroke=\"", f);
+        put_xml(f, s[k].color);
+        fprintf(f, "\" stroke-width=\"%s\" points=\"", s[k].markers ? "2" : "1");
         /* at most MAXPTS points: a long series is drawn as the means of
          * consecutive runs of points (smoother, and a small file) */
         const int n = s[k].n, per = (n + MAXPTS - 1) / MAXPTS;
@@ -99,15 +124,20 @@ int ff_plot_svg(const char *path, const char *title, const char *xlabel, const c
         }
         fprintf(f, "\"/>\n");
         for (int i = 0; s[k].markers && i < s[k].n; i++)
-            if (isfinite(s[k].x[i]) && isfinite(s[k].y[i]))
-                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(s[k].x[i]),
-                        PY(s[k].y[i]), s[k].color);
+            if (isfinite(s[k].x[i]) && isfinite(s[k].y[i])) {
+                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"", PX(s[k].x[i]),
+                        PY(s[k].y[i]));
+                put_xml(f, s[k].color);
+                fputs("\"/>\n", f);
+            }
         /* the legend, top right */
         double ly = MT + 16 + 18 * k;
-        fprintf(f,
-                "<line x1=\"%d\" x2=\"%d\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" "
-                "stroke-width=\"2\"/><text x=\"%d\" y=\"%.0f\">%s</text>\n",
-                W - MR - 150, W - MR - 126, ly, ly, s[k].color, W - MR - 120, ly + 4, s[k].name);
+        fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"", W - MR - 150,
+                W - MR - 126, ly, ly);
+        put_xml(f, s[k].color);
+        fprintf(f, "\" stroke-width=\"2\"/><text x=\"%d\" y=\"%.0f\">", W - MR - 120, ly + 4);
+        put_xml(f, s[k].name);
+        fputs("</text>\n", f);
     }
 #undef PX
 #undef PY

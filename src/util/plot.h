@@ -16,7 +16,8 @@ typedef struct {
 
 /* Writes the series on shared axes (a series of more than 400 points is
  * drawn as the means of consecutive runs of points) to `path` atomically (temporary file,
- * fsync, rename). 0, or -1 with a message in err. */
+ * fsync, rename). The title, labels, names and colours may hold any text:
+ * they are XML-escaped. 0, or -1 with a message in err. */
 int ff_plot_svg(const char *path, const char *title, const char *xlabel, const char *ylabel,
                 const ff_plot_series *s, int ns, char *err, size_t errlen);
 

@@ -1,0 +1,25 @@
+/* The empirical peak that `fourfold train` divides its model FLOP/s by
+ * (docs/design.md §8, "Empirical peak"). Not installed. */
+#ifndef FF_TRAIN_PEAK_H
+#define FF_TRAIN_PEAK_H
+
+#include <mpi.h>
+
+typedef struct {
+    double flops; /* this rank's sgemm FLOP/s, all ranks computing at once */
+    double share; /* the share of a core each compute thread has (ff_core_share) */
+} ff_sgemm_peak;
+
+/* What a compute thread gets of the node's cores when `ranks` ranks of
+ * `threads` threads each share `cpus` of them: min(1, cpus / (ranks threads)). */
+double ff_core_share(int cpus, int ranks, int threads);
+
+/* Collective on comm: every rank multiplies 512 x 512 matrices on
+ * `threads` BLAS threads for `seconds` at once, timing each product by the
+ * calling thread's CPU time (what the scheduler gave it, so neither time
+ * slices among the ranks nor other programs on the machine move it); the
+ * median product's rate times the share of a core (the node's ranks and
+ * the CPUs their affinity masks allow). The BLAS is left on `threads`. */
+ff_sgemm_peak ff_sgemm_peak_measure(MPI_Comm comm, int threads, double seconds);
+
+#endif
