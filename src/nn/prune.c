@@ -133,6 +133,21 @@ static void prune_smallest(const float *canon, unsigned char *keep, const span *
                 keep[i] = 0, below++;
 }
 
+/* A group of spans' target, round(p n) of its n entries pruned, and the
+ * entries `keep` already prunes (*done). */
+static int64_t group_target(const span *s, size_t group, const unsigned char *keep, double p,
+                            int64_t *done)
+{
+    int64_t n = 0;
+    *done = 0;
+    for (size_t b = 0; b < group; b++) {
+        n += (int64_t)s[b].len;
+        for (size_t i = s[b].off; i < s[b].off + s[b].len; i++)
+            *done += !keep[i];
+    }
+    return (int64_t)llround(p * (double)n);
+}
+
 int ff_prune(const ff_gpt *g, const float *canon, const ff_prune_opts *o, unsigned char *keep,
              int64_t *candidates, int64_t *pruned, char *err, size_t err_len)
 {
@@ -163,13 +178,8 @@ int ff_prune(const ff_gpt *g, const float *canon, const ff_prune_opts *o, unsign
     /* the target of a set of spans: round(p n) pruned, those already counted */
     for (size_t a = 0; a < ns; a += o->per_layer ? 1 : ns) {
         const size_t group = o->per_layer ? 1 : ns;
-        int64_t n = 0, done = 0;
-        for (size_t b = a; b < a + group; b++) {
-            n += (int64_t)s[b].len;
-            for (size_t i = s[b].off; i < s[b].off + s[b].len; i++)
-                done += !keep[i];
-        }
-        const int64_t target = (int64_t)llround(o->sparsity * (double)n);
+        int64_t done;
+        const int64_t target = group_target(s + a, group, keep, o->sparsity, &done);
         prune_smallest(canon, keep, s + a, group, target - done, work);
     }
     int64_t gone = 0;
@@ -194,14 +204,8 @@ int64_t ff_prune_excess(const ff_gpt *g, const ff_prune_opts *o, const unsigned 
     candidate_spans(g, o->embedding, s);
     int64_t excess = 0;
     for (size_t a = 0; a < ns; a += o->per_layer ? 1 : ns) { /* ff_prune's groups */
-        const size_t group = o->per_layer ? 1 : ns;
-        int64_t n = 0, done = 0;
-        for (size_t b = a; b < a + group; b++) {
-            n += (int64_t)s[b].len;
-            for (size_t i = s[b].off; i < s[b].off + s[b].len; i++)
-                done += !keep[i];
-        }
-        const int64_t target = (int64_t)llround(o->sparsity * (double)n);
+        int64_t done;
+        const int64_t target = group_target(s + a, o->per_layer ? 1 : ns, keep, o->sparsity, &done);
         excess += done > target ? done - target : 0;
     }
     free(s);
