@@ -29,7 +29,7 @@
 #                       llm.c's flash attention (v1.12.0 was used: later ones
 #                       need NVRTC); without it llm.c builds without cuDNN
 # run's knobs: GPU_CHECK_B (sequences per step in the benchmarks, default
-# 16), GPU_CHECK_TESTS (default "serial oracle train grids moe"),
+# 16), GPU_CHECK_TESTS (default "passes serial oracle train grids moe"),
 # GPU_CHECK_BENCH (default "fourfold llmc torch"), GPU_CHECK_TEST_TIMEOUT
 # (seconds for the whole test phase, default 240).
 set -u

@@ -10,6 +10,7 @@
  * variable and execute itself again, before MPI starts (ff_blas_reexec). A
  * variable the user set is never changed: some machines set it on purpose. */
 #include <cblas.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,7 +140,8 @@ static int kernels_compute(void)
     return ok;
 }
 
-/* what the process's kernels are and why: set by ff_blas_reexec */
+/* what the process's kernels are and why: set by ff_blas_reexec (before any
+ * thread starts) or on the first ff_blas_kernels call (not thread-safe) */
 static char note[640];
 
 void ff_blas_reexec(char **argv)
@@ -167,9 +169,10 @@ void ff_blas_reexec(char **argv)
         unsetenv("OPENBLAS_CORETYPE");
         setenv("FF_BLAS_REEXEC", back, 1);
         execv("/proc/self/exe", argv);
-        snprintf(note, sizeof note, "%s (%s; it could not execute itself again)", ff_blas_core(),
-                 back + 7); /* left as it is: the check failed, but exec did too */
-        return;
+        /* not on kernels that failed their check: stop (before MPI starts) */
+        fprintf(stderr, "fourfold: error: %s, and the program could not execute itself again "
+                "to go back to OpenBLAS's own kernels: %s\n", back + 7, strerror(errno));
+        exit(1);
     }
     ff_blas_facts f = ff_blas_facts_here();
     ff_blas_advice a = ff_blas_advise(&f);

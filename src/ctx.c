@@ -214,13 +214,32 @@ const char *ff_ctx_team(const ff_ctx *ctx) { return ff_team_kind(ctx->team); }
 
 int ff_ctx_agree(ff_ctx *ctx, int rc) { return ff_agree_on(ctx, ctx->comm, rc); }
 
+int ff_mpi_complete(const ff_ctx *ctx, MPI_Request *req, const char *what)
+{
+    if (ctx->opt.timeout_s <= 0)
+        return MPI_Wait(req, MPI_STATUS_IGNORE);
+    const double t0 = ff_now();
+    int done = 0, mrc = MPI_SUCCESS;
+    while (mrc == MPI_SUCCESS && !done) {
+        mrc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (mrc == MPI_SUCCESS && !done)
+            ff_watchdog(ctx, t0, what, "the context's ranks");
+    }
+    return mrc;
+}
+
 int ff_agree_on(ff_ctx *ctx, MPI_Comm comm, int rc)
 {
     /* The lowest failing rank speaks for all: its code and message. */
     int me, mine, first;
     MPI_Comm_rank(comm, &me);
     mine = rc < 0 ? me : INT_MAX;
-    int mrc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    /* (non-blocking under a watchdog: a stopped peer must not hold this
+     * rank here beyond --timeout) */
+    MPI_Request req;
+    int mrc = MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &req);
+    if (mrc == MPI_SUCCESS)
+        mrc = ff_mpi_complete(ctx, &req, "an agreement (an all-reduce of every rank's status)");
     if (mrc != MPI_SUCCESS)
         return ff_mpi_error(ctx, mrc, "MPI_Allreduce (agreeing on an error)");
     if (first == INT_MAX)
@@ -232,7 +251,9 @@ int ff_agree_on(ff_ctx *ctx, MPI_Comm comm, int rc)
     shared.code = rc;
     shared.rank = ctx->rank;
     memcpy(shared.msg, ctx->err, sizeof shared.msg);
-    mrc = MPI_Bcast(&shared, (int)sizeof shared, MPI_BYTE, first, comm);
+    mrc = MPI_Ibcast(&shared, (int)sizeof shared, MPI_BYTE, first, comm, &req);
+    if (mrc == MPI_SUCCESS)
+        mrc = ff_mpi_complete(ctx, &req, "an agreement (the failing rank's message)");
     if (mrc != MPI_SUCCESS)
         return ff_mpi_error(ctx, mrc, "MPI_Bcast (sharing an error)");
     shared.msg[sizeof shared.msg - 1] = '\0';

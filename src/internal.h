@@ -246,5 +246,8 @@ double ff_now(void);
  * longer than the timeout for `what` on `group` prints it and aborts the
  * job; otherwise nothing. */
 void ff_watchdog(const ff_ctx *ctx, double t0, const char *what, const char *group);
+/* Completes a non-blocking MPI call: MPI_Wait, or under the watchdog a
+ * loop of MPI_Test that aborts the job past the timeout. An MPI code. */
+int ff_mpi_complete(const ff_ctx *ctx, MPI_Request *req, const char *what);
 
 #endif

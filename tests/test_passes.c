@@ -30,9 +30,10 @@
 #include "nn/gpt_ops.h"
 #include "test_util.h"
 
-/* odd sizes: B sequences of T (38 rows), C columns, nh heads of hs, a
+/* odd sizes: B sequences of T (74 rows; T above a warp, so a warp's lanes
+ * take a softmax row in more than one stride), C columns, nh heads of hs, a
  * vocabulary of V in a padded block of VL */
-enum { B = 2, T = 19, M = B * T, C = 77, NH = 3, HS = 7, V = 97, VL = 103 };
+enum { B = 2, T = 37, M = B * T, C = 77, NH = 3, HS = 7, V = 97, VL = 103 };
 static const double U = 5.9604644775390625e-08; /* 2^-24 */
 
 typedef struct {
@@ -336,7 +337,8 @@ static void test_crossentropy(void)
 static void test_elementwise(void)
 {
     const int64_t n = (int64_t)M * C + 5;
-    printf("GELU, add, the embedding, the bias: %lld elements, %d rows of %d\n", (long long)n, M, C);
+    printf("GELU, add, multiply, zero, the embedding, the bias: %lld elements, %d rows of %d\n",
+           (long long)n, M, C);
     side *s[2] = {&dev, &cpu};
     float *x[2], *y[2], *o[2], *wte[2], *wpe[2], *dwte[2], *dwpe[2], *bias[2], *dbias[2];
     int32_t tokens[M];
@@ -364,6 +366,16 @@ static void test_elementwise(void)
         ff_add(s[k]->ctx, o[k], x[k], y[k], n);
     }
     bits("add", o[0], o[1], n);
+    for (int k = 0; k < 2; k++) {
+        nan_fill(o[k], n);
+        ff_mul(s[k]->ctx, o[k], x[k], y[k], n);
+    }
+    bits("multiply", o[0], o[1], n);
+    for (int k = 0; k < 2; k++) {
+        nan_fill(o[k], n);
+        ff_zero(s[k]->ctx, o[k], n);
+    }
+    bits("zero", o[0], o[1], n);
     for (int i = 0; i < M; i++) /* some outside the block [0, VL - 7): zeros before the all-reduce */
         tokens[i] = (int32_t)((i * 53 + 3) % VL);
     same_random(wte[0], wte[1], VL * C, 1.0);
@@ -389,7 +401,7 @@ static void test_elementwise(void)
         ff_bias_pass(s[k]->ctx, FF_PASS_BIAS_GRAD,
                      &(bias_job){.db = dbias[k], .dout = y[k], .rows = M, .nl = C});
     }
-    bits("bias add (rows 3..35)", o[0], o[1], M * C);
+    bits("bias add (rows 3..71)", o[0], o[1], M * C);
     bits("bias gradient (+=)", dbias[0], dbias[1], C);
     for (int k = 0; k < 2; k++) {
         float *all[] = {x[k], y[k], o[k], wte[k], wpe[k], dwte[k], dwpe[k], bias[k], dbias[k]};

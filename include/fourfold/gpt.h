@@ -60,7 +60,10 @@ int ff_gpt_block_is_moe(const ff_gpt_config *c, int l);
 /* Pipeline stages (docs/pipeline.md): the grid's stages (ff_grid_create_staged)
  * each hold a contiguous range of blocks, the first also the embedding, the
  * last the final LayerNorm, the tied LM head and the loss. A step's
- * micro-batches flow through them in one of two schedules. */
+ * micro-batches flow through them in one of two schedules. An error inside
+ * a pipelined step (a failed message) is printed by the rank it happened on,
+ * which then aborts the job (MPI_Abort): the other stages would otherwise
+ * wait for its messages forever. */
 typedef enum {
     FF_PIPE_MESSAGE = 0, /* AxoNN's message-driven schedule (dissertation Alg. 2):
                             each stage runs the forward or the backward whose

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "util/crc32.h"
 #include "util/file.h"
 
 /* ---- output ---- */
@@ -433,9 +434,10 @@ static int wants_thread(int argc, char **argv)
 
 /* Every rank must run the same command line: ranks given different options
  * (a different --model, --steps or --lr on one of them) would build other
- * models or stop at other steps and hang or diverge in silence. Rank 0
- * gathers the others' arguments (argv[0] aside) and names the first that
- * differs; every rank then agrees. 1 if they agree. */
+ * models or stop at other steps and hang or diverge in silence. The ranks
+ * compare the length and a CRC-32 of their arguments (argv[0] aside); only
+ * where they differ does rank 0 gather the arguments to name the first that
+ * differs. 1 if they agree. */
 static int same_command_line(int argc, char **argv)
 {
     int size, rank;
@@ -447,45 +449,61 @@ static int same_command_line(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         len += strlen(argv[i]) + 1;
     char *mine = malloc(len + 1), *p = mine;
-    int n = (int)len, ok = mine != NULL && len < INT32_MAX;
-    for (int i = 1; ok && i < argc; i++) {
+    for (int i = 1; mine && i < argc; i++) {
         size_t l = strlen(argv[i]) + 1;
         memcpy(p, argv[i], l);
         p += l;
     }
-    int *lens = rank == 0 ? malloc((size_t)size * sizeof *lens) : NULL;
-    int *offs = rank == 0 ? malloc((size_t)size * sizeof *offs) : NULL;
-    if (!ok)
-        n = 0;
-    MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    long long total = 0;
-    for (int r = 0; rank == 0 && r < size; r++)
-        offs[r] = (int)total, total += lens[r];
-    char *all = rank == 0 && total < INT32_MAX ? malloc((size_t)total + 1) : NULL;
-    MPI_Gatherv(mine, n, MPI_CHAR, all, lens, offs, MPI_CHAR, 0, MPI_COMM_WORLD);
-    int verdict = 1;
-    if (rank == 0) {
-        for (int r = 1; r < size && verdict && all; r++) {
-            if (lens[r] == n && !memcmp(all + offs[r], mine, (size_t)n))
-                continue;
-            /* the first argument that differs, by position */
-            const char *a = mine, *b = all + offs[r], *ea = mine + n, *eb = b + lens[r];
-            int k = 1;
-            while (a < ea && b < eb && !strcmp(a, b))
-                a += strlen(a) + 1, b += strlen(b) + 1, k++;
-            cli_error("the ranks were given different command lines: rank %d's argument %d is "
-                      "'%s', rank 0's '%s' (every rank must run the same command)",
-                      r, k, b < eb ? b : "(none)", a < ea ? a : "(none)");
-            verdict = 0;
-        }
-        if (!all || !ok) {
-            cli_error("out of memory comparing the ranks' command lines");
-            verdict = 0;
-        }
+    /* length, checksum, and whether this rank could build its copy: the
+     * minimum and maximum over the ranks (the last negated for MIN) */
+    long long v[6] = {(long long)len, mine ? (long long)ff_crc32(0, mine, len) : -1, mine != NULL};
+    v[3] = -v[0], v[4] = -v[1], v[5] = -v[2];
+    MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+    const int all_built = v[2] == 1, same = all_built && v[0] == -v[3] && v[1] == -v[4];
+    if (same || !all_built || -v[3] >= INT32_MAX) {
+        if (!same)
+            cli_error(all_built ? "the ranks were given command lines of different lengths, one "
+                                  "beyond 2 GB (every rank must run the same command)"
+                                : "out of memory comparing the ranks' command lines");
+        free(mine);
+        return same;
     }
-    MPI_Bcast(&verdict, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    /* they differ: rank 0 names the first argument that does */
+    int n = (int)len, *lens = NULL, *offs = NULL;
+    char *all = NULL;
+    if (rank == 0) {
+        lens = malloc((size_t)size * sizeof *lens);
+        offs = malloc((size_t)size * sizeof *offs);
+    }
+    int ok = rank != 0 || (lens && offs);
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (ok) {
+        MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        long long total = 0;
+        for (int r = 0; rank == 0 && r < size; r++)
+            offs[r] = total < INT32_MAX ? (int)total : 0, total += lens[r];
+        ok = rank != 0 || (total < INT32_MAX && (all = malloc((size_t)total + 1)));
+        MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    }
+    if (ok)
+        MPI_Gatherv(mine, n, MPI_CHAR, all, lens, offs, MPI_CHAR, 0, MPI_COMM_WORLD);
+    for (int r = 1; rank == 0 && ok && r < size; r++) {
+        if (lens[r] == n && !memcmp(all + offs[r], mine, (size_t)n))
+            continue;
+        const char *a = mine, *b = all + offs[r], *ea = mine + n, *eb = b + lens[r];
+        int k = 1;
+        while (a < ea && b < eb && !strcmp(a, b))
+            a += strlen(a) + 1, b += strlen(b) + 1, k++;
+        cli_error("the ranks were given different command lines: rank %d's argument %d is "
+                  "'%s', rank 0's '%s' (every rank must run the same command)",
+                  r, k, b < eb ? b : "(none)", a < ea ? a : "(none)");
+        break;
+    }
+    if (!ok)
+        cli_error("the ranks were given different command lines (every rank must run the same "
+                  "command)");
     free(mine), free(lens), free(offs), free(all);
-    return verdict;
+    return 0;
 }
 
 int main(int argc, char **argv)

@@ -86,8 +86,10 @@ static int prune_root(ff_gpt *g, const prune_opts *o, float *canon, unsigned cha
             return rc;
         printf("starting from %s: %lld of %zu entries kept\n", path, (long long)kept, n);
         const int64_t over = ff_prune_excess(g, &o->prune, keep);
-        if (over != 0)
-            return ff_format_error(err, len, over < 0 ? FF_ENOMEM : FF_EINVAL,
+        if (over < 0)
+            return ff_format_error(err, len, FF_ENOMEM, "out of memory reading %s", path);
+        if (over > 0)
+            return ff_format_error(err, len, FF_EINVAL,
                                    "%s already prunes %lld more weights than --sparsity %g asks "
                                    "(%s): pruning only adds; ask for at least its sparsity",
                                    path, (long long)over, o->sparsity,

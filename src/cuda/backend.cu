@@ -2,10 +2,13 @@
  * kernels, its matrix products through cuBLAS, its buffers in managed
  * memory.
  *
- * Each kernel runs one index of its pass per thread with the CPU pass's
- * arithmetic for that index (nn/passes.h; the sums in the same order, built
- * without contractions into FMAs), so the passes give the CPU's bits but for
- * expf, exp and log, whose last bits may differ. The matrix products are
+ * Each kernel runs the CPU pass's arithmetic for each output element (nn/passes.h,
+ * built without contractions into FMAs), spread over the GPU in one of two
+ * ways (docs/cuda.md, "Kernels"): a thread per element or per block of rows
+ * and column, where each output has a sum of its own (the CPU's bits for
+ * given inputs, but where CUDA's expf, exp or log enter, whose last bits may
+ * differ from glibc's), or a warp per row, where a row has one sum (the
+ * CPU's sum in another order, as another grid's). The matrix products are
  * cuBLAS's, in fp32 without TF32: their sums run in another order than
  * OpenBLAS's, which the tests' bounds allow for as they do for another grid.
  *
@@ -488,7 +491,8 @@ __global__ void k_ce_target(ce_job j, int64_t n)
 }
 
 /* a warp per row: the loss (every lane computes it, lane 0 writes), then the
- * row's gradient strided over the lanes (ff_ce_grad_at: the CPU's bits) */
+ * row's gradient strided over the lanes (ff_ce_grad_at: the CPU's formula;
+ * its factor comes through CUDA's expf, exp and log) */
 __global__ void k_ce_combine(ce_job j, int64_t n)
 {
     const int lane = threadIdx.x % WARP;

@@ -1492,7 +1492,7 @@ void ff_gpt_pipeline_times(const ff_gpt *g, ff_pipe_times *t)
 
 int ff_gpt_pipeline_order(const ff_gpt *g, int *order, int max)
 {
-    for (int i = 0; i < g->pipe_order_n && i < max; i++)
+    for (int i = 0; i < g->pipe_order_n && i < max && i < FF_GPT_PIPE_ORDER_MAX; i++)
         order[i] = g->pipe_order[i];
     return g->pipe_order_n;
 }

@@ -272,4 +272,8 @@ int ff_gpt_step_agreed(ff_gpt *g, int local_rc, const int32_t *tokens, const int
 /* The forward of the evaluation program: losses into g->losses, logits kept. */
 int ff_gpt_run_forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets);
 
+/* Rank 0: a checkpoint file's header against the model (kind and shape),
+ * without reading its parameters (the checkpoint loader checks it first). */
+int ff_gpt_check_header(const ff_gpt *g, const char *path);
+
 #endif

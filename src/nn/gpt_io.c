@@ -605,16 +605,13 @@ int ff_gpt_save(ff_gpt *g, ff_gpt_buffer which, const char *path)
     return rc;
 }
 
-static int read_file(ff_gpt *g, const char *path, float **out)
+/* A checkpoint's header (read from f) against the model: its kind (dense or
+ * a mixture of experts) and every shape field. */
+static int header_fits(const ff_gpt *g, const char *path, FILE *f, int32_t *h)
 {
-    *out = NULL;
-    FILE *f = ff_fopen_regular(path);
-    if (!f)
-        return ff_set_error(g->ctx, FF_EIO, "cannot open the checkpoint '%s': %s", path,
-                            ff_open_error(errno));
-    int32_t h[HEADER_INTS], want[HEADER_INTS];
+    int32_t want[HEADER_INTS];
     int rc = FF_OK;
-    if (fread(h, sizeof h, 1, f) != 1)
+    if (fread(h, sizeof(int32_t), HEADER_INTS, f) != HEADER_INTS)
         rc = ff_set_error(g->ctx, FF_ECORRUPT, "checkpoint '%s': shorter than its header", path);
     else
         rc = check_kind(g->ctx, path, h);
@@ -638,6 +635,30 @@ static int read_file(ff_gpt *g, const char *path, float **out)
                                   "checkpoint '%s' has %s=%d, the model has %s=%d", path, fields[i],
                                   h[i], fields[i], want[i]);
     }
+    return rc;
+}
+
+int ff_gpt_check_header(const ff_gpt *g, const char *path)
+{
+    FILE *f = ff_fopen_regular(path);
+    if (!f)
+        return ff_set_error(g->ctx, FF_EIO, "cannot open the checkpoint '%s': %s", path,
+                            ff_open_error(errno));
+    int32_t h[HEADER_INTS];
+    int rc = header_fits(g, path, f, h);
+    fclose(f);
+    return rc;
+}
+
+static int read_file(ff_gpt *g, const char *path, float **out)
+{
+    *out = NULL;
+    FILE *f = ff_fopen_regular(path);
+    if (!f)
+        return ff_set_error(g->ctx, FF_EIO, "cannot open the checkpoint '%s': %s", path,
+                            ff_open_error(errno));
+    int32_t h[HEADER_INTS];
+    int rc = header_fits(g, path, f, h);
     size_t n = ff_gpt_canonical_size(g);
     float *canon = NULL;
     if (rc == FF_OK && !(canon = malloc(n * sizeof(float))))
@@ -726,6 +747,8 @@ static int check_against_file(ff_ctx *ctx, const char *path, FILE *f, const int3
     while ((r = fread(buf, sizeof(float), CHUNK, f)) > 0)
         crc = ff_crc32(crc, buf, r * sizeof(float));
     free(buf);
+    if (ferror(f))
+        return ff_set_error(ctx, FF_EIO, "cannot read the checkpoint '%s'", path);
     return crc == want ? FF_OK
                        : ff_set_error(ctx, FF_ECORRUPT,
                                       "checkpoint '%s' fails its checksum (CRC-32 %08x, header "

@@ -161,16 +161,19 @@ static int schedule_1f1b(pipe_run *r)
  * ranks, so every rank's gradient is on its way, and the same for inputs.
  * A mixture of experts all-reduces its routing statistics over ZD in every
  * forward (gpt_moe.c), so there the whole stage (TP and D) agrees.
- * A blocking MPI_Allreduce of two ints per poll, outside the counters. */
-/* A rank whose test of a message failed takes part in the agreement all
- * the same (got[2] = 1), so its group stops with it instead of waiting for
- * it in the next agreement. */
+ * An all-reduce of three ints per poll, outside the counters: a gradient,
+ * an input, and a failure: a rank whose test of a message failed takes part
+ * all the same (got[2] = 1), so its group stops with it instead of waiting
+ * for it in the next agreement. */
 static int agree_arrivals(ff_gpt *g, int got[3], int rc)
 {
     ff_group *tp = ff_grid_group(g->grid, g->E ? FF_GROUP_STAGE : FF_GROUP_TP);
     got[2] = rc != FF_OK;
+    MPI_Request req;
     if (ff_group_size(tp) > 1 &&
-        MPI_Allreduce(MPI_IN_PLACE, got, 3, MPI_INT, MPI_MAX, ff_group_comm(tp)) != MPI_SUCCESS)
+        (MPI_Iallreduce(MPI_IN_PLACE, got, 3, MPI_INT, MPI_MAX, ff_group_comm(tp), &req) !=
+             MPI_SUCCESS ||
+         ff_mpi_complete(g->ctx, &req, "the stage's agreement on its next pass") != MPI_SUCCESS))
         return ff_ctx_set_error(g->ctx, FF_EMPI, "MPI_Allreduce (the stage's next pass) failed");
     if (got[2] && rc == FF_OK)
         return ff_ctx_set_error(g->ctx, FF_EREMOTE,
@@ -262,10 +265,12 @@ int ff_gpt_pipeline_run(ff_gpt *g, const int32_t *tokens, const int32_t *targets
     g->pipe_idle_s += ff_now() - t0;
     if (rc == FF_OK)
         g->micro_done = n_micro;
-    else if (g->P > 1) {
+    else if (g->P > 1 && rc != FF_EREMOTE) {
         /* the other stages wait for this one's messages and would wait
-         * forever (STYLE: MPI_Abort where other ranks could block); its
-         * tensor-parallel peers stopped with it (agree_arrivals) */
+         * forever (STYLE: MPI_Abort where other ranks could block). The
+         * rank whose error it is prints it and aborts the job; its
+         * tensor-parallel peers (FF_EREMOTE, from agree_arrivals) return,
+         * and the abort ends them */
         fprintf(stderr, "fourfold: error: stage %d, rank %d: %s; the other stages would wait for "
                 "its messages: aborting the job\n", g->stage, ff_ctx_rank(g->ctx),
                 ff_ctx_error(g->ctx));

@@ -1,10 +1,12 @@
 /* The jobs of the model's element-wise passes (gpt_ops.c, gpt_optim.c,
- * linear.c), shared with their GPU twins (cuda/backend.cu): a pass runs over
- * indices [0, n) of its job (rows, columns, blocks or elements), the CPU's in
- * ranges on the context's team, the GPU's a thread per index (or per element
- * of a row, where the rows' elements are independent) with the same
- * arithmetic. Plain C,
- * also read as C++ by nvcc. Internal to the library. */
+ * linear.c), shared with their GPU kernels (cuda/backend.cu): a pass runs
+ * over indices [0, n) of its job (rows, columns, blocks or elements), the
+ * CPU's in ranges on the context's team. The per-element functions below
+ * are each output element's arithmetic for both devices; the GPU runs them
+ * a thread per element (or per block of rows and column), and where a row
+ * has a single sum (LayerNorm's statistics, cross-entropy's, the softmax)
+ * a warp per row that adds in another order (docs/cuda.md, "Kernels"). Plain
+ * C, also read as C++ by nvcc. Internal to the library. */
 #ifndef FF_PASSES_H
 #define FF_PASSES_H
 
@@ -295,7 +297,8 @@ static inline FF_HD void ff_ce_combine_at(const ce_job *j, int64_t i)
 }
 
 /* Row t of a causal softmax over T scores, in place: the first t + 1
- * normalised, the rest zero (attention, gpt_ops.c and its GPU twin). */
+ * normalised, the rest zero (attention, gpt_ops.c; the GPU's kernel runs a
+ * warp per row, its sums in another order). */
 static inline FF_HD void ff_softmax_causal_row(float *row, int t, int T)
 {
     float mx = row[0], sum = 0;

@@ -452,14 +452,9 @@ int ff_ckpt_load(ff_gpt *g, const char *dir, int64_t step, ff_train_state *st)
     char model[4096], state[4096];
     ff_ckpt_path(model, sizeof model, dir, "model", step);
     ff_ckpt_path(state, sizeof state, dir, "state", step);
-    int rc = ff_gpt_load(g, model); /* shape and CRC checked there */
-    if (rc == FF_OK) {              /* a masked run's mask comes back with it */
-        char mask[4096];
-        ff_ckpt_path(mask, sizeof mask, dir, "mask", step);
-        rc = ff_gpt_load_mask(g, mask, 1);
-    }
-    if (rc)
-        return rc;
+    /* the state (its CRC) and its pairing with the model first, before any
+     * of the checkpoint reaches the model: a resume that passes over a bad
+     * checkpoint must not keep a part of it (its mask, say) */
     int32_t h[HEADER_INTS];
     FILE *f = NULL;
     uint32_t mcrc = 0;
@@ -467,7 +462,9 @@ int ff_ckpt_load(ff_gpt *g, const char *dir, int64_t step, ff_train_state *st)
     float *canon = NULL;
     int io = FF_OK;
     if (root) {
-        io = open_state(g, state, h, &f);
+        io = ff_gpt_check_header(g, model);
+        if (io == FF_OK)
+            io = open_state(g, state, h, &f);
         if (io == FF_OK && (io = model_crc(ctx, model, &mcrc)) == FF_OK) {
             uint32_t paired;
             memcpy(&paired, &h[S_MODEL_CRC], sizeof paired);
@@ -480,7 +477,20 @@ int ff_ckpt_load(ff_gpt *g, const char *dir, int64_t step, ff_train_state *st)
         if (io == FF_OK && !(canon = malloc(n * sizeof(float))))
             io = ff_set_error(ctx, FF_ENOMEM, "out of memory for a checkpoint");
     }
-    rc = ff_ctx_agree(ctx, io);
+    int rc = ff_ctx_agree(ctx, io);
+    if (rc == FF_OK)
+        rc = ff_gpt_load(g, model); /* shape and CRC checked there, before the scatter */
+    if (rc == FF_OK) {              /* a masked run's mask comes back with it */
+        char mask[4096];
+        ff_ckpt_path(mask, sizeof mask, dir, "mask", step);
+        rc = ff_gpt_load_mask(g, mask, 1);
+    }
+    if (rc) {
+        if (f)
+            fclose(f);
+        free(canon);
+        return rc;
+    }
     for (int k = 0; k < 2 && rc == FF_OK; k++) {
         io = root && fread(canon, sizeof(float), n, f) != n
                  ? ff_set_error(ctx, FF_EIO, "cannot read '%s'", state)

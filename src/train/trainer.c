@@ -329,9 +329,10 @@ static int start_run(ff_trainer *t)
                                                      c->resume_from));
     /* the newest checkpoint whose files are whole and belong together: a
      * corrupt or mismatched one (a crash, a second writer) is noted and
-     * passed over for the one before it */
-    while ((rc = ff_ckpt_load(t->g, c->resume_from, step, &t->st)) == FF_ECORRUPT ||
-           rc == FF_EIO) {
+     * passed over for the one before it (ff_ckpt_load checks all of a
+     * checkpoint before any of it reaches the model); an error that is not
+     * the files' (unreadable, out of memory) stops the resume */
+    while ((rc = ff_ckpt_load(t->g, c->resume_from, step, &t->st)) == FF_ECORRUPT) {
         char why[FF_ERRMSG_LEN];
         snprintf(why, sizeof why, "%s", ff_ctx_error(t->ctx));
         int64_t older;

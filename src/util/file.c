@@ -77,10 +77,10 @@ int ff_open_regular(const char *path)
     if (fd < 0)
         return -1;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        int e = errno;
+    const int stat_ok = fstat(fd, &st) == 0, stat_errno = errno;
+    if (!stat_ok || !S_ISREG(st.st_mode)) {
         close(fd);
-        errno = S_ISREG(st.st_mode) ? e : EINVAL;
+        errno = stat_ok ? EINVAL : stat_errno;
         return -1;
     }
     int fl = fcntl(fd, F_GETFL);
