@@ -236,9 +236,11 @@ int ff_agree_on(ff_ctx *ctx, MPI_Comm comm, int rc)
     mine = rc < 0 ? me : INT_MAX;
     /* (non-blocking under a watchdog: a stopped peer must not hold this
      * rank here beyond --timeout) */
+    const int watched = ctx->opt.timeout_s > 0;
     MPI_Request req;
-    int mrc = MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &req);
-    if (mrc == MPI_SUCCESS)
+    int mrc = watched ? MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &req)
+                      : MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    if (mrc == MPI_SUCCESS && watched)
         mrc = ff_mpi_complete(ctx, &req, "an agreement (an all-reduce of every rank's status)");
     if (mrc != MPI_SUCCESS)
         return ff_mpi_error(ctx, mrc, "MPI_Allreduce (agreeing on an error)");
@@ -251,8 +253,9 @@ int ff_agree_on(ff_ctx *ctx, MPI_Comm comm, int rc)
     shared.code = rc;
     shared.rank = ctx->rank;
     memcpy(shared.msg, ctx->err, sizeof shared.msg);
-    mrc = MPI_Ibcast(&shared, (int)sizeof shared, MPI_BYTE, first, comm, &req);
-    if (mrc == MPI_SUCCESS)
+    mrc = watched ? MPI_Ibcast(&shared, (int)sizeof shared, MPI_BYTE, first, comm, &req)
+                  : MPI_Bcast(&shared, (int)sizeof shared, MPI_BYTE, first, comm);
+    if (mrc == MPI_SUCCESS && watched)
         mrc = ff_mpi_complete(ctx, &req, "an agreement (the failing rank's message)");
     if (mrc != MPI_SUCCESS)
         return ff_mpi_error(ctx, mrc, "MPI_Bcast (sharing an error)");

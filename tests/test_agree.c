@@ -2,9 +2,9 @@
  * is an all-reduce of the whole job that the planner does not model, so
  * ff_gpt_step checks the tokens of all its micro-batches and agrees on the
  * outcome in one call, not once per micro-batch. Counted by interposing
- * MPI_Allreduce (the test's definition wins over the MPI library's for the
- * statically linked fourfold): an agreement is the one all-reduce of a
- * single MPI_INT with MPI_MIN the library makes. Also: a bad token on one
+ * MPI_Allreduce and MPI_Iallreduce (the test's definitions win over the MPI
+ * library's for the statically linked fourfold): an agreement is the one
+ * all-reduce of a single MPI_INT with MPI_MIN the library makes. Also: a bad token on one
  * rank stops every rank with that rank's message, before any collective of
  * the step. Run on 4 ranks. */
 #include <mpi.h>
@@ -23,6 +23,15 @@ int MPI_Allreduce(const void *send, void *recv, int count, MPI_Datatype type, MP
     if (count == 1 && type == MPI_INT && op == MPI_MIN)
         agreements++;
     return PMPI_Allreduce(send, recv, count, type, op, comm);
+}
+
+/* (under --timeout the agreement is non-blocking: counted the same) */
+int MPI_Iallreduce(const void *send, void *recv, int count, MPI_Datatype type, MPI_Op op,
+                   MPI_Comm comm, MPI_Request *req)
+{
+    if (count == 1 && type == MPI_INT && op == MPI_MIN)
+        agreements++;
+    return PMPI_Iallreduce(send, recv, count, type, op, comm, req);
 }
 
 enum { MICRO = 3, B = 4, T = 8 };

@@ -170,10 +170,15 @@ static int agree_arrivals(ff_gpt *g, int got[3], int rc)
     ff_group *tp = ff_grid_group(g->grid, g->E ? FF_GROUP_STAGE : FF_GROUP_TP);
     got[2] = rc != FF_OK;
     MPI_Request req;
-    if (ff_group_size(tp) > 1 &&
-        (MPI_Iallreduce(MPI_IN_PLACE, got, 3, MPI_INT, MPI_MAX, ff_group_comm(tp), &req) !=
-             MPI_SUCCESS ||
-         ff_mpi_complete(g->ctx, &req, "the stage's agreement on its next pass") != MPI_SUCCESS))
+    int mrc = MPI_SUCCESS;
+    if (ff_group_size(tp) > 1 && g->ctx->opt.timeout_s <= 0)
+        mrc = MPI_Allreduce(MPI_IN_PLACE, got, 3, MPI_INT, MPI_MAX, ff_group_comm(tp));
+    else if (ff_group_size(tp) > 1) { /* under the watchdog, non-blocking */
+        mrc = MPI_Iallreduce(MPI_IN_PLACE, got, 3, MPI_INT, MPI_MAX, ff_group_comm(tp), &req);
+        if (mrc == MPI_SUCCESS)
+            mrc = ff_mpi_complete(g->ctx, &req, "the stage's agreement on its next pass");
+    }
+    if (mrc != MPI_SUCCESS)
         return ff_ctx_set_error(g->ctx, FF_EMPI, "MPI_Allreduce (the stage's next pass) failed");
     if (got[2] && rc == FF_OK)
         return ff_ctx_set_error(g->ctx, FF_EREMOTE,
