@@ -2,7 +2,8 @@
 # The main job: set up this machine (Debian packages), build, and train the
 # `mini` GPT (0.83 M parameters, byte-level) on the fortune(6) texts on 4
 # local ranks, grid 1x1x2x2 (Z and D), then print a sample and write
-# runs/fortunes/loss.svg. About 4 minutes of training on a 2-core machine
+# runs/fortunes/loss.svg. 3 min 19 s from a fresh clone, build included, on a
+# 2-core AMD EPYC VM with AVX-512 (2026-11-28; docs/results.md, "Main job")
 # (docs/train.md, "The main job"). Extra arguments replace the default ones
 # (FF_RANKS=8 scripts/run.sh selftest --grid 2x2x2x1).
 set -eu

@@ -688,7 +688,8 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
             ti.sgemm_rate * 1e-9, ff_blas_core(), ff_ctx_blas_threads(ff_grid_ctx(grid)),
             ff_blas_threading());
         if (ti.sgemm_core_share < 1)
-            ROW("", "(a rank's share of a core: %.3g of its CPU-time rate)", ti.sgemm_core_share);
+            ROW("", "(each rank's CPU-time rate times its share of a core, %.3g)",
+                ti.sgemm_core_share);
         row_wrapped("BLAS kernels", ff_blas_kernels());
     }
     ROW("model FLOPs", "6N + 12LCT = %.3g per token", ff_gpt_flops_per_token(g, (int)o->seq));
