@@ -25,7 +25,7 @@ mkdir -p "$DIR"
 PKGS="openmpi-bin openmpi-common libopenmpi3 libopenblas0-pthread libgomp1 libgfortran5 libquadmath0
 libatomic1 libpmix2 libmunge2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libucx0
 libfabric1 libibverbs1 ibverbs-providers librdmacm1 libpsm-infinipath1 libpsm2-2 libnl-3-200
-libnl-route-3-200 libnuma1 libudev1 libuuid1"
+libnl-route-3-200 libnuma1 libudev1 libuuid1 libdnnl2 ocl-icd-libopencl1"
 (
     cd "$DIR"
     for p in $PKGS; do

@@ -241,6 +241,11 @@ void ff_engine_abandon_all(ff_ctx *ctx);
 void *ff_engine_thread_main(void *arg);
 
 /* ---- clock ---- */
+/* The median of run(arg)'s times after one untimed call: at least 3 runs,
+ * and runs until min_seconds in all (src/nn/gemm.c; the rates of products). */
+double ff_median_seconds(void (*run)(void *), void *arg, double min_seconds);
+/* The operands the product rates are measured on (fixed values). */
+void ff_rate_operands(float *A, float *B, size_t na, size_t nb);
 double ff_now(void);
 /* The watchdog (ff_ctx_options.timeout_s): a rank that has waited since t0
  * longer than the timeout for `what` on `group` prints it and aborts the

@@ -37,6 +37,7 @@ if grep -q '^ *4K\|total #wrong' "$WORK/out"; then
     failures=$((failures + 1))
 fi
 case_ "--json /nonexistent/dir/g.json: cannot open" 1 bench gemm --shapes 64 --threads 1 --seconds 0.01 --json /nonexistent/dir/g.json
+case_ "--products 'bf17': expected fp32 or bf16"   2 bench gemm --shapes 64 --threads 1 --products bf17
 case_ "cannot write '/nonexistent/dir/p.bin'"      1 prune --checkpoint /nonexistent/in.bin --sparsity 0.5 --out /nonexistent/dir/p.bin
 
 # ranks given different command lines (rank 1 another --count, or without

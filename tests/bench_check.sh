@@ -395,4 +395,16 @@ fi
 grep -q "^# OpenBLAS kernels: .* (" "$WORK/gemm.txt" && grep -q "32x48x16" "$WORK/gemm.txt" ||
     { cat "$WORK/gemm.txt"; fail "bench gemm output"; }
 echo "ok   bench gemm"
+# oneDNN's bf16 products, where the build has oneDNN (its kernels named at the end)
+if "$MPIEXEC" -np 2 "$FF" bench gemm --shapes 32x48x16 --threads 1 --seconds 0 --products bf16 \
+    > "$WORK/gemm16.txt" 2>&1; then
+    grep -q "^# products: bf16 on oneDNN" "$WORK/gemm16.txt" && grep -q "32x48x16" "$WORK/gemm16.txt" &&
+        grep -q "^# oneDNN's kernels: [a-z]" "$WORK/gemm16.txt" ||
+        { cat "$WORK/gemm16.txt"; fail "bench gemm --products bf16 output"; }
+    echo "ok   bench gemm --products bf16"
+else
+    grep -q "this build has no oneDNN" "$WORK/gemm16.txt" ||
+        { cat "$WORK/gemm16.txt"; fail "bench gemm --products bf16"; }
+    echo "ok   bench gemm --products bf16 refused: a build without oneDNN"
+fi
 echo "bench: passed"

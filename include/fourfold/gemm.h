@@ -74,6 +74,34 @@ void ff_gemm_report(const ff_gemm *g, FILE *out);
 void ff_gemm_totals(const ff_gemm *g, double *flops, double *seconds);
 void ff_gemm_totals_reset(ff_gemm *g);
 
+/* ---- bf16 products on oneDNN ---------------------------------------------------
+ * The second way bf16-mixed precision runs its products (docs/design.md,
+ * "Mixed precision"; the first is the exact emulation: operands rounded to
+ * bf16, widened back and multiplied by ff_gemm_run). Both operands are
+ * rounded to bfloat16 (nearest, ties to even: unchanged if they already hold
+ * bf16 values), multiplied by oneDNN's matmul with fp32 accumulation, and
+ * C = alpha op(A) op(B) + beta C written in fp32; row panels and progress
+ * calls as ff_gemm_run's. Its sums run in another order than the BLAS's, so
+ * the two agree within fp32 summation error (tests/test_gemm_bf16.c). Built
+ * only with oneDNN (Debian's libdnnl-dev; FF_ONEDNN): otherwise create
+ * returns FF_EUNSUPPORTED. Not thread-safe: one per thread. */
+typedef struct ff_bf16_gemm ff_bf16_gemm;
+int ff_bf16_gemm_create(ff_ctx *ctx, ff_bf16_gemm **out);
+void ff_bf16_gemm_destroy(ff_bf16_gemm *h);
+int ff_bf16_gemm_run(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b, int64_t m,
+                     int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                     int64_t ldb, float beta, float *c, int64_t ldc);
+/* oneDNN's name for the kernels of the last product ("brg:avx512_core_bf16":
+ * the CPU's bf16 dot products; "brg:avx512_core" or "gemm:jit" without
+ * them, where oneDNN converts and runs fp32), "?" before any, "none"
+ * without oneDNN. */
+const char *ff_bf16_gemm_impl(const ff_bf16_gemm *h);
+void ff_bf16_gemm_totals(const ff_bf16_gemm *h, double *flops, double *seconds);
+/* Sustained rate (FLOP/s) of h's products C(m,n) = A(m,k) B(k,n) from fp32
+ * operands (their rounding included) with `threads` threads, measured as
+ * ff_sgemm_rate measures the BLAS's; 0 if a product failed. */
+double ff_bf16_gemm_rate(ff_bf16_gemm *h, int m, int n, int k, int threads, double min_seconds);
+
 /* ---- the machine's BLAS ------------------------------------------------------ */
 
 /* Threads of every later BLAS call of this process (OpenBLAS). */

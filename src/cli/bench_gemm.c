@@ -1,7 +1,7 @@
-/* fourfold bench gemm: the sgemm rate of this machine's OpenBLAS, over
- * shapes and thread counts, with every rank of the job computing at once
- * (the sustained per-rank rate is what a training step sees; docs/design.md §8
- * divides model FLOP/s by it). */
+/* fourfold bench gemm: the sgemm rate of this machine's OpenBLAS (or the
+ * rate of oneDNN's bf16 products), over shapes and thread counts, with
+ * every rank of the job computing at once (the sustained per-rank rate is
+ * what a training step sees; docs/design.md §8 divides model FLOP/s by it). */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +20,9 @@ static const char help_gemm[] =
     "                    256,512,1024,2048,4096x768x768,4096x3072x768,4096x768x3072)\n"
     "  --threads LIST    OpenBLAS threads per rank (default 1 and the core count)\n"
     "  --seconds S       time per point and rank, at least 3 runs (default 0.5)\n"
+    "  --products P      fp32: the BLAS's sgemm (default); bf16: oneDNN's bf16\n"
+    "                    matmul, fp32 operands rounded to bf16 in each call,\n"
+    "                    fp32 accumulation (the bf16-mixed products)\n"
     "  --json FILE       also append one JSON line per point to FILE\n";
 
 static int parse_shape(const char *tok, int *m, int *n, int *k)
@@ -50,6 +53,7 @@ int cmd_bench_gemm(int argc, char **argv)
         snprintf(threads_default, sizeof threads_default, "1");
     const char *threads = threads_default;
     double seconds = 0.5;
+    int bf16 = 0;
     cli_args a;
     cli_args_init(&a, argc, argv);
     while (cli_next(&a)) {
@@ -69,6 +73,12 @@ int cmd_bench_gemm(int argc, char **argv)
         else if (cli_is(&a, "seconds")) {
             if (cli_parse_double("seconds", v, 0, 3600, &seconds))
                 return CLI_USAGE;
+        } else if (cli_is(&a, "products")) {
+            if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
+                cli_error("--products '%s': expected fp32 or bf16", v);
+                return CLI_USAGE;
+            }
+            bf16 = v[0] == 'b';
         } else if (cli_is(&a, "json"))
             json_path = v;
         else
@@ -102,15 +112,34 @@ int cmd_bench_gemm(int argc, char **argv)
         cli_error("--json %s: cannot open for appending", json_path);
         return CLI_FAIL;
     }
+    ff_ctx *ctx = NULL;
+    ff_bf16_gemm *h = NULL;
+    if (bf16) { /* fails the same way on every rank: a property of the build */
+        int rc = ff_ctx_create(&ctx, MPI_COMM_WORLD, NULL);
+        if (rc == FF_OK)
+            rc = ff_bf16_gemm_create(ctx, &h);
+        if (rc != FF_OK) {
+            cli_error("--products bf16: %s", ctx ? ff_ctx_error(ctx) : "out of memory");
+            ff_ctx_destroy(ctx);
+            if (json)
+                fclose(json);
+            return CLI_FAIL;
+        }
+    }
     cli_print("# fourfold bench gemm: %d rank(s) computing at once, %ld core(s)\n"
               "# OpenBLAS kernels: %s\n"
+              "# products: %s\n"
               "#%21s %7s %10s %10s %10s %12s\n",
-              size, cores, ff_blas_kernels(), "m x n x k", "threads", "GFLOP/s", "min", "max",
-              "sum(ranks)");
+              size, cores, ff_blas_kernels(),
+              bf16 ? "bf16 on oneDNN (operands rounded in each call, fp32 accumulation)"
+                   : "fp32 sgemm",
+              "m x n x k", "threads", "GFLOP/s", "min", "max", "sum(ranks)");
     for (int t = 0; t < nthr; t++)
         for (int s = 0; s < nshape; s++) {
             MPI_Barrier(MPI_COMM_WORLD);
-            double rate = ff_sgemm_rate(dims[s][0], dims[s][1], dims[s][2], thr[t], seconds);
+            double rate =
+                bf16 ? ff_bf16_gemm_rate(h, dims[s][0], dims[s][1], dims[s][2], thr[t], seconds)
+                     : ff_sgemm_rate(dims[s][0], dims[s][1], dims[s][2], thr[t], seconds);
             double *all = malloc((size_t)size * sizeof *all);
             if (!all)
                 MPI_Abort(MPI_COMM_WORLD, CLI_FAIL);
@@ -129,13 +158,17 @@ int cmd_bench_gemm(int argc, char **argv)
                 fprintf(json,
                         "{\"bench\":\"gemm\",\"m\":%d,\"n\":%d,\"k\":%d,\"threads\":%d,"
                         "\"ranks\":%d,\"gflops_median\":%.3f,\"gflops_min\":%.3f,"
-                        "\"gflops_max\":%.3f,\"core\":%s}\n",
+                        "\"gflops_max\":%.3f,\"core\":%s,\"products\":\"%s\"}\n",
                         dims[s][0], dims[s][1], dims[s][2], thr[t], size, med * 1e-9, all[0] * 1e-9,
-                        all[size - 1] * 1e-9, core.s ? core.s : "null");
+                        all[size - 1] * 1e-9, core.s ? core.s : "null", bf16 ? "bf16" : "fp32");
                 ff_text_free(&core);
             }
             free(all);
         }
+    if (bf16)
+        cli_print("# oneDNN's kernels: %s\n", ff_bf16_gemm_impl(h));
+    ff_bf16_gemm_destroy(h);
+    ff_ctx_destroy(ctx);
     if (json)
         fclose(json);
     return CLI_OK;

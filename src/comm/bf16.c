@@ -4,15 +4,18 @@
 
 #include "internal.h"
 
-uint16_t ff_bf16_from_float(float f)
+/* Branch-free, so that the loops below vectorize (the model's bf16 copies
+ * and the oneDNN products' operands pass through them). */
+static inline uint16_t from_float(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
-        return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(u >> 16);
+    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;            /* keep it a (quiet) NaN */
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* nearest, ties to even */
+    return (uint16_t)(nan ? (u >> 16) | 0x0040u : rounded);
 }
+
+uint16_t ff_bf16_from_float(float f) { return from_float(f); }
 
 float ff_bf16_to_float(uint16_t h)
 {
@@ -25,7 +28,7 @@ float ff_bf16_to_float(uint16_t h)
 void ff_bf16_pack(uint16_t *dst, const float *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = ff_bf16_from_float(src[i]);
+        dst[i] = from_float(src[i]);
 }
 
 void ff_bf16_unpack(float *dst, const uint16_t *src, size_t n)
@@ -37,5 +40,5 @@ void ff_bf16_unpack(float *dst, const uint16_t *src, size_t n)
 void ff_bf16_round(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        x[i] = ff_bf16_to_float(ff_bf16_from_float(x[i]));
+        x[i] = ff_bf16_to_float(from_float(x[i]));
 }

@@ -390,6 +390,34 @@ double ff_median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+double ff_median_seconds(void (*run)(void *), void *arg, double min_seconds)
+{
+    run(arg); /* warm-up: page faults, thread start, a primitive's creation */
+    enum { MAX_RUNS = 1000 };
+    double t[MAX_RUNS], total = 0;
+    int runs = 0;
+    while (runs < MAX_RUNS && (runs < 3 || total < min_seconds)) {
+        double t0 = ff_now();
+        run(arg);
+        t[runs] = ff_now() - t0;
+        total += t[runs++];
+    }
+    return ff_median(t, runs);
+}
+
+typedef struct {
+    int m, n, k;
+    const float *A, *B;
+    float *C;
+} sgemm_job;
+
+static void sgemm_once(void *arg)
+{
+    sgemm_job *j = arg;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j->m, j->n, j->k, 1.0f, j->A, j->k, j->B,
+                j->n, 0.0f, j->C, j->n);
+}
+
 double ff_sgemm_rate(int m, int n, int k, int threads, double min_seconds)
 {
     ff_blas_set_threads(threads);
@@ -397,25 +425,19 @@ double ff_sgemm_rate(int m, int n, int k, int threads, double min_seconds)
     float *A = ff_floats_alloc(na), *B = ff_floats_alloc(nb), *C = ff_floats_alloc(nc);
     double rate = 0;
     if (A && B && C) {
-        for (size_t i = 0; i < na; i++)
-            A[i] = (float)((i * 7) % 13) * 0.01f;
-        for (size_t i = 0; i < nb; i++)
-            B[i] = (float)((i * 5) % 11) * 0.01f;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, 0.0f, C,
-                    n); /* warm-up: page faults, thread start */
-        enum { MAX_RUNS = 1000 };
-        double t[MAX_RUNS], total = 0;
-        int runs = 0;
-        while (runs < MAX_RUNS && (runs < 3 || total < min_seconds)) {
-            double t0 = ff_now();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, 0.0f,
-                        C, n);
-            t[runs] = ff_now() - t0;
-            total += t[runs++];
-        }
-        rate = 2.0 * m * n * k / ff_median(t, runs);
+        ff_rate_operands(A, B, na, nb);
+        sgemm_job j = {m, n, k, A, B, C};
+        rate = 2.0 * m * n * k / ff_median_seconds(sgemm_once, &j, min_seconds);
     }
     ff_floats_free(A), ff_floats_free(B), ff_floats_free(C);
     ff_blas_set_threads(1);
     return rate;
+}
+
+void ff_rate_operands(float *A, float *B, size_t na, size_t nb)
+{
+    for (size_t i = 0; i < na; i++)
+        A[i] = (float)((i * 7) % 13) * 0.01f;
+    for (size_t i = 0; i < nb; i++)
+        B[i] = (float)((i * 5) % 11) * 0.01f;
 }
