@@ -9,7 +9,9 @@
  * dimensions wider than the rows, operands that are not bf16 values (the
  * product must round them to nearest first), and a product of several row
  * panels (transposed and not), whose panel offsets a wrong stride would
- * break. Where the build has no oneDNN, creating the handle must fail with
+ * break. And a panel's rows the same bits inside a larger product and on
+ * 2 threads as on 1 (the model's bitwise claims rest on it). Where the
+ * build has no oneDNN, creating the handle must fail with
  * FF_EUNSUPPORTED and the test says so. */
 #include <math.h>
 #include <stdlib.h>
@@ -123,6 +125,29 @@ int main(int argc, char **argv)
     CHECK(ff_gemm_panel_rows(pm, pn, pk) < pm, "the panel shape fits one panel");
     check(g, h, 0, 1, pm, pn, pk, 1.0f, 1.0f, 0, 0, s += 3, &t);
     check(g, h, 1, 0, pm, pn, pk, 1.0f, 0.0f, 0, 0, s += 3, &t);
+    /* what the model's bitwise claims rest on (docs/design.md §8, "bf16
+     * products"): a panel's rows the same bits inside a product of more rows
+     * (decomposition cuts products at panel multiples), and the same bits on
+     * 1 and 2 threads; A transposed or not */
+    for (int ta = 0; ta < 2; ta++) {
+        int64_t m = 96, n = 64, k = 2048;
+        ff_bf16_gemm_set_panel_rows(h, 32);
+        float *a = rnd((size_t)(2 * m * k), 90 + ta), *b = rnd((size_t)(k * n), 92);
+        float *c1 = calloc((size_t)(2 * m * n), 4), *c2 = calloc((size_t)(2 * m * n), 4),
+              *c3 = calloc((size_t)(2 * m * n), 4);
+        int64_t lda = ta ? 2 * m : k;
+        ff_bf16_gemm_run(h, "rows", ta, 0, m, n, k, 1.0f, a, lda, b, n, 0.0f, c1, n);
+        ff_bf16_gemm_run(h, "rows", ta, 0, 2 * m, n, k, 1.0f, a, lda, b, n, 0.0f, c2, n);
+        ff_blas_set_threads(2);
+        ff_bf16_gemm_run(h, "rows", ta, 0, m, n, k, 1.0f, a, lda, b, n, 0.0f, c3, n);
+        ff_blas_set_threads(1);
+        ff_bf16_gemm_set_panel_rows(h, 0);
+        CHECK(!memcmp(c1, c2, (size_t)(m * n) * 4),
+              "tA=%d: the first %lld rows differ inside a product of %lld", ta, (long long)m,
+              (long long)(2 * m));
+        CHECK(!memcmp(c1, c3, (size_t)(m * n) * 4), "tA=%d: 2 threads give other bits", ta);
+        free(a), free(b), free(c1), free(c2), free(c3);
+    }
     printf("test_gemm_bf16: oneDNN's %s; %ld elements: oneDNN within %.3f, the BLAS (emulated) "
            "within %.3f of the fp32 bound from the exact product, apart %.3f of twice it\n",
            ff_bf16_gemm_impl(h), t.elements, t.worst_dnnl, t.worst_blas, t.worst_pair);

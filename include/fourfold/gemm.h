@@ -97,6 +97,15 @@ int ff_bf16_gemm_run(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b
  * without oneDNN. */
 const char *ff_bf16_gemm_impl(const ff_bf16_gemm *h);
 void ff_bf16_gemm_totals(const ff_bf16_gemm *h, double *flops, double *seconds);
+/* Overrides the panel height (0: ff_gemm_panel_rows, as ff_gemm_run's). */
+void ff_bf16_gemm_set_panel_rows(ff_bf16_gemm *h, int64_t rows);
+/* bf16-mixed precision: with h set (NULL: none; not owned), the products
+ * g runs between ff_gemm_bf16_operands(g, 1) and ff_gemm_bf16_operands(g, 0)
+ * (which nest) run on h, in g's panels, untuned; their operands must hold
+ * bf16 values (the layers round them). Without h they run on the BLAS: the
+ * exact emulation. */
+void ff_gemm_set_bf16(ff_gemm *g, ff_bf16_gemm *h);
+void ff_gemm_bf16_operands(ff_gemm *g, int on);
 /* Sustained rate (FLOP/s) of h's products C(m,n) = A(m,k) B(k,n) from fp32
  * operands (their rounding included) with `threads` threads, measured as
  * ff_sgemm_rate measures the BLAS's; 0 if a product failed. */

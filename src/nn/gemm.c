@@ -42,6 +42,8 @@ struct ff_gemm {
     tuned_shape *shapes;
     int n_shapes, cap_shapes;
     float *tr_a, *tr_b, *tr_c; /* scratch for explicit transposes */
+    ff_bf16_gemm *bf16;        /* bf16 products on oneDNN (not owned), or NULL */
+    int bf16_operands;         /* > 0: the products now have bf16 operands */
     size_t cap_a, cap_b, cap_c;
     double flops, seconds;
 };
@@ -83,6 +85,10 @@ void ff_gemm_force_mode(ff_gemm *g, int mode)
 }
 
 void ff_gemm_set_panel_rows(ff_gemm *g, int64_t rows) { g->panel_rows = rows > 0 ? rows : 0; }
+
+void ff_gemm_set_bf16(ff_gemm *g, ff_bf16_gemm *h) { g->bf16 = h; }
+
+void ff_gemm_bf16_operands(ff_gemm *g, int on) { g->bf16_operands += on ? 1 : -1; }
 
 int64_t ff_gemm_panel_height(const ff_gemm *g, int64_t n, int64_t k)
 {
@@ -311,7 +317,7 @@ int ff_gemm_run(ff_gemm *g, const char *name, int trans_a, int trans_b, int64_t 
     struct ff_cuda *cu = ff_ctx_cuda(g->ctx);
     if (!cu && g->forced >= 0) {
         mode = g->forced;
-    } else if (!cu && g->tune != FF_GEMM_TUNE_OFF && k > 0) {
+    } else if (!cu && g->tune != FF_GEMM_TUNE_OFF && k > 0 && !(g->bf16 && g->bf16_operands > 0)) {
         tuned_shape *s = find_shape(g, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k);
         /* beyond FF_GEMM_TUNE_MAX_SHAPES shapes (an expert's rows change
          * with the routing, docs/moe.md) new ones run direct: the same bits
@@ -329,7 +335,11 @@ int ff_gemm_run(ff_gemm *g, const char *name, int trans_a, int trans_b, int64_t 
 #ifdef FF_CUDA
     on_gpu = cu && ff_cuda_gemm(cu, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #endif
-    if (rc == FF_OK && !on_gpu)
+    if (rc == FF_OK && !on_gpu && g->bf16 && g->bf16_operands > 0) {
+        ff_bf16_gemm_set_panel_rows(g->bf16, g->panel_rows);
+        rc = ff_bf16_gemm_run(g->bf16, NULL, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta,
+                              c, ldc);
+    } else if (rc == FF_OK && !on_gpu)
         rc = run_mode(g, mode, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k, alpha, a, lda, b, ldb,
                       beta, c, ldc);
     g->seconds += ff_now() - t0;

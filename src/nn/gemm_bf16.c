@@ -21,7 +21,8 @@ struct ff_bf16_gemm {
     dnnl_stream_t stream;
     uint16_t *a, *b; /* the operands in bf16 */
     size_t cap_a, cap_b;
-    char impl[64]; /* the implementation oneDNN chose for the last primitive */
+    int64_t panel_rows; /* 0: ff_gemm_panel_rows() */
+    char impl[64];      /* the implementation oneDNN chose for the last primitive */
     double flops, seconds;
 };
 
@@ -70,6 +71,24 @@ static void pack(uint16_t *dst, const float *src, int64_t rows, int64_t cols, in
         ff_bf16_pack(dst + i * cols, src + i * ld, (size_t)cols);
 }
 
+/* The transpose of rows x cols of src rounded into dst (cols x rows,
+ * packed): tiles rounded a row at a time, then transposed in cache */
+static void pack_transposed(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
+{
+    enum { TILE = 64 };
+    uint16_t tile[TILE][TILE];
+    for (int64_t i0 = 0; i0 < rows; i0 += TILE)
+        for (int64_t j0 = 0; j0 < cols; j0 += TILE) {
+            int64_t ni = rows - i0 < TILE ? rows - i0 : TILE;
+            int64_t nj = cols - j0 < TILE ? cols - j0 : TILE;
+            for (int64_t i = 0; i < ni; i++)
+                ff_bf16_pack(tile[i], src + (i0 + i) * ld + j0, (size_t)nj);
+            for (int64_t j = 0; j < nj; j++)
+                for (int64_t i = 0; i < ni; i++)
+                    dst[(j0 + j) * rows + i0 + i] = tile[i][j];
+        }
+}
+
 static int grow(ff_bf16_gemm *h, uint16_t **buf, size_t *cap, size_t elems)
 {
     if (elems <= *cap)
@@ -82,15 +101,15 @@ static int grow(ff_bf16_gemm *h, uint16_t **buf, size_t *cap, size_t elems)
 }
 
 /* C (rows x n, leading dimension ldc) = alpha op(A) op(B) + beta C with the
- * packed bf16 operands: A's rows (or, transposed, its columns) r0.. of a
- * k x m or m x k block. */
-static int matmul(ff_bf16_gemm *h, int ta, int tb, int64_t r0, int64_t rows, int64_t m, int64_t n,
-                  int64_t k, float alpha, float beta, float *c, int64_t ldc)
+ * packed bf16 operands: rows r0.. of op(A), packed m x k (a transposed A was
+ * transposed when packed: oneDNN then runs the same kernels on a panel
+ * whatever rows surround it), op(B) packed k x n or, transposed, n x k. */
+static int matmul(ff_bf16_gemm *h, int tb, int64_t r0, int64_t rows, int64_t n, int64_t k,
+                  float alpha, float beta, float *c, int64_t ldc)
 {
-    /* op(A) rows x k: A packed m x k (strides k, 1) or k x m (1, m) */
     dnnl_dims_t ad = {rows, k}, bd = {k, n}, cd = {rows, n};
-    dnnl_dims_t as = {ta ? 1 : k, ta ? m : 1}, bs = {tb ? 1 : n, tb ? k : 1}, cs = {ldc, 1};
-    const uint16_t *ap = ta ? h->a + r0 : h->a + r0 * k;
+    dnnl_dims_t as = {k, 1}, bs = {tb ? 1 : n, tb ? k : 1}, cs = {ldc, 1};
+    const uint16_t *ap = h->a + r0 * k;
     dnnl_memory_desc_t amd, bmd, cmd;
     dnnl_matmul_desc_t md;
     dnnl_primitive_attr_t attr = NULL;
@@ -161,9 +180,12 @@ int ff_bf16_gemm_run(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b
         return rc;
     ff_trace_begin(h->ctx, name ? name : "gemm bf16");
     double t0 = ff_now();
-    pack(h->a, a, ta ? k : m, ta ? m : k, lda);
+    if (ta)
+        pack_transposed(h->a, a, k, m, lda);
+    else
+        pack(h->a, a, m, k, lda);
     pack(h->b, b, tb ? n : k, tb ? k : n, ldb);
-    int64_t panel = ff_gemm_panel_rows(m, n, k);
+    int64_t panel = h->panel_rows > 0 ? h->panel_rows : ff_gemm_panel_rows(m, n, k);
     for (int64_t r0 = 0; r0 < m && rc == FF_OK; r0 += panel) {
         int64_t rows = m - r0 < panel ? m - r0 : panel;
         if (k == 0) { /* no terms: C = beta C (oneDNN refuses an empty inner size) */
@@ -172,7 +194,7 @@ int ff_bf16_gemm_run(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b
                     c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
             continue;
         }
-        rc = matmul(h, ta, tb, r0, rows, m, n, k, alpha, beta, c + r0 * ldc, ldc);
+        rc = matmul(h, tb, r0, rows, n, k, alpha, beta, c + r0 * ldc, ldc);
         if (r0 + panel < m)
             ff_poll(h->ctx);
     }
@@ -183,6 +205,11 @@ int ff_bf16_gemm_run(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b
 }
 
 const char *ff_bf16_gemm_impl(const ff_bf16_gemm *h) { return h->impl[0] ? h->impl : "?"; }
+
+void ff_bf16_gemm_set_panel_rows(ff_bf16_gemm *h, int64_t rows)
+{
+    h->panel_rows = rows > 0 ? rows : 0;
+}
 
 typedef struct {
     ff_bf16_gemm *h;
@@ -251,6 +278,8 @@ const char *ff_bf16_gemm_impl(const ff_bf16_gemm *h)
     (void)h;
     return "none";
 }
+
+void ff_bf16_gemm_set_panel_rows(ff_bf16_gemm *h, int64_t rows) { (void)h, (void)rows; }
 
 double ff_bf16_gemm_rate(ff_bf16_gemm *h, int m, int n, int k, int threads, double min_seconds)
 {
