@@ -73,48 +73,57 @@ ff_conv_sizes ff_conv_local_sizes(const ff_conv *c)
     return z;
 }
 
+/* Where the 9 input pixels that output pixel (oy, ox) of image b reads
+ * start in an (images, H, W, cl) array: tap t = ky*3 + kx at
+ * (oy*s + ky - 1, ox*s + kx - 1); -1 outside the image (padding). */
+static void taps_of(const ff_conv *c, int64_t b, int64_t oy, int64_t ox, int64_t at[9])
+{
+    for (int t = 0; t < 9; t++) {
+        int64_t iy = oy * c->stride + t / 3 - 1, ix = ox * c->stride + t % 3 - 1;
+        at[t] = iy < 0 || iy >= c->h || ix < 0 || ix >= c->w
+                    ? -1
+                    : ((b * c->h + iy) * c->w + ix) * c->cin_local;
+    }
+}
+
 /* col (images*Ho*Wo, 9*cl) = im2col(inp (images, H, W, cl)): column
- * ch*9 + ky*3 + kx of output pixel (oy, ox) is channel ch of input pixel
- * (oy*s + ky - 1, ox*s + kx - 1), 0 outside the image. */
+ * ch*9 + t of an output pixel is channel ch of its tap t, 0 in the padding.
+ * Written in order, read from 9 rows of channels at once. */
 static void im2col(const ff_conv *c, float *col, const float *inp, int64_t images)
 {
-    const int64_t cl = c->cin_local, kc = 9 * cl;
+    const int64_t cl = c->cin_local;
     for (int64_t b = 0; b < images; b++)
         for (int64_t oy = 0; oy < c->ho; oy++)
             for (int64_t ox = 0; ox < c->wo; ox++) {
-                float *row = col + ((b * c->ho + oy) * c->wo + ox) * kc;
-                for (int t = 0; t < 9; t++) {
-                    int64_t iy = oy * c->stride + t / 3 - 1, ix = ox * c->stride + t % 3 - 1;
-                    if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w) {
-                        for (int64_t ch = 0; ch < cl; ch++)
-                            row[ch * 9 + t] = 0.0f;
-                        continue;
-                    }
-                    const float *px = inp + ((b * c->h + iy) * c->w + ix) * cl;
-                    for (int64_t ch = 0; ch < cl; ch++)
-                        row[ch * 9 + t] = px[ch];
-                }
+                float *row = col + ((b * c->ho + oy) * c->wo + ox) * 9 * cl;
+                int64_t at[9];
+                taps_of(c, b, oy, ox, at);
+                for (int64_t ch = 0; ch < cl; ch++)
+                    for (int t = 0; t < 9; t++)
+                        row[ch * 9 + t] = at[t] < 0 ? 0.0f : inp[at[t] + ch];
             }
 }
 
 /* dinp (images, H, W, cl) = col2im(dcol): each input pixel's channel sums
- * the columns that im2col copied it to, in output-pixel order, then tap
- * order. */
+ * the columns im2col copied it to, in output-pixel order (an output pixel's
+ * taps are different input pixels), so the order does not depend on the
+ * loops inside a pixel. */
 static void col2im(const ff_conv *c, float *dinp, const float *dcol, int64_t images)
 {
-    const int64_t cl = c->cin_local, kc = 9 * cl;
+    const int64_t cl = c->cin_local;
     memset(dinp, 0, (size_t)(images * c->h * c->w * cl) * sizeof(float));
     for (int64_t b = 0; b < images; b++)
         for (int64_t oy = 0; oy < c->ho; oy++)
             for (int64_t ox = 0; ox < c->wo; ox++) {
-                const float *row = dcol + ((b * c->ho + oy) * c->wo + ox) * kc;
+                const float *row = dcol + ((b * c->ho + oy) * c->wo + ox) * 9 * cl;
+                int64_t at[9];
+                taps_of(c, b, oy, ox, at);
                 for (int t = 0; t < 9; t++) {
-                    int64_t iy = oy * c->stride + t / 3 - 1, ix = ox * c->stride + t % 3 - 1;
-                    if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w)
+                    if (at[t] < 0)
                         continue;
-                    float *px = dinp + ((b * c->h + iy) * c->w + ix) * cl;
+                    float *dst = dinp + at[t];
                     for (int64_t ch = 0; ch < cl; ch++)
-                        px[ch] += row[ch * 9 + t];
+                        dst[ch] += row[ch * 9 + t];
                 }
             }
 }
