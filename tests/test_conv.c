@@ -267,29 +267,6 @@ static void block_of(const float *canon, const double *abs_canon, int64_t px0, i
         }
 }
 
-static uint64_t fnv(const float *a, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    const unsigned char *p = (const unsigned char *)a;
-    for (size_t i = 0; i < n * sizeof(float); i++)
-        h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
-/* Ranks whose blocks have the same key must hold the same bits. */
-static void check_replicas(const char *grid, const char *what, int64_t key, uint64_t hash)
-{
-    int64_t mine[2] = {key, (int64_t)hash}, *all = malloc((size_t)world_size * sizeof mine);
-    MPI_Allgather(mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, MPI_COMM_WORLD);
-    int replicas = 0, differ = 0;
-    for (int r = 0; r < world_size; r++)
-        if (r != world_rank && all[2 * r] == key)
-            replicas++, differ += all[2 * r + 1] != mine[1];
-    CHECK(differ == 0, "grid %s rank %d: %s differs from %d of its %d replicas", grid, world_rank,
-          what, differ, replicas);
-    free(all);
-}
-
 static void compare(const char *grid, ff_dims g, const tcase *t, const result *r,
                     const result *ser)
 {
@@ -316,10 +293,12 @@ static void compare(const char *grid, ff_dims g, const tcase *t, const result *r
      * docs/linear.md), so the serial layer's order is not the grid's. */
     /* replicas: the output over R, the input gradient over C */
     int q = (int)(r->img0 / r->images);
-    snprintf(what, sizeof what, "%s output", t->name);
-    check_replicas(grid, what, q * 1000 + r->out_c0, fnv(r->out, (size_t)(opx * r->cout_l)));
-    snprintf(what, sizeof what, "%s input gradient", t->name);
-    check_replicas(grid, what, q * 1000 + r->in_c0, fnv(r->din, (size_t)(ipx * r->cin_l)));
+    int differ = test_replicas_differ(q * 1000 + r->out_c0, r->out, (size_t)(opx * r->cout_l));
+    CHECK(!differ, "grid %s rank %d %s: the output differs from %d replicas", grid, world_rank,
+          t->name, differ);
+    differ = test_replicas_differ(q * 1000 + r->in_c0, r->din, (size_t)(ipx * r->cin_l));
+    CHECK(!differ, "grid %s rank %d %s: the input gradient differs from %d replicas", grid,
+          world_rank, t->name, differ);
     if (world_rank == 0) {
         size_t nw = (size_t)(t->cout * t->cin * t->taps);
         snprintf(what, sizeof what, "%s weight gradient", t->name);

@@ -4,7 +4,9 @@
 #define FF_TEST_UTIL_H
 
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "fourfold/fourfold.h"
 
@@ -54,6 +56,29 @@ static inline int test_finish(const char *name)
         printf("%s: %s (%d failed checks over all ranks)\n", name, total ? "FAILED" : "passed",
                total);
     return total ? 1 : 0;
+}
+
+/* Replicas: every rank of the world gives a key (which block of data it
+ * holds) and its n floats; ranks with the same key must hold the same bits.
+ * Compares FNV-1a hashes of the bytes. Returns how many of this rank's
+ * replicas differ from it (collective over MPI_COMM_WORLD). */
+static inline int test_replicas_differ(int64_t key, const float *a, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *p = (const unsigned char *)a;
+    for (size_t i = 0; i < n * sizeof(float); i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    int size, rank, differ = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int64_t mine[2] = {key, (int64_t)h}, *all = malloc((size_t)size * sizeof mine);
+    if (!all)
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    MPI_Allgather(mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, MPI_COMM_WORLD);
+    for (int r = 0; r < size; r++)
+        differ += r != rank && all[2 * r] == key && all[2 * r + 1] != mine[1];
+    free(all);
+    return differ;
 }
 
 #endif
