@@ -37,28 +37,8 @@
 #include "fourfold/conv.h"
 #include "test_util.h"
 
-#define U32 (1.0 / 16777216.0)
-
 static int world_rank, world_size;
 static double worst_ratio;
-
-static double gamma_k(double k) { return k * U32 / (1.0 - k * U32); }
-
-static float *falloc(size_t n)
-{
-    float *p = calloc(n ? n : 1, sizeof(float));
-    if (!p)
-        MPI_Abort(MPI_COMM_WORLD, 3);
-    return p;
-}
-
-static double *dalloc(size_t n)
-{
-    double *p = calloc(n ? n : 1, sizeof(double));
-    if (!p)
-        MPI_Abort(MPI_COMM_WORLD, 3);
-    return p;
-}
 
 static void fill(float *a, size_t n, uint32_t stream)
 {
@@ -87,12 +67,12 @@ static void case_init(tcase *t, uint32_t stream)
     t->taps = (int64_t)t->ksize * t->ksize;
     size_t nx = (size_t)(t->B * t->H * t->W * t->cin), nw = (size_t)(t->cout * t->cin * t->taps),
            no = (size_t)(t->B * t->ho * t->wo * t->cout);
-    t->X = falloc(nx), t->Wt = falloc(nw), t->b = falloc((size_t)t->cout), t->dO = falloc(no);
+    t->X = test_floats(nx), t->Wt = test_floats(nw), t->b = test_floats((size_t)t->cout), t->dO = test_floats(no);
     fill(t->X, nx, stream), fill(t->Wt, nw, stream + 1), fill(t->dO, no, stream + 3);
     if (t->bias)
         fill(t->b, (size_t)t->cout, stream + 2);
-    t->out_abs = dalloc(no), t->din_abs = dalloc(nx), t->dw_abs = dalloc(nw);
-    t->db_abs = dalloc((size_t)t->cout);
+    t->out_abs = test_doubles(no), t->din_abs = test_doubles(nx), t->dw_abs = test_doubles(nw);
+    t->db_abs = test_doubles((size_t)t->cout);
     /* the definition: out[b,oy,ox,co] = sum_{ci,ky,kx} X[b, oy*s+ky-p, ox*s+kx-p, ci]
      * W[co,ci,ky,kx] + b[co] */
     for (int64_t b = 0; b < t->B; b++)
@@ -170,8 +150,8 @@ static int run(ff_grid *grid, tcase *cases, int n, const ff_linear_opts *o, resu
         ff_linear *l = ff_conv_linear(cv[i]);
         ff_linear_sizes z = ff_linear_local_sizes(l);
         ff_conv_sizes cz = ff_conv_local_sizes(cv[i]);
-        w[i] = falloc(z.w_shard), dw[i] = falloc(z.w_shard);
-        b[i] = falloc(z.bias), db[i] = falloc(z.bias);
+        w[i] = test_floats(z.w_shard), dw[i] = test_floats(z.w_shard);
+        b[i] = test_floats(z.bias), db[i] = test_floats(z.bias);
         ff_linear_bind(l, w[i], z.bias ? b[i] : NULL, dw[i], z.bias ? db[i] : NULL);
         rc = ff_linear_scatter(l, t->Wt, t->bias ? t->b : NULL, w[i], z.bias ? b[i] : NULL, 0);
         result *r = &res[i];
@@ -182,8 +162,8 @@ static int run(ff_grid *grid, tcase *cases, int n, const ff_linear_opts *o, resu
         r->out_c0 = (t->kind == FF_LINEAR_N ? c.x : c.y) * r->cout_l;
         size_t in_px = (size_t)(r->images * t->H * t->W),
                out_px = (size_t)(r->images * t->ho * t->wo);
-        x[i] = falloc(in_px * (size_t)r->cin_l), dout[i] = falloc(out_px * (size_t)r->cout_l);
-        r->out = falloc(out_px * (size_t)r->cout_l), r->din = falloc(in_px * (size_t)r->cin_l);
+        x[i] = test_floats(in_px * (size_t)r->cin_l), dout[i] = test_floats(out_px * (size_t)r->cout_l);
+        r->out = test_floats(out_px * (size_t)r->cout_l), r->din = test_floats(in_px * (size_t)r->cin_l);
         for (size_t p = 0; p < in_px; p++)
             for (int64_t ch = 0; ch < r->cin_l; ch++)
                 x[i][p * (size_t)r->cin_l + (size_t)ch] =
@@ -197,7 +177,7 @@ static int run(ff_grid *grid, tcase *cases, int n, const ff_linear_opts *o, resu
         if ((size_t)(cz.col_per_image * r->images) > colmax)
             colmax = (size_t)(cz.col_per_image * r->images);
     }
-    col = falloc(colmax), dcol = falloc(colmax);
+    col = test_floats(colmax), dcol = test_floats(colmax);
     if (rc == FF_OK)
         rc = ff_linear_seq_program_standard(s, 0);
     if (rc == FF_OK)
@@ -213,8 +193,8 @@ static int run(ff_grid *grid, tcase *cases, int n, const ff_linear_opts *o, resu
     for (int i = 0; i < n && rc == FF_OK; i++) {
         tcase *t = &cases[i];
         size_t nw = (size_t)(t->cout * t->cin * t->taps);
-        res[i].dw = falloc(nw), res[i].db = falloc((size_t)t->cout);
-        res[i].w_back = falloc(nw), res[i].b_back = falloc((size_t)t->cout);
+        res[i].dw = test_floats(nw), res[i].db = test_floats((size_t)t->cout);
+        res[i].w_back = test_floats(nw), res[i].b_back = test_floats((size_t)t->cout);
         ff_linear *l = ff_conv_linear(cv[i]);
         rc = ff_linear_gather(l, dw[i], t->bias ? db[i] : NULL, res[i].dw,
                               t->bias ? res[i].db : NULL, 0);
@@ -275,18 +255,18 @@ static void compare(const char *grid, ff_dims g, const tcase *t, const result *r
     double kin = t->ksize == 3 ? 9.0 * (double)t->cin : (double)t->cin;
     double taps = t->ksize == 3 ? 9 : 0, pixels = (double)(t->B * t->ho * t->wo);
     int64_t opx = r->images * t->ho * t->wo, ipx = r->images * t->H * t->W;
-    float *ref = falloc((size_t)(ipx * r->cin_l + opx * r->cout_l));
-    double *abs = dalloc((size_t)(ipx * r->cin_l + opx * r->cout_l));
+    float *ref = test_floats((size_t)(ipx * r->cin_l + opx * r->cout_l));
+    double *abs = test_doubles((size_t)(ipx * r->cin_l + opx * r->cout_l));
     block_of(ser->out, t->out_abs, r->img0 * t->ho * t->wo, opx, t->cout, r->out_c0, r->cout_l,
              ref, abs);
     snprintf(what, sizeof what, "%s output", t->name);
-    check_bound(grid, what, r->out, ref, abs, gamma_k(kin + gr + 1) + gamma_k(kin + 2),
+    check_bound(grid, what, r->out, ref, abs, test_gamma(kin + gr + 1) + test_gamma(kin + 2),
                 (size_t)(opx * r->cout_l));
     block_of(ser->din, t->din_abs, r->img0 * t->H * t->W, ipx, t->cin, r->in_c0, r->cin_l, ref,
              abs);
     snprintf(what, sizeof what, "%s input gradient", t->name);
     check_bound(grid, what, r->din, ref, abs,
-                gamma_k((double)t->cout + gc + taps) + gamma_k((double)t->cout + 1 + taps),
+                test_gamma((double)t->cout + gc + taps) + test_gamma((double)t->cout + 1 + taps),
                 (size_t)(ipx * r->cin_l));
     /* Not bit for bit even where |R| = |C| = 1 (the 1x1xZxD grids): OpenBLAS
      * rounds a product of fewer rows otherwise (its small-matrix kernels,
@@ -303,11 +283,11 @@ static void compare(const char *grid, ff_dims g, const tcase *t, const result *r
         size_t nw = (size_t)(t->cout * t->cin * t->taps);
         snprintf(what, sizeof what, "%s weight gradient", t->name);
         check_bound(grid, what, r->dw, ser->dw, t->dw_abs,
-                    gamma_k(pixels + g.z + g.d) + gamma_k(pixels + 2), nw);
+                    test_gamma(pixels + g.z + g.d) + test_gamma(pixels + 2), nw);
         if (t->bias) {
             snprintf(what, sizeof what, "%s bias gradient", t->name);
             check_bound(grid, what, r->db, ser->db, t->db_abs,
-                        gamma_k(pixels + g.z * g.d + 1) + gamma_k(pixels + 2), (size_t)t->cout);
+                        test_gamma(pixels + g.z * g.d + 1) + test_gamma(pixels + 2), (size_t)t->cout);
         }
         CHECK(!memcmp(r->w_back, t->Wt, nw * sizeof(float)) &&
                   (!t->bias || !memcmp(r->b_back, t->b, (size_t)t->cout * sizeof(float))),
@@ -367,18 +347,9 @@ static void refusals(const char *name, ff_grid *grid, ff_dims g)
     ff_linear_seq_destroy(s);
 }
 
-static void run_grid(ff_ctx *ctx, ff_dims g)
+static void run_grid(const char *name, ff_grid *grid)
 {
-    char name[32];
-    snprintf(name, sizeof name, "%dx%dx%dx%d", g.x, g.y, g.z, g.d);
-    ff_grid *grid;
-    if (ff_grid_create(ctx, g, &grid) != FF_OK) {
-        CHECK(0, "grid %s: %s", name, ff_ctx_error(ctx));
-        return;
-    }
-    double worst_before = worst_ratio;
-    worst_ratio = 0;
-    int before = test_failures;
+    ff_dims g = ff_grid_shape(grid);
     ff_linear_opts on, off;
     ff_linear_opts_default(&on);
     ff_linear_opts_default(&off);
@@ -388,27 +359,15 @@ static void run_grid(ff_ctx *ctx, ff_dims g)
     CHECK(rc == FF_OK, "grid %s: the chain with every overlap on failed", name);
     int rc2 = run(grid, cases, NCASES, &off, r_off);
     CHECK(rc2 == FF_OK, "grid %s: the chain with every overlap off failed", name);
-    int same = 0;
     for (int i = 0; i < NCASES && rc == FF_OK && rc2 == FF_OK; i++) {
         compare(name, g, &cases[i], &r_on[i], &serial[i]);
-        int eq = bits_equal(&r_on[i], &r_off[i], &cases[i]);
-        CHECK(eq, "grid %s rank %d %s: overlaps on and off give different bits", name,
-              world_rank, cases[i].name);
-        same += eq;
+        CHECK(bits_equal(&r_on[i], &r_off[i], &cases[i]),
+              "grid %s rank %d %s: overlaps on and off give different bits", name, world_rank,
+              cases[i].name);
     }
     for (int i = 0; i < NCASES; i++)
         result_free(&r_on[i]), result_free(&r_off[i]);
     refusals(name, grid, g);
-    double worst = worst_ratio;
-    MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    int failed = test_failures - before;
-    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (world_rank == 0)
-        printf("grid %-9s worst |err|/bound against the serial layer %.3f; overlaps on = off "
-               "bit for bit in %d of %d layers; replicas equal  %s\n",
-               name, worst, same, NCASES, failed ? "FAILED" : "ok");
-    worst_ratio = worst > worst_before ? worst : worst_before;
-    ff_grid_destroy(grid);
 }
 
 /* ---- the oracle's cases ---------------------------------------------------------------- */
@@ -467,16 +426,10 @@ static int dump(ff_ctx *ctx, const char *dir)
 
 int main(int argc, char **argv)
 {
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    ff_ctx *ctx, *self;
+    test_mpi_start(&argc, &argv, &ctx, &self);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    ff_ctx_options o;
-    ff_ctx_options_default(&o);
-    ff_ctx *ctx, *self;
-    if (ff_ctx_create(&ctx, MPI_COMM_WORLD, &o) != FF_OK ||
-        ff_ctx_create(&self, MPI_COMM_SELF, &o) != FF_OK)
-        MPI_Abort(MPI_COMM_WORLD, 1);
     if (argc == 3 && !strcmp(argv[1], "--dump")) {
         int bad = world_size != 1 || dump(self, argv[2]);
         ff_ctx_destroy(self);
@@ -494,26 +447,9 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     ff_grid_destroy(one);
 
-    int named = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "all"))
-            continue;
-        ff_dims g;
-        char err[256];
-        if (ff_grid_parse(argv[i], world_size, world_size, &g, err, sizeof err) != FF_OK) {
-            CHECK(0, "%s", err);
-            continue;
-        }
-        named++;
-        run_grid(ctx, g);
-    }
-    if (!named) {
-        enum { MAX_GRIDS = 128 };
-        ff_dims grids[MAX_GRIDS];
-        int ng = test_all_grids(world_size, grids, MAX_GRIDS);
-        for (int i = 0; i < ng && i < MAX_GRIDS; i++)
-            run_grid(ctx, grids[i]);
-    }
+    test_run_grids(argc, argv, ctx, &worst_ratio,
+                   "against the serial layer; replicas, overlaps on and off bit for bit",
+                   run_grid);
     if (world_rank == 0)
         printf("worst |err|/bound over all grids %.3f (bound (gamma_K(grid) + gamma_K(serial)) "
                "* sum|terms|, u = 2^-24)\n",

@@ -32,20 +32,8 @@
 #include "nn/unet_ops.h"
 #include "test_util.h"
 
-#define U32 (1.0 / 16777216.0)
-
 static int world_rank, world_size;
 static double worst_ratio;
-
-static double gamma_k(double k) { return k * U32 / (1.0 - k * U32); }
-
-static float *falloc(size_t n)
-{
-    float *p = calloc(n ? n : 1, sizeof(float));
-    if (!p)
-        MPI_Abort(MPI_COMM_WORLD, 3);
-    return p;
-}
 
 static void fill(float *a, size_t n, uint32_t stream, double lo, double hi)
 {
@@ -95,7 +83,7 @@ typedef struct {
 static void gn_init(gn_case *t, uint32_t stream)
 {
     size_t n = (size_t)(t->B * t->H * t->W * t->C);
-    t->x = falloc(n), t->dout = falloc(n), t->w = falloc((size_t)t->C), t->b = falloc((size_t)t->C);
+    t->x = test_floats(n), t->dout = test_floats(n), t->w = test_floats((size_t)t->C), t->b = test_floats((size_t)t->C);
     fill(t->x, n, stream, t->lo, t->hi);
     fill(t->dout, n, stream + 1, -1, 1);
     fill(t->w, (size_t)t->C, stream + 2, 0.5, 1.5);
@@ -118,12 +106,12 @@ static int gn_run(ff_grid *grid, const gn_case *t, float **out, float **dx, floa
     int ns = ff_group_size(gs), rs = ff_group_rank(gs);
     int64_t cl = t->C / ns, c0 = rs * cl, images = t->B / (g.z * g.d);
     int64_t i0 = (c.z + g.z * c.d) * images, hw = t->H * t->W, px = images * hw;
-    float *x = falloc((size_t)(px * cl)), *dout = falloc((size_t)(px * cl));
-    float *w = falloc((size_t)cl), *b = falloc((size_t)cl);
-    float *mean = falloc((size_t)(images * t->G)), *rstd = falloc((size_t)(images * t->G));
-    float *scratch = falloc((size_t)(2 * images * t->G));
-    *out = falloc((size_t)(px * cl)), *dx = falloc((size_t)(px * cl));
-    *dw = falloc((size_t)cl), *db = falloc((size_t)cl);
+    float *x = test_floats((size_t)(px * cl)), *dout = test_floats((size_t)(px * cl));
+    float *w = test_floats((size_t)cl), *b = test_floats((size_t)cl);
+    float *mean = test_floats((size_t)(images * t->G)), *rstd = test_floats((size_t)(images * t->G));
+    float *scratch = test_floats((size_t)(2 * images * t->G));
+    *out = test_floats((size_t)(px * cl)), *dx = test_floats((size_t)(px * cl));
+    *dw = test_floats((size_t)cl), *db = test_floats((size_t)cl);
     block(x, t->x, i0 * hw, px, t->C, c0, cl);
     block(dout, t->dout, i0 * hw, px, t->C, c0, cl);
     memcpy(w, t->w + c0, (size_t)cl * sizeof(float));
@@ -146,7 +134,7 @@ static double gn_bound(const gn_case *t, ff_dims g, int ns, int stages)
 {
     double n = (double)(t->H * t->W * (t->C / t->G)) + ns,
            p = (double)(t->B * t->H * t->W) + g.z * g.d;
-    return stages * gamma_k((n > p ? n : p) + 8);
+    return stages * test_gamma((n > p ? n : p) + 8);
 }
 
 static void gn_compare(const char *grid, ff_grid *gr, const gn_case *t)
@@ -159,7 +147,7 @@ static void gn_compare(const char *grid, ff_grid *gr, const gn_case *t)
     int ns = ff_group_size(gs);
     int64_t cl = t->C / ns, c0 = ff_group_rank(gs) * cl, images = t->B / (g.z * g.d);
     int64_t q = c.z + g.z * c.d, hw = t->H * t->W, px = images * hw;
-    float *ref = falloc((size_t)(px * cl));
+    float *ref = test_floats((size_t)(px * cl));
     ff_dims one = {1, 1, 1, 1};
     char what[96];
     if (rc == FF_OK) {
@@ -200,8 +188,8 @@ static void local_run(local_ops *o, const float *x, const float *dup, const floa
                       int64_t images, int64_t cl)
 {
     size_t n = (size_t)(images * RH * RW * cl);
-    o->silu = falloc(n), o->dsilu = falloc(n), o->dxup = falloc(n), o->dxdown = falloc(n);
-    o->up = falloc(4 * n), o->down = falloc(n / 4);
+    o->silu = test_floats(n), o->dsilu = test_floats(n), o->dxup = test_floats(n), o->dxdown = test_floats(n);
+    o->up = test_floats(4 * n), o->down = test_floats(n / 4);
     ff_silu_forward(o->silu, x, (int64_t)n);
     ff_silu_backward(o->dsilu, x, x, (int64_t)n); /* x as the output gradient too */
     ff_upsample_forward(o->up, x, images, RH, RW, cl);
@@ -221,7 +209,7 @@ static local_ops serial_local;
 static int same_block(const float *got, const float *canon, int64_t r0, int64_t rows, int64_t C,
                       int64_t c0, int64_t cl)
 {
-    float *ref = falloc((size_t)(rows * cl));
+    float *ref = test_floats((size_t)(rows * cl));
     block(ref, canon, r0, rows, C, c0, cl);
     int same = !memcmp(got, ref, (size_t)(rows * cl) * sizeof(float));
     free(ref);
@@ -233,8 +221,8 @@ static void local_compare(const char *grid, ff_grid *gr)
     ff_dims g = ff_grid_shape(gr), c = ff_grid_coords(gr);
     int64_t cl = RC / g.y, c0 = c.y * cl, images = RB / (g.z * g.d);
     int64_t q = c.z + g.z * c.d, px = images * RH * RW;
-    local_ops o = {falloc((size_t)(px * cl)), falloc((size_t)(4 * px * cl)),
-                   falloc((size_t)(px * cl / 4)), 0, 0, 0, 0, 0, 0};
+    local_ops o = {test_floats((size_t)(px * cl)), test_floats((size_t)(4 * px * cl)),
+                   test_floats((size_t)(px * cl / 4)), 0, 0, 0, 0, 0, 0};
     const local_ops *s = &serial_local;
     block(o.x, s->x, q * px, px, RC, c0, cl);
     block(o.dup, s->dup, 4 * q * px, 4 * px, RC, c0, cl);
@@ -271,32 +259,12 @@ static void refusals(const char *grid, ff_grid *gr)
           ff_ctx_error(ff_grid_ctx(gr)));
 }
 
-static void run_grid(ff_ctx *ctx, ff_dims g)
+static void run_grid(const char *name, ff_grid *grid)
 {
-    char name[32];
-    snprintf(name, sizeof name, "%dx%dx%dx%d", g.x, g.y, g.z, g.d);
-    ff_grid *grid;
-    if (ff_grid_create(ctx, g, &grid) != FF_OK) {
-        CHECK(0, "grid %s: %s", name, ff_ctx_error(ctx));
-        return;
-    }
-    double worst_before = worst_ratio;
-    worst_ratio = 0;
-    int before = test_failures;
     for (int i = 0; i < NGN; i++)
         gn_compare(name, grid, &gn_cases[i]);
     local_compare(name, grid);
     refusals(name, grid);
-    double worst = worst_ratio;
-    MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    int failed = test_failures - before;
-    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (world_rank == 0)
-        printf("grid %-9s GroupNorm worst error/bound against the serial run %.3f; replicas "
-               "equal; SiLU, up- and down-sampling the serial bits  %s\n",
-               name, worst, failed ? "FAILED" : "ok");
-    worst_ratio = worst > worst_before ? worst : worst_before;
-    ff_grid_destroy(grid);
 }
 
 static void serial_runs(ff_ctx *self)
@@ -312,7 +280,7 @@ static void serial_runs(ff_ctx *self)
     }
     local_ops *s = &serial_local;
     size_t n = RB * RH * RW * RC;
-    s->x = falloc(n), s->dup = falloc(4 * n), s->ddown = falloc(n / 4);
+    s->x = test_floats(n), s->dup = test_floats(4 * n), s->ddown = test_floats(n / 4);
     fill(s->x, n, 400, -6, 6);
     fill(s->dup, 4 * n, 401, -1, 1);
     fill(s->ddown, n / 4, 402, -1, 1);
@@ -358,41 +326,19 @@ static int dump(const char *dir)
 
 int main(int argc, char **argv)
 {
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    ff_ctx *ctx, *self;
+    test_mpi_start(&argc, &argv, &ctx, &self);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    ff_ctx_options o;
-    ff_ctx_options_default(&o);
-    ff_ctx *ctx, *self;
-    if (ff_ctx_create(&ctx, MPI_COMM_WORLD, &o) != FF_OK ||
-        ff_ctx_create(&self, MPI_COMM_SELF, &o) != FF_OK)
-        MPI_Abort(MPI_COMM_WORLD, 1);
     serial_runs(self);
     int code;
     if (argc == 3 && !strcmp(argv[1], "--dump")) {
         code = world_size != 1 || dump(argv[2]);
     } else {
-        int named = 0;
-        for (int i = 1; i < argc; i++) {
-            if (!strcmp(argv[i], "all"))
-                continue;
-            ff_dims g;
-            char err[256];
-            if (ff_grid_parse(argv[i], world_size, world_size, &g, err, sizeof err) != FF_OK) {
-                CHECK(0, "%s", err);
-                continue;
-            }
-            named++;
-            run_grid(ctx, g);
-        }
-        if (!named) {
-            enum { MAX_GRIDS = 128 };
-            ff_dims grids[MAX_GRIDS];
-            int ng = test_all_grids(world_size, grids, MAX_GRIDS);
-            for (int i = 0; i < ng && i < MAX_GRIDS; i++)
-                run_grid(ctx, grids[i]);
-        }
+        test_run_grids(argc, argv, ctx, &worst_ratio,
+                       "GroupNorm against the serial run, replicas bit for bit; SiLU, "
+                       "resampling the serial bits",
+                       run_grid);
         if (world_rank == 0)
             printf("GroupNorm: worst error/bound over all grids %.3f (norm-wise, stages of "
                    "gamma_{K+8}, u = 2^-24)\n",
