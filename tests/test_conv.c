@@ -347,6 +347,110 @@ static void refusals(const char *name, ff_grid *grid, ff_dims g)
     ff_linear_seq_destroy(s);
 }
 
+/* ---- byte counters ----------------------------------------------------------------------
+ * The chain's step (forward, backward, gradient all-reduces) once as
+ * convolutions and once as plain linear layers of the same k = taps*cin, n =
+ * cout and rows = images*Ho*Wo: every group's collectives, calls and bytes,
+ * must be the same (the linear layer's own are checked against docs/design.md
+ * §3 in test_linear). Data are zeros: only the counts matter. */
+
+enum { NCOUNTS = FF_NGROUPS * FF_NCOLL * 3 };
+
+static int run_counts(ff_grid *grid, int as_linear, uint64_t counts[NCOUNTS])
+{
+    ff_linear_seq *s;
+    int rc = ff_linear_seq_create(grid, NULL, &s);
+    if (rc)
+        return rc;
+    ff_conv *cv[NCASES] = {0};
+    ff_linear *l[NCASES] = {0};
+    float *buf[NCASES][6] = {{0}};
+    int64_t images = cases[0].B / (ff_grid_shape(grid).z * ff_grid_shape(grid).d);
+    for (int i = 0; i < NCASES && rc == FF_OK; i++) {
+        tcase *t = &cases[i];
+        ff_conv_desc d = {t->name, t->kind,   t->cin,    t->cout, t->H,
+                          t->W,    t->ksize, t->stride, t->bias, 60 + (uint32_t)i};
+        ff_linear_desc ld = {t->name, t->kind, t->taps * t->cin, t->cout, t->bias, FF_WEIGHT_NK,
+                             NULL,    70 + (uint32_t)i};
+        rc = as_linear ? ff_linear_add(s, &ld, &l[i]) : ff_conv_create(s, grid, &d, &cv[i]);
+        if (rc)
+            break;
+        if (!as_linear)
+            l[i] = ff_conv_linear(cv[i]);
+        ff_linear_sizes z = ff_linear_local_sizes(l[i]);
+        int64_t in_px = images * (as_linear ? t->ho * t->wo : t->H * t->W);
+        int64_t col = as_linear || t->ksize == 1 ? 1 : images * ff_conv_local_sizes(cv[i]).col_per_image;
+        buf[i][0] = test_floats(z.w_shard), buf[i][1] = test_floats(z.w_shard);
+        buf[i][2] = test_floats(z.bias + 1), buf[i][3] = test_floats(z.bias + 1);
+        buf[i][4] = test_floats((size_t)(2 * in_px * z.in_local + 2 * images * t->ho * t->wo *
+                                                                      z.out_local));
+        buf[i][5] = test_floats((size_t)(2 * col));
+        ff_linear_bind(l[i], buf[i][0], z.bias ? buf[i][2] : NULL, buf[i][1],
+                       z.bias ? buf[i][3] : NULL);
+    }
+    if (rc == FF_OK)
+        rc = ff_linear_seq_program_standard(s, 0);
+    for (int g = 0; g < FF_NGROUPS; g++)
+        ff_group_counters_reset(ff_grid_group(grid, (ff_group_kind)g));
+    if (rc == FF_OK)
+        rc = ff_linear_seq_begin(s);
+    for (int pass = 0; pass < 2; pass++)
+        for (int j = 0; j < NCASES && rc == FF_OK; j++) {
+            int i = pass ? NCASES - 1 - j : j;
+            tcase *t = &cases[i];
+            ff_linear_sizes z = ff_linear_local_sizes(l[i]);
+            int64_t in_px = images * (as_linear ? t->ho * t->wo : t->H * t->W),
+                    out_px = images * t->ho * t->wo;
+            float *x = buf[i][4], *dx = x + in_px * z.in_local, *y = dx + in_px * z.in_local,
+                  *dy = y + out_px * z.out_local, *col = buf[i][5];
+            if (as_linear)
+                rc = pass ? ff_linear_backward(l[i], dx, dy, x, out_px)
+                          : ff_linear_forward(l[i], y, x, out_px);
+            else
+                rc = pass ? ff_conv_backward(cv[i], dx, dy, x, images, col,
+                                             col + images * ff_conv_local_sizes(cv[i]).col_per_image)
+                          : ff_conv_forward(cv[i], y, x, images, col);
+        }
+    if (rc == FF_OK)
+        rc = ff_linear_seq_end(s);
+    if (rc == FF_OK)
+        rc = ff_linear_seq_allreduce_grads(s);
+    for (int g = 0; g < FF_NGROUPS; g++)
+        for (int c = 0; c < FF_NCOLL; c++) {
+            ff_counters k = ff_group_counters(ff_grid_group(grid, (ff_group_kind)g), (ff_coll)c);
+            uint64_t *o = counts + 3 * (g * FF_NCOLL + c);
+            o[0] = k.calls, o[1] = k.bytes_sent, o[2] = k.bytes_recv;
+        }
+    for (int i = 0; i < NCASES; i++) {
+        ff_conv_destroy(cv[i]);
+        for (int b = 0; b < 6; b++)
+            free(buf[i][b]);
+    }
+    ff_linear_seq_destroy(s);
+    return rc;
+}
+
+static void check_counts(const char *name, ff_grid *grid)
+{
+    uint64_t conv[NCOUNTS], lin[NCOUNTS];
+    int rc = run_counts(grid, 0, conv);
+    if (rc == FF_OK)
+        rc = run_counts(grid, 1, lin);
+    CHECK(rc == FF_OK, "grid %s: the counting runs failed", name);
+    uint64_t total = 0;
+    for (int e = 0; e < NCOUNTS && rc == FF_OK; e++) {
+        total += conv[e] * (e % 3 != 0);
+        CHECK(conv[e] == lin[e],
+              "grid %s rank %d: group %d %s %s: %llu as convolutions, %llu as linear layers",
+              name, world_rank, e / 3 / FF_NCOLL, ff_coll_name((ff_coll)(e / 3 % FF_NCOLL)),
+              e % 3 == 0 ? "calls" : e % 3 == 1 ? "bytes sent" : "bytes received",
+              (unsigned long long)conv[e], (unsigned long long)lin[e]);
+    }
+    ff_dims g = ff_grid_shape(grid);
+    CHECK(total > 0 || g.x * g.y * g.z * g.d == 1, "grid %s rank %d: nothing counted", name,
+          world_rank);
+}
+
 static void run_grid(const char *name, ff_grid *grid)
 {
     ff_dims g = ff_grid_shape(grid);
@@ -367,6 +471,7 @@ static void run_grid(const char *name, ff_grid *grid)
     }
     for (int i = 0; i < NCASES; i++)
         result_free(&r_on[i]), result_free(&r_off[i]);
+    check_counts(name, grid);
     refusals(name, grid, g);
 }
 
@@ -448,7 +553,8 @@ int main(int argc, char **argv)
     ff_grid_destroy(one);
 
     test_run_grids(argc, argv, ctx, &worst_ratio,
-                   "against the serial layer; replicas, overlaps on and off bit for bit",
+                   "against the serial layer; replicas, overlaps on and off bit for bit; "
+                   "counters those of linear layers",
                    run_grid);
     if (world_rank == 0)
         printf("worst |err|/bound over all grids %.3f (bound (gamma_K(grid) + gamma_K(serial)) "
