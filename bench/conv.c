@@ -9,11 +9,12 @@
  * Prints the median of --reps timed steps (after one untimed step that also
  * tunes the GEMM modes) of each phase, in ms and GFLOP/s (2 P k n flops per
  * product, P output pixels, k = k*k*cin), and one JSON line. */
+#include "fourfold/conv.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fourfold/conv.h"
 #include "fourfold/fourfold.h"
 
 static int cmp(const void *a, const void *b)
@@ -123,8 +124,7 @@ int main(int argc, char **argv)
     printf("%-34s %9.3f %9.1f\n", "linear forward (sgemm)", 1e3 * med[2], fl / med[2] / 1e9);
     printf("%-34s %9.3f %9.1f\n", "conv backward (+ im2col, col2im)", 1e3 * med[1],
            2 * fl / med[1] / 1e9);
-    printf("%-34s %9.3f %9.1f\n", "linear backward (2 sgemm)", 1e3 * med[3],
-           2 * fl / med[3] / 1e9);
+    printf("%-34s %9.3f %9.1f\n", "linear backward (2 sgemm)", 1e3 * med[3], 2 * fl / med[3] / 1e9);
     printf("{\"bench\":\"conv\",\"images\":%ld,\"size\":%ld,\"cin\":%ld,\"cout\":%ld,\"ksize\":%ld,"
            "\"stride\":%ld,\"conv_fwd_ms\":%.4f,\"linear_fwd_ms\":%.4f,\"conv_bwd_ms\":%.4f,"
            "\"linear_bwd_ms\":%.4f}\n",

@@ -55,7 +55,7 @@ typedef struct {
     int64_t B, H, W, cin, cout;
     /* derived */
     int64_t ho, wo, taps;
-    float *X, *Wt, *b, *dO;           /* (B,H,W,cin), (cout, cin*taps), cout, (B,Ho,Wo,cout) */
+    float *X, *Wt, *b, *dO; /* (B,H,W,cin), (cout, cin*taps), cout, (B,Ho,Wo,cout) */
     double *out_abs, *din_abs, *dw_abs, *db_abs; /* sum|terms| per element */
 } tcase;
 
@@ -67,7 +67,8 @@ static void case_init(tcase *t, uint32_t stream)
     t->taps = (int64_t)t->ksize * t->ksize;
     size_t nx = (size_t)(t->B * t->H * t->W * t->cin), nw = (size_t)(t->cout * t->cin * t->taps),
            no = (size_t)(t->B * t->ho * t->wo * t->cout);
-    t->X = test_floats(nx), t->Wt = test_floats(nw), t->b = test_floats((size_t)t->cout), t->dO = test_floats(no);
+    t->X = test_floats(nx), t->Wt = test_floats(nw), t->b = test_floats((size_t)t->cout),
+    t->dO = test_floats(no);
     fill(t->X, nx, stream), fill(t->Wt, nw, stream + 1), fill(t->dO, no, stream + 3);
     if (t->bias)
         fill(t->b, (size_t)t->cout, stream + 2);
@@ -111,8 +112,8 @@ static void case_free(tcase *t)
 /* ---- one run of a case on a grid ------------------------------------------------------ */
 
 typedef struct {
-    float *out, *din;   /* this rank's blocks */
-    float *dw, *db;     /* canonical, on rank 0 of the grid's context */
+    float *out, *din;       /* this rank's blocks */
+    float *dw, *db;         /* canonical, on rank 0 of the grid's context */
     float *w_back, *b_back; /* the weight and bias scattered and gathered back */
     int64_t images, img0, in_c0, out_c0, cin_l, cout_l;
 } result;
@@ -142,7 +143,7 @@ static int run(ff_grid *grid, tcase *cases, int n, const ff_linear_opts *o, resu
     memset(res, 0, (size_t)n * sizeof *res);
     for (int i = 0; i < n && rc == FF_OK; i++) {
         tcase *t = &cases[i];
-        ff_conv_desc d = {t->name, t->kind,   t->cin,  t->cout, t->H,
+        ff_conv_desc d = {t->name, t->kind,  t->cin,    t->cout, t->H,
                           t->W,    t->ksize, t->stride, t->bias, 60 + (uint32_t)i};
         rc = ff_conv_create(s, grid, &d, &cv[i]);
         if (rc)
@@ -162,8 +163,10 @@ static int run(ff_grid *grid, tcase *cases, int n, const ff_linear_opts *o, resu
         r->out_c0 = (t->kind == FF_LINEAR_N ? c.x : c.y) * r->cout_l;
         size_t in_px = (size_t)(r->images * t->H * t->W),
                out_px = (size_t)(r->images * t->ho * t->wo);
-        x[i] = test_floats(in_px * (size_t)r->cin_l), dout[i] = test_floats(out_px * (size_t)r->cout_l);
-        r->out = test_floats(out_px * (size_t)r->cout_l), r->din = test_floats(in_px * (size_t)r->cin_l);
+        x[i] = test_floats(in_px * (size_t)r->cin_l),
+        dout[i] = test_floats(out_px * (size_t)r->cout_l);
+        r->out = test_floats(out_px * (size_t)r->cout_l),
+        r->din = test_floats(in_px * (size_t)r->cin_l);
         for (size_t p = 0; p < in_px; p++)
             for (int64_t ch = 0; ch < r->cin_l; ch++)
                 x[i][p * (size_t)r->cin_l + (size_t)ch] =
@@ -247,8 +250,7 @@ static void block_of(const float *canon, const double *abs_canon, int64_t px0, i
         }
 }
 
-static void compare(const char *grid, ff_dims g, const tcase *t, const result *r,
-                    const result *ser)
+static void compare(const char *grid, ff_dims g, const tcase *t, const result *r, const result *ser)
 {
     char what[96];
     int gr = t->kind == FF_LINEAR_N ? g.y : g.x, gc = t->kind == FF_LINEAR_N ? g.x : g.y;
@@ -257,8 +259,8 @@ static void compare(const char *grid, ff_dims g, const tcase *t, const result *r
     int64_t opx = r->images * t->ho * t->wo, ipx = r->images * t->H * t->W;
     float *ref = test_floats((size_t)(ipx * r->cin_l + opx * r->cout_l));
     double *abs = test_doubles((size_t)(ipx * r->cin_l + opx * r->cout_l));
-    block_of(ser->out, t->out_abs, r->img0 * t->ho * t->wo, opx, t->cout, r->out_c0, r->cout_l,
-             ref, abs);
+    block_of(ser->out, t->out_abs, r->img0 * t->ho * t->wo, opx, t->cout, r->out_c0, r->cout_l, ref,
+             abs);
     snprintf(what, sizeof what, "%s output", t->name);
     check_bound(grid, what, r->out, ref, abs, test_gamma(kin + gr + 1) + test_gamma(kin + 2),
                 (size_t)(opx * r->cout_l));
@@ -287,7 +289,8 @@ static void compare(const char *grid, ff_dims g, const tcase *t, const result *r
         if (t->bias) {
             snprintf(what, sizeof what, "%s bias gradient", t->name);
             check_bound(grid, what, r->db, ser->db, t->db_abs,
-                        test_gamma(pixels + g.z * g.d + 1) + test_gamma(pixels + 2), (size_t)t->cout);
+                        test_gamma(pixels + g.z * g.d + 1) + test_gamma(pixels + 2),
+                        (size_t)t->cout);
         }
         CHECK(!memcmp(r->w_back, t->Wt, nw * sizeof(float)) &&
                   (!t->bias || !memcmp(r->b_back, t->b, (size_t)t->cout * sizeof(float))),
@@ -368,10 +371,10 @@ static int run_counts(ff_grid *grid, int as_linear, uint64_t counts[NCOUNTS])
     int64_t images = cases[0].B / (ff_grid_shape(grid).z * ff_grid_shape(grid).d);
     for (int i = 0; i < NCASES && rc == FF_OK; i++) {
         tcase *t = &cases[i];
-        ff_conv_desc d = {t->name, t->kind,   t->cin,    t->cout, t->H,
+        ff_conv_desc d = {t->name, t->kind,  t->cin,    t->cout, t->H,
                           t->W,    t->ksize, t->stride, t->bias, 60 + (uint32_t)i};
-        ff_linear_desc ld = {t->name, t->kind, t->taps * t->cin, t->cout, t->bias, FF_WEIGHT_NK,
-                             NULL,    70 + (uint32_t)i};
+        ff_linear_desc ld = {t->name,      t->kind, t->taps * t->cin, t->cout, t->bias,
+                             FF_WEIGHT_NK, NULL,    70 + (uint32_t)i};
         rc = as_linear ? ff_linear_add(s, &ld, &l[i]) : ff_conv_create(s, grid, &d, &cv[i]);
         if (rc)
             break;
@@ -379,11 +382,12 @@ static int run_counts(ff_grid *grid, int as_linear, uint64_t counts[NCOUNTS])
             l[i] = ff_conv_linear(cv[i]);
         ff_linear_sizes z = ff_linear_local_sizes(l[i]);
         int64_t in_px = images * (as_linear ? t->ho * t->wo : t->H * t->W);
-        int64_t col = as_linear || t->ksize == 1 ? 1 : images * ff_conv_local_sizes(cv[i]).col_per_image;
+        int64_t col =
+            as_linear || t->ksize == 1 ? 1 : images * ff_conv_local_sizes(cv[i]).col_per_image;
         buf[i][0] = test_floats(z.w_shard), buf[i][1] = test_floats(z.w_shard);
         buf[i][2] = test_floats(z.bias + 1), buf[i][3] = test_floats(z.bias + 1);
-        buf[i][4] = test_floats((size_t)(2 * in_px * z.in_local + 2 * images * t->ho * t->wo *
-                                                                      z.out_local));
+        buf[i][4] = test_floats(
+            (size_t)(2 * in_px * z.in_local + 2 * images * t->ho * t->wo * z.out_local));
         buf[i][5] = test_floats((size_t)(2 * col));
         ff_linear_bind(l[i], buf[i][0], z.bias ? buf[i][2] : NULL, buf[i][1],
                        z.bias ? buf[i][3] : NULL);
@@ -407,9 +411,10 @@ static int run_counts(ff_grid *grid, int as_linear, uint64_t counts[NCOUNTS])
                 rc = pass ? ff_linear_backward(l[i], dx, dy, x, out_px)
                           : ff_linear_forward(l[i], y, x, out_px);
             else
-                rc = pass ? ff_conv_backward(cv[i], dx, dy, x, images, col,
-                                             col + images * ff_conv_local_sizes(cv[i]).col_per_image)
-                          : ff_conv_forward(cv[i], y, x, images, col);
+                rc = pass
+                         ? ff_conv_backward(cv[i], dx, dy, x, images, col,
+                                            col + images * ff_conv_local_sizes(cv[i]).col_per_image)
+                         : ff_conv_forward(cv[i], y, x, images, col);
         }
     if (rc == FF_OK)
         rc = ff_linear_seq_end(s);
@@ -441,9 +446,11 @@ static void check_counts(const char *name, ff_grid *grid)
     for (int e = 0; e < NCOUNTS && rc == FF_OK; e++) {
         total += conv[e] * (e % 3 != 0);
         CHECK(conv[e] == lin[e],
-              "grid %s rank %d: group %d %s %s: %llu as convolutions, %llu as linear layers",
-              name, world_rank, e / 3 / FF_NCOLL, ff_coll_name((ff_coll)(e / 3 % FF_NCOLL)),
-              e % 3 == 0 ? "calls" : e % 3 == 1 ? "bytes sent" : "bytes received",
+              "grid %s rank %d: group %d %s %s: %llu as convolutions, %llu as linear layers", name,
+              world_rank, e / 3 / FF_NCOLL, ff_coll_name((ff_coll)(e / 3 % FF_NCOLL)),
+              e % 3 == 0   ? "calls"
+              : e % 3 == 1 ? "bytes sent"
+                           : "bytes received",
               (unsigned long long)conv[e], (unsigned long long)lin[e]);
     }
     ff_dims g = ff_grid_shape(grid);
@@ -506,9 +513,8 @@ static int dump(ff_ctx *ctx, const char *dir)
         char path[1024];
         snprintf(path, sizeof path, "%s/conv_%d.bin", dir, i);
         FILE *f = fopen(path, "wb");
-        int32_t h[8] = {(int32_t)t->B,    (int32_t)t->H,     (int32_t)t->W,
-                        (int32_t)t->cin,  (int32_t)t->cout,  t->ksize,
-                        t->stride,        t->bias};
+        int32_t h[8] = {(int32_t)t->B,    (int32_t)t->H, (int32_t)t->W, (int32_t)t->cin,
+                        (int32_t)t->cout, t->ksize,      t->stride,     t->bias};
         size_t nx = (size_t)(t->B * t->H * t->W * t->cin),
                nw = (size_t)(t->cout * t->cin * t->taps),
                no = (size_t)(t->B * t->ho * t->wo * t->cout);

@@ -40,8 +40,8 @@ static void write_plain(const char *path, const void *data, size_t len)
 static void write_gz(const char *path, const void *data, size_t len)
 {
     gzFile f = gzopen(path, "wb");
-    CHECK(f && gzwrite(f, data, (unsigned)len) == (int)len && gzclose(f) == Z_OK,
-          "cannot write %s", path);
+    CHECK(f && gzwrite(f, data, (unsigned)len) == (int)len && gzclose(f) == Z_OK, "cannot write %s",
+          path);
 }
 
 /* ---- the real data set ------------------------------------------------------ */
@@ -71,10 +71,9 @@ static void case_fashion_mnist(void)
     long sum = 0;
     for (int i = 0; i < 784; i++)
         sum += x.data[i];
-    CHECK(x.ndims == 3 && x.dims[0] == 10000 && x.dims[1] == 28 && x.dims[2] == 28 &&
-              sum == 33456,
-          "t10k images: %d dims %lld x %lld x %lld, image 0 sums to %ld (Python: 33456)",
-          x.ndims, (long long)x.dims[0], (long long)x.dims[1], (long long)x.dims[2], sum);
+    CHECK(x.ndims == 3 && x.dims[0] == 10000 && x.dims[1] == 28 && x.dims[2] == 28 && sum == 33456,
+          "t10k images: %d dims %lld x %lld x %lld, image 0 sums to %ld (Python: 33456)", x.ndims,
+          (long long)x.dims[0], (long long)x.dims[1], (long long)x.dims[2], sum);
 
     float *img;
     int64_t n;
@@ -88,8 +87,8 @@ static void case_fashion_mnist(void)
                 for (int c = 0; c < 32; c++) {
                     float v = img[(i * 32 + r) * 32 + c];
                     int inside = r >= 2 && r < 30 && c >= 2 && c < 30;
-                    float want = inside ? x.data[(i * 28 + r - 2) * 28 + c - 2] / 127.5f - 1.0f
-                                        : -1.0f;
+                    float want =
+                        inside ? x.data[(i * 28 + r - 2) * 28 + c - 2] / 127.5f - 1.0f : -1.0f;
                     bad += v != want;
                     lo = v < lo ? v : lo, hi = v > hi ? v : hi;
                 }
@@ -170,8 +169,7 @@ static void case_refusals(void)
     CHECK(rc == 0 && x.count == 6 && x.data[0] == 1, "a good plain 2 x 3 file: %s", err);
     float img[9];
     rc = ff_images_from_idx(&x, 3, img, err, sizeof err);
-    CHECK(rc == FF_EINVAL && strstr(err, "3 dimensions"), "2-dimensional file as images: %s",
-          err);
+    CHECK(rc == FF_EINVAL && strstr(err, "3 dimensions"), "2-dimensional file as images: %s", err);
     ff_idx_free(&x);
 
     uint8_t bad[sizeof good + 3];

@@ -50,8 +50,8 @@ static void block(float *dst, const float *src, int64_t r0, int64_t rows, int64_
 }
 
 /* ||a - b|| <= bound ||b||, norm-wise; keeps the worst ratio */
-static void check_norm(const char *grid, const char *what, const float *a, const float *b,
-                       size_t n, double bound)
+static void check_norm(const char *grid, const char *what, const float *a, const float *b, size_t n,
+                       double bound)
 {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
@@ -63,8 +63,8 @@ static void check_norm(const char *grid, const char *what, const float *a, const
         r = INFINITY;
     if (r > worst_ratio)
         worst_ratio = r;
-    CHECK(r <= 1.0, "grid %s rank %d %s: norm-wise error %.3g of the bound %.3g", grid,
-          world_rank, what, r * bound, bound);
+    CHECK(r <= 1.0, "grid %s rank %d %s: norm-wise error %.3g of the bound %.3g", grid, world_rank,
+          what, r * bound, bound);
 }
 
 /* ---- GroupNorm ---------------------------------------------------------------------------- */
@@ -75,15 +75,16 @@ typedef struct {
     int64_t B, H, W, C;
     int G;
     float eps;
-    double lo, hi; /* the inputs' range */
-    float *x, *w, *b, *dout;              /* canonical: (B, H*W, C), C, C, (B, H*W, C) */
-    float *out, *dx, *dw, *db;            /* the serial run's */
+    double lo, hi;             /* the inputs' range */
+    float *x, *w, *b, *dout;   /* canonical: (B, H*W, C), C, C, (B, H*W, C) */
+    float *out, *dx, *dw, *db; /* the serial run's */
 } gn_case;
 
 static void gn_init(gn_case *t, uint32_t stream)
 {
     size_t n = (size_t)(t->B * t->H * t->W * t->C);
-    t->x = test_floats(n), t->dout = test_floats(n), t->w = test_floats((size_t)t->C), t->b = test_floats((size_t)t->C);
+    t->x = test_floats(n), t->dout = test_floats(n), t->w = test_floats((size_t)t->C),
+    t->b = test_floats((size_t)t->C);
     fill(t->x, n, stream, t->lo, t->hi);
     fill(t->dout, n, stream + 1, -1, 1);
     fill(t->w, (size_t)t->C, stream + 2, 0.5, 1.5);
@@ -98,8 +99,7 @@ static void gn_free(gn_case *t)
 
 /* The case on `grid`: this rank's blocks of out and dx, and dw, db all-reduced
  * over ZD (this rank's channels). */
-static int gn_run(ff_grid *grid, const gn_case *t, float **out, float **dx, float **dw,
-                  float **db)
+static int gn_run(ff_grid *grid, const gn_case *t, float **out, float **dx, float **dw, float **db)
 {
     ff_dims g = ff_grid_shape(grid), c = ff_grid_coords(grid);
     ff_group *gs = ff_grid_group(grid, t->split);
@@ -108,7 +108,8 @@ static int gn_run(ff_grid *grid, const gn_case *t, float **out, float **dx, floa
     int64_t i0 = (c.z + g.z * c.d) * images, hw = t->H * t->W, px = images * hw;
     float *x = test_floats((size_t)(px * cl)), *dout = test_floats((size_t)(px * cl));
     float *w = test_floats((size_t)cl), *b = test_floats((size_t)cl);
-    float *mean = test_floats((size_t)(images * t->G)), *rstd = test_floats((size_t)(images * t->G));
+    float *mean = test_floats((size_t)(images * t->G)),
+          *rstd = test_floats((size_t)(images * t->G));
     float *scratch = test_floats((size_t)(2 * images * t->G));
     *out = test_floats((size_t)(px * cl)), *dx = test_floats((size_t)(px * cl));
     *dw = test_floats((size_t)cl), *db = test_floats((size_t)cl);
@@ -118,8 +119,8 @@ static int gn_run(ff_grid *grid, const gn_case *t, float **out, float **dx, floa
     memcpy(b, t->b + c0, (size_t)cl * sizeof(float));
     int rc = ff_gn_forward(gs, *out, mean, rstd, x, w, b, images, hw, cl, t->C, t->G, t->eps);
     if (rc == FF_OK)
-        rc = ff_gn_backward(gs, *dx, *dw, *db, dout, x, w, mean, rstd, images, hw, cl, t->C,
-                            t->G, scratch);
+        rc = ff_gn_backward(gs, *dx, *dw, *db, dout, x, w, mean, rstd, images, hw, cl, t->C, t->G,
+                            scratch);
     ff_group *zd = ff_grid_group(grid, FF_GROUP_ZD);
     if (rc == FF_OK)
         rc = ff_allreduce(zd, *dw, *dw, (size_t)cl, NULL);
@@ -180,7 +181,7 @@ static void gn_compare(const char *grid, ff_grid *gr, const gn_case *t)
 enum { RB = 8, RH = 4, RW = 6, RC = 8 };
 
 typedef struct {
-    float *x, *dup, *ddown;                  /* (RB, RH, RW, RC), (RB, 2RH, 2RW, RC), (.., RH/2, RW/2, ..) */
+    float *x, *dup, *ddown; /* (RB, RH, RW, RC), (RB, 2RH, 2RW, RC), (.., RH/2, RW/2, ..) */
     float *silu, *dsilu, *up, *dxup, *down, *dxdown; /* results on the batch given */
 } local_ops;
 
@@ -188,7 +189,8 @@ static void local_run(local_ops *o, const float *x, const float *dup, const floa
                       int64_t images, int64_t cl)
 {
     size_t n = (size_t)(images * RH * RW * cl);
-    o->silu = test_floats(n), o->dsilu = test_floats(n), o->dxup = test_floats(n), o->dxdown = test_floats(n);
+    o->silu = test_floats(n), o->dsilu = test_floats(n), o->dxup = test_floats(n),
+    o->dxdown = test_floats(n);
     o->up = test_floats(4 * n), o->down = test_floats(n / 4);
     ff_silu_forward(o->silu, x, (int64_t)n);
     ff_silu_backward(o->dsilu, x, x, (int64_t)n); /* x as the output gradient too */
@@ -221,8 +223,15 @@ static void local_compare(const char *grid, ff_grid *gr)
     ff_dims g = ff_grid_shape(gr), c = ff_grid_coords(gr);
     int64_t cl = RC / g.y, c0 = c.y * cl, images = RB / (g.z * g.d);
     int64_t q = c.z + g.z * c.d, px = images * RH * RW;
-    local_ops o = {test_floats((size_t)(px * cl)), test_floats((size_t)(4 * px * cl)),
-                   test_floats((size_t)(px * cl / 4)), 0, 0, 0, 0, 0, 0};
+    local_ops o = {test_floats((size_t)(px * cl)),
+                   test_floats((size_t)(4 * px * cl)),
+                   test_floats((size_t)(px * cl / 4)),
+                   0,
+                   0,
+                   0,
+                   0,
+                   0,
+                   0};
     const local_ops *s = &serial_local;
     block(o.x, s->x, q * px, px, RC, c0, cl);
     block(o.dup, s->dup, 4 * q * px, 4 * px, RC, c0, cl);
@@ -239,7 +248,8 @@ static void local_compare(const char *grid, ff_grid *gr)
     local_free(&o);
 }
 
-/* ---- cases ------------------------------------------------------------------------------------ */
+/* ---- cases ------------------------------------------------------------------------------------
+ */
 
 enum { NGN = 2 };
 static gn_case gn_cases[NGN] = {
@@ -252,8 +262,8 @@ static void refusals(const char *grid, ff_grid *gr)
 {
     ff_group *gy = ff_grid_group(gr, FF_GROUP_Y);
     float buf[64] = {0};
-    int rc = ff_gn_forward(gy, buf, buf, buf, buf, buf, buf, 1, 1, 5, 5 * ff_group_size(gy), 3,
-                           1e-5f);
+    int rc =
+        ff_gn_forward(gy, buf, buf, buf, buf, buf, buf, 1, 1, 5, 5 * ff_group_size(gy), 3, 1e-5f);
     CHECK(rc == FF_EDIVIDE && strstr(ff_ctx_error(ff_grid_ctx(gr)), "GroupNorm: 3 groups"),
           "grid %s: 3 groups of %d channels gave %d '%s'", grid, 5 * ff_group_size(gy), rc,
           ff_ctx_error(ff_grid_ctx(gr)));
@@ -288,7 +298,8 @@ static void serial_runs(ff_ctx *self)
     ff_grid_destroy(one);
 }
 
-/* ---- the oracle's cases ------------------------------------------------------------------------ */
+/* ---- the oracle's cases ------------------------------------------------------------------------
+ */
 
 static int put(FILE *f, const void *a, size_t n) { return f && fwrite(a, 4, n, f) == n; }
 

@@ -63,10 +63,10 @@ void ff_conv_destroy(ff_conv *c);
 ff_linear *ff_conv_linear(const ff_conv *c);
 
 typedef struct {
-    int64_t cin_local, cout_local;   /* channels of this rank's input and output */
-    int64_t out_height, out_width;   /* (H + 2p - k) / stride + 1 */
-    int64_t col_per_image;           /* floats of im2col per image: Ho*Wo*k*k*cin_local,
-                                        0 for 1x1 */
+    int64_t cin_local, cout_local; /* channels of this rank's input and output */
+    int64_t out_height, out_width; /* (H + 2p - k) / stride + 1 */
+    int64_t col_per_image;         /* floats of im2col per image: Ho*Wo*k*k*cin_local,
+                                      0 for 1x1 */
 } ff_conv_sizes;
 ff_conv_sizes ff_conv_local_sizes(const ff_conv *c);
 
@@ -80,8 +80,8 @@ int ff_conv_forward(ff_conv *c, float *out, const float *inp, int64_t images, fl
  * bias gradients accumulate as ff_linear_backward's. col and dcol: images *
  * col_per_image floats each (NULL for 1x1; dcol unused without dinp); im2col
  * is made again into col, so it need not survive from the forward. */
-int ff_conv_backward(ff_conv *c, float *dinp, const float *dout, const float *inp,
-                     int64_t images, float *col, float *dcol);
+int ff_conv_backward(ff_conv *c, float *dinp, const float *dout, const float *inp, int64_t images,
+                     float *col, float *dcol);
 
 #ifdef __cplusplus
 }

@@ -27,10 +27,10 @@ enum { FF_IDX_MAX_DIMS = 4, FF_IDX_UBYTE = 0x08 };
 #define FF_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 
 typedef struct {
-    int ndims;                      /* 1 .. FF_IDX_MAX_DIMS */
-    int64_t dims[FF_IDX_MAX_DIMS];  /* each >= 1 */
-    int64_t count;                  /* the product of dims */
-    uint8_t *data;                  /* count bytes, row-major (malloc'd) */
+    int ndims;                     /* 1 .. FF_IDX_MAX_DIMS */
+    int64_t dims[FF_IDX_MAX_DIMS]; /* each >= 1 */
+    int64_t count;                 /* the product of dims */
+    uint8_t *data;                 /* count bytes, row-major (malloc'd) */
 } ff_idx;
 
 /* Reads an IDX file of unsigned bytes, gzip-compressed or not. On error

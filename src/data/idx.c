@@ -1,6 +1,4 @@
 /* IDX files through zlib, and images as floats (include/fourfold/image.h). */
-#include "fourfold/image.h"
-
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +6,7 @@
 #include <zlib.h>
 
 #include "fourfold/ctx.h"
+#include "fourfold/image.h"
 #include "util/file.h"
 
 /* Largest file the reader accepts: the data must fit a size_t and one
@@ -31,7 +30,9 @@ static int64_t read_bytes(gzFile f, void *buf, int64_t n, const char *path, char
             const char *colon = zerr == Z_ERRNO ? NULL : strstr(msg, ": ");
             ff_format_error(err, errlen, FF_ECORRUPT, "the IDX file '%s': %s%s", path,
                             zerr == Z_ERRNO ? "" : "gzip stream: ",
-                            zerr == Z_ERRNO ? strerror(errno) : colon ? colon + 2 : msg);
+                            zerr == Z_ERRNO ? strerror(errno)
+                            : colon         ? colon + 2
+                                            : msg);
             return -1;
         }
         if (r == 0)
@@ -193,8 +194,7 @@ int ff_images_load(const char *path, int64_t size, float **images, int64_t *n, c
     } else {
         *images = malloc((size_t)(x.dims[0] * size * size) * sizeof(float));
         if (!*images)
-            rc = ff_format_error(err, errlen, FF_ENOMEM, "the IDX file '%s': out of memory",
-                                 path);
+            rc = ff_format_error(err, errlen, FF_ENOMEM, "the IDX file '%s': out of memory", path);
     }
     if (rc == FF_OK) {
         rc = ff_images_from_idx(&x, size, *images, err, errlen);

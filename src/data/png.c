@@ -2,8 +2,6 @@
  * specification's chunks (signature, IHDR, one IDAT of zlib-deflated
  * scanlines with filter type 0, IEND), each with its CRC-32, through zlib;
  * written atomically (src/util/file.h). */
-#include "fourfold/image.h"
-
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -11,6 +9,7 @@
 #include <zlib.h>
 
 #include "fourfold/ctx.h"
+#include "fourfold/image.h"
 #include "util/file.h"
 
 /* Largest picture: its raw scanlines must fit zlib's uLong and one chunk
@@ -53,8 +52,7 @@ int ff_png_write_grid(const char *path, const float *images, int64_t n, int64_t 
                                "a PNG grid needs at least one image of at least 1 x 1 pixels, "
                                "1 or 3 channels and 1 column (got %lld images of %lld x %lld x "
                                "%d, %lld columns)",
-                               (long long)n, (long long)h, (long long)w, channels,
-                               (long long)cols);
+                               (long long)n, (long long)h, (long long)w, channels, (long long)cols);
     if (cols > n)
         cols = n;
     int64_t rows = (n + cols - 1) / cols;
@@ -105,8 +103,8 @@ int ff_png_write_grid(const char *path, const float *images, int64_t n, int64_t 
     uint8_t ihdr[13];
     put32(ihdr, (uint32_t)width);
     put32(ihdr + 4, (uint32_t)height);
-    ihdr[8] = 8;                       /* bits per sample */
-    ihdr[9] = channels == 1 ? 0 : 2;   /* colour type: grayscale or RGB */
+    ihdr[8] = 8;                        /* bits per sample */
+    ihdr[9] = channels == 1 ? 0 : 2;    /* colour type: grayscale or RGB */
     ihdr[10] = ihdr[11] = ihdr[12] = 0; /* deflate, adaptive filtering, no interlace */
     static const uint8_t signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     char tmp[FF_TMP_PATH_MAX];
@@ -121,7 +119,6 @@ int ff_png_write_grid(const char *path, const float *images, int64_t n, int64_t 
         ff_atomic_abort(f, tmp);
     }
     if (!ok)
-        return ff_format_error(err, errlen, FF_EIO, "cannot write '%s': %s", path,
-                               strerror(errno));
+        return ff_format_error(err, errlen, FF_EIO, "cannot write '%s': %s", path, strerror(errno));
     return FF_OK;
 }

@@ -44,8 +44,8 @@ int ff_conv_create(ff_linear_seq *s, ff_grid *grid, const ff_conv_desc *d, ff_co
         return ff_set_error(ctx, FF_ENOMEM, "convolution %s: out of memory", name);
     const int taps = d->ksize * d->ksize, pad = d->ksize / 2;
     /* the canonical weight W^T (cout x taps*cin) is PyTorch's (cout, cin, k, k) */
-    ff_linear_desc ld = {name,    d->kind, taps * d->cin, d->cout, d->bias, FF_WEIGHT_NK,
-                         NULL,    d->rng_stream};
+    ff_linear_desc ld = {name,    d->kind,      taps * d->cin, d->cout,
+                         d->bias, FF_WEIGHT_NK, NULL,          d->rng_stream};
     int rc = ff_linear_add(s, &ld, &cv->lin);
     if (rc != FF_OK) {
         free(cv);
@@ -131,9 +131,8 @@ static void col2im(const ff_conv *c, float *dinp, const float *dcol, int64_t ima
 static int check_images(ff_conv *c, int64_t images, const float *col, int need_col)
 {
     if (images < 0 || (need_col && c->ksize != 1 && !col))
-        return ff_set_error(ff_grid_ctx(c->grid), FF_EINVAL,
-                            "convolution %s: %lld images%s", ff_linear_name(c->lin),
-                            (long long)images,
+        return ff_set_error(ff_grid_ctx(c->grid), FF_EINVAL, "convolution %s: %lld images%s",
+                            ff_linear_name(c->lin), (long long)images,
                             images < 0 ? "" : ", and no im2col workspace for a 3x3 kernel");
     return FF_OK;
 }
@@ -149,8 +148,8 @@ int ff_conv_forward(ff_conv *c, float *out, const float *inp, int64_t images, fl
     return ff_linear_forward(c->lin, out, col, images * c->ho * c->wo);
 }
 
-int ff_conv_backward(ff_conv *c, float *dinp, const float *dout, const float *inp,
-                     int64_t images, float *col, float *dcol)
+int ff_conv_backward(ff_conv *c, float *dinp, const float *dout, const float *inp, int64_t images,
+                     float *col, float *dcol)
 {
     int rc = check_images(c, images, dinp ? dcol : col, 1);
     if (rc == FF_OK)

@@ -16,8 +16,8 @@ typedef struct {
     int spans; /* a group's channels lie on several ranks: sums cross gs */
 } gn_shape;
 
-static int gn_shape_of(ff_group *gs, gn_shape *s, int64_t images, int64_t hw, int64_t cl,
-                       int64_t C, int G)
+static int gn_shape_of(ff_group *gs, gn_shape *s, int64_t images, int64_t hw, int64_t cl, int64_t C,
+                       int G)
 {
     int n = ff_group_size(gs);
     if (G < 1 || C % G || cl * n != C || images < 0 || hw < 1)
@@ -60,8 +60,8 @@ static void gn_sums(const gn_shape *s, float *sums, const float *inp, const floa
 }
 
 int ff_gn_forward(ff_group *gs, float *out, float *mean, float *rstd, const float *inp,
-                  const float *w, const float *b, int64_t images, int64_t hw, int64_t cl,
-                  int64_t C, int G, float eps)
+                  const float *w, const float *b, int64_t images, int64_t hw, int64_t cl, int64_t C,
+                  int G, float eps)
 {
     gn_shape s = {0};
     int rc = gn_shape_of(gs, &s, images, hw, cl, C, G);
@@ -204,8 +204,8 @@ void ff_downsample_forward(float *out, const float *inp, int64_t images, int64_t
             }
 }
 
-void ff_downsample_backward(float *dinp, const float *dout, int64_t images, int64_t h,
-                            int64_t w, int64_t cl)
+void ff_downsample_backward(float *dinp, const float *dout, int64_t images, int64_t h, int64_t w,
+                            int64_t cl)
 {
     const int64_t ho = h / 2, wo = w / 2;
     for (int64_t i = 0; i < images; i++)

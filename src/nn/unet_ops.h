@@ -28,8 +28,8 @@
  * groups it holds nothing of. FF_EDIVIDE (on the context) unless G divides
  * C and C = cl * |gs|. */
 int ff_gn_forward(ff_group *gs, float *out, float *mean, float *rstd, const float *inp,
-                  const float *w, const float *b, int64_t images, int64_t hw, int64_t cl,
-                  int64_t C, int G, float eps);
+                  const float *w, const float *b, int64_t images, int64_t hw, int64_t cl, int64_t C,
+                  int G, float eps);
 /* dinp += d GroupNorm (NULL: not needed); dw, db += sums over this rank's
  * pixels of dout * xhat and dout (the caller all-reduces them over ZD, as
  * the linear layers' biases). One AllReduce over gs of 2*images*G floats
@@ -58,7 +58,7 @@ void ff_downsample_forward(float *out, const float *inp, int64_t images, int64_t
                            int64_t cl);
 /* dinp (images, h, w, cl) = dout / 4 on each pixel of its block,
  * overwritten. */
-void ff_downsample_backward(float *dinp, const float *dout, int64_t images, int64_t h,
-                            int64_t w, int64_t cl);
+void ff_downsample_backward(float *dinp, const float *dout, int64_t images, int64_t h, int64_t w,
+                            int64_t cl);
 
 #endif
