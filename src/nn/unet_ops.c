@@ -20,7 +20,10 @@ static int gn_shape_of(ff_group *gs, gn_shape *s, int64_t images, int64_t hw, in
                        int G)
 {
     int n = ff_group_size(gs);
-    if (G < 1 || C % G || cl * n != C || images < 0 || hw < 1)
+    if (images < 0 || hw < 1)
+        return ff_set_error(gs->ctx, FF_EINVAL, "GroupNorm: %lld images of %lld pixels",
+                            (long long)images, (long long)hw);
+    if (G < 1 || C % G || cl * n != C)
         return ff_set_error(gs->ctx, FF_EDIVIDE,
                             "GroupNorm: %d groups of %lld channels held %lld per rank over %d "
                             "ranks (%s) do not divide",
