@@ -38,6 +38,7 @@
 #include "test_util.h"
 
 static int world_rank, world_size;
+static int team_threads = 1; /* the world context's element-wise threads */
 static double worst_ratio;
 
 static void fill(float *a, size_t n, uint32_t stream)
@@ -475,6 +476,10 @@ static void run_grid(const char *name, ff_grid *grid)
         CHECK(bits_equal(&r_on[i], &r_off[i], &cases[i]),
               "grid %s rank %d %s: overlaps on and off give different bits", name, world_rank,
               cases[i].name);
+        /* the serial grid: the serial run's code on another team of threads */
+        CHECK(g.x * g.y * g.z * g.d > 1 || bits_equal(&r_on[i], &serial[i], &cases[i]),
+              "grid %s %s: not the serial run's bits (threads %d against 1)", name, cases[i].name,
+              team_threads);
     }
     for (int i = 0; i < NCASES; i++)
         result_free(&r_on[i]), result_free(&r_off[i]);
@@ -538,7 +543,11 @@ static int dump(ff_ctx *ctx, const char *dir)
 int main(int argc, char **argv)
 {
     ff_ctx *ctx, *self;
-    test_mpi_start(&argc, &argv, &ctx, &self);
+    if (argc > 2 && !strcmp(argv[1], "--threads")) {
+        team_threads = atoi(argv[2]);
+        argc -= 2, argv += 2;
+    }
+    test_mpi_start(&argc, &argv, team_threads, &ctx, &self);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     if (argc == 3 && !strcmp(argv[1], "--dump")) {

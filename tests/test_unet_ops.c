@@ -33,6 +33,7 @@
 #include "test_util.h"
 
 static int world_rank, world_size;
+static int team_threads = 1; /* the world context's element-wise threads */
 static double worst_ratio;
 
 static void fill(float *a, size_t n, uint32_t stream, double lo, double hi)
@@ -167,6 +168,13 @@ static void gn_compare(const char *grid, ff_grid *gr, const gn_case *t)
         check_norm(grid, what, db, t->db + c0, (size_t)cl,
                    gn_bound(t, g, ns, 1) + gn_bound(t, one, 1, 1));
     }
+    /* the serial grid: the serial run's code on another team of threads */
+    size_t all = (size_t)(px * cl) * sizeof(float);
+    CHECK(g.x * g.y * g.z * g.d > 1 || (!memcmp(out, t->out, all) && !memcmp(dx, t->dx, all) &&
+                                        !memcmp(dw, t->dw, (size_t)cl * sizeof(float)) &&
+                                        !memcmp(db, t->db, (size_t)cl * sizeof(float))),
+          "grid %s %s: not the serial run's bits (threads %d against 1)", grid, t->name,
+          team_threads);
     /* replicas: the same images and channels on the ranks of the other group */
     int64_t key = q * 1000 + c0;
     int d1 = test_replicas_differ(key, out, (size_t)(px * cl));
@@ -185,19 +193,19 @@ typedef struct {
     float *silu, *dsilu, *up, *dxup, *down, *dxdown; /* results on the batch given */
 } local_ops;
 
-static void local_run(local_ops *o, const float *x, const float *dup, const float *ddown,
-                      int64_t images, int64_t cl)
+static void local_run(ff_ctx *ctx, local_ops *o, const float *x, const float *dup,
+                      const float *ddown, int64_t images, int64_t cl)
 {
     size_t n = (size_t)(images * RH * RW * cl);
     o->silu = test_floats(n), o->dsilu = test_floats(n), o->dxup = test_floats(n),
     o->dxdown = test_floats(n);
     o->up = test_floats(4 * n), o->down = test_floats(n / 4);
-    ff_silu_forward(o->silu, x, (int64_t)n);
-    ff_silu_backward(o->dsilu, x, x, (int64_t)n); /* x as the output gradient too */
-    ff_upsample_forward(o->up, x, images, RH, RW, cl);
-    ff_upsample_backward(o->dxup, dup, images, RH, RW, cl);
-    ff_downsample_forward(o->down, x, images, RH, RW, cl);
-    ff_downsample_backward(o->dxdown, ddown, images, RH, RW, cl);
+    ff_silu_forward(ctx, o->silu, x, (int64_t)n);
+    ff_silu_backward(ctx, o->dsilu, x, x, (int64_t)n); /* x as the output gradient too */
+    ff_upsample_forward(ctx, o->up, x, images, RH, RW, cl);
+    ff_upsample_backward(ctx, o->dxup, dup, images, RH, RW, cl);
+    ff_downsample_forward(ctx, o->down, x, images, RH, RW, cl);
+    ff_downsample_backward(ctx, o->dxdown, ddown, images, RH, RW, cl);
 }
 
 static void local_free(local_ops *o)
@@ -236,7 +244,7 @@ static void local_compare(const char *grid, ff_grid *gr)
     block(o.x, s->x, q * px, px, RC, c0, cl);
     block(o.dup, s->dup, 4 * q * px, 4 * px, RC, c0, cl);
     block(o.ddown, s->ddown, q * px / 4, px / 4, RC, c0, cl);
-    local_run(&o, o.x, o.dup, o.ddown, images, cl);
+    local_run(ff_grid_ctx(gr), &o, o.x, o.dup, o.ddown, images, cl);
     int same = same_block(o.silu, s->silu, q * px, px, RC, c0, cl) &&
                same_block(o.dsilu, s->dsilu, q * px, px, RC, c0, cl) &&
                same_block(o.up, s->up, 4 * q * px, 4 * px, RC, c0, cl) &&
@@ -294,7 +302,7 @@ static void serial_runs(ff_ctx *self)
     fill(s->x, n, 400, -6, 6);
     fill(s->dup, 4 * n, 401, -1, 1);
     fill(s->ddown, n / 4, 402, -1, 1);
-    local_run(s, s->x, s->dup, s->ddown, RB, RC);
+    local_run(self, s, s->x, s->dup, s->ddown, RB, RC);
     ff_grid_destroy(one);
 }
 
@@ -338,7 +346,11 @@ static int dump(const char *dir)
 int main(int argc, char **argv)
 {
     ff_ctx *ctx, *self;
-    test_mpi_start(&argc, &argv, &ctx, &self);
+    if (argc > 2 && !strcmp(argv[1], "--threads")) {
+        team_threads = atoi(argv[2]);
+        argc -= 2, argv += 2;
+    }
+    test_mpi_start(&argc, &argv, team_threads, &ctx, &self);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     serial_runs(self);

@@ -84,17 +84,22 @@ static inline double *test_doubles(size_t n)
     return p;
 }
 
-/* MPI (funneled), then a context on the world and, where self is not NULL,
- * one on MPI_COMM_SELF for each rank's serial reference runs. Aborts on
- * failure. */
-static inline void test_mpi_start(int *argc, char ***argv, ff_ctx **world, ff_ctx **self)
+/* MPI (funneled), then a context on the world with `threads` threads per
+ * rank for the element-wise work (the BLAS on one) and, where self is not
+ * NULL, one of one thread on
+ * MPI_COMM_SELF for each rank's serial reference runs. Aborts on failure. */
+static inline void test_mpi_start(int *argc, char ***argv, int threads, ff_ctx **world,
+                                  ff_ctx **self)
 {
     int provided;
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
     ff_ctx_options o;
     ff_ctx_options_default(&o);
-    if (ff_ctx_create(world, MPI_COMM_WORLD, &o) != FF_OK ||
-        (self && ff_ctx_create(self, MPI_COMM_SELF, &o) != FF_OK))
+    if (self && ff_ctx_create(self, MPI_COMM_SELF, &o) != FF_OK)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    o.threads = threads;
+    o.blas_threads = 1;
+    if (ff_ctx_create(world, MPI_COMM_WORLD, &o) != FF_OK)
         MPI_Abort(MPI_COMM_WORLD, 1);
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "util/team.h"
 
 struct ff_conv {
     ff_linear *lin;
@@ -86,46 +87,75 @@ static void taps_of(const ff_conv *c, int64_t b, int64_t oy, int64_t ox, int64_t
     }
 }
 
+/* The passes run on the context's team (util/team.h): im2col by output
+ * pixels, col2im by images (an image's input pixels receive only from its
+ * own output pixels), so every element is written by one thread, in the
+ * same order for any number of threads. */
+typedef struct {
+    const ff_conv *c;
+    float *dst;
+    const float *src;
+} conv_job;
+
+enum { PIXEL_GRAIN = 64 };
+
 /* col (images*Ho*Wo, 9*cl) = im2col(inp (images, H, W, cl)): column
  * ch*9 + t of an output pixel is channel ch of its tap t, 0 in the padding.
  * Written in order, read from 9 rows of channels at once. */
+static void im2col_rows(void *arg, int64_t p0, int64_t p1, int th)
+{
+    (void)th;
+    const conv_job *j = arg;
+    const ff_conv *c = j->c;
+    const int64_t cl = c->cin_local;
+    for (int64_t p = p0; p < p1; p++) {
+        float *row = j->dst + p * 9 * cl;
+        int64_t at[9];
+        taps_of(c, p / (c->ho * c->wo), p / c->wo % c->ho, p % c->wo, at);
+        for (int64_t ch = 0; ch < cl; ch++)
+            for (int t = 0; t < 9; t++)
+                row[ch * 9 + t] = at[t] < 0 ? 0.0f : j->src[at[t] + ch];
+    }
+}
+
 static void im2col(const ff_conv *c, float *col, const float *inp, int64_t images)
 {
-    const int64_t cl = c->cin_local;
-    for (int64_t b = 0; b < images; b++)
-        for (int64_t oy = 0; oy < c->ho; oy++)
-            for (int64_t ox = 0; ox < c->wo; ox++) {
-                float *row = col + ((b * c->ho + oy) * c->wo + ox) * 9 * cl;
-                int64_t at[9];
-                taps_of(c, b, oy, ox, at);
-                for (int64_t ch = 0; ch < cl; ch++)
-                    for (int t = 0; t < 9; t++)
-                        row[ch * 9 + t] = at[t] < 0 ? 0.0f : inp[at[t] + ch];
-            }
+    conv_job j = {c, col, inp};
+    ff_team_run(ff_grid_ctx(c->grid)->team, images * c->ho * c->wo, PIXEL_GRAIN, im2col_rows, &j);
 }
 
 /* dinp (images, H, W, cl) = col2im(dcol): each input pixel's channel sums
  * the columns im2col copied it to, in output-pixel order (an output pixel's
  * taps are different input pixels), so the order does not depend on the
  * loops inside a pixel. */
-static void col2im(const ff_conv *c, float *dinp, const float *dcol, int64_t images)
+static void col2im_images(void *arg, int64_t b0, int64_t b1, int th)
 {
+    (void)th;
+    const conv_job *j = arg;
+    const ff_conv *c = j->c;
     const int64_t cl = c->cin_local;
-    memset(dinp, 0, (size_t)(images * c->h * c->w * cl) * sizeof(float));
-    for (int64_t b = 0; b < images; b++)
+    memset(j->dst + b0 * c->h * c->w * cl, 0,
+           (size_t)((b1 - b0) * c->h * c->w * cl) * sizeof(float));
+    for (int64_t b = b0; b < b1; b++)
         for (int64_t oy = 0; oy < c->ho; oy++)
             for (int64_t ox = 0; ox < c->wo; ox++) {
-                const float *row = dcol + ((b * c->ho + oy) * c->wo + ox) * 9 * cl;
+                const float *row = j->src + ((b * c->ho + oy) * c->wo + ox) * 9 * cl;
                 int64_t at[9];
                 taps_of(c, b, oy, ox, at);
                 for (int t = 0; t < 9; t++) {
                     if (at[t] < 0)
                         continue;
-                    float *dst = dinp + at[t];
+                    float *dst = j->dst + at[t];
                     for (int64_t ch = 0; ch < cl; ch++)
                         dst[ch] += row[ch * 9 + t];
                 }
             }
+}
+
+static void col2im(const ff_conv *c, float *dinp, const float *dcol, int64_t images)
+{
+    conv_job j = {c, dinp, dcol};
+    ff_team_run(ff_grid_ctx(c->grid)->team, images, 1, col2im_images, &j);
 }
 
 static int check_images(ff_conv *c, int64_t images, const float *col, int need_col)

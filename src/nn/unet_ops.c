@@ -5,6 +5,13 @@
 #include <string.h>
 
 #include "internal.h"
+#include "util/team.h"
+
+/* Every pass runs on the context's team (util/team.h), each index on one
+ * thread; sums run in an order fixed by the indices alone, so the bits do
+ * not depend on the number of threads. */
+#define TEAM(ctx) ((ctx) ? (ctx)->team : NULL)
+enum { ELEM_GRAIN = 4096, PIXEL_GRAIN = 64 };
 
 /* ---- GroupNorm ---------------------------------------------------------------
  * Per image, the rank's channels ch = 0..cl-1 are canonical channels c0 + ch,
@@ -33,33 +40,68 @@ static int gn_shape_of(ff_group *gs, gn_shape *s, int64_t images, int64_t hw, in
     return FF_OK;
 }
 
-/* The first and one past the last group this rank holds channels of. */
+/* The first and one past the last group this rank holds channels of, and
+ * the local channels [lo, hi) of group g. */
 static void gn_groups(const gn_shape *s, int64_t *g0, int64_t *g1)
 {
     *g0 = s->c0 / s->cg;
     *g1 = (s->c0 + s->cl - 1) / s->cg + 1;
 }
 
-/* sums (images, G) of f(x) over each group's values on this rank */
-static void gn_sums(const gn_shape *s, float *sums, const float *inp, const float *center)
+static void gn_channels(const gn_shape *s, int64_t g, int64_t *lo, int64_t *hi)
 {
+    *lo = g * s->cg - s->c0, *hi = *lo + s->cg;
+    *lo = *lo < 0 ? 0 : *lo, *hi = *hi > s->cl ? s->cl : *hi;
+}
+
+typedef struct {
+    const gn_shape *s;
+    float *out, *dinp, *dw, *db, *sums, *sums2;
+    const float *inp, *dout, *w, *b, *mean, *rstd;
+} gn_job;
+
+/* per image: sums (images, G) of x over each group's values here, or of
+ * (x - mean)^2 when j->mean is set */
+static void gn_sums(void *arg, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const gn_job *j = arg;
+    const gn_shape *s = j->s;
     int64_t g0, g1;
     gn_groups(s, &g0, &g1);
-    memset(sums, 0, (size_t)(s->images * s->G) * sizeof(float));
-    for (int64_t i = 0; i < s->images; i++)
+    for (int64_t i = i0; i < i1; i++) {
+        memset(j->sums + i * s->G, 0, (size_t)s->G * sizeof(float));
         for (int64_t g = g0; g < g1; g++) {
-            int64_t lo = g * s->cg - s->c0, hi = lo + s->cg;
-            lo = lo < 0 ? 0 : lo, hi = hi > s->cl ? s->cl : hi;
-            double acc = 0, m = center ? center[i * s->G + g] : 0;
+            int64_t lo, hi;
+            gn_channels(s, g, &lo, &hi);
+            double acc = 0;
+            float m = j->mean ? j->mean[i * s->G + g] : 0.0f;
             for (int64_t p = 0; p < s->hw; p++) {
-                const float *x = inp + (i * s->hw + p) * s->cl;
+                const float *x = j->inp + (i * s->hw + p) * s->cl;
                 for (int64_t ch = lo; ch < hi; ch++) {
-                    double d = center ? (double)(x[ch] - (float)m) : x[ch];
-                    acc += center ? d * d : d;
+                    double d = j->mean ? (double)(x[ch] - m) : x[ch];
+                    acc += j->mean ? d * d : d;
                 }
             }
-            sums[i * s->G + g] = (float)acc;
+            j->sums[i * s->G + g] = (float)acc;
         }
+    }
+}
+
+static void gn_normalize(void *arg, int64_t r0, int64_t r1, int th)
+{
+    (void)th;
+    const gn_job *j = arg;
+    const gn_shape *s = j->s;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = j->inp + r * s->cl;
+        float *y = j->out + r * s->cl;
+        int64_t i = r / s->hw;
+        for (int64_t ch = 0; ch < s->cl; ch++) {
+            int64_t k = i * s->G + (s->c0 + ch) / s->cg;
+            y[ch] = (x[ch] - j->mean[k]) * j->rstd[k] * j->w[ch] + j->b[ch];
+        }
+    }
 }
 
 int ff_gn_forward(ff_group *gs, float *out, float *mean, float *rstd, const float *inp,
@@ -70,35 +112,98 @@ int ff_gn_forward(ff_group *gs, float *out, float *mean, float *rstd, const floa
     int rc = gn_shape_of(gs, &s, images, hw, cl, C, G);
     if (rc)
         return rc;
+    ff_team *team = TEAM(gs->ctx);
     const size_t ng = (size_t)(images * G);
     const float inv_n = 1.0f / (float)(hw * s.cg);
     int64_t g0, g1;
     gn_groups(&s, &g0, &g1);
-    gn_sums(&s, mean, inp, NULL);
+    gn_job j = {.s = &s, .out = out, .sums = mean, .inp = inp, .w = w, .b = b};
+    ff_team_run(team, images, 1, gn_sums, &j);
     if (s.spans && (rc = ff_allreduce(gs, mean, mean, ng, NULL)))
         return rc;
     for (size_t k = 0; k < ng; k++)
         mean[k] *= inv_n;
-    gn_sums(&s, rstd, inp, mean);
+    j.sums = rstd, j.mean = mean;
+    ff_team_run(team, images, 1, gn_sums, &j);
     if (s.spans && (rc = ff_allreduce(gs, rstd, rstd, ng, NULL)))
         return rc;
     for (int64_t i = 0; i < images; i++)
         for (int64_t g = 0; g < G; g++) {
-            float *r = &rstd[i * G + g];
-            *r = g >= g0 && g < g1 ? 1.0f / sqrtf(*r * inv_n + eps) : 0.0f;
-            if (!(g >= g0 && g < g1))
+            int here = g >= g0 && g < g1;
+            rstd[i * G + g] = here ? 1.0f / sqrtf(rstd[i * G + g] * inv_n + eps) : 0.0f;
+            if (!here)
                 mean[i * G + g] = 0.0f;
         }
-    for (int64_t i = 0; i < images; i++)
-        for (int64_t p = 0; p < hw; p++) {
-            const float *x = inp + (i * hw + p) * cl;
-            float *y = out + (i * hw + p) * cl;
-            for (int64_t ch = 0; ch < cl; ch++) {
-                int64_t k = i * G + (s.c0 + ch) / s.cg;
-                y[ch] = (x[ch] - mean[k]) * rstd[k] * w[ch] + b[ch];
+    j.rstd = rstd;
+    ff_team_run(team, images * hw, PIXEL_GRAIN, gn_normalize, &j);
+    return FF_OK;
+}
+
+/* per image and group: s1 = sum g, s2 = sum g xhat, g = dout w */
+static void gn_back_sums(void *arg, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const gn_job *j = arg;
+    const gn_shape *s = j->s;
+    int64_t g0, g1;
+    gn_groups(s, &g0, &g1);
+    for (int64_t i = i0; i < i1; i++) {
+        memset(j->sums + i * s->G, 0, (size_t)s->G * sizeof(float));
+        memset(j->sums2 + i * s->G, 0, (size_t)s->G * sizeof(float));
+        for (int64_t g = g0; g < g1; g++) {
+            int64_t lo, hi, k = i * s->G + g;
+            gn_channels(s, g, &lo, &hi);
+            double a1 = 0, a2 = 0;
+            for (int64_t p = 0; p < s->hw; p++)
+                for (int64_t ch = lo; ch < hi; ch++) {
+                    int64_t e = (i * s->hw + p) * s->cl + ch;
+                    float xhat = (j->inp[e] - j->mean[k]) * j->rstd[k], gr = j->dout[e] * j->w[ch];
+                    a1 += gr;
+                    a2 += (double)gr * xhat;
+                }
+            j->sums[k] = (float)a1, j->sums2[k] = (float)a2;
+        }
+    }
+}
+
+/* per channel: dw += sum dout xhat, db += sum dout, over images and pixels
+ * in order */
+static void gn_back_params(void *arg, int64_t c0, int64_t c1, int th)
+{
+    (void)th;
+    const gn_job *j = arg;
+    const gn_shape *s = j->s;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        double aw = 0, ab = 0;
+        for (int64_t i = 0; i < s->images; i++) {
+            int64_t k = i * s->G + (s->c0 + ch) / s->cg;
+            for (int64_t p = 0; p < s->hw; p++) {
+                int64_t e = (i * s->hw + p) * s->cl + ch;
+                float xhat = (j->inp[e] - j->mean[k]) * j->rstd[k];
+                aw += (double)j->dout[e] * xhat;
+                ab += j->dout[e];
             }
         }
-    return FF_OK;
+        j->dw[ch] += (float)aw;
+        j->db[ch] += (float)ab;
+    }
+}
+
+static void gn_back_input(void *arg, int64_t r0, int64_t r1, int th)
+{
+    (void)th;
+    const gn_job *j = arg;
+    const gn_shape *s = j->s;
+    const float inv_n = 1.0f / (float)(s->hw * s->cg);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i = r / s->hw;
+        for (int64_t ch = 0; ch < s->cl; ch++) {
+            int64_t k = i * s->G + (s->c0 + ch) / s->cg, e = r * s->cl + ch;
+            float xhat = (j->inp[e] - j->mean[k]) * j->rstd[k];
+            j->dinp[e] += j->rstd[k] *
+                          (j->dout[e] * j->w[ch] - j->sums[k] * inv_n - xhat * j->sums2[k] * inv_n);
+        }
+    }
 }
 
 int ff_gn_backward(ff_group *gs, float *dinp, float *dw, float *db, const float *dout,
@@ -109,114 +214,148 @@ int ff_gn_backward(ff_group *gs, float *dinp, float *dw, float *db, const float 
     int rc = gn_shape_of(gs, &s, images, hw, cl, C, G);
     if (rc)
         return rc;
-    int64_t g0, g1;
-    gn_groups(&s, &g0, &g1);
-    /* per image and group: s1 = sum g, s2 = sum g xhat, g = dout w */
-    float *s1 = scratch, *s2 = scratch + images * G;
-    memset(scratch, 0, (size_t)(2 * images * G) * sizeof(float));
-    for (int64_t i = 0; i < images; i++)
-        for (int64_t g = g0; g < g1; g++) {
-            int64_t lo = g * s.cg - s.c0, hi = lo + s.cg, k = i * G + g;
-            lo = lo < 0 ? 0 : lo, hi = hi > cl ? cl : hi;
-            double a1 = 0, a2 = 0;
-            for (int64_t p = 0; p < hw; p++)
-                for (int64_t ch = lo; ch < hi; ch++) {
-                    int64_t e = (i * hw + p) * cl + ch;
-                    float xhat = (inp[e] - mean[k]) * rstd[k], gr = dout[e] * w[ch];
-                    a1 += gr;
-                    a2 += (double)gr * xhat;
-                }
-            s1[k] = (float)a1, s2[k] = (float)a2;
-        }
+    ff_team *team = TEAM(gs->ctx);
+    gn_job j = {.s = &s,
+                .dinp = dinp,
+                .dw = dw,
+                .db = db,
+                .sums = scratch,
+                .sums2 = scratch + images * G,
+                .inp = inp,
+                .dout = dout,
+                .w = w,
+                .mean = mean,
+                .rstd = rstd};
+    ff_team_run(team, images, 1, gn_back_sums, &j);
     if (s.spans && (rc = ff_allreduce(gs, scratch, scratch, (size_t)(2 * images * G), NULL)))
         return rc;
-    const float inv_n = 1.0f / (float)(hw * s.cg);
-    for (int64_t ch = 0; ch < cl; ch++) {
-        double aw = 0, ab = 0;
-        for (int64_t i = 0; i < images; i++) {
-            int64_t k = i * G + (s.c0 + ch) / s.cg;
-            for (int64_t p = 0; p < hw; p++) {
-                int64_t e = (i * hw + p) * cl + ch;
-                float xhat = (inp[e] - mean[k]) * rstd[k];
-                aw += (double)dout[e] * xhat;
-                ab += dout[e];
-                if (dinp)
-                    dinp[e] += rstd[k] * (dout[e] * w[ch] - s1[k] * inv_n - xhat * s2[k] * inv_n);
-            }
-        }
-        dw[ch] += (float)aw;
-        db[ch] += (float)ab;
-    }
+    ff_team_run(team, cl, 1, gn_back_params, &j);
+    if (dinp)
+        ff_team_run(team, images * hw, PIXEL_GRAIN, gn_back_input, &j);
     return FF_OK;
 }
 
 /* ---- SiLU ------------------------------------------------------------------ */
 
-void ff_silu_forward(float *out, const float *inp, int64_t n)
+typedef struct {
+    float *dst;
+    const float *src, *dout;
+    int64_t h, w, cl;
+} elem_job;
+
+static void silu_fwd(void *arg, int64_t i0, int64_t i1, int th)
 {
-    for (int64_t i = 0; i < n; i++)
-        out[i] = inp[i] / (1.0f + expf(-inp[i]));
+    (void)th;
+    const elem_job *j = arg;
+    for (int64_t i = i0; i < i1; i++)
+        j->dst[i] = j->src[i] / (1.0f + expf(-j->src[i]));
 }
 
-void ff_silu_backward(float *dinp, const float *dout, const float *inp, int64_t n)
+static void silu_bwd(void *arg, int64_t i0, int64_t i1, int th)
 {
-    for (int64_t i = 0; i < n; i++) {
-        float sg = 1.0f / (1.0f + expf(-inp[i]));
-        dinp[i] = dout[i] * sg * (1.0f + inp[i] * (1.0f - sg));
+    (void)th;
+    const elem_job *j = arg;
+    for (int64_t i = i0; i < i1; i++) {
+        float sg = 1.0f / (1.0f + expf(-j->src[i]));
+        j->dst[i] = j->dout[i] * sg * (1.0f + j->src[i] * (1.0f - sg));
     }
 }
 
-/* ---- resampling -------------------------------------------------------------- */
-
-void ff_upsample_forward(float *out, const float *inp, int64_t images, int64_t h, int64_t w,
-                         int64_t cl)
+void ff_silu_forward(ff_ctx *ctx, float *out, const float *inp, int64_t n)
 {
-    for (int64_t i = 0; i < images; i++)
-        for (int64_t y = 0; y < 2 * h; y++)
-            for (int64_t x = 0; x < 2 * w; x++)
-                memcpy(out + ((i * 2 * h + y) * 2 * w + x) * cl,
-                       inp + ((i * h + y / 2) * w + x / 2) * cl, (size_t)cl * sizeof(float));
+    elem_job j = {out, inp, NULL, 0, 0, 0};
+    ff_team_run(TEAM(ctx), n, ELEM_GRAIN, silu_fwd, &j);
 }
 
-void ff_upsample_backward(float *dinp, const float *dout, int64_t images, int64_t h, int64_t w,
-                          int64_t cl)
+void ff_silu_backward(ff_ctx *ctx, float *dinp, const float *dout, const float *inp, int64_t n)
 {
-    for (int64_t i = 0; i < images; i++)
-        for (int64_t y = 0; y < h; y++)
-            for (int64_t x = 0; x < w; x++) {
-                const float *a = dout + ((i * 2 * h + 2 * y) * 2 * w + 2 * x) * cl;
-                const float *c = a + 2 * w * cl;
-                float *d = dinp + ((i * h + y) * w + x) * cl;
-                for (int64_t ch = 0; ch < cl; ch++)
-                    d[ch] = a[ch] + a[cl + ch] + c[ch] + c[cl + ch];
-            }
+    elem_job j = {dinp, inp, dout, 0, 0, 0};
+    ff_team_run(TEAM(ctx), n, ELEM_GRAIN, silu_bwd, &j);
 }
 
-void ff_downsample_forward(float *out, const float *inp, int64_t images, int64_t h, int64_t w,
-                           int64_t cl)
+/* ---- resampling --------------------------------------------------------------
+ * Indices are pixels of the larger image (h, w the smaller one's sizes). */
+
+static void up_fwd(void *arg, int64_t p0, int64_t p1, int th)
 {
-    const int64_t ho = h / 2, wo = w / 2;
-    for (int64_t i = 0; i < images; i++)
-        for (int64_t y = 0; y < ho; y++)
-            for (int64_t x = 0; x < wo; x++) {
-                const float *a = inp + ((i * h + 2 * y) * w + 2 * x) * cl;
-                const float *c = a + w * cl;
-                float *o = out + ((i * ho + y) * wo + x) * cl;
-                for (int64_t ch = 0; ch < cl; ch++)
-                    o[ch] = (a[ch] + a[cl + ch] + c[ch] + c[cl + ch]) * 0.25f;
-            }
+    (void)th;
+    const elem_job *j = arg;
+    const int64_t h = j->h, w = j->w, cl = j->cl;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t i = p / (4 * h * w), y = p / (2 * w) % (2 * h), x = p % (2 * w);
+        memcpy(j->dst + p * cl, j->src + ((i * h + y / 2) * w + x / 2) * cl,
+               (size_t)cl * sizeof(float));
+    }
 }
 
-void ff_downsample_backward(float *dinp, const float *dout, int64_t images, int64_t h, int64_t w,
-                            int64_t cl)
+static void up_bwd(void *arg, int64_t p0, int64_t p1, int th)
 {
-    const int64_t ho = h / 2, wo = w / 2;
-    for (int64_t i = 0; i < images; i++)
-        for (int64_t y = 0; y < h; y++)
-            for (int64_t x = 0; x < w; x++) {
-                const float *g = dout + ((i * ho + y / 2) * wo + x / 2) * cl;
-                float *d = dinp + ((i * h + y) * w + x) * cl;
-                for (int64_t ch = 0; ch < cl; ch++)
-                    d[ch] = g[ch] * 0.25f;
-            }
+    (void)th;
+    const elem_job *j = arg;
+    const int64_t h = j->h, w = j->w, cl = j->cl;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t i = p / (h * w), y = p / w % h, x = p % w;
+        const float *a = j->src + ((i * 2 * h + 2 * y) * 2 * w + 2 * x) * cl;
+        const float *c = a + 2 * w * cl;
+        float *d = j->dst + p * cl;
+        for (int64_t ch = 0; ch < cl; ch++)
+            d[ch] = a[ch] + a[cl + ch] + c[ch] + c[cl + ch];
+    }
+}
+
+static void down_fwd(void *arg, int64_t p0, int64_t p1, int th)
+{
+    (void)th;
+    const elem_job *j = arg;
+    const int64_t h = j->h, w = j->w, cl = j->cl;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t i = p / (h * w), y = p / w % h, x = p % w;
+        const float *a = j->src + ((i * 2 * h + 2 * y) * 2 * w + 2 * x) * cl;
+        const float *c = a + 2 * w * cl;
+        float *o = j->dst + p * cl;
+        for (int64_t ch = 0; ch < cl; ch++)
+            o[ch] = (a[ch] + a[cl + ch] + c[ch] + c[cl + ch]) * 0.25f;
+    }
+}
+
+static void down_bwd(void *arg, int64_t p0, int64_t p1, int th)
+{
+    (void)th;
+    const elem_job *j = arg;
+    const int64_t h = j->h, w = j->w, cl = j->cl;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t i = p / (4 * h * w), y = p / (2 * w) % (2 * h), x = p % (2 * w);
+        const float *g = j->src + ((i * h + y / 2) * w + x / 2) * cl;
+        float *d = j->dst + p * cl;
+        for (int64_t ch = 0; ch < cl; ch++)
+            d[ch] = g[ch] * 0.25f;
+    }
+}
+
+void ff_upsample_forward(ff_ctx *ctx, float *out, const float *inp, int64_t images, int64_t h,
+                         int64_t w, int64_t cl)
+{
+    elem_job j = {out, inp, NULL, h, w, cl};
+    ff_team_run(TEAM(ctx), images * 4 * h * w, PIXEL_GRAIN, up_fwd, &j);
+}
+
+void ff_upsample_backward(ff_ctx *ctx, float *dinp, const float *dout, int64_t images, int64_t h,
+                          int64_t w, int64_t cl)
+{
+    elem_job j = {dinp, dout, NULL, h, w, cl};
+    ff_team_run(TEAM(ctx), images * h * w, PIXEL_GRAIN, up_bwd, &j);
+}
+
+void ff_downsample_forward(ff_ctx *ctx, float *out, const float *inp, int64_t images, int64_t h,
+                           int64_t w, int64_t cl)
+{
+    elem_job j = {out, inp, NULL, h / 2, w / 2, cl};
+    ff_team_run(TEAM(ctx), images * (h / 2) * (w / 2), PIXEL_GRAIN, down_fwd, &j);
+}
+
+void ff_downsample_backward(ff_ctx *ctx, float *dinp, const float *dout, int64_t images, int64_t h,
+                            int64_t w, int64_t cl)
+{
+    elem_job j = {dinp, dout, NULL, h / 2, w / 2, cl};
+    ff_team_run(TEAM(ctx), images * h * w, PIXEL_GRAIN, down_bwd, &j);
 }

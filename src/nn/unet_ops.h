@@ -7,7 +7,9 @@
  * GroupNorm is the only one that communicates: its statistics are sums over
  * a group's channels, which may lie on several ranks of the group `gs` that
  * splits the channels (Y for layout Y, X for layout X). The others are local
- * and the same bits on every grid. Internal to the library. */
+ * and the same bits on every grid. Every pass runs on the context's team of
+ * threads (ctx may be NULL: the caller's thread), the same bits for any
+ * number of threads. Internal to the library. */
 #ifndef FF_UNET_OPS_H
 #define FF_UNET_OPS_H
 
@@ -39,26 +41,26 @@ int ff_gn_backward(ff_group *gs, float *dinp, float *dw, float *db, const float 
                    int64_t images, int64_t hw, int64_t cl, int64_t C, int G, float *scratch);
 
 /* SiLU: out = x / (1 + exp(-x)). n elements. */
-void ff_silu_forward(float *out, const float *inp, int64_t n);
+void ff_silu_forward(ff_ctx *ctx, float *out, const float *inp, int64_t n);
 /* dinp = dout * s (1 + x (1 - s)), s = 1 / (1 + exp(-x)); overwritten. */
-void ff_silu_backward(float *dinp, const float *dout, const float *inp, int64_t n);
+void ff_silu_backward(ff_ctx *ctx, float *dinp, const float *dout, const float *inp, int64_t n);
 
 /* Nearest-neighbour up-sampling by 2: inp (images, h, w, cl) -> out
  * (images, 2h, 2w, cl), each pixel copied to its 2x2 block. */
-void ff_upsample_forward(float *out, const float *inp, int64_t images, int64_t h, int64_t w,
-                         int64_t cl);
+void ff_upsample_forward(ff_ctx *ctx, float *out, const float *inp, int64_t images, int64_t h,
+                         int64_t w, int64_t cl);
 /* dinp (images, h, w, cl) = the sum of each 2x2 block of dout, overwritten;
  * the four added in row-major order. */
-void ff_upsample_backward(float *dinp, const float *dout, int64_t images, int64_t h, int64_t w,
-                          int64_t cl);
+void ff_upsample_backward(ff_ctx *ctx, float *dinp, const float *dout, int64_t images, int64_t h,
+                          int64_t w, int64_t cl);
 
 /* Average down-sampling by 2 (2x2 blocks, stride 2): inp (images, h, w, cl),
  * h and w even -> out (images, h/2, w/2, cl) = ((a + b) + c + d) * 0.25. */
-void ff_downsample_forward(float *out, const float *inp, int64_t images, int64_t h, int64_t w,
-                           int64_t cl);
+void ff_downsample_forward(ff_ctx *ctx, float *out, const float *inp, int64_t images, int64_t h,
+                           int64_t w, int64_t cl);
 /* dinp (images, h, w, cl) = dout / 4 on each pixel of its block,
  * overwritten. */
-void ff_downsample_backward(float *dinp, const float *dout, int64_t images, int64_t h, int64_t w,
-                            int64_t cl);
+void ff_downsample_backward(ff_ctx *ctx, float *dinp, const float *dout, int64_t images, int64_t h,
+                            int64_t w, int64_t cl);
 
 #endif
