@@ -346,11 +346,7 @@ static int dump(const char *dir)
 int main(int argc, char **argv)
 {
     ff_ctx *ctx, *self;
-    if (argc > 2 && !strcmp(argv[1], "--threads")) {
-        team_threads = atoi(argv[2]);
-        argc -= 2, argv += 2;
-    }
-    test_mpi_start(&argc, &argv, team_threads, &ctx, &self);
+    team_threads = test_mpi_start(&argc, &argv, &ctx, &self);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     serial_runs(self);

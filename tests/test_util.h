@@ -84,15 +84,20 @@ static inline double *test_doubles(size_t n)
     return p;
 }
 
-/* MPI (funneled), then a context on the world with `threads` threads per
- * rank for the element-wise work (the BLAS on one) and, where self is not
- * NULL, one of one thread on
- * MPI_COMM_SELF for each rank's serial reference runs. Aborts on failure. */
-static inline void test_mpi_start(int *argc, char ***argv, int threads, ff_ctx **world,
-                                  ff_ctx **self)
+/* MPI (funneled), then a context on the world and, where self is not NULL,
+ * one of one thread on MPI_COMM_SELF for each rank's serial reference runs.
+ * Leading arguments "--threads N" (taken off argv) give the world's context
+ * N threads for the element-wise work (the BLAS stays on one). Returns the
+ * world's threads; aborts on failure. */
+static inline int test_mpi_start(int *argc, char ***argv, ff_ctx **world, ff_ctx **self)
 {
-    int provided;
+    int provided, threads = 1;
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    if (*argc > 2 && !strcmp((*argv)[1], "--threads")) {
+        threads = atoi((*argv)[2]);
+        (*argv)[2] = (*argv)[0];
+        *argc -= 2, *argv += 2;
+    }
     ff_ctx_options o;
     ff_ctx_options_default(&o);
     if (self && ff_ctx_create(self, MPI_COMM_SELF, &o) != FF_OK)
@@ -101,6 +106,7 @@ static inline void test_mpi_start(int *argc, char ***argv, int threads, ff_ctx *
     o.blas_threads = 1;
     if (ff_ctx_create(world, MPI_COMM_WORLD, &o) != FF_OK)
         MPI_Abort(MPI_COMM_WORLD, 1);
+    return threads;
 }
 
 /* Runs fn(name, grid) on each grid named in argv[1..argc) (GxxGyxGzxGd or

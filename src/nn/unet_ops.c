@@ -241,6 +241,7 @@ typedef struct {
     float *dst;
     const float *src, *dout;
     int64_t h, w, cl;
+    float scale;
 } elem_job;
 
 static void silu_fwd(void *arg, int64_t i0, int64_t i1, int th)
@@ -263,13 +264,13 @@ static void silu_bwd(void *arg, int64_t i0, int64_t i1, int th)
 
 void ff_silu_forward(ff_ctx *ctx, float *out, const float *inp, int64_t n)
 {
-    elem_job j = {out, inp, NULL, 0, 0, 0};
+    elem_job j = {out, inp, NULL, 0, 0, 0, 1.0f};
     ff_team_run(TEAM(ctx), n, ELEM_GRAIN, silu_fwd, &j);
 }
 
 void ff_silu_backward(ff_ctx *ctx, float *dinp, const float *dout, const float *inp, int64_t n)
 {
-    elem_job j = {dinp, inp, dout, 0, 0, 0};
+    elem_job j = {dinp, inp, dout, 0, 0, 0, 1.0f};
     ff_team_run(TEAM(ctx), n, ELEM_GRAIN, silu_bwd, &j);
 }
 
@@ -288,22 +289,9 @@ static void up_fwd(void *arg, int64_t p0, int64_t p1, int th)
     }
 }
 
-static void up_bwd(void *arg, int64_t p0, int64_t p1, int th)
-{
-    (void)th;
-    const elem_job *j = arg;
-    const int64_t h = j->h, w = j->w, cl = j->cl;
-    for (int64_t p = p0; p < p1; p++) {
-        int64_t i = p / (h * w), y = p / w % h, x = p % w;
-        const float *a = j->src + ((i * 2 * h + 2 * y) * 2 * w + 2 * x) * cl;
-        const float *c = a + 2 * w * cl;
-        float *d = j->dst + p * cl;
-        for (int64_t ch = 0; ch < cl; ch++)
-            d[ch] = a[ch] + a[cl + ch] + c[ch] + c[cl + ch];
-    }
-}
-
-static void down_fwd(void *arg, int64_t p0, int64_t p1, int th)
+/* out pixel p = (sum of the 2x2 block of src at it, row-major) * scale:
+ * the up-sampling's gradient (scale 1, exact) and the down-sampling */
+static void sum_blocks(void *arg, int64_t p0, int64_t p1, int th)
 {
     (void)th;
     const elem_job *j = arg;
@@ -314,7 +302,7 @@ static void down_fwd(void *arg, int64_t p0, int64_t p1, int th)
         const float *c = a + 2 * w * cl;
         float *o = j->dst + p * cl;
         for (int64_t ch = 0; ch < cl; ch++)
-            o[ch] = (a[ch] + a[cl + ch] + c[ch] + c[cl + ch]) * 0.25f;
+            o[ch] = (a[ch] + a[cl + ch] + c[ch] + c[cl + ch]) * j->scale;
     }
 }
 
@@ -328,34 +316,34 @@ static void down_bwd(void *arg, int64_t p0, int64_t p1, int th)
         const float *g = j->src + ((i * h + y / 2) * w + x / 2) * cl;
         float *d = j->dst + p * cl;
         for (int64_t ch = 0; ch < cl; ch++)
-            d[ch] = g[ch] * 0.25f;
+            d[ch] = g[ch] * j->scale;
     }
 }
 
 void ff_upsample_forward(ff_ctx *ctx, float *out, const float *inp, int64_t images, int64_t h,
                          int64_t w, int64_t cl)
 {
-    elem_job j = {out, inp, NULL, h, w, cl};
+    elem_job j = {out, inp, NULL, h, w, cl, 1.0f};
     ff_team_run(TEAM(ctx), images * 4 * h * w, PIXEL_GRAIN, up_fwd, &j);
 }
 
 void ff_upsample_backward(ff_ctx *ctx, float *dinp, const float *dout, int64_t images, int64_t h,
                           int64_t w, int64_t cl)
 {
-    elem_job j = {dinp, dout, NULL, h, w, cl};
-    ff_team_run(TEAM(ctx), images * h * w, PIXEL_GRAIN, up_bwd, &j);
+    elem_job j = {dinp, dout, NULL, h, w, cl, 1.0f};
+    ff_team_run(TEAM(ctx), images * h * w, PIXEL_GRAIN, sum_blocks, &j);
 }
 
 void ff_downsample_forward(ff_ctx *ctx, float *out, const float *inp, int64_t images, int64_t h,
                            int64_t w, int64_t cl)
 {
-    elem_job j = {out, inp, NULL, h / 2, w / 2, cl};
-    ff_team_run(TEAM(ctx), images * (h / 2) * (w / 2), PIXEL_GRAIN, down_fwd, &j);
+    elem_job j = {out, inp, NULL, h / 2, w / 2, cl, 0.25f};
+    ff_team_run(TEAM(ctx), images * (h / 2) * (w / 2), PIXEL_GRAIN, sum_blocks, &j);
 }
 
 void ff_downsample_backward(ff_ctx *ctx, float *dinp, const float *dout, int64_t images, int64_t h,
                             int64_t w, int64_t cl)
 {
-    elem_job j = {dinp, dout, NULL, h / 2, w / 2, cl};
+    elem_job j = {dinp, dout, NULL, h / 2, w / 2, cl, 0.25f};
     ff_team_run(TEAM(ctx), images * h * w, PIXEL_GRAIN, down_bwd, &j);
 }
