@@ -52,7 +52,7 @@ fi
 
 PACKAGES="build-essential cmake pkg-config openmpi-bin libopenmpi-dev \
 libopenblas-dev libopenblas-openmp-dev python3 python3-numpy python3-torch iproute2 util-linux iptables \
-libpcre2-dev libdnnl-dev fortunes"
+libpcre2-dev libdnnl-dev fortunes zlib1g-dev libpng-dev dataset-fashion-mnist"
 
 missing=""
 for p in $PACKAGES; do

@@ -4,7 +4,10 @@
 #define FF_TEST_UTIL_H
 
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "fourfold/fourfold.h"
 
@@ -54,6 +57,127 @@ static inline int test_finish(const char *name)
         printf("%s: %s (%d failed checks over all ranks)\n", name, total ? "FAILED" : "passed",
                total);
     return total ? 1 : 0;
+}
+
+/* float32's gamma_K = K u / (1 - K u), u = 2^-24 (Higham §3.1): the bound
+ * on the relative error of a sum whose terms pass through K roundings. */
+static inline double test_gamma(double k)
+{
+    const double u = 1.0 / 16777216.0;
+    return k * u / (1.0 - k * u);
+}
+
+/* Zeroed arrays; abort on failure (a test has nothing to fall back to). */
+static inline float *test_floats(size_t n)
+{
+    float *p = (float *)calloc(n ? n : 1, sizeof(float));
+    if (!p)
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    return p;
+}
+
+static inline double *test_doubles(size_t n)
+{
+    double *p = (double *)calloc(n ? n : 1, sizeof(double));
+    if (!p)
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    return p;
+}
+
+/* MPI (funneled), then a context on the world and, where self is not NULL,
+ * one of one thread on MPI_COMM_SELF for each rank's serial reference runs.
+ * Leading arguments "--threads N" (taken off argv) give the world's context
+ * N threads for the element-wise work (the BLAS stays on one). Returns the
+ * world's threads; aborts on failure. */
+static inline int test_mpi_start(int *argc, char ***argv, ff_ctx **world, ff_ctx **self)
+{
+    int provided, threads = 1;
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    if (*argc > 2 && !strcmp((*argv)[1], "--threads")) {
+        threads = atoi((*argv)[2]);
+        (*argv)[2] = (*argv)[0];
+        *argc -= 2, *argv += 2;
+    }
+    ff_ctx_options o;
+    ff_ctx_options_default(&o);
+    if (self && ff_ctx_create(self, MPI_COMM_SELF, &o) != FF_OK)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    o.threads = threads;
+    o.blas_threads = 1;
+    if (ff_ctx_create(world, MPI_COMM_WORLD, &o) != FF_OK)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    return threads;
+}
+
+/* Runs fn(name, grid) on each grid named in argv[1..argc) (GxxGyxGzxGd or
+ * a preset; "all" is skipped), or on every grid of the world's size when none
+ * is named; a name that does not parse is a failed check. *worst is the
+ * test's worst error / bound, which fn raises; after each grid rank 0 prints
+ * the grid's worst over all ranks, `what` and its verdict, and *worst
+ * becomes the worst over all grids. */
+static inline void test_run_grids(int argc, char **argv, ff_ctx *ctx, double *worst,
+                                  const char *what, void (*fn)(const char *name, ff_grid *grid))
+{
+    int size, rank, named = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    enum { MAX_GRIDS = 128 };
+    ff_dims grids[MAX_GRIDS];
+    for (int i = 1; i < argc && named < MAX_GRIDS; i++) {
+        char err[256];
+        if (strcmp(argv[i], "all") &&
+            ff_grid_parse(argv[i], size, size, &grids[named++], err, sizeof err) != FF_OK) {
+            CHECK(0, "%s", err);
+            named--;
+        }
+    }
+    int ng = named ? named : test_all_grids(size, grids, MAX_GRIDS);
+    for (int i = 0; i < ng && i < MAX_GRIDS; i++) {
+        ff_dims g = grids[i];
+        char name[32];
+        snprintf(name, sizeof name, "%dx%dx%dx%d", g.x, g.y, g.z, g.d);
+        ff_grid *grid;
+        if (ff_grid_create(ctx, g, &grid) != FF_OK) {
+            CHECK(0, "grid %s: %s", name, ff_ctx_error(ctx));
+            continue;
+        }
+        double before = *worst, w;
+        int failures = test_failures, failed;
+        *worst = 0;
+        fn(name, grid);
+        ff_grid_destroy(grid);
+        w = *worst;
+        failed = test_failures - failures;
+        MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        if (rank == 0)
+            printf("grid %-9s worst error/bound %.3f; %s  %s\n", name, w, what,
+                   failed ? "FAILED" : "ok");
+        *worst = w > before ? w : before;
+    }
+}
+
+/* Replicas: every rank of the world gives a key (which block of data it
+ * holds) and its n floats; ranks with the same key must hold the same bits.
+ * Compares FNV-1a hashes of the bytes. Returns how many of this rank's
+ * replicas differ from it (collective over MPI_COMM_WORLD). */
+static inline int test_replicas_differ(int64_t key, const float *a, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *p = (const unsigned char *)a;
+    for (size_t i = 0; i < n * sizeof(float); i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    int size, rank, differ = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int64_t mine[2] = {key, (int64_t)h}, *all = malloc((size_t)size * sizeof mine);
+    if (!all)
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    MPI_Allgather(mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, MPI_COMM_WORLD);
+    for (int r = 0; r < size; r++)
+        differ += r != rank && all[2 * r] == key && all[2 * r + 1] != mine[1];
+    free(all);
+    return differ;
 }
 
 #endif

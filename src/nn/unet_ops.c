@@ -1,0 +1,349 @@
+/* The U-Net's operations besides its convolutions (unet_ops.h). */
+#include "unet_ops.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+#include "util/team.h"
+
+/* Every pass runs on the context's team (util/team.h), each index on one
+ * thread; sums run in an order fixed by the indices alone, so the bits do
+ * not depend on the number of threads. */
+#define TEAM(ctx) ((ctx) ? (ctx)->team : NULL)
+enum { ELEM_GRAIN = 4096, PIXEL_GRAIN = 64 };
+
+/* ---- GroupNorm ---------------------------------------------------------------
+ * Per image, the rank's channels ch = 0..cl-1 are canonical channels c0 + ch,
+ * of group (c0 + ch) / cg. Sums run over pixels in order, then channels in
+ * order, in double, and are rounded to float once. */
+
+typedef struct {
+    int64_t images, hw, cl, C, G, cg, c0;
+    int spans; /* a group's channels lie on several ranks: sums cross gs */
+} gn_shape;
+
+static int gn_shape_of(ff_group *gs, gn_shape *s, int64_t images, int64_t hw, int64_t cl, int64_t C,
+                       int G)
+{
+    int n = ff_group_size(gs);
+    if (images < 0 || hw < 1)
+        return ff_set_error(gs->ctx, FF_EINVAL, "GroupNorm: %lld images of %lld pixels",
+                            (long long)images, (long long)hw);
+    if (G < 1 || C % G || cl * n != C)
+        return ff_set_error(gs->ctx, FF_EDIVIDE,
+                            "GroupNorm: %d groups of %lld channels held %lld per rank over %d "
+                            "ranks (%s) do not divide",
+                            G, (long long)C, (long long)cl, n, gs->name);
+    *s = (gn_shape){images, hw, cl, C, G, C / G, (int64_t)ff_group_rank(gs) * cl, 0};
+    s->spans = cl % s->cg != 0;
+    return FF_OK;
+}
+
+/* The first and one past the last group this rank holds channels of, and
+ * the local channels [lo, hi) of group g. */
+static void gn_groups(const gn_shape *s, int64_t *g0, int64_t *g1)
+{
+    *g0 = s->c0 / s->cg;
+    *g1 = (s->c0 + s->cl - 1) / s->cg + 1;
+}
+
+static void gn_channels(const gn_shape *s, int64_t g, int64_t *lo, int64_t *hi)
+{
+    *lo = g * s->cg - s->c0, *hi = *lo + s->cg;
+    *lo = *lo < 0 ? 0 : *lo, *hi = *hi > s->cl ? s->cl : *hi;
+}
+
+typedef struct {
+    const gn_shape *s;
+    float *out, *dinp, *dw, *db, *sums, *sums2;
+    const float *inp, *dout, *w, *b, *mean, *rstd;
+} gn_job;
+
+/* per image: sums (images, G) of x over each group's values here, or of
+ * (x - mean)^2 when j->mean is set */
+static void gn_sums(void *arg, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const gn_job *j = arg;
+    const gn_shape *s = j->s;
+    int64_t g0, g1;
+    gn_groups(s, &g0, &g1);
+    for (int64_t i = i0; i < i1; i++) {
+        memset(j->sums + i * s->G, 0, (size_t)s->G * sizeof(float));
+        for (int64_t g = g0; g < g1; g++) {
+            int64_t lo, hi;
+            gn_channels(s, g, &lo, &hi);
+            double acc = 0;
+            float m = j->mean ? j->mean[i * s->G + g] : 0.0f;
+            for (int64_t p = 0; p < s->hw; p++) {
+                const float *x = j->inp + (i * s->hw + p) * s->cl;
+                for (int64_t ch = lo; ch < hi; ch++) {
+                    double d = j->mean ? (double)(x[ch] - m) : x[ch];
+                    acc += j->mean ? d * d : d;
+                }
+            }
+            j->sums[i * s->G + g] = (float)acc;
+        }
+    }
+}
+
+static void gn_normalize(void *arg, int64_t r0, int64_t r1, int th)
+{
+    (void)th;
+    const gn_job *j = arg;
+    const gn_shape *s = j->s;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = j->inp + r * s->cl;
+        float *y = j->out + r * s->cl;
+        int64_t i = r / s->hw;
+        for (int64_t ch = 0; ch < s->cl; ch++) {
+            int64_t k = i * s->G + (s->c0 + ch) / s->cg;
+            y[ch] = (x[ch] - j->mean[k]) * j->rstd[k] * j->w[ch] + j->b[ch];
+        }
+    }
+}
+
+int ff_gn_forward(ff_group *gs, float *out, float *mean, float *rstd, const float *inp,
+                  const float *w, const float *b, int64_t images, int64_t hw, int64_t cl, int64_t C,
+                  int G, float eps)
+{
+    gn_shape s = {0};
+    int rc = gn_shape_of(gs, &s, images, hw, cl, C, G);
+    if (rc)
+        return rc;
+    ff_team *team = TEAM(gs->ctx);
+    const size_t ng = (size_t)(images * G);
+    const float inv_n = 1.0f / (float)(hw * s.cg);
+    int64_t g0, g1;
+    gn_groups(&s, &g0, &g1);
+    gn_job j = {.s = &s, .out = out, .sums = mean, .inp = inp, .w = w, .b = b};
+    ff_team_run(team, images, 1, gn_sums, &j);
+    if (s.spans && (rc = ff_allreduce(gs, mean, mean, ng, NULL)))
+        return rc;
+    for (size_t k = 0; k < ng; k++)
+        mean[k] *= inv_n;
+    j.sums = rstd, j.mean = mean;
+    ff_team_run(team, images, 1, gn_sums, &j);
+    if (s.spans && (rc = ff_allreduce(gs, rstd, rstd, ng, NULL)))
+        return rc;
+    for (int64_t i = 0; i < images; i++)
+        for (int64_t g = 0; g < G; g++) {
+            int here = g >= g0 && g < g1;
+            rstd[i * G + g] = here ? 1.0f / sqrtf(rstd[i * G + g] * inv_n + eps) : 0.0f;
+            if (!here)
+                mean[i * G + g] = 0.0f;
+        }
+    j.rstd = rstd;
+    ff_team_run(team, images * hw, PIXEL_GRAIN, gn_normalize, &j);
+    return FF_OK;
+}
+
+/* per image and group: s1 = sum g, s2 = sum g xhat, g = dout w */
+static void gn_back_sums(void *arg, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const gn_job *j = arg;
+    const gn_shape *s = j->s;
+    int64_t g0, g1;
+    gn_groups(s, &g0, &g1);
+    for (int64_t i = i0; i < i1; i++) {
+        memset(j->sums + i * s->G, 0, (size_t)s->G * sizeof(float));
+        memset(j->sums2 + i * s->G, 0, (size_t)s->G * sizeof(float));
+        for (int64_t g = g0; g < g1; g++) {
+            int64_t lo, hi, k = i * s->G + g;
+            gn_channels(s, g, &lo, &hi);
+            double a1 = 0, a2 = 0;
+            for (int64_t p = 0; p < s->hw; p++)
+                for (int64_t ch = lo; ch < hi; ch++) {
+                    int64_t e = (i * s->hw + p) * s->cl + ch;
+                    float xhat = (j->inp[e] - j->mean[k]) * j->rstd[k], gr = j->dout[e] * j->w[ch];
+                    a1 += gr;
+                    a2 += (double)gr * xhat;
+                }
+            j->sums[k] = (float)a1, j->sums2[k] = (float)a2;
+        }
+    }
+}
+
+/* per channel: dw += sum dout xhat, db += sum dout, over images and pixels
+ * in order */
+static void gn_back_params(void *arg, int64_t c0, int64_t c1, int th)
+{
+    (void)th;
+    const gn_job *j = arg;
+    const gn_shape *s = j->s;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        double aw = 0, ab = 0;
+        for (int64_t i = 0; i < s->images; i++) {
+            int64_t k = i * s->G + (s->c0 + ch) / s->cg;
+            for (int64_t p = 0; p < s->hw; p++) {
+                int64_t e = (i * s->hw + p) * s->cl + ch;
+                float xhat = (j->inp[e] - j->mean[k]) * j->rstd[k];
+                aw += (double)j->dout[e] * xhat;
+                ab += j->dout[e];
+            }
+        }
+        j->dw[ch] += (float)aw;
+        j->db[ch] += (float)ab;
+    }
+}
+
+static void gn_back_input(void *arg, int64_t r0, int64_t r1, int th)
+{
+    (void)th;
+    const gn_job *j = arg;
+    const gn_shape *s = j->s;
+    const float inv_n = 1.0f / (float)(s->hw * s->cg);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i = r / s->hw;
+        for (int64_t ch = 0; ch < s->cl; ch++) {
+            int64_t k = i * s->G + (s->c0 + ch) / s->cg, e = r * s->cl + ch;
+            float xhat = (j->inp[e] - j->mean[k]) * j->rstd[k];
+            j->dinp[e] += j->rstd[k] *
+                          (j->dout[e] * j->w[ch] - j->sums[k] * inv_n - xhat * j->sums2[k] * inv_n);
+        }
+    }
+}
+
+int ff_gn_backward(ff_group *gs, float *dinp, float *dw, float *db, const float *dout,
+                   const float *inp, const float *w, const float *mean, const float *rstd,
+                   int64_t images, int64_t hw, int64_t cl, int64_t C, int G, float *scratch)
+{
+    gn_shape s = {0};
+    int rc = gn_shape_of(gs, &s, images, hw, cl, C, G);
+    if (rc)
+        return rc;
+    ff_team *team = TEAM(gs->ctx);
+    gn_job j = {.s = &s,
+                .dinp = dinp,
+                .dw = dw,
+                .db = db,
+                .sums = scratch,
+                .sums2 = scratch + images * G,
+                .inp = inp,
+                .dout = dout,
+                .w = w,
+                .mean = mean,
+                .rstd = rstd};
+    ff_team_run(team, images, 1, gn_back_sums, &j);
+    if (s.spans && (rc = ff_allreduce(gs, scratch, scratch, (size_t)(2 * images * G), NULL)))
+        return rc;
+    ff_team_run(team, cl, 1, gn_back_params, &j);
+    if (dinp)
+        ff_team_run(team, images * hw, PIXEL_GRAIN, gn_back_input, &j);
+    return FF_OK;
+}
+
+/* ---- SiLU ------------------------------------------------------------------ */
+
+typedef struct {
+    float *dst;
+    const float *src, *dout;
+    int64_t h, w, cl;
+    float scale;
+} elem_job;
+
+static void silu_fwd(void *arg, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const elem_job *j = arg;
+    for (int64_t i = i0; i < i1; i++)
+        j->dst[i] = j->src[i] / (1.0f + expf(-j->src[i]));
+}
+
+static void silu_bwd(void *arg, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const elem_job *j = arg;
+    for (int64_t i = i0; i < i1; i++) {
+        float sg = 1.0f / (1.0f + expf(-j->src[i]));
+        j->dst[i] = j->dout[i] * sg * (1.0f + j->src[i] * (1.0f - sg));
+    }
+}
+
+void ff_silu_forward(ff_ctx *ctx, float *out, const float *inp, int64_t n)
+{
+    elem_job j = {out, inp, NULL, 0, 0, 0, 1.0f};
+    ff_team_run(TEAM(ctx), n, ELEM_GRAIN, silu_fwd, &j);
+}
+
+void ff_silu_backward(ff_ctx *ctx, float *dinp, const float *dout, const float *inp, int64_t n)
+{
+    elem_job j = {dinp, inp, dout, 0, 0, 0, 1.0f};
+    ff_team_run(TEAM(ctx), n, ELEM_GRAIN, silu_bwd, &j);
+}
+
+/* ---- resampling --------------------------------------------------------------
+ * Indices are pixels of the larger image (h, w the smaller one's sizes). */
+
+static void up_fwd(void *arg, int64_t p0, int64_t p1, int th)
+{
+    (void)th;
+    const elem_job *j = arg;
+    const int64_t h = j->h, w = j->w, cl = j->cl;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t i = p / (4 * h * w), y = p / (2 * w) % (2 * h), x = p % (2 * w);
+        memcpy(j->dst + p * cl, j->src + ((i * h + y / 2) * w + x / 2) * cl,
+               (size_t)cl * sizeof(float));
+    }
+}
+
+/* out pixel p = (sum of the 2x2 block of src at it, row-major) * scale:
+ * the up-sampling's gradient (scale 1, exact) and the down-sampling */
+static void sum_blocks(void *arg, int64_t p0, int64_t p1, int th)
+{
+    (void)th;
+    const elem_job *j = arg;
+    const int64_t h = j->h, w = j->w, cl = j->cl;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t i = p / (h * w), y = p / w % h, x = p % w;
+        const float *a = j->src + ((i * 2 * h + 2 * y) * 2 * w + 2 * x) * cl;
+        const float *c = a + 2 * w * cl;
+        float *o = j->dst + p * cl;
+        for (int64_t ch = 0; ch < cl; ch++)
+            o[ch] = (a[ch] + a[cl + ch] + c[ch] + c[cl + ch]) * j->scale;
+    }
+}
+
+static void down_bwd(void *arg, int64_t p0, int64_t p1, int th)
+{
+    (void)th;
+    const elem_job *j = arg;
+    const int64_t h = j->h, w = j->w, cl = j->cl;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t i = p / (4 * h * w), y = p / (2 * w) % (2 * h), x = p % (2 * w);
+        const float *g = j->src + ((i * h + y / 2) * w + x / 2) * cl;
+        float *d = j->dst + p * cl;
+        for (int64_t ch = 0; ch < cl; ch++)
+            d[ch] = g[ch] * j->scale;
+    }
+}
+
+void ff_upsample_forward(ff_ctx *ctx, float *out, const float *inp, int64_t images, int64_t h,
+                         int64_t w, int64_t cl)
+{
+    elem_job j = {out, inp, NULL, h, w, cl, 1.0f};
+    ff_team_run(TEAM(ctx), images * 4 * h * w, PIXEL_GRAIN, up_fwd, &j);
+}
+
+void ff_upsample_backward(ff_ctx *ctx, float *dinp, const float *dout, int64_t images, int64_t h,
+                          int64_t w, int64_t cl)
+{
+    elem_job j = {dinp, dout, NULL, h, w, cl, 1.0f};
+    ff_team_run(TEAM(ctx), images * h * w, PIXEL_GRAIN, sum_blocks, &j);
+}
+
+void ff_downsample_forward(ff_ctx *ctx, float *out, const float *inp, int64_t images, int64_t h,
+                           int64_t w, int64_t cl)
+{
+    elem_job j = {out, inp, NULL, h / 2, w / 2, cl, 0.25f};
+    ff_team_run(TEAM(ctx), images * (h / 2) * (w / 2), PIXEL_GRAIN, sum_blocks, &j);
+}
+
+void ff_downsample_backward(ff_ctx *ctx, float *dinp, const float *dout, int64_t images, int64_t h,
+                            int64_t w, int64_t cl)
+{
+    elem_job j = {dinp, dout, NULL, h / 2, w / 2, cl, 0.25f};
+    ff_team_run(TEAM(ctx), images * h * w, PIXEL_GRAIN, down_bwd, &j);
+}
