@@ -39,3 +39,9 @@ void ff_bf16_round(float *x, size_t n)
     for (size_t i = 0; i < n; i++)
         x[i] = ff_bf16_to_float(ff_bf16_from_float(x[i]));
 }
+
+void ff_bf16_round_copy(float *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = ff_bf16_to_float(ff_bf16_from_float(src[i]));
+}
