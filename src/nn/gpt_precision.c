@@ -38,8 +38,6 @@ int ff_gpt_precision_check(ff_gpt *g)
         return ff_set_error(g->ctx, FF_EINVAL,
                             "bf16-mixed precision sets the format of each collective itself "
                             "(docs/design.md, \"Precision\"): leave the wire fp32");
-    if (ff_grid_stages(g->grid) > 1) /* (not yet checked against the serial run) */
-        return ff_gpt_refuse_mixed(g, "pipeline stages");
     if (ff_ctx_cuda(g->ctx))
         return ff_set_error(g->ctx, FF_EUNSUPPORTED,
                             "bf16-mixed precision on the GPU backend: not supported yet");
