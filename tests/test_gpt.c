@@ -1313,7 +1313,9 @@ static int dump_begin(const test_config *tc, uint64_t seed, int n, const char *d
         fprintf(stderr, "dump: needs 1 rank\n");
         return 1;
     }
-    int rc = ff_gpt_create(*grid, &tc->cfg, NULL, tc->B, tc->T, g);
+    ff_gpt_opts o; /* the defaults, in bf16-mixed with --bf16-mixed */
+    variant_opts(0, &o);
+    int rc = ff_gpt_create(*grid, &tc->cfg, &o, tc->B, tc->T, g);
     if (rc == FF_OK)
         rc = ff_gpt_init(*g, seed);
     char path[512];
