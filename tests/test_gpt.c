@@ -87,7 +87,7 @@
  *    rounding, and the error reaches 0.999 of it. It catches an optimizer
  *    that differs on some ranks (docs/testing.md).
  *
- * bf16-mixed (--bf16-mixed; docs/design.md, "Precision"): the serial run
+ * bf16-mixed (--bf16-mixed; docs/design.md §13): the serial run
  * and every grid in bf16-mixed precision, the same checks with the bound
  * below for the tensors and the losses (in place of 1e-5); the variants of
  * a grid still bitwise identical (a recompute rounds its operands as the

@@ -95,7 +95,7 @@ typedef struct {
      * CAC, the capacity factor */
     int ge, dtd, cac;
     float capacity;
-    int mixed; /* 1: bf16-mixed precision (its own wires: docs/design.md, "Precision") */
+    int mixed; /* 1: bf16-mixed precision (its own wires: docs/design.md §13) */
 } variant;
 
 enum { PANEL = 4 };

@@ -88,7 +88,7 @@ typedef struct {
     int slow_jitter;
 } ff_pipe_opts;
 
-/* The arithmetic of a run (docs/design.md, "Precision"). FF_PRECISION_BF16_MIXED:
+/* The arithmetic of a run (docs/design.md §13). FF_PRECISION_BF16_MIXED:
  * fp32 master weights, gradients and AdamW moments; the matrix products
  * with weights take bf16 operands (the weights' bf16 copy, made after each
  * change of the master, and their inputs and output gradients rounded to

@@ -108,7 +108,7 @@ static const char help_rest[] =
     "  --ag-cache N          the last N blocks keep their gathered weights from the forward\n"
     "                        to the backward (-1: every layer and wte; default -1)\n"
     "  --precision P         fp32 or bf16-mixed: bf16 products, fp32 master weights and\n"
-    "                        AdamW state (default fp32; docs/design.md, \"Precision\")\n"
+    "                        AdamW state (default fp32; docs/design.md §13)\n"
     "  --wire fp32|bf16      element format of the linear layers' collectives (default fp32;\n"
     "                        bf16-mixed sets it per collective)\n"
     "  --decompose K         compute each layer's all-reduced product in K chunks of rows,\n"

@@ -1,4 +1,4 @@
-/* bf16-mixed precision of the GPT model (docs/design.md, "Precision"): the
+/* bf16-mixed precision of the GPT model (docs/design.md §13): the
  * names, what the model refuses in it, and the weights' bf16 copy that the
  * linear layers use in place of the fp32 master. The products' rounding is
  * the linear layer's (ff_linear_opts.bf16, src/nn/linear.c). */
@@ -37,7 +37,7 @@ int ff_gpt_precision_check(ff_gpt *g)
     if (g->opt.linear.coll.wire != FF_WIRE_FP32)
         return ff_set_error(g->ctx, FF_EINVAL,
                             "bf16-mixed precision sets the format of each collective itself "
-                            "(docs/design.md, \"Precision\"): leave the wire fp32");
+                            "(docs/design.md §13): leave the wire fp32");
     if (ff_ctx_cuda(g->ctx))
         return ff_set_error(g->ctx, FF_EUNSUPPORTED,
                             "bf16-mixed precision on the GPU backend: not supported yet");

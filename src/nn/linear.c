@@ -301,7 +301,7 @@ int ff_linear_add(ff_linear_seq *s, const ff_linear_desc *d, ff_linear **out)
     l->oag = s->opt.oag;
     l->cache_forced = -1;
     l->coll = s->opt.coll;
-    if (s->opt.bf16) /* gathers and activations: bf16 (docs/design.md, "Precision") */
+    if (s->opt.bf16) /* gathers and activations: bf16 (docs/design.md §13) */
         l->coll.wire = FF_WIRE_BF16;
     (void)me;
     s->layers[s->n_layers++] = l;
@@ -955,7 +955,7 @@ static int forward_rows(ff_linear *l, float *out, const float *inp, int64_t rows
     return rc ? rc : rc2 ? rc2 : release(l);
 }
 
-/* bf16-mixed (docs/design.md, "Precision"): an operand of the products,
+/* bf16-mixed (docs/design.md §13): an operand of the products,
  * n values rounded to bf16 in a pool buffer (the emulation: bf16 values in
  * fp32 words, whose products the BLAS forms exactly in fp32) */
 static float *bf16_operand(ff_linear *l, const float *x, size_t n)
@@ -1113,7 +1113,7 @@ static int backward_use_done(ff_linear *l)
     l->rs_send = l->dw_block;
     l->dw_block = NULL;
     ff_coll_opts grad = l->coll;
-    if (s->opt.bf16) /* weight gradients in fp32 (docs/design.md, "Precision") */
+    if (s->opt.bf16) /* weight gradients in fp32 (docs/design.md §13) */
         grad.wire = FF_WIRE_FP32;
     if ((rc = ff_ireduce_scatter(l->grp_z, l->rs_send, l->rs_out, l->shard, &grad, &l->rs))) {
         buf_give(s, l->rs_out, l->shard);

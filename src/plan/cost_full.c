@@ -435,7 +435,7 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
     s->m = s->b_mb * s->T;
     s->act = ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? 2 : 4;
     /* the data-parallel buckets' and experts' tokens': bf16-mixed reduces
-     * gradients in fp32 (docs/design.md, "Precision"); its layers' gathers
+     * gradients in fp32 (docs/design.md §13); its layers' gathers
      * and activations are bf16 (plan_layer_opts) */
     s->wire = s->act == 2 ? 4 : cfg->wire_bytes;
     s->overlap = cfg->overlap;

@@ -23,7 +23,7 @@
 enum { F32 = 4 }; /* statistics and losses stay fp32 */
 
 /* The weight gradients' reduce-scatter of a layer on `wire`: bf16-mixed
- * reduces gradients in fp32 (docs/design.md, "Precision") */
+ * reduces gradients in fp32 (docs/design.md §13) */
 static int grad_wire(const plan_shape *s, int wire) { return s->act == 2 ? F32 : wire; }
 
 typedef struct {
