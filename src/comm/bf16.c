@@ -34,14 +34,23 @@ void ff_bf16_unpack(float *dst, const uint16_t *src, size_t n)
         dst[i] = ff_bf16_to_float(src[i]);
 }
 
-void ff_bf16_round(float *x, size_t n)
+void ff_bf16_round(float *x, size_t n) { ff_bf16_round_copy(x, x, n); }
+
+/* float(bf16(x)) on the bits, without a branch, so that the loop below
+ * vectorizes (bf16-mixed rounds every operand of its products): the same
+ * values as ff_bf16_to_float(ff_bf16_from_float(x)), NaN included */
+static inline uint32_t round_bits(uint32_t u)
 {
-    for (size_t i = 0; i < n; i++)
-        x[i] = ff_bf16_to_float(ff_bf16_from_float(x[i]));
+    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    return (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) & 0xffff0000u : r;
 }
 
 void ff_bf16_round_copy(float *dst, const float *src, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = ff_bf16_to_float(ff_bf16_from_float(src[i]));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
+        u = round_bits(u);
+        memcpy(&dst[i], &u, sizeof u);
+    }
 }
