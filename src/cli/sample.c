@@ -437,8 +437,8 @@ static int run(int argc, char **argv, const char *command)
             }
         float l = 0;
         if (rc == FF_OK && (rc = ff_gpt_eval(g, tok, tgt, &l)) == FF_OK)
-            cli_print("loss %.9g on the %d tokens of the text (grid %dx%dx%dx%d)\n", l, T, s.x, s.y,
-                      s.z, s.d);
+            cli_print("loss %.9g on the %d tokens of the text (grid %dx%dx%dx%d, %s)\n", l, T,
+                      s.x, s.y, s.z, s.d, ff_precision_name(o.precision));
     } else if (rc == FF_OK && eval) {
         ff_gpt_config cfg = ff_gpt_get_config(g);
         int first, count;
@@ -462,9 +462,10 @@ static int run(int argc, char **argv, const char *command)
                                   isnan(sum) ? "NaN" : "infinite"); /* the same on every rank */
         if (rc == FF_OK)
             cli_print("loss %.9g (%ld batches of %ld x %d tokens, grid %dx%dx%dx%d, %d "
-                      "stage%s)\n",
+                      "stage%s, %s)\n",
                       sum / (double)o.batches, o.batches, batch, T, s.x, s.y, s.z, s.d,
-                      ff_grid_stages(grid), ff_grid_stages(grid) > 1 ? "s" : "");
+                      ff_grid_stages(grid), ff_grid_stages(grid) > 1 ? "s" : "",
+                      ff_precision_name(o.precision));
     } else if (rc == FF_OK) {
         ff_sampler smp = {(float)o.temperature, (int)o.top_k, (uint64_t)o.seed};
         if (!bpe && cfg0.V != FF_BYTE_VOCAB)
