@@ -533,6 +533,10 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
     pc.checkpoint = o->gpt.checkpoint;
     pc.ag_cache = o->ag_cache_blocks < 0 ? cfg->L : (int)o->ag_cache_blocks;
     pc.cmm = o->gpt.linear.cmm;
+    /* the run's traffic (docs/design.md §13; the planner's bf16-mixed memory
+     * is the accelerator's 2-byte storage, below this run's) */
+    pc.precision =
+        o->gpt.precision == FF_PRECISION_BF16_MIXED ? FF_PLAN_BF16_MIXED : FF_PLAN_FP32;
     if (!o->gpt.linear.oar || !o->gpt.dp_overlap)
         pc.overlap = 0; /* --overlap off */
     ff_plan *plan = NULL;
