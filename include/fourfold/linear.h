@@ -80,11 +80,13 @@ typedef struct {
                             multiplies each shard as the ring all-gather (forced for
                             it) delivers it. Other BLAS calls: bounded, not bitwise */
     int bf16;            /* 1: bf16-mixed products (docs/design.md §13): the
-                            bound weights are bf16 values, gathered on the bf16 wire;
+                            weights read (ff_linear_bind_used: the caller's bf16
+                            copy) gathered on the bf16 wire;
                             inputs and output gradients are rounded to bf16 for the
                             products (fp32 accumulation); the outputs' and input
-                            gradients' all-reduces on the bf16 wire, the weight
-                            gradients' reduce-scatter in fp32 whatever coll.wire says */
+                            gradients' all-reduces on the bf16 wire, the gradients'
+                            reduce-scatter and all-reduces (ff_linear_seq_allreduce_grads)
+                            in fp32 whatever coll.wire says */
 } ff_linear_opts;
 
 enum { FF_DECOMPOSE_MAX = 64 };

@@ -1135,13 +1135,16 @@ int ff_linear_seq_allreduce_grads(ff_linear_seq *s)
     if (!reqs)
         return ff_set_error(s->ctx, FF_ENOMEM, "out of memory for gradient all-reduces");
     ff_group *gd = ff_grid_group(s->grid, FF_GROUP_D), *gzd = ff_grid_group(s->grid, FF_GROUP_ZD);
+    ff_coll_opts grad = s->opt.coll;
+    if (s->opt.bf16) /* gradients in fp32 (docs/design.md §13) */
+        grad.wire = FF_WIRE_FP32;
     int rc = FF_OK, n = 0;
     for (int i = 0; i < s->n_layers && rc == FF_OK; i++) {
         ff_linear *l = s->layers[i];
         if (l->dw) /* (a compressed gradient is the model's to reduce) */
-            rc = ff_iallreduce(gd, l->dw, l->dw, l->shard, &s->opt.coll, &reqs[n++]);
+            rc = ff_iallreduce(gd, l->dw, l->dw, l->shard, &grad, &reqs[n++]);
         if (rc == FF_OK && l->has_bias && l->db)
-            rc = ff_iallreduce(gzd, l->db, l->db, (size_t)l->nl, &s->opt.coll, &reqs[n++]);
+            rc = ff_iallreduce(gzd, l->db, l->db, (size_t)l->nl, &grad, &reqs[n++]);
     }
     int rc2 = ff_waitall(reqs, n);
     free(reqs);
