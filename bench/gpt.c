@@ -13,7 +13,7 @@
  *          [--stages P --schedule message|1f1b --limit K --slow-stage S --slow-ms T
  *          --pass-ms E --slow-jitter 0|1]
  *          [--experts E --expert-every K --top-k 1|2 --capacity F --ep Ge --dtd 0|1
- *          --cac 0|1]
+ *          --cac 0|1] [--precision fp32|bf16-mixed]
  * (--decompose: every linear layer's all-reduced products in K chunks;
  * --plan: a per-layer plan file; --gemm-report: rank 0's GEMM tuner's
  * choices and timings at the end (ff_gemm_report); --panel: GEMM panel height, 0 = by shape;
@@ -43,6 +43,7 @@
 
 typedef struct {
     const char *grid, *label, *plan, *progress, *schedule;
+    ff_precision precision;
     int L, C, NH, V, maxT, B, T, threads, reps, warmup, checkpoint, decompose, panel, cmm, oag;
     int gemm_report;
     int micro, stages, limit, slow_stage, slow_ms, pass_ms, jitter;
@@ -153,7 +154,10 @@ static int parse(int argc, char **argv, options *o)
             o->schedule = argv[++i];
         else if (strcmp(a, "--progress") == 0 && v && (!strcmp(v, "poll") || !strcmp(v, "thread")))
             o->progress = argv[++i];
-        else if (strcmp(a, "--checkpoint") == 0)
+        else if (strcmp(a, "--precision") == 0 && v) {
+            if (ff_precision_parse(argv[++i], &o->precision))
+                return -2;
+        } else if (strcmp(a, "--checkpoint") == 0)
             o->checkpoint = 1;
         else if (strcmp(a, "--gemm-report") == 0)
             o->gemm_report = 1;
@@ -173,7 +177,10 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     options o;
-    if (parse(argc, argv, &o))
+    int bad = parse(argc, argv, &o);
+    if (bad == -2)
+        die(rank, "--precision: expected " FF_PRECISION_CHOICES);
+    if (bad)
         die(rank, "bad arguments (see the header of bench/gpt.c)");
     ff_ctx *ctx;
     ff_grid *grid;
@@ -201,6 +208,7 @@ int main(int argc, char **argv)
     opts.dtd = o.dtd;
     opts.cac = o.cac;
     opts.checkpoint = o.checkpoint;
+    opts.precision = o.precision;
     opts.linear.decompose = o.decompose;
     opts.linear.cmm = o.cmm;
     opts.linear.oag = o.oag;
@@ -279,9 +287,9 @@ int main(int argc, char **argv)
     ff_gpt_memory_report(g, &mem);
     if (rank == 0) {
         printf("%s grid %s, %d rank(s) x %d thread(s) (BLAS %s, element-wise work on %s), kernel "
-               "%s: L=%d C=%d NH=%d V=%d B=%d T=%d%s\n",
+               "%s: L=%d C=%d NH=%d V=%d B=%d T=%d, %s%s\n",
                o.label, o.grid, size, o.threads, ff_blas_threading(), ff_ctx_team(ctx),
-               ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T,
+               ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T, ff_precision_name(o.precision),
                o.checkpoint ? ", checkpointing" : "");
         printf("  step %.1f ms (median of %d), %.0f tokens/s, model %.1f GFLOP/s = %.3f of sgemm "
                "%.1f GFLOP/s x %d ranks; rank 0 memory: params %.1f MiB, activations %.1f MiB\n",
@@ -293,13 +301,14 @@ int main(int argc, char **argv)
                    o.slow_stage >= 0 ? " (with a straggler)" : "");
         printf("{\"bench\":\"gpt\",\"label\":\"%s\",\"grid\":\"%s\",\"ranks\":%d,\"threads\":%d,"
                "\"blas_threading\":\"%s\",\"team\":\"%s\",\"kernel\":\"%s\",\"L\":%d,\"C\":%d,"
-               "\"NH\":%d,\"V\":%d,\"B\":%d,\"T\":%d,"
+               "\"NH\":%d,\"V\":%d,\"B\":%d,\"T\":%d,\"precision\":\"%s\","
                "\"checkpoint\":%d,\"progress\":\"%s\",\"decompose\":%d,\"plan\":\"%s\","
                "\"micro\":%d,\"stages\":%d,\"schedule\":\"%s\",\"limit\":%d,\"slow_stage\":%d,"
                "\"slow_ms\":%d,\"slow_jitter\":%d,\"pass_ms\":%d,\"median_ms\":%.2f,"
                "\"runs_ms\":[",
                o.label, o.grid, size, o.threads, ff_blas_threading(), ff_ctx_team(ctx),
-               ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T, o.checkpoint,
+               ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T, ff_precision_name(o.precision),
+               o.checkpoint,
                thread ? "thread" : "poll", o.decompose, o.plan ? o.plan : "", o.micro, o.stages,
                o.schedule, o.limit ? o.limit : o.stages, o.slow_stage, o.slow_ms, o.jitter,
                o.pass_ms, step_s * 1e3);

@@ -228,6 +228,8 @@ void ff_bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type);
 void ff_bf16_pack(uint16_t *dst, const float *src, size_t n);
 void ff_bf16_unpack(float *dst, const uint16_t *src, size_t n);
 void ff_bf16_round(float *x, size_t n); /* x = float(bf16(x)) in place */
+/* dst = float(bf16(src)): an operand of a bf16-mixed product, widened back */
+void ff_bf16_round_copy(float *dst, const float *src, size_t n);
 
 /* The scratch pool (caller holds ctx->lock). */
 void *ff_pool_take(ff_ctx *ctx, size_t bytes, size_t *got);

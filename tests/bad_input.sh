@@ -25,6 +25,13 @@ case_ "unknown command 'selftset'"            2 selftset
 case_ "cannot write trace"                    1 selftest --grid data --count 3 --trace /nonexistent/dir/t.json
 case_ "cannot write /nonexistent/dir/p.json"  1 bench profile --quick --out /nonexistent/dir/p.json
 
+# precision (docs/design.md §13): any other word is a usage error
+# with the choices; bf16-mixed asked of what cannot run it says which
+case_ "--precision fp16: expected fp32 or bf16-mixed" 2 train --precision fp16 --out "$WORK/pr"
+case_ "--precision bf16: expected fp32 or bf16-mixed" 2 eval --precision bf16 --checkpoint x.bin --data x.bin
+case_ "--precision FP32: expected fp32 or bf16-mixed" 2 sample --precision FP32 --checkpoint x.bin
+case_ "bf16-mixed precision sets the format of each collective itself" 1 train --precision bf16-mixed --wire bf16 --steps 1 --out "$WORK/pw"
+
 # outputs that cannot be written are refused before the work, not after it
 case_ "cannot write trace /nonexistent/dir/t.json" 1 train --steps 50 --trace /nonexistent/dir/t.json --out "$WORK/tr"
 if grep -q '^step ' "$WORK/out"; then

@@ -394,10 +394,12 @@ static void test_cmm_timeline(void)
 /* bf16-mixed precision against fp32 (docs/planner.md, "Memory per
  * rank"): activations and gathered buffers take half the bytes, the
  * parameters a bf16 copy beside the fp32 master (6 bytes for 4), the
- * gradients half, the moments the same. Its traffic is fp32's with the
- * bf16 wire but for the embedding's all-reduce over X (m C/Gy values, on 2
- * ranks a ring moving each once: 2 bytes fewer per value) and the ZD
- * all-reduce of the other gradients. */
+ * gradients half, the moments the same. Its traffic (docs/design.md §13)
+ * is fp32's with the bf16 wire for the weights' all-gathers
+ * and the activations' all-reduces, and fp32's with the fp32 wire for the
+ * gradients' reduce-scatters over Z and all-reduces over D; the rest
+ * (the embedding's all-reduce, the ZD gradients, statistics) is fp32 in
+ * both. */
 static void test_bf16_mixed(void)
 {
     ff_plan_config cfg;
@@ -418,24 +420,24 @@ static void test_bf16_mixed(void)
           "gradients %g (%g), moments %g (%g)",
           b.mem_activations, f.mem_activations, b.mem_weight_buffers, f.mem_weight_buffers,
           b.mem_params, f.mem_params, b.mem_grads, f.mem_grads, b.mem_optimizer, f.mem_optimizer);
-    ff_plan_coll tb[FF_PLAN_NGROUPS][FF_NCOLL], tw[FF_PLAN_NGROUPS][FF_NCOLL];
+    ff_plan_coll tb[FF_PLAN_NGROUPS][FF_NCOLL], tw[FF_PLAN_NGROUPS][FF_NCOLL],
+        tf[FF_PLAN_NGROUPS][FF_NCOLL];
     CHECK(ff_plan_traffic(&cfg, g, at, tb, err, sizeof err) == FF_OK, "%s", err);
     cfg.precision = FF_PLAN_FP32;
+    CHECK(ff_plan_traffic(&cfg, g, at, tf, err, sizeof err) == FF_OK, "%s", err);
     cfg.wire_bytes = 2;
     CHECK(ff_plan_traffic(&cfg, g, at, tw, err, sizeof err) == FF_OK, "%s", err);
-    const uint64_t m = 8 / 4 * 64, emb = m * 128 / 1 * 2; /* values of the embedding's AR, bytes */
     for (int k = 0; k < FF_NGROUPS; k++)
         for (int c = 0; c < FF_NCOLL; c++) {
-            uint64_t want = tw[k][c].bytes_sent;
-            if (k == FF_GROUP_X && c == FF_COLL_ALLREDUCE)
-                want -= emb;
-            if (k == FF_GROUP_ZD && c == FF_COLL_ALLREDUCE)
-                CHECK(tb[k][c].bytes_sent < want, "ZD all-reduce %llu bytes, fp32 %llu",
-                      (unsigned long long)tb[k][c].bytes_sent, (unsigned long long)want);
-            else
-                CHECK(tb[k][c].bytes_sent == want && tb[k][c].calls == tw[k][c].calls,
-                      "group %d collective %d: %llu bytes, want %llu", k, c,
-                      (unsigned long long)tb[k][c].bytes_sent, (unsigned long long)want);
+            const int grad = (k == FF_GROUP_Z && c == FF_COLL_REDUCE_SCATTER) ||
+                             (k == FF_GROUP_D && c == FF_COLL_ALLREDUCE);
+            const uint64_t want = (grad ? tf : tw)[k][c].bytes_sent;
+            CHECK(tb[k][c].bytes_sent == want && tb[k][c].calls == tw[k][c].calls,
+                  "group %d collective %d: %llu bytes, want %llu (%s)", k, c,
+                  (unsigned long long)tb[k][c].bytes_sent, (unsigned long long)want,
+                  grad ? "fp32" : "the bf16 wire's");
+            if (grad || (k == FF_GROUP_Z && c == FF_COLL_ALLGATHER))
+                CHECK(want > 0, "group %d collective %d sends nothing here", k, c);
         }
     CHECK(b.step_s < f.step_s, "bf16-mixed is faster: %g, fp32 %g", b.step_s, f.step_s);
 }

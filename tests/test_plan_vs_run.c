@@ -14,7 +14,9 @@
  * buckets as bf16, the rest stays fp32; the last runs a per-layer plan,
  * mixed_plan() below, with GEMM panels of PANEL rows in the run and in the
  * planner, so that decomposition cuts the few rows here into up to 4
- * chunks). Equality is exact: tolerance 0.
+ * chunks; three more in bf16-mixed precision, whose layers gather and
+ * all-reduce activations on bf16 and reduce gradients in fp32, one of them
+ * with the per-layer plan). Equality is exact: tolerance 0.
  * Rank 0 prints one line per grid and variant and, for a mismatch, every
  * differing (group, collective) of the first rank that differs.
  *
@@ -29,7 +31,7 @@
  * top-2, with balanced routing (ff_gpt_opts.balanced_routing), which the
  * planner assumes: moe_variants below run expert parallelism (Ge = Gd, and
  * 2 where Gd is 4 or 8), DTD on and off, checkpointing with and without
- * CAC and a capacity that drops tokens, and the counters of the model's
+ * CAC and a capacity that drops tokens, and bf16-mixed, and the counters of the model's
  * expert groups (EP, EDP) are compared too.
  *
  * Model on 8 ranks: L=2, C=64, NH=8 (whole heads for every Gx up to 8),
@@ -93,21 +95,25 @@ typedef struct {
      * CAC, the capacity factor */
     int ge, dtd, cac;
     float capacity;
+    int mixed; /* 1: bf16-mixed precision (its own wires: docs/design.md §13) */
 } variant;
 
 enum { PANEL = 4 };
 
 static const variant dense_variants[] = {
-    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0},
-    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0},
-    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0},
-    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0},
-    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0, 1, 1, 0, 0},
-    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0, 1, 1, 0, 0},
-    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 1, 1, 0, 0},
-    {"checkpointing, CAC, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 1, 1, 1, 0},
-    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0},
-    {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1, 1, 1, 0, 0},
+    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0},
+    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0},
+    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0},
+    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 0},
+    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0, 1, 1, 0, 0, 0},
+    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0, 1, 1, 0, 0, 0},
+    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 1, 1, 0, 0, 0},
+    {"checkpointing, CAC, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 1, 1, 1, 0, 0},
+    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 0},
+    {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1, 1, 1, 0, 0, 0},
+    {"bf16-mixed", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1},
+    {"bf16-mixed, checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 1},
+    {"bf16-mixed, per-layer plan", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 1},
 };
 
 /* The MoE model (`moe`): block 1 of 2 holds E = 8 experts, top-2 routing,
@@ -116,15 +122,16 @@ static const variant dense_variants[] = {
  * DTD where Gx > 1 (one variant without); the CAC variant keeps the
  * collectives' outputs of the checkpointed blocks. */
 static const variant moe_variants[] = {
-    {"moe", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f},
-    {"moe, 2 micro, checkpointing", 2, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f},
-    {"moe, EP=Gd", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f},
-    {"moe, EP=2", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 2, 1, 0, 1.0f},
-    {"moe, EP=Gd, DTD off, bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 0, 0, 0, 1.0f},
-    {"moe, EP=Gd, checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f},
-    {"moe, EP=Gd, checkpointing, CAC, no AG cache", 1, 1, 0, 1, 4, 0, 0, 0, 1, 1, 1.0f},
-    {"moe, EP=Gd, checkpointing, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 1.0f},
-    {"moe, EP=Gd, F 0.5, 2 micro, overlaps off, no AG cache", 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0.5f},
+    {"moe", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0},
+    {"moe, 2 micro, checkpointing", 2, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0},
+    {"moe, EP=Gd", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0},
+    {"moe, EP=2", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 2, 1, 0, 1.0f, 0},
+    {"moe, EP=Gd, DTD off, bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 0, 0, 0, 1.0f, 0},
+    {"moe, EP=Gd, checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0},
+    {"moe, EP=Gd, checkpointing, CAC, no AG cache", 1, 1, 0, 1, 4, 0, 0, 0, 1, 1, 1.0f, 0},
+    {"moe, EP=Gd, checkpointing, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0},
+    {"moe, EP=Gd, F 0.5, 2 micro, overlaps off, no AG cache", 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0.5f, 0},
+    {"moe, EP=Gd, checkpointing, bf16-mixed", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 1},
 };
 
 static const variant *variants = dense_variants;
@@ -194,6 +201,7 @@ static void model_opts(const variant *v, int ge, ff_gpt_opts *o)
     o->dtd = v->dtd;
     o->cac = v->cac;
     o->balanced_routing = 1;
+    o->precision = v->mixed ? FF_PRECISION_BF16_MIXED : FF_PRECISION_FP32;
 }
 
 /* The variant's expert parallelism on a grid of Gd (0: not run there). */
@@ -238,6 +246,7 @@ static void plan_config(const variant *v, ff_plan_config *pc)
     pc->model.capacity_factor = v->capacity;
     pc->dtd = v->dtd;
     pc->cac = v->cac;
+    pc->precision = v->mixed ? FF_PLAN_BF16_MIXED : FF_PLAN_FP32;
 }
 
 /* This rank's tokens for one step: n_micro micro-batches of its sequences. */
@@ -487,7 +496,8 @@ int main(int argc, char **argv)
                         va->ag_cache != prev->ag_cache || va->overlaps != prev->overlaps ||
                         va->wire != prev->wire || va->plan != prev->plan || va->cmm != prev->cmm ||
                         ge != ge_of(prev, grids[i].d) || va->dtd != prev->dtd ||
-                        va->cac != prev->cac || va->capacity != prev->capacity;
+                        va->cac != prev->cac || va->capacity != prev->capacity ||
+                        va->mixed != prev->mixed;
             prev = va;
             if (fresh) {
                 ff_gpt_destroy(g);
@@ -521,9 +531,10 @@ int main(int argc, char **argv)
                not_ring);
         CHECK(not_ring > 0, "no prediction differs from the ring's: rec-whole was not exercised");
         /* every grid and variant; with experts: the 20 grids run "moe" and
-         * "moe, 2 micro, checkpointing", the 10 with Gd > 1 each EP=Gd
-         * variant (6), the 4 with Gd = 4 or 8 "EP=2": 40 + 60 + 4 */
-        CHECK(runs == (moe ? 104 : (n_grids - skipped) * n_variants), "%d runs", runs);
+         * "moe, 2 micro, checkpointing" (40), the 10 with Gd > 1 the six
+         * EP=Gd variants (60), the 4 with Gd = 4 or 8 "EP=2" (4), and the
+         * 10 the bf16-mixed one (10) */
+        CHECK(runs == (moe ? 114 : (n_grids - skipped) * n_variants), "%d runs", runs);
         if (world == 6)
             CHECK(threes[0] && threes[1] && threes[2] && threes[3],
                   "grids run with a 3 in X, Y, Z, D: %d, %d, %d, %d; want each > 0", threes[0],

@@ -3,7 +3,7 @@
 --dtype float64 --ff DIR), against bounds derived from float32's unit
 roundoff (docs/testing.md, "The PyTorch oracle's bounds").
 
-  gpt_compare.py DIR
+  gpt_compare.py DIR [--plain PLAIN]
 
 Reads from DIR (a = fourfold, from `test_gpt --dump DIR`; b = the oracle, in
 float64, following fourfold's trajectory):
@@ -33,6 +33,22 @@ over the run, ||b - theta_0||_2) against its bound:
                         (every operation, its float32 hyperparameters, its
                         clipping) around torch's float64 AdamW on the same
                         gradients, element by element, taken norm-wise
+bf16-mixed (the oracle's --precision bf16-mixed, from oracle.json): both
+runs round the same operands to bf16, fourfold its float32 values, the
+oracle its float64 ones; where the two straddle a bf16 rounding boundary
+they round apart, by at most one bf16 ulp, 2 u_b |x| (u_b = 2^-8), so each
+rounded operand on the way adds at most 2 u_b to a tensor's norm-wise
+error (the weights add nothing: both round the same float32 master). On
+the way to the logits and the loss: the 4L + 1 inputs of the products with
+weights; to the gradients, also the 4L + 1 output gradients of their
+backward:
+  logits, losses        + (4L + 1) 2 u_b
+  gradients             + (8L + 2) 2 u_b
+a worst case (every element rounded apart) that a run without rounding
+would meet too; so, with --plain PLAIN (the same oracle without the bf16
+rounding, --precision fp32, run on the same files in PLAIN), every step-0
+gradient tensor and the logits must also be strictly nearer to the bf16
+oracle's than to the plain one's: fourfold rounds what the oracle rounds.
 Also: the padded vocabulary rows V..Vp of every gradient, of the parameters
 and of the moments exactly zero; equal configs and shapes; finite values;
 fourfold's hyperparameters the float32 values of the oracle's; and the
@@ -171,6 +187,8 @@ def unflat(x, cfg):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir")
+    ap.add_argument("--plain", default=None,
+                    help="bf16-mixed: the oracle without rounding's directory")
     a = ap.parse_args()
     D = a.dir
     p = lambda name: os.path.join(D, name)  # noqa: E731
@@ -215,10 +233,27 @@ def main():
     K = max(Vp, B * T, 4 * C) + 8
     tau_logits, tau_loss, tau_grad = ((11 * L + 3) * gamma(K), (11 * L + 5) * gamma(K),
                                       (22 * L + 9) * gamma(K))
+    mixed = orj.get("precision", "fp32") == "bf16-mixed"
+    if mixed:  # (the docstring derives it)
+        UB = 2.0 ** -8
+        tau_logits += (4 * L + 1) * 2 * UB
+        tau_loss += (4 * L + 1) * 2 * UB
+        tau_grad += (8 * L + 2) * 2 * UB
     print(f"norm-wise relative error ||ff - oracle|| / ||oracle|| per tensor; u = 2^-24, "
           f"K = max(Vp, B*T, 4C) + 8 = {K}, gamma_K = {gamma(K):.3e}")
     print(f"bounds: logits (11L+3) gamma_K = {tau_logits:.3e}, losses (11L+5) gamma_K = "
-          f"{tau_loss:.3e}, gradients (22L+9) gamma_K = {tau_grad:.3e}")
+          f"{tau_loss:.3e}, gradients (22L+9) gamma_K = {tau_grad:.3e}"
+          + (", each + bf16-mixed's (4L+1) 2u_b, (4L+1) 2u_b, (8L+2) 2u_b" if mixed else ""))
+    plain = {}
+    if mixed and a.plain:
+        try:
+            cp, plain = gt.read_checkpoint(os.path.join(a.plain, "oracle_grads_0.bin"), dtype="<f8")
+            if cp != cfg or load_json(os.path.join(a.plain, "oracle.json")).get(
+                    "precision", "fp32") != "fp32":
+                raise ValueError(f"{a.plain}: not the plain oracle of this model")
+        except (OSError, ValueError) as e:
+            print(f"FAIL: {e}")
+            return 1
 
     # fourfold's hyperparameters: the float32 values of the oracle's
     hp = {k: float(orj[k]) for k in ("lr", "min_lr_frac", "wd", "beta1", "beta2", "eps",
@@ -244,7 +279,11 @@ def main():
             ok = check(err <= tau_grad, f"step {s} gradient {name}: {err:.3e} > {tau_grad:.3e}")
             if s == 0:
                 print(f"{name:<10} {str(ga[s][name].shape):<18} {norm(gb[s][name]):11.4e} "
-                      f"{err:10.3e} {err / tau_grad:10.2e}  {ok}")
+                      f"{err:10.3e} {err / tau_grad:10.2e}  {ok}", end="")
+                if plain:
+                    ep = rel_err(ga[s][name], plain[name])
+                    print(f"  plain oracle {ep:.3e}: {check(err < ep, f'{name}: gradient nearer the oracle without bf16 rounding ({ep:.3e}) than the bf16 one ({err:.3e})')}", end="")
+                print()
             if not err / tau_grad <= worst_grad[0]:
                 worst_grad = (err / tau_grad, name, s)
         for who, g in (("ff", ga[s]), ("oracle", gb[s])):
@@ -266,6 +305,11 @@ def main():
         logit_ratio = err / tau_logits
         print(f"logits {str((B, T, V)):<18} rel err {err:.3e}, {logit_ratio:.2e} of its bound  "
               f"{check(err <= tau_logits, f'logits: {err:.3e} > {tau_logits:.3e}')}")
+        if plain:
+            lp = np.fromfile(os.path.join(a.plain, "oracle_logits.bin"), dtype="<f8")
+            ep = rel_err(la.reshape(B, T, Vp)[..., :V], lp.reshape(B, T, Vp)[..., :V])
+            print(f"logits against the plain oracle: rel err {ep:.3e}  "
+                  f"{check(err < ep, f'logits nearer the plain oracle ({ep:.3e}) than the bf16 one ({err:.3e})')}")
     except (OSError, ValueError) as e:
         fails.append(f"logits: {e}")
 

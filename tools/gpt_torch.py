@@ -8,6 +8,7 @@ Run with Debian's /usr/bin/python3 (torch 1.13 + numpy).  Contents:
                                       dtype "<f8": the same layout in float64)
   read_batch                          fourfold batch files (tokens + targets)
   GPT2                                the model built from the 16 tensors
+                                      (bf16=True: fourfold's bf16-mixed products)
   make_optimizer / lr_at / train_step AdamW exactly as the oracle uses it
   adamw_state / set_params / optimizer_step
                                       torch's moments; loading an iterate;
@@ -187,6 +188,50 @@ def _layernorm(x, w, b, eps=1e-5):
     return xc * torch.rsqrt(var + eps) * w + b
 
 
+def bf16_round(t):
+    """The values of t rounded to bfloat16 (through float32, as fourfold rounds
+    its float32 values), in t's dtype."""
+    return t.to(torch.float32).to(torch.bfloat16).to(t.dtype)
+
+
+class _RoundST(torch.autograd.Function):
+    """bf16_round forward, the identity backward: a weight read in bf16
+    whose gradient reaches its float32 master unchanged."""
+
+    @staticmethod
+    def forward(ctx, w):
+        return bf16_round(w)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class _Bf16Linear(torch.autograd.Function):
+    """y = x w^T + b as fourfold's bf16-mixed linear layer (docs/design.md,
+    "Precision"): the product reads x and w rounded to bf16, its backward
+    the output gradient rounded to bf16 (the products and the bias's sums);
+    the arithmetic itself in the tensors' dtype."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        xr, wr = bf16_round(x), bf16_round(w)
+        ctx.save_for_backward(xr, wr)
+        ctx.has_bias = b is not None
+        y = xr @ wr.t()
+        return y + b if b is not None else y
+
+    @staticmethod
+    def backward(ctx, gy):
+        xr, wr = ctx.saved_tensors
+        g = bf16_round(gy)
+        g2 = g.reshape(-1, g.shape[-1])
+        gx = g @ wr
+        gw = g2.t() @ xr.reshape(-1, xr.shape[-1])
+        gb = g2.sum(0) if ctx.has_bias else None
+        return gx, gw, gb
+
+
 class GPT2:
     """GPT-2 from the 16 canonical tensors, written out op by op.
 
@@ -195,10 +240,11 @@ class GPT2:
     the first V logit columns).
     """
 
-    def __init__(self, cfg, tensors, dtype=torch.float32):
+    def __init__(self, cfg, tensors, dtype=torch.float32, bf16=False):
         _check_cfg(cfg, "GPT2")
         self.cfg = dict(cfg)
         self.dtype = dtype
+        self.bf16 = bf16
         self.params = {}
         for name, shape in param_shapes(cfg).items():
             t = torch.as_tensor(np.asarray(tensors[name])).to(dtype).clone()
@@ -222,10 +268,16 @@ class GPT2:
         scale = 1.0 / math.sqrt(hs)
         causal = torch.ones(T, T, dtype=torch.bool).tril()
 
-        x = p["wte"][tokens] + p["wpe"][:T].unsqueeze(0)  # (B,T,C)
+        def linear(x, w, b=None):  # x w^T + b, in bf16-mixed fourfold's products
+            if self.bf16:
+                return _Bf16Linear.apply(x, w, b)
+            return x @ w.t() + b if b is not None else x @ w.t()
+
+        wte = _RoundST.apply(p["wte"]) if self.bf16 else p["wte"]  # (the lookup reads bf16)
+        x = wte[tokens] + p["wpe"][:T].unsqueeze(0)  # (B,T,C)
         for l in range(L):
             h = _layernorm(x, p["ln1w"][l], p["ln1b"][l])
-            qkv = h @ p["qkvw"][l].t() + p["qkvb"][l]  # (B,T,3C)
+            qkv = linear(h, p["qkvw"][l], p["qkvb"][l])  # (B,T,3C)
             q, k, v = qkv.split(C, dim=-1)
             q = q.reshape(B, T, NH, hs).transpose(1, 2)  # (B,NH,T,hs)
             k = k.reshape(B, T, NH, hs).transpose(1, 2)
@@ -234,13 +286,13 @@ class GPT2:
             att = att.masked_fill(~causal, float("-inf"))
             att = torch.softmax(att, dim=-1)
             y = (att @ v).transpose(1, 2).reshape(B, T, C)
-            x = x + (y @ p["attprojw"][l].t() + p["attprojb"][l])
+            x = x + linear(y, p["attprojw"][l], p["attprojb"][l])
             h = _layernorm(x, p["ln2w"][l], p["ln2b"][l])
-            h = h @ p["fcw"][l].t() + p["fcb"][l]
+            h = linear(h, p["fcw"][l], p["fcb"][l])
             h = F.gelu(h, approximate="tanh")
-            x = x + (h @ p["fcprojw"][l].t() + p["fcprojb"][l])
+            x = x + linear(h, p["fcprojw"][l], p["fcprojb"][l])
         x = _layernorm(x, p["lnfw"], p["lnfb"])
-        logits = x @ p["wte"].t()  # (B,T,Vp), tied weights
+        logits = linear(x, p["wte"])  # (B,T,Vp), tied weights
         loss = None
         if targets is not None:
             targets = torch.as_tensor(targets, dtype=torch.long)

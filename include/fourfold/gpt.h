@@ -88,7 +88,23 @@ typedef struct {
     int slow_jitter;
 } ff_pipe_opts;
 
+/* The arithmetic of a run (docs/design.md §13). FF_PRECISION_BF16_MIXED:
+ * fp32 master weights, gradients and AdamW moments; the matrix products
+ * with weights take bf16 operands (the weights' bf16 copy, made after each
+ * change of the master, and their inputs and output gradients rounded to
+ * bf16) and accumulate in fp32; the weights are gathered and the
+ * activations all-reduced on the bf16 wire, the gradients reduced in fp32;
+ * everything else in fp32. */
+typedef enum { FF_PRECISION_FP32 = 0, FF_PRECISION_BF16_MIXED } ff_precision;
+/* "fp32", "bf16-mixed"; NULL for a value out of range. */
+const char *ff_precision_name(ff_precision p);
+/* Parses a name of ff_precision_name; FF_EINVAL for any other word. */
+int ff_precision_parse(const char *s, ff_precision *out);
+/* The choices, for messages: "fp32 or bf16-mixed". */
+#define FF_PRECISION_CHOICES "fp32 or bf16-mixed"
+
 typedef struct {
+    ff_precision precision; /* default fp32 */
     int checkpoint;        /* activation checkpointing: keep each block's input,
                               recompute the block before its backward */
     int cac;               /* communication-aware checkpointing (dissertation §7.3.2;

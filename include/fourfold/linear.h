@@ -79,6 +79,14 @@ typedef struct {
                             was not prefetched (OAG off, or the run's first gather)
                             multiplies each shard as the ring all-gather (forced for
                             it) delivers it. Other BLAS calls: bounded, not bitwise */
+    int bf16;            /* 1: bf16-mixed products (docs/design.md §13): the
+                            weights read (ff_linear_bind_used: the caller's bf16
+                            copy) gathered on the bf16 wire;
+                            inputs and output gradients are rounded to bf16 for the
+                            products (fp32 accumulation); the outputs' and input
+                            gradients' all-reduces on the bf16 wire, the gradients'
+                            reduce-scatter and all-reduces (ff_linear_seq_allreduce_grads)
+                            in fp32 whatever coll.wire says */
 } ff_linear_opts;
 
 enum { FF_DECOMPOSE_MAX = 64 };
@@ -143,6 +151,10 @@ void ff_linear_options(const ff_linear *l, ff_layer_opts *o);
  * and db (sizes.bias floats; NULL without bias). dw/db may be NULL for
  * inference. */
 void ff_linear_bind(ff_linear *l, float *w_shard, float *b, float *dw_shard, float *db);
+/* After ff_linear_bind: the shard the gathers and products read instead of
+ * w_shard (bf16-mixed: the weights' bf16 copy, docs/design.md §13);
+ * w_shard stays what initialization writes. */
+void ff_linear_bind_used(ff_linear *l, const float *w_used);
 /* After ff_linear_bind (SAMO, docs/samo.md): the weight gradient is kept
  * compressed, only at the shard's entries idx[k] - base (k < n, increasing),
  * in g[k]; no dense gradient shard. Each micro-batch's contribution is added

@@ -196,6 +196,14 @@ int cli_parse_progress(const char *text, ff_progress_mode *out)
     return -1;
 }
 
+int cli_parse_precision(const char *text, ff_precision *out)
+{
+    if (ff_precision_parse(text, out) == FF_OK)
+        return 0;
+    cli_error("--precision %s: expected " FF_PRECISION_CHOICES, text);
+    return -1;
+}
+
 int cli_parse_size(const char *opt, const char *text, size_t *out)
 {
     char *end;

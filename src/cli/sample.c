@@ -169,6 +169,7 @@ typedef struct {
     const char *checkpoint, *prompt, *data, *bpe;
     long tokens, samples, seq, batch, batches, seed, top_k;
     double temperature, capacity_factor; /* capacity_factor 0: the checkpoint's */
+    ff_precision precision;
 } sample_opts;
 
 static const char help_sample[] =
@@ -192,7 +193,8 @@ static const char help_sample[] =
     "  --seq N            context window (default: the model's positions)\n"
     "  --seed N           (default 1337)\n"
     "  --capacity-factor F  an MoE model's expert capacity (default: the checkpoint's;\n"
-    "                     docs/moe.md)\n";
+    "                     docs/moe.md)\n"
+    "  --precision P      fp32 or bf16-mixed: bf16 products (default fp32; docs/design.md)\n";
 
 static const char help_eval[] =
     "usage: mpirun -np N fourfold eval --checkpoint FILE --data GLOB [options]\n"
@@ -210,7 +212,8 @@ static const char help_eval[] =
     "  --seq N            tokens per sequence (default: the model's positions)\n"
     "  --batches N        batches averaged (default 1)\n"
     "  --capacity-factor F  an MoE model's expert capacity (default: the checkpoint's;\n"
-    "                     docs/moe.md)\n";
+    "                     docs/moe.md)\n"
+    "  --precision P      fp32 or bf16-mixed: bf16 products (default fp32; docs/design.md)\n";
 
 /* Returns CLI_OK, CLI_USAGE, or -1 for --help. */
 static int parse(int argc, char **argv, sample_opts *o, const char *command)
@@ -254,6 +257,8 @@ static int parse(int argc, char **argv, sample_opts *o, const char *command)
         else if (cli_is(&a, "temperature"))
             bad =
                 !(v = cli_value(&a)) || cli_parse_double("temperature", v, 0, 1e6, &o->temperature);
+        else if (cli_is(&a, "precision"))
+            bad = !(v = cli_value(&a)) || cli_parse_precision(v, &o->precision);
         else
             return cli_unknown(&a, command);
     }
@@ -366,6 +371,7 @@ static int load_model(ff_ctx *ctx, ff_grid *grid, const sample_opts *o, const ff
                                              cfg.maxT, o->checkpoint));
     ff_gpt_opts go;
     ff_gpt_opts_default(&go);
+    go.precision = o->precision;
     if ((rc = ff_gpt_create(grid, &cfg, &go, (int)batch, *T, g)))
         return rc;
     return ff_gpt_load(*g, o->checkpoint);
@@ -431,8 +437,8 @@ static int run(int argc, char **argv, const char *command)
             }
         float l = 0;
         if (rc == FF_OK && (rc = ff_gpt_eval(g, tok, tgt, &l)) == FF_OK)
-            cli_print("loss %.9g on the %d tokens of the text (grid %dx%dx%dx%d)\n", l, T, s.x, s.y,
-                      s.z, s.d);
+            cli_print("loss %.9g on the %d tokens of the text (grid %dx%dx%dx%d, %s)\n", l, T,
+                      s.x, s.y, s.z, s.d, ff_precision_name(o.precision));
     } else if (rc == FF_OK && eval) {
         ff_gpt_config cfg = ff_gpt_get_config(g);
         int first, count;
@@ -456,9 +462,10 @@ static int run(int argc, char **argv, const char *command)
                                   isnan(sum) ? "NaN" : "infinite"); /* the same on every rank */
         if (rc == FF_OK)
             cli_print("loss %.9g (%ld batches of %ld x %d tokens, grid %dx%dx%dx%d, %d "
-                      "stage%s)\n",
+                      "stage%s, %s)\n",
                       sum / (double)o.batches, o.batches, batch, T, s.x, s.y, s.z, s.d,
-                      ff_grid_stages(grid), ff_grid_stages(grid) > 1 ? "s" : "");
+                      ff_grid_stages(grid), ff_grid_stages(grid) > 1 ? "s" : "",
+                      ff_precision_name(o.precision));
     } else if (rc == FF_OK) {
         ff_sampler smp = {(float)o.temperature, (int)o.top_k, (uint64_t)o.seed};
         if (!bpe && cfg0.V != FF_BYTE_VOCAB)

@@ -107,7 +107,10 @@ static const char help_rest[] =
     "  --overlap on|off      all overlaps: OAR, ORS, OAG, data-parallel buckets (default on)\n"
     "  --ag-cache N          the last N blocks keep their gathered weights from the forward\n"
     "                        to the backward (-1: every layer and wte; default -1)\n"
-    "  --wire fp32|bf16      element format of the linear layers' collectives (default fp32)\n"
+    "  --precision P         fp32 or bf16-mixed: bf16 products, fp32 master weights and\n"
+    "                        AdamW state (default fp32; docs/design.md §13)\n"
+    "  --wire fp32|bf16      element format of the linear layers' collectives (default fp32;\n"
+    "                        bf16-mixed sets it per collective)\n"
     "  --decompose K         compute each layer's all-reduced product in K chunks of rows,\n"
     "                        each chunk's all-reduce beside the next chunk (default 0 = off)\n"
     "  --cmm on|off          collective matmul: a forward whose weight all-gather was not\n"
@@ -313,6 +316,8 @@ static int parse(int argc, char **argv, train_opts *o)
             bad = !(v = cli_value(&a)) || parse_onoff("overlap", v, &on);
             if (!bad)
                 o->gpt.dp_overlap = o->gpt.linear.oar = o->gpt.linear.ors = o->gpt.linear.oag = on;
+        } else if (cli_is(&a, "precision")) {
+            bad = !(v = cli_value(&a)) || cli_parse_precision(v, &o->gpt.precision);
         } else if (cli_is(&a, "wire")) {
             if (!(v = cli_value(&a)))
                 bad = 1;
@@ -528,6 +533,10 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
     pc.checkpoint = o->gpt.checkpoint;
     pc.ag_cache = o->ag_cache_blocks < 0 ? cfg->L : (int)o->ag_cache_blocks;
     pc.cmm = o->gpt.linear.cmm;
+    /* the run's traffic (docs/design.md §13; the planner's bf16-mixed memory
+     * is the accelerator's 2-byte storage, below this run's) */
+    pc.precision =
+        o->gpt.precision == FF_PRECISION_BF16_MIXED ? FF_PLAN_BF16_MIXED : FF_PLAN_FP32;
     if (!o->gpt.linear.oar || !o->gpt.dp_overlap)
         pc.overlap = 0; /* --overlap off */
     ff_plan *plan = NULL;
@@ -660,7 +669,11 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
     ROW("overlaps", "OAR %s ORS %s OAG %s DP %s, AG cache %s", o->gpt.linear.oar ? "on" : "off",
         o->gpt.linear.ors ? "on" : "off", o->gpt.linear.oag ? "on" : "off",
         o->gpt.dp_overlap ? "on" : "off", agc);
-    ROW("wire", "%s", o->gpt.linear.coll.wire == FF_WIRE_BF16 ? "bf16" : "fp32");
+    ROW("precision", "%s", ff_precision_name(o->gpt.precision));
+    ROW("wire", "%s",
+        o->gpt.precision == FF_PRECISION_BF16_MIXED
+            ? "bf16 for weight gathers and activations, fp32 for gradients"
+            : o->gpt.linear.coll.wire == FF_WIRE_BF16 ? "bf16" : "fp32");
     if (o->gpt.linear.decompose > 1)
         ROW("decomposition", "%d chunks of rows per all-reduced product", o->gpt.linear.decompose);
     else

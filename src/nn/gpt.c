@@ -366,14 +366,17 @@ void ff_gpt_bind_views(ff_gpt *g)
     for (int l = 0; l < g->nb; l++)
         for (int e = 0; g->is_moe[l] && e < g->E; e++)
             g->router_rows[n++] = g->pv.routerw[l] + (int64_t)e * g->cy;
-    if (g->wte)
+    if (g->wte) {
         ff_linear_bind(g->wte, g->pv.wte, NULL, g->gv.wte, NULL);
+        ff_linear_bind_used(g->wte, ff_gpt_used_weight(g, g->pv.wte));
+    }
     float **w, **b, **dw, **db;
     for (int l = 0; l < g->nb; l++)
         for (int i = 0; i < ff_gpt_block_nlin(g, l); i++) {
             ff_gpt_lin_views(g, &g->pv, l, i, &w, &b);
             ff_gpt_lin_views(g, &g->gv, l, i, &dw, &db);
             ff_linear_bind(ff_gpt_block_lin(g, l, i), *w, *b, *dw, *db);
+            ff_linear_bind_used(ff_gpt_block_lin(g, l, i), ff_gpt_used_weight(g, *w));
         }
     if (!g->samo)
         return;
@@ -653,6 +656,8 @@ static int gpt_create_local(ff_gpt *g)
      * allocation (plan_stages', or the arrays here) may fail on one rank */
     int rc = check_shape(g->ctx, c, g->shape, g->B, g->T);
     if (rc == FF_OK)
+        rc = ff_gpt_precision_check(g);
+    if (rc == FF_OK)
         rc = plan_stages(g);
     if (rc)
         return ff_ctx_agree(g->ctx, rc);
@@ -723,7 +728,7 @@ static int gpt_create_local(ff_gpt *g)
         return rc;
     ff_gpt_views counted = g->pv; /* the same arrays; pointers are reset by ff_gpt_bind_views */
     g->n_params = layout(g, NULL, 0, &counted);
-    if ((rc = alloc_buffers(g)))
+    if ((rc = alloc_buffers(g)) || (rc = ff_gpt_bf16_alloc(g)))
         return rc;
     ff_gpt_bind_views(g);
     return FF_OK;
@@ -801,7 +806,7 @@ void ff_gpt_destroy(ff_gpt *g)
     if (pending)
         g->resid = g->grad_in = g->grad_out = NULL;
     ff_linear_seq_destroy(g->seq);
-    ff_fbuf_free(g->params), ff_fbuf_free(g->grads);
+    ff_fbuf_free(g->params), ff_fbuf_free(g->grads), ff_fbuf_free(g->wbf16);
     ff_fbuf_free(g->adam_m), ff_fbuf_free(g->adam_v);
     ff_fbuf_free(g->resid), ff_fbuf_free(g->grad_in), ff_fbuf_free(g->grad_out);
     ff_fbuf_free(g->emb_peer);
@@ -894,6 +899,7 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
             memset(moments[k], 0, (k < 2 ? ff_gpt_dense_state(g) : g->samo_k) * sizeof(float));
     if (g->samo)
         ff_gpt_samo_zero_pruned(g);
+    ff_gpt_bf16_weights(g);
     return rc;
 }
 

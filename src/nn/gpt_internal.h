@@ -112,6 +112,7 @@ struct ff_gpt {
      * positions, [n_decay, n_ytype) layout Y, [n_ytype, n_params) layout X */
     size_t n_params, n_zsharded, n_decay, n_ytype;
     float *params, *grads, *adam_m, *adam_v;
+    float *wbf16; /* bf16-mixed: [0, n_zsharded) of params in bf16 (gpt_precision.c); else NULL */
     ff_gpt_views pv, gv;
     size_t *bucket_off, *bucket_len; /* block l's weight shards in the flat buffer */
     ff_request **bucket_req;         /* nb + 1: blocks, then wte */
@@ -185,6 +186,16 @@ static inline size_t ff_gpt_dense_state(const ff_gpt *g)
 {
     return g->samo ? g->samo_zc0 + g->n_params - g->n_zsharded : g->n_params;
 }
+/* bf16-mixed precision (gpt_precision.c): checks g->opt.precision and what
+ * the model refuses in it, and sets the layers' bf16 option; the bf16 copy
+ * of the Z-sharded weights (allocated after the flat buffers); the copy's
+ * view of a master view (the master itself in fp32); the copy step; and
+ * FF_EUNSUPPORTED naming `what` in bf16-mixed (FF_OK in fp32). */
+int ff_gpt_precision_check(ff_gpt *g);
+int ff_gpt_bf16_alloc(ff_gpt *g);
+float *ff_gpt_used_weight(const ff_gpt *g, float *master);
+void ff_gpt_bf16_weights(ff_gpt *g);
+int ff_gpt_refuse_mixed(ff_gpt *g, const char *what);
 /* SAMO: the first compressed entry whose offset is at least off. */
 size_t ff_gpt_samo_lower(const ff_gpt *g, size_t off);
 /* SAMO's part of the gradient norm: adds to *out, block after block, the

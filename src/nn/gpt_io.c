@@ -154,7 +154,7 @@ void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m)
     memset(m, 0, sizeof *m);
     /* under SAMO the Z-sharded weights' gradient and moments are compressed */
     const size_t state = ff_gpt_dense_state(g) + g->samo_k;
-    m->params = g->n_params * sizeof(float);
+    m->params = (g->n_params + (g->wbf16 ? g->n_zsharded : 0)) * sizeof(float); /* (the bf16 copy) */
     m->grads = state * sizeof(float);
     m->adam = 2 * state * sizeof(float);
     const size_t packed = g->pack_idx ? g->pack_off[2 * g->nb + 1] : 0;
@@ -507,6 +507,8 @@ int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
         int rc = scatter_flat(g, which, NULL, canon, root);
         if (rc == FF_OK && g->samo) /* pruned weights stay pruned */
             ff_gpt_samo_zero_pruned(g);
+        if (rc == FF_OK && which == FF_GPT_PARAMS)
+            ff_gpt_bf16_weights(g);
         return rc;
     }
     if (which == FF_GPT_MASK)

@@ -183,6 +183,7 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
     }
     if (!ff_dev_pass(g->ctx, FF_PASS_ADAMW, n, &j))
         ff_team_run(g->ctx->team, n, 1 << 14, adamw_range, &j);
+    ff_gpt_bf16_weights(g);
     return FF_OK;
 }
 

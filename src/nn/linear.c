@@ -64,6 +64,7 @@ struct ff_linear {
     int cache_forced; /* 1: AG cache member whatever ag_cache_layers says; 0: never; -1: by it */
     ff_coll_opts coll;
     int last_backward; /* program index of the last backward use, -1 none */
+    const float *w_used; /* what gathers and products read: w, or its bf16 copy */
 };
 
 struct ff_linear_seq {
@@ -300,6 +301,8 @@ int ff_linear_add(ff_linear_seq *s, const ff_linear_desc *d, ff_linear **out)
     l->oag = s->opt.oag;
     l->cache_forced = -1;
     l->coll = s->opt.coll;
+    if (s->opt.bf16) /* gathers and activations: bf16 (docs/design.md §13) */
+        l->coll.wire = FF_WIRE_BF16;
     (void)me;
     s->layers[s->n_layers++] = l;
     *out = l;
@@ -332,7 +335,7 @@ int ff_linear_set_options(ff_linear *l, const ff_layer_opts *o)
     l->ors = o->ors;
     l->oag = o->oag;
     l->cache_forced = o->ag_cache;
-    l->coll.wire = o->wire_bytes == 2 ? FF_WIRE_BF16 : FF_WIRE_FP32;
+    l->coll.wire = o->wire_bytes == 2 || s->opt.bf16 ? FF_WIRE_BF16 : FF_WIRE_FP32;
     return FF_OK;
 }
 
@@ -359,11 +362,14 @@ ff_linear_sizes ff_linear_local_sizes(const ff_linear *l)
 void ff_linear_bind(ff_linear *l, float *w_shard, float *b, float *dw_shard, float *db)
 {
     l->w = w_shard;
+    l->w_used = w_shard;
     l->b = b;
     l->dw = dw_shard;
     l->db = db;
     l->sidx = NULL, l->sn = 0, l->sbase = 0, l->sg = NULL;
 }
+
+void ff_linear_bind_used(ff_linear *l, const float *w_used) { l->w_used = w_used; }
 
 void ff_linear_bind_sparse(ff_linear *l, const uint32_t *idx, size_t n, uint32_t base, float *g)
 {
@@ -543,7 +549,7 @@ static int post_gather(ff_linear *l, int ring)
     if (ring)
         o.algo = FF_ALGO_RING;
     /* W_rc = AllGather_Z(W_shard): piece z lands at offset z * shard */
-    return ff_iallgather(l->grp_z, l->w, l->w_gathered, l->shard, &o, &l->ag);
+    return ff_iallgather(l->grp_z, l->w_used, l->w_gathered, l->shard, &o, &l->ag);
 }
 
 /* The collective matmul applies to a forward of this layer whose gather is
@@ -673,7 +679,7 @@ static int acquire(ff_linear *l, ff_use_kind want, int allow_cmm, const float **
         return prefetch(s, s->cursor);
     }
     if (l->gz == 1) {
-        *w = l->w;
+        *w = l->w_used;
         return prefetch(s, s->cursor);
     }
     if (s->need_gather[s->cursor] && !l->held) {
@@ -904,8 +910,8 @@ static int cmm_forward(ff_linear *l, const char *name, const float *w, float *ou
     return rc ? rc : rc2;
 }
 
-int ff_linear_forward_rows(ff_linear *l, float *out, const float *inp, int64_t rows,
-                           ff_linear_rows_fn done, void *arg)
+static int forward_rows(ff_linear *l, float *out, const float *inp, int64_t rows,
+                        ff_linear_rows_fn done, void *arg)
 {
     const float *w;
     int rc = acquire(l, FF_USE_FORWARD, 1, &w);
@@ -949,12 +955,55 @@ int ff_linear_forward_rows(ff_linear *l, float *out, const float *inp, int64_t r
     return rc ? rc : rc2 ? rc2 : release(l);
 }
 
+/* bf16-mixed (docs/design.md §13): an operand of the products,
+ * n values rounded to bf16 in a pool buffer (the emulation: bf16 values in
+ * fp32 words, whose products the BLAS forms exactly in fp32) */
+static float *bf16_operand(ff_linear *l, const float *x, size_t n)
+{
+    float *b = buf_take(l->seq, n);
+    if (b)
+        ff_bf16_round_copy(b, x, n);
+    return b;
+}
+
+int ff_linear_forward_rows(ff_linear *l, float *out, const float *inp, int64_t rows,
+                           ff_linear_rows_fn done, void *arg)
+{
+    if (!l->seq->opt.bf16)
+        return forward_rows(l, out, inp, rows, done, arg);
+    const size_t n = (size_t)(rows * l->kl);
+    float *inp_b = bf16_operand(l, inp, n);
+    if (!inp_b)
+        return FF_ENOMEM;
+    int rc = forward_rows(l, out, inp_b, rows, done, arg);
+    buf_give(l->seq, inp_b, n);
+    return rc;
+}
+
 int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows)
 {
     return ff_linear_forward_rows(l, out, inp, rows, NULL, NULL);
 }
 
+static int backward(ff_linear *l, float *dinp, const float *dout, const float *inp, int64_t rows);
+
+/* bf16-mixed: the products and the bias's sums read the input and the output
+ * gradient rounded to bf16 (the input as the forward read it) */
 int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float *inp, int64_t rows)
+{
+    if (!l->seq->opt.bf16)
+        return backward(l, dinp, dout, inp, rows);
+    const size_t ni = (size_t)(rows * l->kl), no = (size_t)(rows * l->nl);
+    float *inp_b = bf16_operand(l, inp, ni), *dout_b = inp_b ? bf16_operand(l, dout, no) : NULL;
+    int rc = dout_b ? backward(l, dinp, dout_b, inp_b, rows) : FF_ENOMEM;
+    if (dout_b)
+        buf_give(l->seq, dout_b, no);
+    if (inp_b)
+        buf_give(l->seq, inp_b, ni);
+    return rc;
+}
+
+static int backward(ff_linear *l, float *dinp, const float *dout, const float *inp, int64_t rows)
 {
     ff_linear_seq *s = l->seq;
     ff_ctx *ctx = s->ctx;
@@ -1063,7 +1112,10 @@ static int backward_use_done(ff_linear *l)
         return FF_ENOMEM;
     l->rs_send = l->dw_block;
     l->dw_block = NULL;
-    if ((rc = ff_ireduce_scatter(l->grp_z, l->rs_send, l->rs_out, l->shard, &l->coll, &l->rs))) {
+    ff_coll_opts grad = l->coll;
+    if (s->opt.bf16) /* weight gradients in fp32 (docs/design.md §13) */
+        grad.wire = FF_WIRE_FP32;
+    if ((rc = ff_ireduce_scatter(l->grp_z, l->rs_send, l->rs_out, l->shard, &grad, &l->rs))) {
         buf_give(s, l->rs_out, l->shard);
         buf_give(s, l->rs_send, l->block);
         l->rs_out = l->rs_send = NULL;
@@ -1083,13 +1135,16 @@ int ff_linear_seq_allreduce_grads(ff_linear_seq *s)
     if (!reqs)
         return ff_set_error(s->ctx, FF_ENOMEM, "out of memory for gradient all-reduces");
     ff_group *gd = ff_grid_group(s->grid, FF_GROUP_D), *gzd = ff_grid_group(s->grid, FF_GROUP_ZD);
+    ff_coll_opts grad = s->opt.coll;
+    if (s->opt.bf16) /* gradients in fp32 (docs/design.md §13) */
+        grad.wire = FF_WIRE_FP32;
     int rc = FF_OK, n = 0;
     for (int i = 0; i < s->n_layers && rc == FF_OK; i++) {
         ff_linear *l = s->layers[i];
         if (l->dw) /* (a compressed gradient is the model's to reduce) */
-            rc = ff_iallreduce(gd, l->dw, l->dw, l->shard, &s->opt.coll, &reqs[n++]);
+            rc = ff_iallreduce(gd, l->dw, l->dw, l->shard, &grad, &reqs[n++]);
         if (rc == FF_OK && l->has_bias && l->db)
-            rc = ff_iallreduce(gzd, l->db, l->db, (size_t)l->nl, &s->opt.coll, &reqs[n++]);
+            rc = ff_iallreduce(gzd, l->db, l->db, (size_t)l->nl, &grad, &reqs[n++]);
     }
     int rc2 = ff_waitall(reqs, n);
     free(reqs);

@@ -349,6 +349,8 @@ int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
                                                  "a SAMO run's mask is fixed: it cannot change"));
     if (MPI_Bcast(&any, 1, MPI_INT, root, ff_ctx_comm(g->ctx)) != MPI_SUCCESS)
         return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EMPI, "MPI_Bcast failed"));
+    if (any && g->opt.precision != FF_PRECISION_FP32) /* (the same on every rank) */
+        return ff_ctx_agree(g->ctx, ff_gpt_refuse_mixed(g, "a pruning mask (masked training, SAMO)"));
     if (!any) {
         ff_fbuf_free(g->mask);
         g->mask = NULL;

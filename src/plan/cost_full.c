@@ -434,7 +434,10 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
     s->b_mb = cfg->batch / ((int64_t)g.z * g.d) / cfg->micro_batches;
     s->m = s->b_mb * s->T;
     s->act = ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? 2 : 4;
-    s->wire = s->act == 2 ? 2 : cfg->wire_bytes; /* bf16-mixed sends bf16 */
+    /* the data-parallel buckets' and experts' tokens': bf16-mixed reduces
+     * gradients in fp32 (docs/design.md §13); its layers' gathers
+     * and activations are bf16 (plan_layer_opts) */
+    s->wire = s->act == 2 ? 4 : cfg->wire_bytes;
     s->overlap = cfg->overlap;
     s->plan = cfg->layers;
     /* the run's panels: forced by the configuration, else the plan's */

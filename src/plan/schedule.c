@@ -22,6 +22,10 @@
 
 enum { F32 = 4 }; /* statistics and losses stay fp32 */
 
+/* The weight gradients' reduce-scatter of a layer on `wire`: bf16-mixed
+ * reduces gradients in fp32 (docs/design.md §13) */
+static int grad_wire(const plan_shape *s, int wire) { return s->act == 2 ? F32 : wire; }
+
 typedef struct {
     const plan_shape *s;
     plan_ops *o;
@@ -320,7 +324,7 @@ static void linear_backward(sched *c, const linear *w, int scatter, const ff_lay
             wait_for(c, tag[i]);
     }
     if (scatter && c->gz > 1)
-        coll(c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, shard(c, w), o->wire_bytes,
+        coll(c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, shard(c, w), grad_wire(c->s, o->wire_bytes),
              o->ors ? MODE_BACKGROUND : MODE_BLOCKING);
 }
 
@@ -374,14 +378,14 @@ static void plan_layer_opts_uniform(const plan_shape *s, int64_t l, ff_layer_opt
     o->ors = (s->overlap & FF_OVERLAP_ORS) != 0;
     o->oag = (s->overlap & FF_OVERLAP_OAG) != 0;
     o->ag_cache = l < 0 ? s->ag_cache >= s->L : l >= s->L - s->ag_cache;
-    o->wire_bytes = s->wire;
+    o->wire_bytes = s->act == 2 ? 2 : s->wire; /* bf16-mixed: gathers and activations bf16 */
 }
 
 void plan_layer_opts(const plan_shape *s, int64_t l, int i, ff_layer_opts *o)
 {
     if (s->plan) {
         *o = l < 0 ? s->plan->head : s->plan->blocks[l].layer[i];
-        if (s->act == 2) /* bf16-mixed sends bf16 whatever the plan's wire */
+        if (s->act == 2) /* bf16-mixed: gathers and activations bf16 whatever the plan's wire */
             o->wire_bytes = 2;
         return;
     }
@@ -672,11 +676,11 @@ static void other_grads(sched *c)
 {
     const plan_shape *s = c->s;
     const int64_t eb = plan_expert_bias_params(s);
-    coll(c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, plan_other_params(s) - eb, s->act, MODE_BLOCKING);
+    coll(c, FF_GROUP_ZD, FF_COLL_ALLREDUCE, plan_other_params(s) - eb, F32, MODE_BLOCKING);
     if (eb) {
-        coll(c, FF_GROUP_Z, FF_COLL_ALLREDUCE, eb, s->act, MODE_BLOCKING);
+        coll(c, FF_GROUP_Z, FF_COLL_ALLREDUCE, eb, F32, MODE_BLOCKING);
         coll(c, s->ge > 1 ? (ff_group_kind)FF_PLAN_GROUP_EDP : FF_GROUP_D, FF_COLL_ALLREDUCE, eb,
-             s->act, MODE_BLOCKING);
+             F32, MODE_BLOCKING);
     }
 }
 
@@ -739,7 +743,7 @@ static void plan_prefetch(plan_ops *o)
 /* A point-to-point message of the pipeline (PIPE; mode 0 send, 1 receive). */
 static void p2p(sched *c, int64_t count, int recv)
 {
-    coll_op(c, FF_GROUP_PIPE, FF_COLL_P2P, count, c->s->act, (coll_mode)recv);
+    coll_op(c, FF_GROUP_PIPE, FF_COLL_P2P, count, F32, (coll_mode)recv); /* (the residual) */
 }
 
 /* The pieces of one stage's step (docs/pipeline.md; src/nn/gpt_pipe.c). A
@@ -799,7 +803,8 @@ static void stage_backward(stage_ctx *t, int last_micro)
     if (s->first) {
         elem(c, 3, t->y);
         if (c->gz > 1)
-            coll(c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, t->wte_shard, t->head_opts.wire_bytes,
+            coll(c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, t->wte_shard,
+                 grad_wire(s, t->head_opts.wire_bytes),
                  t->head_opts.ors ? MODE_BACKGROUND : MODE_BLOCKING);
     } else {
         p2p(c, t->act, 0);
@@ -817,7 +822,7 @@ static void stage_forward(stage_ctx *t, int last_micro)
     if (s->first) {
         gather(c, t->wte_shard, &t->head_opts);
         elem(c, 4, t->y);
-        coll(c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * s->C / c->gy, s->act, MODE_BLOCKING);
+        coll(c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * s->C / c->gy, F32, MODE_BLOCKING);
     } else {
         p2p(c, t->act, 1);
     }
@@ -924,7 +929,7 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
          * AllReduce_X gives layout Y */
         gather(&c, wte_shard, &head_opts);
         elem(&c, 4, y); /* lookup rows, zeros elsewhere, add positions */
-        coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * C / c.gy, s->act,
+        coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * C / c.gy, F32,
              MODE_BLOCKING); /* exact in fp32 (one nonzero term per element) */
         for (int64_t l = 0; l < s->L; l++)
             block_forward(&c, w, l, 0);
@@ -963,7 +968,7 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
         }
         elem(&c, 3, y); /* embedding backward: scatter-add into the wte gradient */
         if (c.gz > 1)
-            coll(&c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, wte_shard, head_opts.wire_bytes,
+            coll(&c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, wte_shard, grad_wire(s, head_opts.wire_bytes),
                  head_opts.ors ? MODE_BACKGROUND : MODE_BLOCKING);
         if (last && (ov & FF_OVERLAP_DP) && c.gd > 1)
             coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, wte_shard, wire, MODE_BACKGROUND);

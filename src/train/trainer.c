@@ -438,11 +438,11 @@ static int open_log(ff_trainer *t)
                     "\"C\":%d,\"NH\":%d,\"V\":%d,\"maxT\":%d,\"batch\":%d,\"micro_batch\":%d,"
                     "\"seq\":%d,\"steps\":%d,\"lr\":%g,\"start_step\":%lld,"
                     "\"sgemm_flops_per_rank\":%.4g,\"sgemm_core_share\":%.4g,\"blas_core\":%s,"
-                    "\"device\":\"%s\",\"ranks\":%d}\n",
+                    "\"device\":\"%s\",\"ranks\":%d,\"precision\":\"%s\"}\n",
                     s.x, s.y, s.z, s.d, ff_grid_stages(t->grid), m->L, m->C, m->NH, m->V, m->maxT,
                     c->batch, c->micro_batch, c->seq, c->steps, c->hyper.lr, (long long)t->st.step,
                     t->sgemm_rate, t->sgemm_share, core, ff_ctx_cuda(t->ctx) ? "cuda" : "cpu",
-                    ff_ctx_size(t->ctx));
+                    ff_ctx_size(t->ctx), ff_precision_name(c->gpt.precision));
             if (from)
                 fprintf(t->log, "{\"type\":\"resume\",\"step\":%lld,\"from\":%s}\n",
                         (long long)t->st.step, from);
