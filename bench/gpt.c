@@ -13,7 +13,7 @@
  *          [--stages P --schedule message|1f1b --limit K --slow-stage S --slow-ms T
  *          --pass-ms E --slow-jitter 0|1]
  *          [--experts E --expert-every K --top-k 1|2 --capacity F --ep Ge --dtd 0|1
- *          --cac 0|1] [--precision fp32|bf16-mixed]
+ *          --cac 0|1] [--precision fp32|bf16-mixed] [--bf16-products auto|emulated|onednn]
  * (--decompose: every linear layer's all-reduced products in K chunks;
  * --plan: a per-layer plan file; --gemm-report: rank 0's GEMM tuner's
  * choices and timings at the end (ff_gemm_report); --panel: GEMM panel height, 0 = by shape;
@@ -44,6 +44,7 @@
 typedef struct {
     const char *grid, *label, *plan, *progress, *schedule;
     ff_precision precision;
+    ff_bf16_products bf16_products;
     int L, C, NH, V, maxT, B, T, threads, reps, warmup, checkpoint, decompose, panel, cmm, oag;
     int gemm_report;
     int micro, stages, limit, slow_stage, slow_ms, pass_ms, jitter;
@@ -157,6 +158,9 @@ static int parse(int argc, char **argv, options *o)
         else if (strcmp(a, "--precision") == 0 && v) {
             if (ff_precision_parse(argv[++i], &o->precision))
                 return -2;
+        } else if (strcmp(a, "--bf16-products") == 0 && v) {
+            if (ff_bf16_products_parse(argv[++i], &o->bf16_products))
+                return -3;
         } else if (strcmp(a, "--checkpoint") == 0)
             o->checkpoint = 1;
         else if (strcmp(a, "--gemm-report") == 0)
@@ -180,6 +184,8 @@ int main(int argc, char **argv)
     int bad = parse(argc, argv, &o);
     if (bad == -2)
         die(rank, "--precision: expected " FF_PRECISION_CHOICES);
+    if (bad == -3)
+        die(rank, "--bf16-products: expected " FF_BF16_PRODUCTS_CHOICES);
     if (bad)
         die(rank, "bad arguments (see the header of bench/gpt.c)");
     ff_ctx *ctx;
@@ -209,6 +215,7 @@ int main(int argc, char **argv)
     opts.cac = o.cac;
     opts.checkpoint = o.checkpoint;
     opts.precision = o.precision;
+    opts.bf16_products = o.bf16_products;
     opts.linear.decompose = o.decompose;
     opts.linear.cmm = o.cmm;
     opts.linear.oag = o.oag;
@@ -285,11 +292,15 @@ int main(int argc, char **argv)
     double frac = flops / step_s / (rate * size);
     ff_gpt_memory mem;
     ff_gpt_memory_report(g, &mem);
+    ff_bf16_products products = ff_gpt_bf16_products(g, NULL, NULL);
     if (rank == 0) {
         printf("%s grid %s, %d rank(s) x %d thread(s) (BLAS %s, element-wise work on %s), kernel "
-               "%s: L=%d C=%d NH=%d V=%d B=%d T=%d, %s%s\n",
+               "%s: L=%d C=%d NH=%d V=%d B=%d T=%d, %s%s%s\n",
                o.label, o.grid, size, o.threads, ff_blas_threading(), ff_ctx_team(ctx),
                ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T, ff_precision_name(o.precision),
+               products == FF_BF16_PRODUCTS_ONEDNN     ? " (products on oneDNN)"
+               : products == FF_BF16_PRODUCTS_EMULATED ? " (products emulated on the BLAS)"
+                                                       : "",
                o.checkpoint ? ", checkpointing" : "");
         printf("  step %.1f ms (median of %d), %.0f tokens/s, model %.1f GFLOP/s = %.3f of sgemm "
                "%.1f GFLOP/s x %d ranks; rank 0 memory: params %.1f MiB, activations %.1f MiB\n",
@@ -301,17 +312,17 @@ int main(int argc, char **argv)
                    o.slow_stage >= 0 ? " (with a straggler)" : "");
         printf("{\"bench\":\"gpt\",\"label\":\"%s\",\"grid\":\"%s\",\"ranks\":%d,\"threads\":%d,"
                "\"blas_threading\":\"%s\",\"team\":\"%s\",\"kernel\":\"%s\",\"L\":%d,\"C\":%d,"
-               "\"NH\":%d,\"V\":%d,\"B\":%d,\"T\":%d,\"precision\":\"%s\","
+               "\"NH\":%d,\"V\":%d,\"B\":%d,\"T\":%d,\"precision\":\"%s\",\"bf16_products\":\"%s\","
                "\"checkpoint\":%d,\"progress\":\"%s\",\"decompose\":%d,\"plan\":\"%s\","
                "\"micro\":%d,\"stages\":%d,\"schedule\":\"%s\",\"limit\":%d,\"slow_stage\":%d,"
                "\"slow_ms\":%d,\"slow_jitter\":%d,\"pass_ms\":%d,\"median_ms\":%.2f,"
                "\"runs_ms\":[",
                o.label, o.grid, size, o.threads, ff_blas_threading(), ff_ctx_team(ctx),
                ff_blas_core(), o.L, o.C, o.NH, o.V, o.B, o.T, ff_precision_name(o.precision),
-               o.checkpoint,
-               thread ? "thread" : "poll", o.decompose, o.plan ? o.plan : "", o.micro, o.stages,
-               o.schedule, o.limit ? o.limit : o.stages, o.slow_stage, o.slow_ms, o.jitter,
-               o.pass_ms, step_s * 1e3);
+               products == FF_BF16_PRODUCTS_AUTO ? "none" : ff_bf16_products_name(products),
+               o.checkpoint, thread ? "thread" : "poll", o.decompose, o.plan ? o.plan : "", o.micro,
+               o.stages, o.schedule, o.limit ? o.limit : o.stages, o.slow_stage, o.slow_ms,
+               o.jitter, o.pass_ms, step_s * 1e3);
         for (int r = 0; r < o.reps; r++)
             printf("%s%.2f", r ? "," : "", runs[r] * 1e3);
         printf("],\"stage_busy_ms\":[");

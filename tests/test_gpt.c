@@ -126,8 +126,12 @@
 
 enum { STEPS = 3, EXTRA = 2, MICRO = 2, VARIANTS = 5, MAX_GRIDS = 64 };
 
-/* --bf16-mixed: every run in bf16-mixed precision; the loss's tolerance */
+/* --bf16-mixed: every run in bf16-mixed precision; the loss's tolerance.
+ * --bf16-products P: the grids' products (docs/design.md §13, default
+ * auto); the serial reference always runs the emulation, so a grid on
+ * oneDNN is held to the same bound against the other path */
 static int mixed, world_ranks = 1;
+static ff_bf16_products grid_products = FF_BF16_PRODUCTS_AUTO;
 static double loss_tol = 1e-5;
 
 typedef struct {
@@ -232,6 +236,7 @@ static void variant_opts(int v, ff_gpt_opts *o)
 {
     ff_gpt_opts_default(o);
     o->precision = mixed ? FF_PRECISION_BF16_MIXED : FF_PRECISION_FP32;
+    o->bf16_products = grid_products;
     o->checkpoint = v & 1 || v == 4;
     o->cac = v == 4;
     if (v == 1)
@@ -387,6 +392,13 @@ static int run(ff_grid *grid, const test_config *tc, const ff_gpt_opts *o, resul
     int rc = ff_gpt_create(grid, &tc->cfg, o, tc->B, tc->T, &g);
     if (rc)
         return rc;
+    /* the products asked for are the products run (AUTO: either) */
+    ff_bf16_products ran = ff_gpt_bf16_products(g, NULL, NULL);
+    CHECK(!mixed || o->bf16_products == FF_BF16_PRODUCTS_AUTO
+              ? ran != FF_BF16_PRODUCTS_AUTO || !mixed
+              : ran == o->bf16_products,
+          "bf16 products %s asked, %s run", ff_bf16_products_name(o->bf16_products),
+          ff_bf16_products_name(ran));
     int root = ff_ctx_rank(ctx) == 0;
     size_t n = ff_gpt_canonical_size(g);
     r->grads = root ? calloc(n, sizeof(float)) : NULL;
@@ -856,6 +868,7 @@ static int run_serial(const test_config *tc, result *ref, ff_gpt **shape_out)
         grid = serial_grid;
         ff_gpt_opts o;
         variant_opts(0, &o);
+        o.bf16_products = FF_BF16_PRODUCTS_EMULATED;
         rc = run(grid, tc, &o, ref, 1, NULL);
         if (rc)
             fprintf(stderr, "serial run: %s\n", ff_ctx_error(ctx));
@@ -1504,6 +1517,15 @@ int main(int argc, char **argv)
         mixed = 1;
         argc--, argv++;
     }
+    if (argc >= 3 && strcmp(argv[1], "--bf16-products") == 0) {
+        if (ff_bf16_products_parse(argv[2], &grid_products)) {
+            if (rank == 0)
+                fprintf(stderr, "--bf16-products: expected " FF_BF16_PRODUCTS_CHOICES "\n");
+            MPI_Finalize();
+            return 2;
+        }
+        argc -= 2, argv += 2;
+    }
     if (argc >= 3 && (strcmp(argv[1], "--dump") == 0 || strcmp(argv[1], "--dump-moe") == 0 ||
                       strcmp(argv[1], "--dump-moe1") == 0)) {
         int code = !argv[1][6]   ? dump(argv[2])
@@ -1535,6 +1557,9 @@ int main(int argc, char **argv)
                "tensors %.2e (max|err|/max|ref|)\n",
                tc->name, tc->cfg.L, tc->cfg.C, tc->cfg.NH, tc->cfg.V, tc->B, tc->T, MICRO, STEPS,
                EXTRA, mixed ? "bf16-mixed" : "fp32", loss_tol, tol);
+        if (mixed)
+            printf("bf16 products: the serial run emulated, the grids %s\n",
+                   ff_bf16_products_name(grid_products));
         rc = run_serial(tc, &ref, &tshape);
         printf("serial 1x1x1x1: losses");
         for (int s = 0; s < STEPS; s++)
@@ -1613,8 +1638,10 @@ int main(int argc, char **argv)
     if (strcmp(ff_ctx_device(ctx), "cpu") != 0) {
         CHECK(on_gpu > 0, "the grids ran nothing on the GPU");
         /* every pass and product has a kernel: none may fall back */
-        CHECK(on_cpu == 0, "rank %d: %lld passes or products ran on the CPU (FF_CUDA_REPORT=1 "
-              "names them)", rank, on_cpu);
+        CHECK(on_cpu == 0,
+              "rank %d: %lld passes or products ran on the CPU (FF_CUDA_REPORT=1 "
+              "names them)",
+              rank, on_cpu);
         if (rank == 0)
             printf("grids on %s: %lld calls on the GPU, %lld passes on the CPU (rank 0)\n",
                    ff_ctx_device(ctx), on_gpu, on_cpu);
@@ -1632,7 +1659,8 @@ int main(int argc, char **argv)
                "%.3f (bound %.2e per tensor, plus the parameters' rounding for updates); eps 1e-8 "
                "steps a priori %.1e (bound at most %.2f of a step's update), a posteriori %.3f "
                "(%.1e)\n",
-               n_run, worst[0], loss_tol, worst[1], worst[2], tol, worst[3], worst[5], worst[4], worst[6]);
+               n_run, worst[0], loss_tol, worst[1], worst[2], tol, worst[3], worst[5], worst[4],
+               worst[6]);
     result_free(&ref);
     ff_gpt_destroy(tshape);
     ff_grid_destroy(serial_grid);

@@ -86,6 +86,8 @@ void ff_gemm_totals_reset(ff_gemm *g);
  * only with oneDNN (Debian's libdnnl-dev; FF_ONEDNN): otherwise create
  * returns FF_EUNSUPPORTED. Not thread-safe: one per thread. */
 typedef struct ff_bf16_gemm ff_bf16_gemm;
+/* 1 if this build has oneDNN (FF_ONEDNN). */
+int ff_bf16_gemm_available(void);
 int ff_bf16_gemm_create(ff_ctx *ctx, ff_bf16_gemm **out);
 void ff_bf16_gemm_destroy(ff_bf16_gemm *h);
 int ff_bf16_gemm_run(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b, int64_t m,

@@ -103,19 +103,39 @@ int ff_precision_parse(const char *s, ff_precision *out);
 /* The choices, for messages: "fp32 or bf16-mixed". */
 #define FF_PRECISION_CHOICES "fp32 or bf16-mixed"
 
+/* How bf16-mixed precision runs its products (docs/design.md §13, "The
+ * products"): EMULATED, the bf16 operands widened to fp32 and multiplied by
+ * the BLAS (exact products, fp32 sums); ONEDNN, oneDNN's bf16 matmul (the
+ * CPU's bf16 dot products where it has them; fp32 accumulation; a build
+ * with oneDNN only); AUTO (the default), the faster of the two on this
+ * machine, timed on the model's MLP product when the model is created,
+ * oneDNN only where every rank found it faster. Either gives the same
+ * values within fp32 summation error; runs are reproducible with either. */
+typedef enum {
+    FF_BF16_PRODUCTS_AUTO = 0,
+    FF_BF16_PRODUCTS_EMULATED,
+    FF_BF16_PRODUCTS_ONEDNN
+} ff_bf16_products;
+/* "auto", "emulated", "onednn"; NULL for a value out of range. */
+const char *ff_bf16_products_name(ff_bf16_products p);
+/* Parses a name of ff_bf16_products_name; FF_EINVAL for any other word. */
+int ff_bf16_products_parse(const char *s, ff_bf16_products *out);
+#define FF_BF16_PRODUCTS_CHOICES "auto, emulated or onednn"
+
 typedef struct {
-    ff_precision precision; /* default fp32 */
-    int checkpoint;        /* activation checkpointing: keep each block's input,
-                              recompute the block before its backward */
-    int cac;               /* communication-aware checkpointing (dissertation §7.3.2;
-                              default off): a checkpointed block also keeps what its
-                              collectives produced (LayerNorm statistics, QKV, the
-                              residual after attention, the MLP's or experts'
-                              all-reduced and all-to-all outputs) and its recompute
-                              runs only the local work between them, with no
-                              collective; bitwise the same results */
-    int dp_overlap;        /* post the D all-reduce of a block's gradients during the
-                              backward, as soon as they are complete (one bucket per block) */
+    ff_precision precision;         /* default fp32 */
+    ff_bf16_products bf16_products; /* bf16-mixed's products (default auto) */
+    int checkpoint;                 /* activation checkpointing: keep each block's input,
+                                       recompute the block before its backward */
+    int cac;                        /* communication-aware checkpointing (dissertation §7.3.2;
+                                       default off): a checkpointed block also keeps what its
+                                       collectives produced (LayerNorm statistics, QKV, the
+                                       residual after attention, the MLP's or experts'
+                                       all-reduced and all-to-all outputs) and its recompute
+                                       runs only the local work between them, with no
+                                       collective; bitwise the same results */
+    int dp_overlap;                 /* post the D all-reduce of a block's gradients during the
+                                       backward, as soon as they are complete (one bucket per block) */
     ff_linear_opts linear; /* overlaps of the linear layers, AG cache, wire, decomposition */
     /* A per-layer plan (include/fourfold/layerplan.h; NULL: none): each
      * block's checkpointing and each linear layer's options replace
@@ -324,6 +344,10 @@ typedef struct {
     size_t linear_peak; /* gathered weights and gradient blocks, at most */
 } ff_gpt_memory;
 void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m);
+/* bf16-mixed: the products the model runs (EMULATED or ONEDNN; AUTO in
+ * fp32) and the rates (FLOP/s, this rank's) that chose them: 0 where not
+ * timed (an option that named the path, or a build without oneDNN). */
+ff_bf16_products ff_gpt_bf16_products(const ff_gpt *g, double *onednn_flops, double *blas_flops);
 /* The default split of L blocks over P stages: L/P each, the first L%P
  * stages one more (the last stage also has the LM head). */
 void ff_pipe_split(int L, int P, int *blocks);

@@ -43,6 +43,11 @@ int cli_parse_double(const char *opt, const char *text, double lo, double hi, do
 int cli_parse_size(const char *opt, const char *text, size_t *out); /* 16MiB, 4K, 100 */
 /* --precision fp32|bf16-mixed (docs/design.md §13) */
 int cli_parse_precision(const char *text, ff_precision *out);
+/* --bf16-products auto|emulated|onednn */
+int cli_parse_bf16_products(const char *text, ff_bf16_products *out);
+/* For a settings table: ", products on oneDNN (brg:...; 190 against 100
+ * GFLOP/s on this rank)" in bf16-mixed, "" in fp32 (in buf). */
+const char *cli_bf16_products(const ff_gpt *g, char *buf, size_t len);
 /* --progress wait|poll|thread */
 int cli_parse_progress(const char *text, ff_progress_mode *out);
 /* The option's name of a progress mode ("wait", "poll", "thread"). */

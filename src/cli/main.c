@@ -204,6 +204,31 @@ int cli_parse_precision(const char *text, ff_precision *out)
     return -1;
 }
 
+int cli_parse_bf16_products(const char *text, ff_bf16_products *out)
+{
+    if (ff_bf16_products_parse(text, out) == FF_OK)
+        return 0;
+    cli_error("--bf16-products %s: expected " FF_BF16_PRODUCTS_CHOICES, text);
+    return -1;
+}
+
+const char *cli_bf16_products(const ff_gpt *g, char *buf, size_t len)
+{
+    double onednn, blas;
+    ff_bf16_products p = ff_gpt_bf16_products(g, &onednn, &blas);
+    char timed[96] = "";
+    if (onednn > 0 && blas > 0)
+        snprintf(timed, sizeof timed, "; timed %.0f against %.0f GFLOP/s on rank 0", onednn * 1e-9,
+                 blas * 1e-9);
+    if (p == FF_BF16_PRODUCTS_ONEDNN)
+        snprintf(buf, len, ", products on oneDNN's bf16 matmul%s", timed);
+    else if (p == FF_BF16_PRODUCTS_EMULATED)
+        snprintf(buf, len, ", products emulated on the BLAS%s", timed);
+    else
+        snprintf(buf, len, "%s", "");
+    return buf;
+}
+
 int cli_parse_size(const char *opt, const char *text, size_t *out)
 {
     char *end;

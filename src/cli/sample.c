@@ -170,6 +170,7 @@ typedef struct {
     long tokens, samples, seq, batch, batches, seed, top_k;
     double temperature, capacity_factor; /* capacity_factor 0: the checkpoint's */
     ff_precision precision;
+    ff_bf16_products bf16_products;
 } sample_opts;
 
 static const char help_sample[] =
@@ -194,7 +195,8 @@ static const char help_sample[] =
     "  --seed N           (default 1337)\n"
     "  --capacity-factor F  an MoE model's expert capacity (default: the checkpoint's;\n"
     "                     docs/moe.md)\n"
-    "  --precision P      fp32 or bf16-mixed: bf16 products (default fp32; docs/design.md)\n";
+    "  --precision P      fp32 or bf16-mixed: bf16 products (default fp32; docs/design.md)\n"
+    "  --bf16-products P  emulated, onednn or auto (default; docs/design.md §13)\n";
 
 static const char help_eval[] =
     "usage: mpirun -np N fourfold eval --checkpoint FILE --data GLOB [options]\n"
@@ -213,7 +215,8 @@ static const char help_eval[] =
     "  --batches N        batches averaged (default 1)\n"
     "  --capacity-factor F  an MoE model's expert capacity (default: the checkpoint's;\n"
     "                     docs/moe.md)\n"
-    "  --precision P      fp32 or bf16-mixed: bf16 products (default fp32; docs/design.md)\n";
+    "  --precision P      fp32 or bf16-mixed: bf16 products (default fp32; docs/design.md)\n"
+    "  --bf16-products P  emulated, onednn or auto (default; docs/design.md §13)\n";
 
 /* Returns CLI_OK, CLI_USAGE, or -1 for --help. */
 static int parse(int argc, char **argv, sample_opts *o, const char *command)
@@ -259,6 +262,8 @@ static int parse(int argc, char **argv, sample_opts *o, const char *command)
                 !(v = cli_value(&a)) || cli_parse_double("temperature", v, 0, 1e6, &o->temperature);
         else if (cli_is(&a, "precision"))
             bad = !(v = cli_value(&a)) || cli_parse_precision(v, &o->precision);
+        else if (cli_is(&a, "bf16-products"))
+            bad = !(v = cli_value(&a)) || cli_parse_bf16_products(v, &o->bf16_products);
         else
             return cli_unknown(&a, command);
     }
@@ -372,6 +377,7 @@ static int load_model(ff_ctx *ctx, ff_grid *grid, const sample_opts *o, const ff
     ff_gpt_opts go;
     ff_gpt_opts_default(&go);
     go.precision = o->precision;
+    go.bf16_products = o->bf16_products;
     if ((rc = ff_gpt_create(grid, &cfg, &go, (int)batch, *T, g)))
         return rc;
     return ff_gpt_load(*g, o->checkpoint);
@@ -389,6 +395,7 @@ static int run(int argc, char **argv, const char *command)
     o.top_k = 40;
     o.temperature = 0.8;
     int eval = !strcmp(command, "eval");
+    char products[160]; /* (the eval lines' bf16 products) */
     int code = parse(argc, argv, &o, command);
     if (code == -1) {
         cli_print("%s%s", eval ? help_eval : help_sample, cli_run_help);
@@ -437,8 +444,9 @@ static int run(int argc, char **argv, const char *command)
             }
         float l = 0;
         if (rc == FF_OK && (rc = ff_gpt_eval(g, tok, tgt, &l)) == FF_OK)
-            cli_print("loss %.9g on the %d tokens of the text (grid %dx%dx%dx%d, %s)\n", l, T,
-                      s.x, s.y, s.z, s.d, ff_precision_name(o.precision));
+            cli_print("loss %.9g on the %d tokens of the text (grid %dx%dx%dx%d, %s%s)\n", l, T,
+                      s.x, s.y, s.z, s.d, ff_precision_name(o.precision),
+                      cli_bf16_products(g, products, sizeof products));
     } else if (rc == FF_OK && eval) {
         ff_gpt_config cfg = ff_gpt_get_config(g);
         int first, count;
@@ -462,10 +470,11 @@ static int run(int argc, char **argv, const char *command)
                                   isnan(sum) ? "NaN" : "infinite"); /* the same on every rank */
         if (rc == FF_OK)
             cli_print("loss %.9g (%ld batches of %ld x %d tokens, grid %dx%dx%dx%d, %d "
-                      "stage%s, %s)\n",
+                      "stage%s, %s%s)\n",
                       sum / (double)o.batches, o.batches, batch, T, s.x, s.y, s.z, s.d,
                       ff_grid_stages(grid), ff_grid_stages(grid) > 1 ? "s" : "",
-                      ff_precision_name(o.precision));
+                      ff_precision_name(o.precision),
+                      cli_bf16_products(g, products, sizeof products));
     } else if (rc == FF_OK) {
         ff_sampler smp = {(float)o.temperature, (int)o.top_k, (uint64_t)o.seed};
         if (!bpe && cfg0.V != FF_BYTE_VOCAB)

@@ -20,7 +20,8 @@ typedef struct {
     /* mixture of experts (docs/moe.md): -1 the preset's (experts 0: dense) */
     long experts, expert_every, router_top_k;
     float capacity_factor, aux_coef;
-    int moe_model; /* the model built has experts (print_event) */
+    int moe_model;         /* the model built has experts (print_event) */
+    const char *peak_name; /* what the step's FLOP/s are a fraction of (print_event) */
     long batch, micro, micro_batches, seq, steps;
     const char *schedule, *stage_layers;
     int stage_split[1024]; /* --stage-layers, parsed */
@@ -109,6 +110,9 @@ static const char help_rest[] =
     "                        to the backward (-1: every layer and wte; default -1)\n"
     "  --precision P         fp32 or bf16-mixed: bf16 products, fp32 master weights and\n"
     "                        AdamW state (default fp32; docs/design.md §13)\n"
+    "  --bf16-products P     bf16-mixed's products: emulated (the BLAS on bf16 values),\n"
+    "                        onednn (oneDNN's bf16 matmul) or auto (the faster, timed at\n"
+    "                        start; default)\n"
     "  --wire fp32|bf16      element format of the linear layers' collectives (default fp32;\n"
     "                        bf16-mixed sets it per collective)\n"
     "  --decompose K         compute each layer's all-reduced product in K chunks of rows,\n"
@@ -318,6 +322,8 @@ static int parse(int argc, char **argv, train_opts *o)
                 o->gpt.dp_overlap = o->gpt.linear.oar = o->gpt.linear.ors = o->gpt.linear.oag = on;
         } else if (cli_is(&a, "precision")) {
             bad = !(v = cli_value(&a)) || cli_parse_precision(v, &o->gpt.precision);
+        } else if (cli_is(&a, "bf16-products")) {
+            bad = !(v = cli_value(&a)) || cli_parse_bf16_products(v, &o->gpt.bf16_products);
         } else if (cli_is(&a, "wire")) {
             if (!(v = cli_value(&a)))
                 bad = 1;
@@ -453,15 +459,17 @@ static int model_config(const train_opts *o, ff_gpt_config *cfg)
             const char *opt, *field;
             long given;
             int file;
-        } shape[] = {{"layers", "L", o->layers, h[4]},     {"hidden", "C", o->hidden, h[6]},
-                     {"heads", "NH", o->heads, h[5]},      {"vocab", "V", o->vocab, h[3]},
+        } shape[] = {{"layers", "L", o->layers, h[4]},
+                     {"hidden", "C", o->hidden, h[6]},
+                     {"heads", "NH", o->heads, h[5]},
+                     {"vocab", "V", o->vocab, h[3]},
                      {"max-seq", "maxT", o->max_seq, h[2]}};
         for (size_t i = 0; i < sizeof shape / sizeof *shape; i++)
             if (shape[i].given && shape[i].given != shape[i].file) {
                 cli_error("--%s %ld, but --init-from %s has %s=%d (the model is the file's: "
                           "drop --%s)",
-                          shape[i].opt, shape[i].given, o->init_from, shape[i].field,
-                          shape[i].file, shape[i].opt);
+                          shape[i].opt, shape[i].given, o->init_from, shape[i].field, shape[i].file,
+                          shape[i].opt);
                 return CLI_USAGE;
             }
         cfg->maxT = h[2], cfg->V = h[3], cfg->L = h[4], cfg->NH = h[5], cfg->C = h[6],
@@ -535,8 +543,7 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
     pc.cmm = o->gpt.linear.cmm;
     /* the run's traffic (docs/design.md §13; the planner's bf16-mixed memory
      * is the accelerator's 2-byte storage, below this run's) */
-    pc.precision =
-        o->gpt.precision == FF_PRECISION_BF16_MIXED ? FF_PLAN_BF16_MIXED : FF_PLAN_FP32;
+    pc.precision = o->gpt.precision == FF_PRECISION_BF16_MIXED ? FF_PLAN_BF16_MIXED : FF_PLAN_FP32;
     if (!o->gpt.linear.oar || !o->gpt.dp_overlap)
         pc.overlap = 0; /* --overlap off */
     ff_plan *plan = NULL;
@@ -669,11 +676,14 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
     ROW("overlaps", "OAR %s ORS %s OAG %s DP %s, AG cache %s", o->gpt.linear.oar ? "on" : "off",
         o->gpt.linear.ors ? "on" : "off", o->gpt.linear.oag ? "on" : "off",
         o->gpt.dp_overlap ? "on" : "off", agc);
-    ROW("precision", "%s", ff_precision_name(o->gpt.precision));
+    char products[160];
+    ROW("precision", "%s%s", ff_precision_name(o->gpt.precision),
+        cli_bf16_products(g, products, sizeof products));
     ROW("wire", "%s",
         o->gpt.precision == FF_PRECISION_BF16_MIXED
             ? "bf16 for weight gathers and activations, fp32 for gradients"
-            : o->gpt.linear.coll.wire == FF_WIRE_BF16 ? "bf16" : "fp32");
+        : o->gpt.linear.coll.wire == FF_WIRE_BF16 ? "bf16"
+                                                  : "fp32");
     if (o->gpt.linear.decompose > 1)
         ROW("decomposition", "%d chunks of rows per all-reduced product", o->gpt.linear.decompose);
     else
@@ -695,11 +705,15 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
             mem.mask / sizeof(uint32_t), mem.mask * mib);
     if (strcmp(ff_ctx_device(ff_grid_ctx(grid)), "cpu") != 0)
         ROW("sgemm per rank", "%.1f GFLOP/s (cuBLAS fp32 4096^3 on the GPU)", ti.sgemm_rate * 1e-9);
-    else
-    {
-        ROW("sgemm per rank", "%.1f GFLOP/s (%s, %d thread(s) on %s, all ranks at once)",
-            ti.sgemm_rate * 1e-9, ff_blas_core(), ff_ctx_blas_threads(ff_grid_ctx(grid)),
-            ff_blas_threading());
+    else {
+        if (ff_gpt_bf16_products(g, NULL, NULL) == FF_BF16_PRODUCTS_ONEDNN)
+            ROW("bf16 matmul per rank",
+                "%.1f GFLOP/s (oneDNN, %d thread(s), all ranks at once: the products' peak)",
+                ti.sgemm_rate * 1e-9, ff_ctx_blas_threads(ff_grid_ctx(grid)));
+        else
+            ROW("sgemm per rank", "%.1f GFLOP/s (%s, %d thread(s) on %s, all ranks at once)",
+                ti.sgemm_rate * 1e-9, ff_blas_core(), ff_ctx_blas_threads(ff_grid_ctx(grid)),
+                ff_blas_threading());
         if (ti.sgemm_core_share < 1)
             ROW("", "(each rank's CPU-time rate times its share of a core, %.3g)",
                 ti.sgemm_core_share);
@@ -744,11 +758,11 @@ static void print_event(const ff_train_event *ev, void *user)
             break;
         format_eta(s->eta_s, eta, sizeof eta);
         cli_print("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s | "
-                  "%.2f GFLOP/s %4.1f%% of sgemm | compute %.1f wait %.1f hidden %.1f ms | "
+                  "%.2f GFLOP/s %4.1f%% of %s | compute %.1f wait %.1f hidden %.1f ms | "
                   "eta %s\n",
                   (long long)s->step, (long long)s->steps, s->loss, s->lr, s->grad_norm, s->ms,
                   s->tokens_per_s, s->model_flops_per_s * 1e-9, 100 * s->sgemm_fraction,
-                  s->compute_ms, s->wait_ms, s->hidden_ms, eta);
+                  o->peak_name, s->compute_ms, s->wait_ms, s->hidden_ms, eta);
         if (o->moe_model)
             cli_print("           | load-balancing loss %.5f | dropped %.1f%% of token-expert "
                       "assignments\n",
@@ -864,6 +878,9 @@ int cmd_train(int argc, char **argv)
         rc = ff_trainer_create(grid, &tc, &t);
     if (rc == FF_OK) {
         o.moe_model = ff_gpt_get_config(ff_trainer_gpt(t)).experts > 0;
+        o.peak_name = ff_gpt_bf16_products(ff_trainer_gpt(t), NULL, NULL) == FF_BF16_PRODUCTS_ONEDNN
+                          ? "bf16 matmul"
+                          : "sgemm";
         print_settings(&o, t, grid, ff_ctx_size(ctx));
         if (o.plan)
             note_plan_progress(ctx, o.plan, &plan);

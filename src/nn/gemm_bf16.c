@@ -26,6 +26,8 @@ struct ff_bf16_gemm {
     double flops, seconds;
 };
 
+int ff_bf16_gemm_available(void) { return 1; }
+
 static int dnnl_fail(ff_ctx *ctx, const char *what, dnnl_status_t s)
 {
     int rc = s == dnnl_out_of_memory   ? FF_ENOMEM
@@ -254,6 +256,8 @@ void ff_bf16_gemm_totals(const ff_bf16_gemm *h, double *flops, double *seconds)
 struct ff_bf16_gemm {
     int unused;
 };
+
+int ff_bf16_gemm_available(void) { return 0; }
 
 int ff_bf16_gemm_create(ff_ctx *ctx, ff_bf16_gemm **out)
 {

@@ -728,7 +728,10 @@ static int gpt_create_local(ff_gpt *g)
         return rc;
     ff_gpt_views counted = g->pv; /* the same arrays; pointers are reset by ff_gpt_bind_views */
     g->n_params = layout(g, NULL, 0, &counted);
-    if ((rc = alloc_buffers(g)) || (rc = ff_gpt_bf16_alloc(g)))
+    rc = alloc_buffers(g);
+    if (rc == FF_OK)
+        rc = ff_gpt_bf16_alloc(g);
+    if ((rc = ff_gpt_bf16_choose(g, rc)))
         return rc;
     ff_gpt_bind_views(g);
     return FF_OK;
@@ -806,6 +809,7 @@ void ff_gpt_destroy(ff_gpt *g)
     if (pending)
         g->resid = g->grad_in = g->grad_out = NULL;
     ff_linear_seq_destroy(g->seq);
+    ff_bf16_gemm_destroy(g->bf16mm); /* (the sequence's tuner used it) */
     ff_fbuf_free(g->params), ff_fbuf_free(g->grads), ff_fbuf_free(g->wbf16);
     ff_fbuf_free(g->adam_m), ff_fbuf_free(g->adam_v);
     ff_fbuf_free(g->resid), ff_fbuf_free(g->grad_in), ff_fbuf_free(g->grad_out);

@@ -113,6 +113,9 @@ struct ff_gpt {
     size_t n_params, n_zsharded, n_decay, n_ytype;
     float *params, *grads, *adam_m, *adam_v;
     float *wbf16; /* bf16-mixed: [0, n_zsharded) of params in bf16 (gpt_precision.c); else NULL */
+    ff_bf16_gemm *bf16mm;       /* bf16-mixed on oneDNN: the linear layers' products */
+    ff_bf16_products bf16_path; /* bf16-mixed: EMULATED or ONEDNN */
+    double bf16_rate[2];        /* the rates that chose it: oneDNN's, the BLAS's (0: untimed) */
     ff_gpt_views pv, gv;
     size_t *bucket_off, *bucket_len; /* block l's weight shards in the flat buffer */
     ff_request **bucket_req;         /* nb + 1: blocks, then wte */
@@ -138,7 +141,7 @@ struct ff_gpt {
      * u for micro-batch u's forward, -(u + 1) for its backward */
     int pipe_order[FF_GPT_PIPE_ORDER_MAX];
     int pipe_order_n;
-    uint64_t n_straggles;            /* the jittered straggler's draws */
+    uint64_t n_straggles; /* the jittered straggler's draws */
     ff_request **req_act_in, **req_act_out, **req_grad_in, **req_grad_out; /* per slot */
     /* the LayerNorm whose output the last MLP down's chunks already made
      * (block_forward): block ln_ready's LN1, nb the final one; -1 none */
@@ -193,6 +196,10 @@ static inline size_t ff_gpt_dense_state(const ff_gpt *g)
  * FF_EUNSUPPORTED naming `what` in bf16-mixed (FF_OK in fp32). */
 int ff_gpt_precision_check(ff_gpt *g);
 int ff_gpt_bf16_alloc(ff_gpt *g);
+/* After the buffers (rc: their allocation's code, agreed here first): the
+ * products' path, timed and agreed over the ranks for AUTO, handed to the
+ * layers' tuner. FF_OK at once in fp32. */
+int ff_gpt_bf16_choose(ff_gpt *g, int rc);
 float *ff_gpt_used_weight(const ff_gpt *g, float *master);
 void ff_gpt_bf16_weights(ff_gpt *g);
 int ff_gpt_refuse_mixed(ff_gpt *g, const char *what);

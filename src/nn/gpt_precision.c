@@ -25,12 +25,33 @@ int ff_precision_parse(const char *s, ff_precision *out)
     return FF_EINVAL;
 }
 
+static const char *const product_names[] = {"auto", "emulated", "onednn"};
+
+const char *ff_bf16_products_name(ff_bf16_products p)
+{
+    return p >= FF_BF16_PRODUCTS_AUTO && p <= FF_BF16_PRODUCTS_ONEDNN ? product_names[p] : NULL;
+}
+
+int ff_bf16_products_parse(const char *s, ff_bf16_products *out)
+{
+    for (int p = FF_BF16_PRODUCTS_AUTO; s && p <= FF_BF16_PRODUCTS_ONEDNN; p++)
+        if (!strcmp(s, product_names[p])) {
+            *out = (ff_bf16_products)p;
+            return FF_OK;
+        }
+    return FF_EINVAL;
+}
+
 int ff_gpt_precision_check(ff_gpt *g)
 {
     const ff_precision p = g->opt.precision;
     if (!ff_precision_name(p))
         return ff_set_error(g->ctx, FF_EINVAL, "precision %d: expected " FF_PRECISION_CHOICES,
                             (int)p);
+    if (!ff_bf16_products_name(g->opt.bf16_products))
+        return ff_set_error(g->ctx, FF_EINVAL,
+                            "bf16 products %d: expected " FF_BF16_PRODUCTS_CHOICES,
+                            (int)g->opt.bf16_products);
     if (p == FF_PRECISION_FP32)
         return FF_OK;
     /* the precision chooses each collective's format itself */
@@ -75,4 +96,55 @@ void ff_gpt_bf16_weights(ff_gpt *g)
 {
     if (g->wbf16)
         ff_bf16_round_copy(g->wbf16, g->params, g->n_zsharded);
+}
+
+/* The products' path (ff_bf16_products). AUTO times both on the model's
+ * MLP product (this rank's rows, 4C/Gx columns, C/Gy inner; 0.05 s each on
+ * the run's BLAS threads) and takes oneDNN only where every rank found it
+ * faster, so that all ranks run the same kernels. */
+int ff_gpt_bf16_choose(ff_gpt *g, int rc)
+{
+    if (g->opt.precision != FF_PRECISION_BF16_MIXED)
+        return rc;
+    if ((rc = ff_ctx_agree(g->ctx, rc)))
+        return rc;
+    g->bf16_path = FF_BF16_PRODUCTS_EMULATED;
+    g->bf16_rate[0] = g->bf16_rate[1] = 0;
+    if (g->opt.bf16_products == FF_BF16_PRODUCTS_EMULATED)
+        return FF_OK;
+    if (!ff_bf16_gemm_available() && g->opt.bf16_products == FF_BF16_PRODUCTS_AUTO)
+        return FF_OK; /* (a property of the build: alike on every rank) */
+    if ((rc = ff_ctx_agree(g->ctx, ff_bf16_gemm_create(g->ctx, &g->bf16mm))))
+        return rc;
+    int onednn = 1;
+    if (g->opt.bf16_products == FF_BF16_PRODUCTS_AUTO) {
+        const int threads = ff_ctx_blas_threads(g->ctx);
+        int m = (int)(g->m < 64 ? 64 : g->m > 2048 ? 2048 : g->m);
+        int n = (int)(g->fx < 16 ? 16 : g->fx), k = (int)(g->cy < 16 ? 16 : g->cy);
+        g->bf16_rate[0] = ff_bf16_gemm_rate(g->bf16mm, m, n, k, threads, 0.05);
+        g->bf16_rate[1] = ff_sgemm_rate(m, n, k, threads, 0.05);
+        ff_blas_set_threads(threads); /* (the rates leave the BLAS on one) */
+        onednn = g->bf16_rate[0] > g->bf16_rate[1];
+        if (MPI_Allreduce(MPI_IN_PLACE, &onednn, 1, MPI_INT, MPI_MIN, ff_ctx_comm(g->ctx)) !=
+            MPI_SUCCESS)
+            return ff_set_error(g->ctx, FF_EMPI,
+                                "MPI_Allreduce (the bf16 products' choice) failed");
+    }
+    if (!onednn) {
+        ff_bf16_gemm_destroy(g->bf16mm);
+        g->bf16mm = NULL;
+        return FF_OK;
+    }
+    g->bf16_path = FF_BF16_PRODUCTS_ONEDNN;
+    ff_gemm_set_bf16(ff_linear_seq_gemm(g->seq), g->bf16mm);
+    return FF_OK;
+}
+
+ff_bf16_products ff_gpt_bf16_products(const ff_gpt *g, double *onednn_flops, double *blas_flops)
+{
+    if (onednn_flops)
+        *onednn_flops = g->bf16_rate[0];
+    if (blas_flops)
+        *blas_flops = g->bf16_rate[1];
+    return g->opt.precision == FF_PRECISION_BF16_MIXED ? g->bf16_path : FF_BF16_PRODUCTS_AUTO;
 }

@@ -19,8 +19,8 @@
 #include "device.h"
 #include "fourfold/rng.h"
 #include "fourfold/trace.h"
-#include "internal.h"
 #include "gpt_ops.h"
+#include "internal.h"
 #include "passes.h"
 
 enum { POOL_SLOTS = 32, NAME_LEN = 32 };
@@ -63,7 +63,7 @@ struct ff_linear {
     int decompose, oar, ors, oag;
     int cache_forced; /* 1: AG cache member whatever ag_cache_layers says; 0: never; -1: by it */
     ff_coll_opts coll;
-    int last_backward; /* program index of the last backward use, -1 none */
+    int last_backward;   /* program index of the last backward use, -1 none */
     const float *w_used; /* what gathers and products read: w, or its bf16 copy */
 };
 
@@ -875,7 +875,7 @@ static void forward_chunk_done(ff_linear *l, float *out, int64_t r0, int64_t r1,
 {
     if (l->has_bias)
         ff_bias_pass(l->seq->ctx, FF_PASS_BIAS_ADD,
-                  &(bias_job){.out = out, .b = l->b, .r0 = r0, .rows = r1 - r0, .nl = l->nl});
+                     &(bias_job){.out = out, .b = l->b, .r0 = r0, .rows = r1 - r0, .nl = l->nl});
     if (done)
         done(arg, r0, r1 - r0);
 }
@@ -975,7 +975,9 @@ int ff_linear_forward_rows(ff_linear *l, float *out, const float *inp, int64_t r
     float *inp_b = bf16_operand(l, inp, n);
     if (!inp_b)
         return FF_ENOMEM;
+    ff_gemm_bf16_operands(l->seq->gemm, 1);
     int rc = forward_rows(l, out, inp_b, rows, done, arg);
+    ff_gemm_bf16_operands(l->seq->gemm, 0);
     buf_give(l->seq, inp_b, n);
     return rc;
 }
@@ -995,7 +997,9 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
         return backward(l, dinp, dout, inp, rows);
     const size_t ni = (size_t)(rows * l->kl), no = (size_t)(rows * l->nl);
     float *inp_b = bf16_operand(l, inp, ni), *dout_b = inp_b ? bf16_operand(l, dout, no) : NULL;
+    ff_gemm_bf16_operands(l->seq->gemm, 1);
     int rc = dout_b ? backward(l, dinp, dout_b, inp_b, rows) : FF_ENOMEM;
+    ff_gemm_bf16_operands(l->seq->gemm, 0);
     if (dout_b)
         buf_give(l->seq, dout_b, no);
     if (inp_b)
@@ -1051,7 +1055,7 @@ static int backward(ff_linear *l, float *dinp, const float *dout, const float *i
     /* db (nl) += column sums of dO: this rank's rows; summed over ZD later */
     if (l->has_bias)
         ff_bias_pass(s->ctx, FF_PASS_BIAS_GRAD,
-                  &(bias_job){.db = l->db, .dout = dout, .rows = rows, .nl = l->nl});
+                     &(bias_job){.db = l->db, .dout = dout, .rows = rows, .nl = l->nl});
     if ((rc = ff_waitall(ar, k)))
         return rc;
     return backward_use_done(l);

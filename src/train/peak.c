@@ -46,7 +46,17 @@ static int thread_seconds(double *s)
     return 0;
 }
 
-ff_sgemm_peak ff_sgemm_peak_measure(MPI_Comm comm, int threads, double seconds)
+/* C = A B, n x n, on the BLAS or on bf16's oneDNN */
+static void product(ff_bf16_gemm *bf16, int n, const float *A, const float *B, float *C)
+{
+    if (bf16)
+        ff_bf16_gemm_run(bf16, "peak", 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C,
+                    n);
+}
+
+ff_sgemm_peak ff_sgemm_peak_measure(MPI_Comm comm, int threads, double seconds, ff_bf16_gemm *bf16)
 {
     ff_sgemm_peak peak = {0, 1};
     MPI_Comm node;
@@ -66,9 +76,8 @@ ff_sgemm_peak ff_sgemm_peak_measure(MPI_Comm comm, int threads, double seconds)
         A[i] = (float)((i * 7) % 13) * 0.01f;
         B[i] = (float)((i * 5) % 11) * 0.01f;
     }
-    if (ok) /* warm-up: page faults, the BLAS's threads */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, A, N, B, N, 0.0f, C,
-                    N);
+    if (ok) /* warm-up: page faults, the BLAS's threads, oneDNN's primitive */
+        product(bf16, N, A, B, C);
     double t[MAX_RUNS], probe;
     int runs = 0, cpu = ok && thread_seconds(&probe) == 0;
     MPI_Barrier(comm); /* every rank at once, as in a step */
@@ -76,8 +85,7 @@ ff_sgemm_peak ff_sgemm_peak_measure(MPI_Comm comm, int threads, double seconds)
     while (ok && runs < MAX_RUNS && (runs < 3 || ff_now() - w0 < seconds)) {
         double a = 0, b = 0, wa = ff_now();
         cpu = cpu && thread_seconds(&a) == 0;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, A, N, B, N, 0.0f, C,
-                    N);
+        product(bf16, N, A, B, C);
         cpu = cpu && thread_seconds(&b) == 0;
         t[runs++] = cpu ? b - a : ff_now() - wa;
     }

@@ -230,8 +230,7 @@ static int lock_out(ff_trainer *t)
                                         "'%s' is in use by another run (%s holds %s); wait "
                                         "for it to end or give another output folder",
                                         dir, owner[0] ? owner : "a process", path)
-                     : ff_ctx_set_error(t->ctx, FF_EIO, "cannot lock '%s': %s", path,
-                                        strerror(e));
+                     : ff_ctx_set_error(t->ctx, FF_EIO, "cannot lock '%s': %s", path, strerror(e));
         } else {
             char host[64] = "?";
             gethostname(host, sizeof host - 1);
@@ -340,10 +339,9 @@ static int start_run(ff_trainer *t)
             return rc;
         if (older < 0)
             return ff_ctx_agree(t->ctx, ff_ctx_set_error(t->ctx, FF_ECORRUPT,
-                                                         "%s; no older checkpoint to resume",
-                                                         why));
-        note(t, "passing over the checkpoint of step %lld (%s); trying step %lld",
-             (long long)step, why, (long long)older);
+                                                         "%s; no older checkpoint to resume", why));
+        note(t, "passing over the checkpoint of step %lld (%s); trying step %lld", (long long)step,
+             why, (long long)older);
         step = older;
     }
     if (rc)
@@ -371,9 +369,10 @@ static int start_run(ff_trainer *t)
     return ff_ctx_agree(t->ctx, ff_data_seek(t->data, t->st.data));
 }
 
-/* The empirical peak (docs/design.md §8): sgemm on every rank at once, as
- * the step runs, by CPU time and the share of a core (src/train/peak.h);
- * the mean over ranks. */
+/* The empirical peak (docs/design.md §8): sgemm (or, for bf16-mixed
+ * products on oneDNN, its bf16 matmul) on every rank at once, as the step
+ * runs, by CPU time and the share of a core (src/train/peak.h); the mean
+ * over ranks. */
 static void measure_sgemm(ff_trainer *t)
 {
     const ff_trainer_config *c = &t->cfg;
@@ -393,7 +392,13 @@ static void measure_sgemm(ff_trainer *t)
         void *cu = NULL;
 #endif
         if (!cu) {
-            ff_sgemm_peak p = ff_sgemm_peak_measure(ff_ctx_comm(t->ctx), threads, 0.1);
+            /* a bf16-mixed run's products on oneDNN: its bf16 matmul's rate */
+            ff_bf16_gemm *bf16 = NULL;
+            if (ff_gpt_bf16_products(t->g, NULL, NULL) == FF_BF16_PRODUCTS_ONEDNN &&
+                ff_bf16_gemm_create(t->ctx, &bf16) != FF_OK)
+                bf16 = NULL; /* (created at the model's start: alike on every rank) */
+            ff_sgemm_peak p = ff_sgemm_peak_measure(ff_ctx_comm(t->ctx), threads, 0.1, bf16);
+            ff_bf16_gemm_destroy(bf16);
             r = p.flops;
             share = p.share;
         }
@@ -429,6 +434,8 @@ static int open_log(ff_trainer *t)
         const ff_gpt_config *m = &t->shape;
         /* strings from outside (the BLAS's name, paths) escaped */
         char *core = json_string(ff_blas_core());
+        /* (on oneDNN, sgemm_flops_per_rank is its bf16 matmul's rate) */
+        ff_bf16_products products = ff_gpt_bf16_products(t->g, NULL, NULL);
         char *from = c->resume_from ? json_string(c->resume_from) : NULL;
         if (!core || (c->resume_from && !from)) {
             io = ff_ctx_set_error(t->ctx, FF_ENOMEM, "out of memory writing '%s'", path);
@@ -438,11 +445,13 @@ static int open_log(ff_trainer *t)
                     "\"C\":%d,\"NH\":%d,\"V\":%d,\"maxT\":%d,\"batch\":%d,\"micro_batch\":%d,"
                     "\"seq\":%d,\"steps\":%d,\"lr\":%g,\"start_step\":%lld,"
                     "\"sgemm_flops_per_rank\":%.4g,\"sgemm_core_share\":%.4g,\"blas_core\":%s,"
-                    "\"device\":\"%s\",\"ranks\":%d,\"precision\":\"%s\"}\n",
+                    "\"device\":\"%s\",\"ranks\":%d,\"precision\":\"%s\","
+                    "\"bf16_products\":\"%s\"}\n",
                     s.x, s.y, s.z, s.d, ff_grid_stages(t->grid), m->L, m->C, m->NH, m->V, m->maxT,
                     c->batch, c->micro_batch, c->seq, c->steps, c->hyper.lr, (long long)t->st.step,
                     t->sgemm_rate, t->sgemm_share, core, ff_ctx_cuda(t->ctx) ? "cuda" : "cpu",
-                    ff_ctx_size(t->ctx), ff_precision_name(c->gpt.precision));
+                    ff_ctx_size(t->ctx), ff_precision_name(c->gpt.precision),
+                    products == FF_BF16_PRODUCTS_AUTO ? "none" : ff_bf16_products_name(products));
             if (from)
                 fprintf(t->log, "{\"type\":\"resume\",\"step\":%lld,\"from\":%s}\n",
                         (long long)t->st.step, from);
