@@ -96,6 +96,15 @@ int ff_agree_on(ff_ctx *ctx, MPI_Comm comm, int rc);
 /* Turns an MPI error code into FF_EMPI with the MPI library's message. */
 int ff_mpi_error(ff_ctx *ctx, int mpi_rc, const char *what);
 
+/* Chunk i of n elements split into p nearly equal pieces (the first n mod p
+ * one longer), as the ring all-reduce cuts its vector (and
+ * ZeRO over D its slices, src/nn/gpt_zero.c). */
+static inline size_t ff_chunk_off(size_t n, int p, int i)
+{
+    size_t q = n / (size_t)p, rem = n % (size_t)p;
+    return (size_t)i * q + ((size_t)i < rem ? (size_t)i : rem);
+}
+
 /* ---- groups (grid.c) ---- */
 
 typedef struct {
@@ -157,6 +166,10 @@ struct ff_request {
      * next one, or sets done. */
     ff_advance_fn advance;
     int step;
+    /* 0, or one half of the ring all-reduce (ff_iallreduce_half): 1 its
+     * reduce phase, counted as a reduce-scatter, 2 its gather phase, counted
+     * as an all-gather */
+    int half;
     int done;
     int error;
     MPI_Request mpi[FF_REQ_MAX_MPI];

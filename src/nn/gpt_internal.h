@@ -163,6 +163,9 @@ struct ff_gpt {
     uint32_t *samo_idx;
     size_t samo_k, samo_zc0;
     float *samo_g, *samo_m, *samo_v;
+    /* ZeRO over D (gpt_zero.c; NULL: off, or nothing to shard with Gd = 1):
+     * the moments hold the rank's slices only, ff_gpt_zero_state floats */
+    struct ff_gpt_zero *zr;
     size_t act_bytes, scratch_bytes;
 
     double loss_sum; /* this rank's rows, over the step's micro-batches */
@@ -185,6 +188,45 @@ static inline size_t ff_gpt_dense_state(const ff_gpt *g)
 {
     return g->samo ? g->samo_zc0 + g->n_params - g->n_zsharded : g->n_params;
 }
+/* ---- ZeRO over D (gpt_zero.c, docs/design.md) ---- */
+typedef struct ff_gpt_zero ff_gpt_zero;
+/* Refuses a zero level other than 0, 1, 2 (FF_EINVAL) and what ZeRO does
+ * not support yet (FF_EUNSUPPORTED); the same answer on every rank. */
+int ff_gpt_zero_check(const ff_gpt *g);
+/* The check, then the layout of the slices (g->zr; none for zero 0 or
+ * Gd = 1); FF_ENOMEM on this rank only. */
+int ff_gpt_zero_setup(ff_gpt *g);
+void ff_gpt_zero_destroy(ff_gpt *g);
+/* Floats of a sliced buffer (the moments). */
+size_t ff_gpt_zero_state(const ff_gpt *g);
+/* The reduce-scatter of a data-parallel range of the gradients, in place:
+ * the ring all-reduce's reduce phase (ff_iallreduce_half). */
+int ff_gpt_zero_reduce(ff_gpt *g, ff_group *grp, size_t off, size_t len, ff_request **req);
+/* ZeRO-2: the gradients outside the rank's slices released after the
+ * reduce-scatter (nothing below level 2). */
+void ff_gpt_zero_release_grads(ff_gpt *g);
+/* The Z-sharded gradients' sum of squares as the plain pass computes it on
+ * d = 0 (*out there, from 0; collective over D). */
+int ff_gpt_zero_sumsq(ff_gpt *g, double *out);
+/* AdamW on the slices (j as for the dense pass, over the whole flat
+ * buffers), then the gather of the updated parameters over D. */
+int ff_gpt_zero_adamw(ff_gpt *g, const void *adamw_job);
+/* A full flat buffer of `which` (gradients or moments: the slices gathered
+ * over D; ff_fbuf_free it; the outcome agreed on every rank), or the rank's
+ * slices taken from one. */
+int ff_gpt_zero_expand(ff_gpt *g, ff_gpt_buffer which, float **full);
+void ff_gpt_zero_compress(ff_gpt *g, ff_gpt_buffer which, const float *full);
+/* The dense AdamW pass over n entries of job (gpt_optim.c). */
+void ff_gpt_adamw_run(ff_gpt *g, const void *adamw_job, int64_t n);
+/* Data-parallel range r of the flat buffers (gpt.c): block l's bucket
+ * (r = 2l), its local experts' (2l + 1), the embedding's (2 nb). */
+void ff_gpt_dp_range(const ff_gpt *g, int r, size_t *off, size_t *len);
+/* Floats of the moments' buffers. */
+static inline size_t ff_gpt_moment_state(const ff_gpt *g)
+{
+    return g->zr ? ff_gpt_zero_state(g) : ff_gpt_dense_state(g);
+}
+
 /* SAMO: the first compressed entry whose offset is at least off. */
 size_t ff_gpt_samo_lower(const ff_gpt *g, size_t off);
 /* SAMO's part of the gradient norm: adds to *out, block after block, the

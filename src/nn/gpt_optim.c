@@ -72,6 +72,10 @@ static void rsumsq(ff_gpt *g, size_t a, size_t b, double *out)
 
 int ff_gpt_grad_norm(ff_gpt *g, float *norm)
 {
+    double zs = 0; /* ZeRO: the Z-sharded weights' part, from the slices */
+    int zrc = g->zr ? ff_gpt_zero_sumsq(g, &zs) : FF_OK;
+    if (zrc)
+        return zrc;
     /* each parameter once: a weight element lives on one (x, y, z) of each
      * D replica (an expert's, of each replica of its slot); layout-Y parameters are replicated over
      * X and Z, layout-X ones over Y and Z. Only d = 0 (and x = 0 or y = 0, z = 0) count. */
@@ -83,7 +87,10 @@ int ff_gpt_grad_norm(ff_gpt *g, float *norm)
     if (g->me.d == g->eslot && g->n_zsharded > g->n_dense_z)
         zsumsq(g, g->n_dense_z, g->n_zsharded, &s);
     if (g->me.d == 0) {
-        zsumsq(g, skip, g->n_dense_z, &s);
+        if (g->zr) /* (s is 0 here: ZeRO runs without experts) */
+            s += zs;
+        else
+            zsumsq(g, skip, g->n_dense_z, &s);
         if (g->me.z == 0 && g->me.x == 0)
             rsumsq(g, g->n_zsharded, g->n_ytype, &s);
         if (g->me.z == 0 && g->me.y == 0)
@@ -105,7 +112,7 @@ int ff_gpt_adam_ensure(ff_gpt *g)
 {
     if (g->adam_m)
         return FF_OK;
-    const size_t n = ff_gpt_dense_state(g), k = g->samo ? g->samo_k : 0;
+    const size_t n = ff_gpt_moment_state(g), k = g->samo ? g->samo_k : 0;
     g->adam_m = ff_fbuf_alloc(g->ctx, n);
     g->adam_v = ff_fbuf_alloc(g->ctx, n);
     if (g->samo) {
@@ -168,6 +175,8 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
                    .wd = h->weight_decay,
                    .grad_scale = grad_scale,
                    .n_decay = g->n_decay};
+    if (g->zr)
+        return ff_gpt_zero_adamw(g, &j);
     int64_t n = (int64_t)g->n_params;
     if (g->samo) { /* the compressed Z-sharded weights, wte's dense shard, then the rest */
         ff_gpt_samo_adamw(g, &j);
@@ -184,6 +193,12 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
     if (!ff_dev_pass(g->ctx, FF_PASS_ADAMW, n, &j))
         ff_team_run(g->ctx->team, n, 1 << 14, adamw_range, &j);
     return FF_OK;
+}
+
+void ff_gpt_adamw_run(ff_gpt *g, const void *job, int64_t n)
+{
+    if (!ff_dev_pass(g->ctx, FF_PASS_ADAMW, n, job))
+        ff_team_run(g->ctx->team, n, 1 << 14, adamw_range, (void *)job);
 }
 
 /* The step's micro-batches, one after another or through the stages. */
