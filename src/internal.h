@@ -217,6 +217,9 @@ void ff_ring_volume(ff_coll coll, int p, int r, size_t count, size_t *sent, size
  * whole vectors each way, the fold's pairs one more (the extra of a pair
  * sends and receives the vector once). */
 void ff_rec_whole_volume(int p, int r, size_t count, size_t *sent, size_t *recv);
+/* The same for one half of the ring all-reduce of `count`
+ * (ff_iallreduce_half: gather 0 the reduce phase, 1 the gather phase). */
+void ff_ring_half_volume(int gather, int p, int r, size_t count, size_t *sent, size_t *recv);
 
 /* 1 if the model's alphas, small_max and reduce_Bps are >= 0 and its betas
  * > 0, all finite (what ff_ctx_set_coll_model accepts). */

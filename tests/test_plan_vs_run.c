@@ -14,7 +14,9 @@
  * buckets as bf16, the rest stays fp32; the last runs a per-layer plan,
  * mixed_plan() below, with GEMM panels of PANEL rows in the run and in the
  * planner, so that decomposition cuts the few rows here into up to 4
- * chunks). Equality is exact: tolerance 0.
+ * chunks; two run ZeRO over D, --zero 1 and 2, whose reduce-scatter and
+ * all-gather over D are the ring all-reduce's halves). Equality is exact:
+ * tolerance 0.
  * Rank 0 prints one line per grid and variant and, for a mismatch, every
  * differing (group, collective) of the first rank that differs.
  *
@@ -93,21 +95,24 @@ typedef struct {
      * CAC, the capacity factor */
     int ge, dtd, cac;
     float capacity;
+    int zero; /* ZeRO over D (ff_gpt_opts.zero): D's halves of the ring all-reduce */
 } variant;
 
 enum { PANEL = 4 };
 
 static const variant dense_variants[] = {
-    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0},
-    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0},
-    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0},
-    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0},
-    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0, 1, 1, 0, 0},
-    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0, 1, 1, 0, 0},
-    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 1, 1, 0, 0},
-    {"checkpointing, CAC, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 1, 1, 1, 0},
-    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0},
-    {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1, 1, 1, 0, 0},
+    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0},
+    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0},
+    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0},
+    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 0},
+    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0, 1, 1, 0, 0, 0},
+    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0, 1, 1, 0, 0, 0},
+    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 1, 1, 0, 0, 0},
+    {"checkpointing, CAC, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 1, 1, 1, 0, 0},
+    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 0},
+    {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1, 1, 1, 0, 0, 0},
+    {"zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1},
+    {"zero 2, 2 micro, overlaps off", 2, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 1, 1, 0, 0, 2},
 };
 
 /* The MoE model (`moe`): block 1 of 2 holds E = 8 experts, top-2 routing,
@@ -116,15 +121,15 @@ static const variant dense_variants[] = {
  * DTD where Gx > 1 (one variant without); the CAC variant keeps the
  * collectives' outputs of the checkpointed blocks. */
 static const variant moe_variants[] = {
-    {"moe", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f},
-    {"moe, 2 micro, checkpointing", 2, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f},
-    {"moe, EP=Gd", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f},
-    {"moe, EP=2", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 2, 1, 0, 1.0f},
-    {"moe, EP=Gd, DTD off, bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 0, 0, 0, 1.0f},
-    {"moe, EP=Gd, checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f},
-    {"moe, EP=Gd, checkpointing, CAC, no AG cache", 1, 1, 0, 1, 4, 0, 0, 0, 1, 1, 1.0f},
-    {"moe, EP=Gd, checkpointing, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 1.0f},
-    {"moe, EP=Gd, F 0.5, 2 micro, overlaps off, no AG cache", 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0.5f},
+    {"moe", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0},
+    {"moe, 2 micro, checkpointing", 2, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0},
+    {"moe, EP=Gd", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0},
+    {"moe, EP=2", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 2, 1, 0, 1.0f, 0},
+    {"moe, EP=Gd, DTD off, bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 0, 0, 0, 1.0f, 0},
+    {"moe, EP=Gd, checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0},
+    {"moe, EP=Gd, checkpointing, CAC, no AG cache", 1, 1, 0, 1, 4, 0, 0, 0, 1, 1, 1.0f, 0},
+    {"moe, EP=Gd, checkpointing, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0},
+    {"moe, EP=Gd, F 0.5, 2 micro, overlaps off, no AG cache", 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0.5f, 0},
 };
 
 static const variant *variants = dense_variants;
@@ -194,6 +199,7 @@ static void model_opts(const variant *v, int ge, ff_gpt_opts *o)
     o->dtd = v->dtd;
     o->cac = v->cac;
     o->balanced_routing = 1;
+    o->zero = v->zero;
 }
 
 /* The variant's expert parallelism on a grid of Gd (0: not run there). */
@@ -238,6 +244,7 @@ static void plan_config(const variant *v, ff_plan_config *pc)
     pc->model.capacity_factor = v->capacity;
     pc->dtd = v->dtd;
     pc->cac = v->cac;
+    pc->zero = v->zero;
 }
 
 /* This rank's tokens for one step: n_micro micro-batches of its sequences. */

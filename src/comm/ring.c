@@ -365,3 +365,16 @@ void ff_ring_volume(ff_coll coll, int p, int r, size_t count, size_t *sent, size
     }
     *sent = *recv = (size_t)(p - 1) * n; /* p-1 blocks of count */
 }
+
+void ff_ring_half_volume(int gather, int p, int r, size_t count, size_t *sent, size_t *recv)
+{
+    size_t n = count;
+    if (p <= 1) {
+        *sent = *recv = 0;
+        return;
+    }
+    /* reduce: every chunk but r sent, but r-1 received; gather: every chunk
+     * but r+1 sent, but r received (ff_ring_volume's all-reduce is both) */
+    *sent = n - chunk_len(n, p, mod(r + gather, p));
+    *recv = n - chunk_len(n, p, mod(r - 1 + gather, p));
+}

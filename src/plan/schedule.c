@@ -615,8 +615,17 @@ int64_t plan_zsharded_params(const plan_shape *s)
     return n + wte * s->Vp * s->C / tp;
 }
 
+/* The largest of n's ring chunks over D (rank d = 0's). */
+static int64_t chunk0(const plan_shape *s, int64_t n) { return (n + s->g.d - 1) / s->g.d; }
+
 double plan_optimizer_entries(const plan_shape *s)
 {
+    if (s->zero) { /* the ring chunk of each bucket and of wte, the rest whole */
+        int64_t n = plan_other_params(s) + chunk0(s, s->Vp * s->C / ((int64_t)s->g.x * s->g.y * s->g.z));
+        for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
+            n += chunk0(s, block_shard_of(s, l));
+        return (double)n;
+    }
     double n = (double)(plan_zsharded_params(s) + plan_other_params(s));
     return s->samo ? n - (1 - s->keep) * (double)plan_block_matrices(s) : n;
 }
@@ -651,6 +660,38 @@ int64_t plan_other_params(const plan_shape *s)
     return n + plan_expert_bias_params(s) + s->last * 2 * C / gy + s->first * s->positions * C / gy;
 }
 
+/* A data-parallel bucket of n gradients over D: all-reduced, or under
+ * ZeRO the ring all-reduce's reduce phase (ZERO_REDUCE) and, after the
+ * optimizer, its gather phase for the parameters (ZERO_GATHER). */
+enum { DP_ALLREDUCE = 0, ZERO_REDUCE = 1, ZERO_GATHER = 2 };
+static int dp_coll(sched *c, int64_t n, int phase, coll_mode mode)
+{
+    if (!phase)
+        return coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, n, c->s->wire, mode);
+    plan_op *op = coll_op(c, FF_GROUP_D,
+                          phase == ZERO_GATHER ? FF_COLL_ALLGATHER : FF_COLL_REDUCE_SCATTER, n,
+                          c->s->wire, mode);
+    if (op)
+        op->half = (uint8_t)phase;
+    return op ? op->tag : -1;
+}
+
+/* The gradients of wte's shard over D. */
+static void dp_wte(sched *c, int64_t n, coll_mode mode)
+{
+    dp_coll(c, n, c->s->zero ? ZERO_REDUCE : DP_ALLREDUCE, mode);
+}
+
+/* ZeRO: the updated parameters' gather phases, bucket by bucket, then wte's. */
+static void zero_gathers(sched *c, int64_t wte_shard)
+{
+    const plan_shape *s = c->s;
+    for (int64_t l = s->l0; s->zero && l < s->l0 + s->nb; l++)
+        dp_coll(c, block_shard_of(s, l), ZERO_GATHER, MODE_BLOCKING);
+    if (s->zero)
+        dp_coll(c, wte_shard, ZERO_GATHER, MODE_BLOCKING);
+}
+
 /* Block l's data-parallel all-reduces (its gradient shards, one bucket
  * over D; then its local experts', over their own replicas: EDP, or D
  * without expert parallelism). */
@@ -658,8 +699,7 @@ static void dp_buckets(sched *c, int64_t l, coll_mode mode)
 {
     const plan_shape *s = c->s;
     /* a pruned model's buckets carry the kept entries (docs/samo.md) */
-    coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, llround(s->keep * (double)block_shard_of(s, l)), s->wire,
-         mode);
+    dp_coll(c, llround(s->keep * (double)block_shard_of(s, l)), s->zero ? ZERO_REDUCE : 0, mode);
     if (plan_block_moe(s, l))
         coll(c, s->ge > 1 ? (ff_group_kind)FF_PLAN_GROUP_EDP : FF_GROUP_D, FF_COLL_ALLREDUCE,
              llround(s->keep * (double)expert_shard_of(s, l)), s->wire, mode);
@@ -805,7 +845,7 @@ static void stage_backward(stage_ctx *t, int last_micro)
         p2p(c, t->act, 0);
     }
     if (last_micro && t->has_wte && dp)
-        coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, t->wte_shard, s->wire, MODE_BACKGROUND);
+        dp_wte(c, t->wte_shard, MODE_BACKGROUND);
 }
 
 /* A micro-batch's forward run (on the last stage with its backward). */
@@ -848,7 +888,7 @@ static void stage_tail(stage_ctx *t)
         for (int64_t l = t->l1 - 1; l >= s->l0; l--)
             dp_buckets(c, l, MODE_BLOCKING);
         if (t->has_wte)
-            coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, t->wte_shard, s->wire, MODE_BLOCKING);
+            dp_wte(c, t->wte_shard, MODE_BLOCKING);
     }
     other_grads(c);
     if (t->has_wte) {
@@ -860,6 +900,7 @@ static void stage_tail(stage_ctx *t)
     coll(c, FF_GROUP_PIPE, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     coll(c, FF_GROUP_WORLD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     optimizer(c, plan_optimizer_entries(s));
+    zero_gathers(c, t->wte_shard);
 }
 
 void plan_schedule_piece(const plan_shape *s, plan_ops *o, plan_piece piece, int last_micro)
@@ -903,7 +944,6 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
     const linear w[4] = {{0, C, 3 * C}, {1, C, C}, {0, C, 4 * C}, {1, 4 * C, C}};
     const linear head = {0, C, s->Vp}; /* the tied LM head: block (y, x) of wte, transposed */
     const int64_t wte_shard = s->Vp * C / (c.gx * c.gy * c.gz);
-    const int wire = s->wire; /* the data-parallel buckets' */
     const unsigned ov = s->overlap;
     const double y = (double)(m * C / c.gy), logits = (double)(m * s->Vp / c.gx);
 
@@ -966,13 +1006,13 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
             coll(&c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, wte_shard, head_opts.wire_bytes,
                  head_opts.ors ? MODE_BACKGROUND : MODE_BLOCKING);
         if (last && (ov & FF_OVERLAP_DP) && c.gd > 1)
-            coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, wte_shard, wire, MODE_BACKGROUND);
+            dp_wte(&c, wte_shard, MODE_BACKGROUND);
     }
     wait_all(&c);
     if (!(ov & FF_OVERLAP_DP) && c.gd > 1) {
         for (int64_t l = s->L - 1; l >= 0; l--)
             dp_buckets(&c, l, MODE_BLOCKING);
-        coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, wte_shard, wire, MODE_BLOCKING);
+        dp_wte(&c, wte_shard, MODE_BLOCKING);
     }
     /* parameters that are not Z-sharded: one all-reduce of their gradients
      * over ZD (one flat buffer); the loss (a sum over ZD); the gradient norm
@@ -983,5 +1023,6 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
     /* AdamW reads parameter, gradient and two moments and writes three of
      * them; the gradients are zeroed: 8 passes */
     optimizer(&c, plan_optimizer_entries(s));
+    zero_gathers(&c, wte_shard);
     plan_prefetch(o); /* the gathers of the layers with OAG */
 }
