@@ -1,5 +1,8 @@
 /* ZeRO over D (issue 52, docs/design.md "ZeRO over D"): --zero 1 and 2
- * against --zero 0 on 8 ranks, every grid of 8 with D > 1, the context's
+ * against --zero 0 on 8 ranks: every grid of 8 with D > 1, three grids of a
+ * mixture of experts (expert parallelism 1, 2 and 4: the experts' buckets
+ * over EDP), two grids of 2 pipeline stages (the tied embedding's two
+ * copies; the norm skipping the second), the context's
  * collectives forced to the ring (ZeRO's reduce-scatter and all-gather are
  * the ring all-reduce's two phases, so the sums are added in the same
  * order). Three models from the same initialisation, STEPS AdamW steps of
@@ -9,7 +12,7 @@
  *     bitwise equal;
  *   - the bytes this rank sent over D are the same: zero 0's all-reduce,
  *     ZeRO's reduce-scatter plus all-gather (and ZeRO all-reduces nothing
- *     over D);
+ *     over D but an MoE model's experts' biases without expert parallelism);
  * before the steps each rank's moments are the formula 8 (n - nz + sum over
  * the data-parallel ranges of the rank's ring chunk), n the rank's
  * parameters, nz its linear weight shards, the ranges each block's shards
@@ -18,8 +21,8 @@
  * (parameters, moments) gathered and scattered into a zero 2 and a zero 0
  * model on another grid, which give back the same canonical state and then
  * take a bitwise equal step.
- * Refusals, on every rank: zero 3; ZeRO with two stages, with experts; a
- * mask under ZeRO. */
+ * Refusals, on every rank: zero 3; ZeRO on the bf16 wire, with a forced
+ * algorithm other than the ring; a mask, SAMO under ZeRO. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,23 +50,27 @@ static size_t chunk_len(size_t n, int p, int i)
 /* The moments' floats under ZeRO by the test's reading of the layout: the
  * rank's ring chunk of each data-parallel range (block l's linear weight
  * shards together, wte's shard), the rest (n - nz) whole. */
-static size_t zero_state(ff_gpt *g, size_t n, ff_dims shape, ff_dims me)
+static size_t zero_state(ff_gpt *g, size_t n, ff_dims shape, ff_dims me, int ge)
 {
     ff_linear_seq *s = ff_gpt_linear_seq(g);
-    size_t range[64] = {0}, nz = 0, wte = 0;
+    size_t range[64] = {0}, erange[64] = {0}, nz = 0, wte = 0;
     for (int i = 0; ff_linear_seq_layer(s, i); i++) {
         ff_linear *l = ff_linear_seq_layer(s, i);
         const size_t shard = ff_linear_local_sizes(l).w_shard;
-        int blk = 0;
+        int blk = 0, e = 0;
         nz += shard;
         if (!strcmp(ff_linear_name(l), "wte"))
             wte += shard;
+        else if (sscanf(ff_linear_name(l), "h%d.e%d.", &blk, &e) == 2 && blk >= 0 && blk < 64)
+            erange[blk] += shard;
         else if (sscanf(ff_linear_name(l), "h%d.", &blk) == 1 && blk >= 0 && blk < 64)
             range[blk] += shard;
     }
+    /* the experts' buckets over their replicas: D/Ge ranks, rank d/Ge */
+    const int edp = shape.d / ge;
     size_t state = n - nz + chunk_len(wte, shape.d, me.d);
     for (int l = 0; l < 64; l++)
-        state += chunk_len(range[l], shape.d, me.d);
+        state += chunk_len(range[l], shape.d, me.d) + chunk_len(erange[l], edp, me.d / ge);
     return state;
 }
 
@@ -107,18 +114,28 @@ static int same_state(ff_gpt *a, ff_gpt *b, int w, float *ba, float *bb, size_t 
     return rc;
 }
 
-static int run_grid(ff_ctx *ctx, ff_dims shape, const char *desc)
+typedef struct {
+    ff_dims shape;
+    int stages, experts, ge;
+} grid_case;
+
+static int run_grid(ff_ctx *ctx, const grid_case *gc, const char *desc)
 {
     const int root = ff_ctx_rank(ctx) == 0;
+    const ff_dims shape = gc->shape;
     ff_grid *grid = NULL;
     ff_gpt *g[3] = {NULL, NULL, NULL};
-    int rc = ff_grid_create(ctx, shape, &grid);
+    ff_gpt_config cfg = CFG;
+    ff_gpt_config_moe(&cfg, gc->experts);
+    int rc = gc->stages > 1 ? ff_grid_create_staged(ctx, shape, gc->stages, &grid)
+                            : ff_grid_create(ctx, shape, &grid);
     for (int z = 0; z < 3 && rc == FF_OK; z++) {
         ff_gpt_opts go;
         ff_gpt_opts_default(&go);
         go.zero = z;
+        go.expert_parallel = gc->ge;
         go.dp_overlap = z != 2; /* zero 2 posts its reduce-scatters after the backward */
-        if ((rc = ff_gpt_create(grid, &CFG, &go, B, T, &g[z])) == FF_OK)
+        if ((rc = ff_gpt_create(grid, &cfg, &go, B, T, &g[z])) == FF_OK)
             rc = ff_gpt_init(g[z], 99);
     }
     if (rc) {
@@ -132,7 +149,7 @@ static int run_grid(ff_ctx *ctx, ff_dims shape, const char *desc)
     ff_gpt_memory mem[3];
     for (int z = 0; z < 3; z++)
         ff_gpt_memory_report(g[z], &mem[z]);
-    const size_t n = mem[0].params / 4, want = zero_state(g[1], n, shape, me);
+    const size_t n = mem[0].params / 4, want = zero_state(g[1], n, shape, me, gc->ge);
     CHECK(mem[0].adam == 8 * n && mem[1].adam == 8 * want && mem[2].adam == 8 * want &&
               mem[1].grads == 4 * n && mem[2].grads == 4 * n,
           "%s rank d=%d: moments %zu %zu %zu bytes, the formula %zu and 8 (n - nz + chunks) = "
@@ -168,7 +185,9 @@ static int run_grid(ff_ctx *ctx, ff_dims shape, const char *desc)
                       !memcmp(&info[0].grad_norm, &info[z].grad_norm, sizeof(float)),
                   "%s step %d: loss %.9g norm %.9g zero 0, %.9g %.9g zero %d", desc, s,
                   info[0].loss, info[0].grad_norm, info[z].loss, info[z].grad_norm, z);
-            CHECK(sent[z] == sent[0] && ar[z] == 0,
+            /* (an MoE model's experts' biases are all-reduced over EDP: D without
+             * expert parallelism) */
+            CHECK(sent[z] == sent[0] && (ar[z] == 0 || (gc->experts && gc->ge == 1)),
                   "%s step %d rank d=%d: %.0f bytes over D with zero 0, %.0f with zero %d (%.0f "
                   "all-reduced)",
                   desc, s, me.d, sent[0], sent[z], z, ar[z]);
@@ -185,7 +204,7 @@ static int run_grid(ff_ctx *ctx, ff_dims shape, const char *desc)
     if (rc)
         CHECK(0, "%s: %s", desc, ff_ctx_error(ctx));
     if (root)
-        printf("  %-10s zero 1 and 2 bitwise zero 0 over %d steps; rank 0's moments %zu bytes, "
+        printf("  %-16s zero 1 and 2 bitwise zero 0 over %d steps; rank 0's moments %zu bytes, "
                "%zu with zero 0\n",
                desc, STEPS, mem[1].adam, mem[0].adam);
     free(tok), free(tgt), free(buf[0]), free(buf[1]);
@@ -277,33 +296,34 @@ static void resume_case(ff_ctx *ctx, ff_dims a, ff_dims b)
 static void refusals(ff_ctx *ctx)
 {
     struct {
-        int zero, stages, experts, mask;
+        int zero, wire, algo, mask;
         int code;
         const char *says;
-    } cases[4] = {{3, 1, 0, 0, FF_EINVAL, "the choices are 0, 1 and 2"},
-                  {1, 2, 0, 0, FF_EUNSUPPORTED, "pipeline stages"},
-                  {2, 1, 4, 0, FF_EUNSUPPORTED, "mixture of experts"},
-                  {1, 1, 0, 1, FF_EUNSUPPORTED, "masked training with ZeRO"}};
-    for (int c = 0; c < 4; c++) {
+    } cases[5] = {{3, FF_WIRE_FP32, FF_ALGO_AUTO, 0, FF_EINVAL, "the choices are 0, 1 and 2"},
+                  {1, FF_WIRE_BF16, FF_ALGO_AUTO, 0, FF_EUNSUPPORTED, "with the bf16 wire"},
+                  {2, FF_WIRE_FP32, FF_ALGO_MPI, 0, FF_EUNSUPPORTED, "other than the ring"},
+                  {1, FF_WIRE_FP32, FF_ALGO_AUTO, 1, FF_EUNSUPPORTED, "masked training with ZeRO"},
+                  {1, FF_WIRE_FP32, FF_ALGO_AUTO, 2, FF_EUNSUPPORTED, "SAMO with ZeRO"}};
+    for (int c = 0; c < 5; c++) {
         ff_grid *grid = NULL;
         ff_gpt *g = NULL;
-        ff_gpt_config cfg = CFG;
-        ff_gpt_config_moe(&cfg, cases[c].experts);
         ff_gpt_opts go;
         ff_gpt_opts_default(&go);
         go.zero = cases[c].zero;
-        int rc = cases[c].stages > 1
-                     ? ff_grid_create_staged(ctx, (ff_dims){1, 1, 2, 2}, 2, &grid)
-                     : ff_grid_create(ctx, (ff_dims){1, 1, 2, 4}, &grid);
+        go.linear.coll.wire = (ff_wire)cases[c].wire;
+        go.linear.coll.algo = (ff_algo)cases[c].algo;
+        int rc = ff_grid_create(ctx, (ff_dims){1, 1, 2, 4}, &grid);
         if (rc == FF_OK)
-            rc = ff_gpt_create(grid, &cfg, &go, B, T, &g);
-        if (rc == FF_OK && cases[c].mask) {
+            rc = ff_gpt_create(grid, &CFG, &go, B, T, &g);
+        if (rc == FF_OK && cases[c].mask == 1) {
             const size_t cn = ff_gpt_canonical_size(g);
             unsigned char *keep = malloc(cn);
             memset(keep, 1, cn);
             rc = ff_gpt_set_mask(g, keep, 0);
             free(keep);
         }
+        if (rc == FF_OK && cases[c].mask == 2)
+            rc = ff_gpt_samo(g);
         int codes[2] = {rc, -rc}, agreed[2];
         MPI_Allreduce(codes, agreed, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         CHECK(agreed[0] == cases[c].code && -agreed[1] == cases[c].code &&
@@ -349,10 +369,24 @@ int main(int argc, char **argv)
             continue;
         char desc[32];
         snprintf(desc, sizeof desc, "%dx%dx%dx%d", s.x, s.y, s.z, s.d);
-        run_grid(ctx, s, desc);
+        run_grid(ctx, &(grid_case){s, 1, 0, 1}, desc);
         ran++;
     }
     CHECK(ran > 0, "no grid with D > 1 ran");
+    /* experts in block 1 (expert parallelism 1, 2, 4), two stages of 4 ranks */
+    const grid_case more[5] = {{{1, 1, 1, 8}, 1, 4, 1},
+                               {{1, 1, 2, 4}, 1, 4, 2},
+                               {{2, 1, 1, 4}, 1, 4, 4},
+                               {{1, 1, 2, 2}, 2, 0, 1},
+                               {{2, 1, 1, 2}, 2, 0, 1}};
+    for (int i = 0; world == 8 && i < 5; i++) {
+        const grid_case *c = &more[i];
+        char desc[48];
+        snprintf(desc, sizeof desc, "%dx%dx%dx%d%s%s", c->shape.x, c->shape.y, c->shape.z,
+                 c->shape.d, c->experts ? (c->ge == 1 ? " E4" : c->ge == 2 ? " E4 EP2" : " E4 EP4") : "",
+                 c->stages > 1 ? " P2" : "");
+        run_grid(ctx, c, desc);
+    }
     if (world == 8) {
         resume_case(ctx, (ff_dims){2, 1, 1, 4}, (ff_dims){1, 2, 2, 2});
         refusals(ctx);

@@ -205,9 +205,10 @@ int ff_gpt_zero_reduce(ff_gpt *g, ff_group *grp, size_t off, size_t len, ff_requ
 /* ZeRO-2: the gradients outside the rank's slices released after the
  * reduce-scatter (nothing below level 2). */
 void ff_gpt_zero_release_grads(ff_gpt *g);
-/* The Z-sharded gradients' sum of squares as the plain pass computes it on
- * d = 0 (*out there, from 0; collective over D). */
-int ff_gpt_zero_sumsq(ff_gpt *g, double *out);
+/* Part of the Z-sharded gradients' sum of squares, added to *out as the
+ * plain pass adds it: part 0 the dense weights' (on d = 0; collective over
+ * D), part 1 the local experts' (on d = eslot; collective over EDP). */
+int ff_gpt_zero_sumsq(ff_gpt *g, int part, double *out);
 /* AdamW on the slices (j as for the dense pass, over the whole flat
  * buffers), then the gather of the updated parameters over D. */
 int ff_gpt_zero_adamw(ff_gpt *g, const void *adamw_job);

@@ -72,10 +72,6 @@ static void rsumsq(ff_gpt *g, size_t a, size_t b, double *out)
 
 int ff_gpt_grad_norm(ff_gpt *g, float *norm)
 {
-    double zs = 0; /* ZeRO: the Z-sharded weights' part, from the slices */
-    int zrc = g->zr ? ff_gpt_zero_sumsq(g, &zs) : FF_OK;
-    if (zrc)
-        return zrc;
     /* each parameter once: a weight element lives on one (x, y, z) of each
      * D replica (an expert's, of each replica of its slot); layout-Y parameters are replicated over
      * X and Z, layout-X ones over Y and Z. Only d = 0 (and x = 0 or y = 0, z = 0) count. */
@@ -84,12 +80,13 @@ int ff_gpt_grad_norm(ff_gpt *g, float *norm)
     size_t skip = g->P > 1 && g->last && !g->first ? ff_linear_local_sizes(g->wte).w_shard : 0;
     /* the experts' shards (with expert parallelism each slot's): the first
      * replica, d = the slot */
-    if (g->me.d == g->eslot && g->n_zsharded > g->n_dense_z)
+    int zrc = FF_OK; /* ZeRO: the Z-sharded parts from the slices, in the same order */
+    if (g->zr && ((zrc = ff_gpt_zero_sumsq(g, 1, &s)) || (zrc = ff_gpt_zero_sumsq(g, 0, &s))))
+        return zrc;
+    if (!g->zr && g->me.d == g->eslot && g->n_zsharded > g->n_dense_z)
         zsumsq(g, g->n_dense_z, g->n_zsharded, &s);
     if (g->me.d == 0) {
-        if (g->zr) /* (s is 0 here: ZeRO runs without experts) */
-            s += zs;
-        else
+        if (!g->zr)
             zsumsq(g, skip, g->n_dense_z, &s);
         if (g->me.z == 0 && g->me.x == 0)
             rsumsq(g, g->n_zsharded, g->n_ytype, &s);

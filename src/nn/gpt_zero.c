@@ -35,29 +35,37 @@ typedef struct {
     size_t off, len, c_off, c_len;
 } zero_range;
 
-/* A run of [0, n_dense_z) with one owner: the rank of D whose chunk it is
- * (0 where no range covers it: every rank holds it whole). */
+/* A run of a region with one owner: the group rank whose chunk it is (0
+ * where no range covers it: every rank holds it whole). */
 typedef struct {
     size_t off, len;
     int owner;
 } zero_run;
 
-struct ff_gpt_zero {
-    int level;
-    zero_range *ranges;
-    int n_ranges;
-    zero_seg *segs;
-    int n_segs;
-    size_t state;
-    /* the gradient norm: the blocks of FF_SUM_BLOCK of [0, n_dense_z), each
-     * block's owner (-1: it straddles owners), the straddling ones, each
-     * block's sum of squares */
+/* A part of the gradient norm as the plain pass sums it (gpt_optim.c): the
+ * gradients [a, b) in blocks of FF_SUM_BLOCK from a, on group rank 0 of
+ * grp (the dense weights over D, on d = 0; the experts' over EDP, on
+ * d = eslot). Each block's owner (-1: it straddles owners), the
+ * straddling ones, each block's sum of squares. */
+typedef struct {
+    ff_group *grp;
+    size_t a, b;
     zero_run *runs;
     int n_runs;
     int64_t n_blk, n_strad;
     int *blk_owner, *blk_run; /* blk_run: the first run a block touches */
     int64_t *strad;
     double *part;
+} zero_region;
+
+struct ff_gpt_zero {
+    int level;
+    zero_range *ranges; /* in offset order */
+    int n_ranges;
+    zero_seg *segs;
+    int n_segs;
+    size_t state;
+    zero_region reg[2]; /* the dense weights', the local experts' */
 };
 
 static size_t chunk_len(size_t n, int p, int i)
@@ -76,8 +84,11 @@ void ff_gpt_zero_destroy(ff_gpt *g)
     ff_gpt_zero *z = g->zr;
     if (!z)
         return;
-    free(z->ranges), free(z->segs), free(z->runs);
-    free(z->blk_owner), free(z->blk_run), free(z->strad), free(z->part);
+    for (int k = 0; k < 2; k++) {
+        zero_region *e = &z->reg[k];
+        free(e->runs), free(e->blk_owner), free(e->blk_run), free(e->strad), free(e->part);
+    }
+    free(z->ranges), free(z->segs);
     free(z);
     g->zr = NULL;
 }
@@ -89,9 +100,7 @@ int ff_gpt_zero_check(const ff_gpt *g)
         return ff_set_error(g->ctx, FF_EINVAL, "zero %d: the choices are 0, 1 and 2", zero);
     if (zero == 0 || g->gd <= 1)
         return FF_OK;
-    const char *why = g->P > 1                                  ? "pipeline stages"
-                      : g->E > 0                                ? "a mixture of experts"
-                      : ff_ctx_cuda(g->ctx)                     ? "a GPU context"
+    const char *why = ff_ctx_cuda(g->ctx)                       ? "a GPU context"
                       : g->opt.linear.coll.wire != FF_WIRE_FP32 ? "the bf16 wire"
                       : g->opt.linear.coll.algo != FF_ALGO_AUTO &&
                               g->opt.linear.coll.algo != FF_ALGO_RING
@@ -102,82 +111,87 @@ int ff_gpt_zero_check(const ff_gpt *g)
                : FF_OK;
 }
 
-/* The owners of [0, n): the ranges' chunks, whole runs (owner 0) between. */
-static int build_runs(ff_gpt_zero *z, size_t n)
+/* The owners of a region: the chunks of its group's ranges, whole runs
+ * (owner 0) between. */
+static int build_runs(const ff_gpt_zero *z, zero_region *e)
 {
-    size_t cap = 1, at = 0;
+    size_t cap = 1, at = e->a;
     for (int r = 0; r < z->n_ranges; r++)
         cap += (size_t)ff_group_size(z->ranges[r].grp) + 1;
-    if (!(z->runs = malloc(cap * sizeof *z->runs)))
+    if (!(e->runs = malloc(cap * sizeof *e->runs)))
         return FF_ENOMEM;
     int k = 0;
     for (int r = 0; r < z->n_ranges; r++) {
         const zero_range *q = &z->ranges[r];
+        if (q->grp != e->grp || q->off + q->len <= e->a || q->off >= e->b)
+            continue;
         if (q->off > at)
-            z->runs[k++] = (zero_run){at, q->off - at, 0};
+            e->runs[k++] = (zero_run){at, q->off - at, 0};
         const int p = ff_group_size(q->grp);
-        for (int i = 0; i < p; i++)
-            if (chunk_len(q->len, p, i))
-                z->runs[k++] = (zero_run){q->off + ff_chunk_off(q->len, p, i),
-                                          chunk_len(q->len, p, i), i};
+        for (int i = 0; i < p; i++) {
+            size_t lo = q->off + ff_chunk_off(q->len, p, i), hi = lo + chunk_len(q->len, p, i);
+            lo = lo > e->a ? lo : e->a;
+            hi = hi < e->b ? hi : e->b;
+            if (hi > lo)
+                e->runs[k++] = (zero_run){lo, hi - lo, i};
+        }
         at = q->off + q->len;
     }
-    if (n > at)
-        z->runs[k++] = (zero_run){at, n - at, 0};
-    z->n_runs = k;
+    if (e->b > at)
+        e->runs[k++] = (zero_run){at, e->b - at, 0};
+    e->n_runs = k;
     return FF_OK;
 }
 
-/* The gradient norm's blocks: whose each is, which straddle. */
-static int build_blocks(ff_gpt_zero *z, size_t n)
+/* The region's blocks: whose each is, which straddle. */
+static int build_blocks(zero_region *e)
 {
-    z->n_blk = (int64_t)((n + FF_SUM_BLOCK - 1) / FF_SUM_BLOCK);
-    const size_t nb = (size_t)(z->n_blk ? z->n_blk : 1);
-    z->blk_owner = malloc(nb * sizeof(int));
-    z->blk_run = malloc(nb * sizeof(int));
-    z->part = malloc(nb * sizeof(double));
-    z->strad = malloc(nb * sizeof(int64_t));
-    if (!z->blk_owner || !z->blk_run || !z->part || !z->strad)
+    const size_t n = e->b - e->a;
+    e->n_blk = (int64_t)((n + FF_SUM_BLOCK - 1) / FF_SUM_BLOCK);
+    const size_t nb = (size_t)(e->n_blk ? e->n_blk : 1);
+    e->blk_owner = malloc(nb * sizeof(int));
+    e->blk_run = malloc(nb * sizeof(int));
+    e->part = malloc(nb * sizeof(double));
+    e->strad = malloc(nb * sizeof(int64_t));
+    if (!e->blk_owner || !e->blk_run || !e->part || !e->strad)
         return FF_ENOMEM;
-    for (int64_t b = 0; b < z->n_blk; b++)
-        z->blk_owner[b] = -2;
-    for (int k = 0; k < z->n_runs; k++) {
-        const zero_run *u = &z->runs[k];
-        for (size_t b = u->off / FF_SUM_BLOCK; b * FF_SUM_BLOCK < u->off + u->len; b++) {
-            if (z->blk_owner[b] == -2)
-                z->blk_owner[b] = u->owner, z->blk_run[b] = k;
-            else if (z->blk_owner[b] != u->owner)
-                z->blk_owner[b] = -1;
+    for (int64_t b = 0; b < e->n_blk; b++)
+        e->blk_owner[b] = -2;
+    for (int k = 0; k < e->n_runs; k++) {
+        const zero_run *u = &e->runs[k];
+        const size_t lo = u->off - e->a;
+        for (size_t b = lo / FF_SUM_BLOCK; b * FF_SUM_BLOCK < lo + u->len; b++) {
+            if (e->blk_owner[b] == -2)
+                e->blk_owner[b] = u->owner, e->blk_run[b] = k;
+            else if (e->blk_owner[b] != u->owner)
+                e->blk_owner[b] = -1;
         }
     }
-    z->n_strad = 0;
-    for (int64_t b = 0; b < z->n_blk; b++)
-        if (z->blk_owner[b] == -1)
-            z->strad[z->n_strad++] = b;
+    e->n_strad = 0;
+    for (int64_t b = 0; b < e->n_blk; b++)
+        if (e->blk_owner[b] == -1)
+            e->strad[e->n_strad++] = b;
     return FF_OK;
 }
 
-/* The state's segments: the chunks, the runs between, the rest. */
-static int build_segs(ff_gpt *g, ff_gpt_zero *z, int d)
+/* The state's segments: the rank's chunk of each range, whole runs
+ * between, the rest. */
+static int build_segs(ff_gpt *g, ff_gpt_zero *z)
 {
-    if (!(z->segs = malloc((size_t)(z->n_runs + 1) * sizeof *z->segs)))
+    if (!(z->segs = malloc((size_t)(2 * z->n_ranges + 2) * sizeof *z->segs)))
         return FF_ENOMEM;
     int k = 0;
-    size_t at = 0;
-    for (int i = 0; i < z->n_runs; i++) {
-        const zero_run *u = &z->runs[i];
-        int covered = 0; /* a range's chunk, not a whole run between ranges */
-        for (int r = 0; r < z->n_ranges; r++)
-            covered |= u->off >= z->ranges[r].off && u->off < z->ranges[r].off + z->ranges[r].len;
-        if (covered && u->owner != d)
-            continue;
-        z->segs[k++] = (zero_seg){u->off, u->len, at};
-        at += u->len;
+    size_t at = 0, off = 0;
+    for (int r = 0; r < z->n_ranges; r++) {
+        const zero_range *q = &z->ranges[r];
+        if (q->off > off)
+            z->segs[k++] = (zero_seg){off, q->off - off, at}, at += q->off - off;
+        if (q->c_len)
+            z->segs[k++] = (zero_seg){q->c_off, q->c_len, at}, at += q->c_len;
+        off = q->off + q->len;
     }
-    if (g->n_params > g->n_zsharded) {
-        z->segs[k++] = (zero_seg){g->n_zsharded, g->n_params - g->n_zsharded, at};
-        at += g->n_params - g->n_zsharded;
-    }
+    if (g->n_params > off)
+        z->segs[k++] = (zero_seg){off, g->n_params - off, at}, at += g->n_params - off;
     z->n_segs = k;
     z->state = at;
     return FF_OK;
@@ -198,20 +212,34 @@ int ff_gpt_zero_setup(ff_gpt *g)
         ff_gpt_zero_destroy(g);
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for ZeRO's layout");
     }
-    /* the ranges plain data parallelism all-reduces over D (without experts:
-     * the blocks' buckets and the embedding's) */
+    /* the ranges plain data parallelism all-reduces: the blocks' buckets
+     * and the embedding's over D, the local experts' over their replicas
+     * EDP (where there are several) */
     for (int r = 0; r < nr; r++) {
         size_t off, len;
         ff_gpt_dp_range(g, r, &off, &len);
-        if (len == 0 || r % 2)
+        if (len == 0)
             continue;
         zero_range *q = &z->ranges[z->n_ranges++];
-        const int p = g->gd, me = ff_group_rank(g->grp_d);
-        *q = (zero_range){g->grp_d, off, len, off + ff_chunk_off(len, p, me), chunk_len(len, p, me)};
+        ff_group *grp = r % 2 && r < 2 * g->nb ? g->grp_edp : g->grp_d;
+        const int p = ff_group_size(grp), me = ff_group_rank(grp);
+        *q = (zero_range){grp, off, len, off + ff_chunk_off(len, p, me), chunk_len(len, p, me)};
     }
     qsort(z->ranges, (size_t)z->n_ranges, sizeof *z->ranges, cmp_range);
-    if (build_runs(z, g->n_dense_z) || build_blocks(z, g->n_dense_z) ||
-        build_segs(g, z, ff_group_rank(g->grp_d))) {
+    /* the norm's parts (gpt_optim.c): the dense weights' from the tied
+     * embedding's first copy (the last of several stages skips its own),
+     * the experts' */
+    const size_t skip =
+        g->P > 1 && g->last && !g->first && g->wte ? ff_linear_local_sizes(g->wte).w_shard : 0;
+    z->reg[0] = (zero_region){.grp = g->grp_d, .a = skip, .b = g->n_dense_z};
+    z->reg[1] = (zero_region){.grp = g->grp_edp ? g->grp_edp : g->grp_d,
+                              .a = g->n_dense_z,
+                              .b = g->n_zsharded};
+    rc = build_segs(g, z);
+    for (int k = 0; k < 2 && rc == FF_OK; k++)
+        if ((rc = build_runs(z, &z->reg[k])) == FF_OK)
+            rc = build_blocks(&z->reg[k]);
+    if (rc) {
         ff_gpt_zero_destroy(g);
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for ZeRO's layout");
     }
@@ -264,14 +292,20 @@ void ff_gpt_zero_release_grads(ff_gpt *g)
 }
 
 /* The sums of squares of the blocks this rank owns whole. */
+typedef struct {
+    ff_gpt *g;
+    zero_region *e;
+} owned_job;
+
 static void owned_sumsq(void *arg, int64_t b0, int64_t b1, int th)
 {
     (void)th;
-    ff_gpt *g = arg;
-    ff_gpt_zero *z = g->zr;
-    const sumsq_job j = {g->grads, g->n_dense_z, z->part};
+    const owned_job *o = arg;
+    const zero_region *e = o->e;
+    const sumsq_job j = {o->g->grads + e->a, e->b - e->a, e->part};
+    const int me = ff_group_rank(e->grp);
     for (int64_t b = b0; b < b1; b++)
-        if (z->blk_owner[b] == ff_group_rank(g->grp_d))
+        if (e->blk_owner[b] == me)
             ff_sumsq_block_at(&j, b);
 }
 
@@ -280,56 +314,58 @@ static void owned_sumsq(void *arg, int64_t b0, int64_t b1, int th)
  * adds) start on the owner of its first run, pass from owner to owner along
  * the block and end on the last, which adds them pairwise: every addition
  * the plain pass makes, in its order. Blocking messages in the same order
- * on every rank of D. */
+ * on every rank of the group. */
 enum { ZERO_TAG = 31000 }; /* beyond the collectives' tags (1..30000) */
 
-static int straddling_sumsq(ff_gpt *g, int64_t b)
+static int straddling_sumsq(ff_gpt *g, zero_region *e, int64_t b)
 {
-    ff_gpt_zero *z = g->zr;
-    const MPI_Comm comm = ff_group_comm(g->grp_d);
-    const int me = ff_group_rank(g->grp_d);
-    const size_t lo = (size_t)b * FF_SUM_BLOCK;
-    const size_t hi = lo + FF_SUM_BLOCK < g->n_dense_z ? lo + FF_SUM_BLOCK : g->n_dense_z;
+    const MPI_Comm comm = ff_group_comm(e->grp);
+    const int me = ff_group_rank(e->grp);
+    const size_t lo = e->a + (size_t)b * FF_SUM_BLOCK;
+    const size_t hi = lo + FF_SUM_BLOCK < e->b ? lo + FF_SUM_BLOCK : e->b;
     double s[FF_SUM_CHAINS] = {0};
     int holder = -1;
-    for (int u = z->blk_run[b]; u < z->n_runs && z->runs[u].off < hi; u++) {
-        const zero_run *run = &z->runs[u];
+    for (int u = e->blk_run[b]; u < e->n_runs && e->runs[u].off < hi; u++) {
+        const zero_run *run = &e->runs[u];
         const int o = run->owner;
         if (holder >= 0 && holder != o &&
             ((me == holder && MPI_Send(s, FF_SUM_CHAINS, MPI_DOUBLE, o, ZERO_TAG, comm)) ||
              (me == o && MPI_Recv(s, FF_SUM_CHAINS, MPI_DOUBLE, holder, ZERO_TAG, comm,
                                   MPI_STATUS_IGNORE))))
-            return ff_set_error(g->ctx, FF_EMPI, "the gradient norm's message over D failed");
+            return ff_set_error(g->ctx, FF_EMPI, "the gradient norm's message over %s failed",
+                                ff_group_name(e->grp));
         holder = o;
-        const size_t a = run->off > lo ? run->off : lo, e = run->off + run->len;
-        for (size_t i = a; me == o && i < (e < hi ? e : hi); i++)
+        const size_t a = run->off > lo ? run->off : lo, end = run->off + run->len;
+        for (size_t i = a; me == o && i < (end < hi ? end : hi); i++)
             s[(i - lo) % FF_SUM_CHAINS] += (double)g->grads[i] * g->grads[i];
     }
     if (me == holder)
-        z->part[b] = ff_sum_chains(s);
+        e->part[b] = ff_sum_chains(s);
     return FF_OK;
 }
 
-int ff_gpt_zero_sumsq(ff_gpt *g, double *out)
+int ff_gpt_zero_sumsq(ff_gpt *g, int part, double *out)
 {
-    ff_gpt_zero *z = g->zr;
-    for (int64_t b = 0; b < z->n_blk; b++)
-        z->part[b] = 0;
-    ff_team_run(g->ctx->team, z->n_blk, 1, owned_sumsq, g);
-    for (int64_t k = 0; k < z->n_strad; k++) {
-        int rc = straddling_sumsq(g, z->strad[k]);
+    zero_region *e = &g->zr->reg[part];
+    if (e->n_blk == 0)
+        return FF_OK;
+    for (int64_t b = 0; b < e->n_blk; b++)
+        e->part[b] = 0;
+    owned_job o = {g, e};
+    ff_team_run(g->ctx->team, e->n_blk, 1, owned_sumsq, &o);
+    for (int64_t k = 0; k < e->n_strad; k++) {
+        int rc = straddling_sumsq(g, e, e->strad[k]);
         if (rc)
             return rc;
     }
-    /* each block's sum is on one rank, zeros elsewhere: the sum over D is exact */
-    const int d = ff_group_rank(g->grp_d);
-    if (MPI_Reduce(d == 0 ? MPI_IN_PLACE : z->part, z->part, (int)z->n_blk, MPI_DOUBLE, MPI_SUM, 0,
-                   ff_group_comm(g->grp_d)) != MPI_SUCCESS)
+    /* each block's sum is on one rank, zeros elsewhere: the sum is exact */
+    const int me = ff_group_rank(e->grp);
+    if (ff_group_size(e->grp) > 1 &&
+        MPI_Reduce(me == 0 ? MPI_IN_PLACE : e->part, e->part, (int)e->n_blk, MPI_DOUBLE, MPI_SUM,
+                   0, ff_group_comm(e->grp)) != MPI_SUCCESS)
         return ff_set_error(g->ctx, FF_EMPI, "MPI_Reduce of the gradient norm's blocks failed");
-    double s = 0; /* in block order, as the plain pass adds them */
-    for (int64_t b = 0; d == 0 && b < z->n_blk; b++)
-        s += z->part[b];
-    *out = s;
+    for (int64_t b = 0; me == 0 && b < e->n_blk; b++) /* in block order, as the plain pass */
+        *out += e->part[b];
     return FF_OK;
 }
 
