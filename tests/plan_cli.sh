@@ -295,7 +295,11 @@ ag=$(awk '$1 == "D" && $2 == "all-gather" {print $4, $5}' "$WORK/z1")
     --zero 1 > "$WORK/zt" 2>&1 || fail "--zero 1 ranks: exit $?"
 grep -qE "^ +[0-9]+ 1x1x1x4 " "$WORK/zt" || fail "--zero 1: 1x1x1x4 not ranked as fitting"
 bad 2 "--zero 3: expected 0, 1 or 2"              --model gpt2 --zero 3
-bad 2 "ZeRO (zero 1) with pipeline stages is not supported yet" --model gpt2 --ranks 4 --stages 2 --zero 1
+bad 2 "ZeRO (zero 1) with a pruned model is not supported yet" --model gpt2 --ranks 4 --sparsity 0.5 --zero 1
+"$FF" plan --model gpt2-124m --batch 8 --seq 64 --stages 2 --grid 1x1x1x2 --zero 1 > "$WORK/zp" 2>&1 ||
+    fail "--zero 1 with 2 stages: exit $?: $(tail -1 "$WORK/zp")"
+grep -qE "^  D +reduce-scatter " "$WORK/zp" && grep -qE "^  D +all-gather " "$WORK/zp" ||
+    fail "--zero 1 with 2 stages: no D reduce-scatter and all-gather rows"
 
 # under a launcher, without MPI_Init, only rank 0 prints
 if "$MPIEXEC" -np 2 --oversubscribe "$FF" plan --model tiny --ranks 4 --batch 4 --seq 32 \

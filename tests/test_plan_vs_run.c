@@ -130,6 +130,8 @@ static const variant moe_variants[] = {
     {"moe, EP=Gd, checkpointing, CAC, no AG cache", 1, 1, 0, 1, 4, 0, 0, 0, 1, 1, 1.0f, 0},
     {"moe, EP=Gd, checkpointing, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0},
     {"moe, EP=Gd, F 0.5, 2 micro, overlaps off, no AG cache", 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0.5f, 0},
+    {"moe, zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 1},
+    {"moe, EP=2, zero 2, overlaps off", 1, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 2, 1, 0, 1.0f, 2},
 };
 
 static const variant *variants = dense_variants;
@@ -527,10 +529,11 @@ int main(int argc, char **argv)
                "the ring's: %ld\n",
                not_ring);
         CHECK(not_ring > 0, "no prediction differs from the ring's: rec-whole was not exercised");
-        /* every grid and variant; with experts: the 20 grids run "moe" and
-         * "moe, 2 micro, checkpointing", the 10 with Gd > 1 each EP=Gd
-         * variant (6), the 4 with Gd = 4 or 8 "EP=2": 40 + 60 + 4 */
-        CHECK(runs == (moe ? 104 : (n_grids - skipped) * n_variants), "%d runs", runs);
+        /* every grid and variant; with experts: the 20 grids run "moe",
+         * "moe, 2 micro, checkpointing" and "moe, zero 1", the 10 with
+         * Gd > 1 each EP=Gd variant (6), the 4 with Gd = 4 or 8 the two
+         * EP=2 ones: 60 + 60 + 8 */
+        CHECK(runs == (moe ? 128 : (n_grids - skipped) * n_variants), "%d runs", runs);
         if (world == 6)
             CHECK(threes[0] && threes[1] && threes[2] && threes[3],
                   "grids run with a 3 in X, Y, Z, D: %d, %d, %d, %d; want each > 0", threes[0],

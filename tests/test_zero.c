@@ -21,6 +21,8 @@
  * (parameters, moments) gathered and scattered into a zero 2 and a zero 0
  * model on another grid, which give back the same canonical state and then
  * take a bitwise equal step.
+ * With two stages (1x1x2x2, 2x1x1x2), each rank's counters of a zero 1 and
+ * a zero 2 step equal ff_plan_traffic_stage exactly (AUTO's algorithms).
  * Refusals, on every rank: zero 3; ZeRO on the bf16 wire, with a forced
  * algorithm other than the ring; a mask, SAMO under ZeRO. */
 #include <mpi.h>
@@ -29,6 +31,7 @@
 #include <string.h>
 
 #include "fourfold/fourfold.h"
+#include "fourfold/plan.h"
 #include "test_util.h"
 
 enum { B = 8, T = 16, STEPS = 3, MICRO = 2, MAX_GRIDS = 32 };
@@ -214,6 +217,86 @@ static int run_grid(ff_ctx *ctx, const grid_case *gc, const char *desc)
     return rc;
 }
 
+/* With stages, the planner's traffic of each rank's stage against a step's
+ * counters under zero 1 and 2 (ctx: AUTO's algorithms, as the planner
+ * predicts them; ZeRO's halves are the ring's anyway): every group and
+ * collective and the point-to-point messages, exactly. */
+static void staged_traffic(ff_ctx *ctx, ff_dims shape, int stages)
+{
+    ff_grid *grid = NULL;
+    int rc = ff_grid_create_staged(ctx, shape, stages, &grid);
+    for (int z = 1; z <= 2 && rc == FF_OK; z++) {
+        ff_gpt *g = NULL;
+        ff_gpt_opts go;
+        ff_gpt_opts_default(&go);
+        go.zero = z;
+        go.dp_overlap = z != 2;
+        int32_t *tok = NULL, *tgt = NULL;
+        ff_gpt_config cfg = CFG;
+        cfg.Vp = 0; /* padded to 128, as the planner pads it */
+        if ((rc = ff_gpt_create(grid, &cfg, &go, B, T, &g)) == FF_OK &&
+            (rc = ff_gpt_init(g, 5)) == FF_OK) {
+            int first = 0, count = 0;
+            ff_gpt_local_sequences(g, &first, &count);
+            tok = malloc((size_t)MICRO * count * T * sizeof *tok);
+            tgt = malloc((size_t)MICRO * count * T * sizeof *tgt);
+            ff_adamw h;
+            hyper(&h);
+            for (int s = 0; s < 2 && rc == FF_OK; s++) {
+                batch(g, s, tok, tgt);
+                for (int k = 0; s == 1 && k < FF_NGROUPS; k++)
+                    ff_group_counters_reset(ff_grid_group(grid, (ff_group_kind)k));
+                rc = ff_gpt_step(g, tok, tgt, MICRO, &h, s, NULL);
+            }
+        }
+        ff_plan_config pc;
+        ff_plan_config_default(&pc);
+        ff_ctx_coll_model(ctx, &pc.coll);
+        pc.machine.ranks_per_node = ff_ctx_size(ctx) / ff_ctx_nodes(ctx);
+        snprintf(pc.model.name, sizeof pc.model.name, "test");
+        pc.model.layers = CFG.L, pc.model.heads = CFG.NH, pc.model.hidden = CFG.C;
+        pc.model.vocab = CFG.V, pc.model.max_seq = CFG.maxT;
+        pc.batch = (int64_t)B * MICRO, pc.seq = T, pc.micro_batches = MICRO;
+        pc.checkpoint = 0, pc.ag_cache = CFG.L;
+        pc.overlap = go.dp_overlap ? FF_OVERLAP_ALL : FF_OVERLAP_ALL & ~FF_OVERLAP_DP;
+        pc.stages = stages, pc.zero = z;
+        ff_plan_coll want[FF_PLAN_NGROUPS][FF_NCOLL], want_p2p;
+        char err[256] = "";
+        if (rc == FF_OK &&
+            ff_plan_traffic_stage(&pc, shape, ff_grid_coords(grid), ff_grid_stage(grid), want,
+                                  &want_p2p, err, sizeof err))
+            CHECK(0, "ff_plan_traffic_stage: %s", err);
+        int bad = 0;
+        for (int k = 0; rc == FF_OK && !err[0] && k < FF_NGROUPS; k++)
+            for (int c = 0; c <= FF_COLL_P2P; c++) {
+                ff_counters n = ff_group_counters(ff_grid_group(grid, (ff_group_kind)k), (ff_coll)c);
+                const ff_plan_coll *w =
+                    c == FF_COLL_P2P ? (k == FF_GROUP_PIPE ? &want_p2p : NULL) : &want[k][c];
+                const uint64_t wc = w ? w->calls : 0, ws = w ? w->bytes_sent : 0,
+                               wr = w ? w->bytes_recv : 0;
+                bad += n.calls != wc || n.bytes_sent != ws || n.bytes_recv != wr;
+                CHECK(n.calls == wc && n.bytes_sent == ws && n.bytes_recv == wr,
+                      "%dx%dx%dx%d P%d zero %d stage %d: %s %s %llu calls, %llu B sent, %llu B "
+                      "received; planned %llu, %llu, %llu",
+                      shape.x, shape.y, shape.z, shape.d, stages, z, ff_grid_stage(grid),
+                      ff_group_kind_name((ff_group_kind)k), ff_coll_name((ff_coll)c),
+                      (unsigned long long)n.calls, (unsigned long long)n.bytes_sent,
+                      (unsigned long long)n.bytes_recv, (unsigned long long)wc,
+                      (unsigned long long)ws, (unsigned long long)wr);
+            }
+        int any = 0;
+        MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        if (ff_ctx_rank(ctx) == 0)
+            printf("  %dx%dx%dx%d P%d zero %d: every rank's counters %s the planner's\n", shape.x,
+                   shape.y, shape.z, shape.d, stages, z, any ? "DIFFER FROM" : "equal");
+        if (rc)
+            CHECK(0, "staged traffic: %s", ff_ctx_error(ctx));
+        free(tok), free(tgt);
+        ff_gpt_destroy(g);
+    }
+    ff_grid_destroy(grid);
+}
+
 /* A zero 1 run's state on grid a, resumed with zero 2 and zero 0 on grid b. */
 static void resume_case(ff_ctx *ctx, ff_dims a, ff_dims b)
 {
@@ -388,6 +471,14 @@ int main(int argc, char **argv)
         run_grid(ctx, c, desc);
     }
     if (world == 8) {
+        ff_ctx *actx = NULL; /* AUTO's algorithms */
+        if (ff_ctx_create(&actx, MPI_COMM_WORLD, NULL) == FF_OK) {
+            staged_traffic(actx, (ff_dims){1, 1, 2, 2}, 2);
+            staged_traffic(actx, (ff_dims){2, 1, 1, 2}, 2);
+        } else {
+            CHECK(0, "context: %s", ff_ctx_error(actx));
+        }
+        ff_ctx_destroy(actx);
         resume_case(ctx, (ff_dims){2, 1, 1, 4}, (ff_dims){1, 2, 2, 2});
         refusals(ctx);
     }

@@ -131,9 +131,10 @@ typedef struct {
      * gradients reduce-scattered over D instead of all-reduced, AdamW on
      * the rank's slice, the parameters all-gathered back), 2 also releases
      * the gradients outside the rank's slice after the reduce-scatter.
-     * Results bitwise those of 0 when D's all-reduce runs the ring. Not yet
-     * with pipeline stages, experts, masks or SAMO, a GPU, the bf16 wire:
-     * refused. Nothing to shard with Gd = 1 (the same as 0). */
+     * Results bitwise those of 0 when D's all-reduce runs the ring; with
+     * stages and experts too (the experts' buckets over EDP). Not yet with
+     * masks or SAMO, a GPU, the bf16 wire, a forced algorithm other than
+     * the ring: refused. Nothing to shard with Gd = 1 (the same as 0). */
     int zero;
 } ff_gpt_opts;
 

@@ -272,8 +272,9 @@ typedef struct {
      * two phases of the ring all-reduce: the same bytes, counted as a
      * reduce-scatter and an all-gather). 2's peak memory is 1's (the
      * gradients are released only after the step's reduce-scatter). The
-     * full cost model only, without stages, experts or pruning (as the
-     * program); nothing changes with Gd = 1. */
+     * full cost model only, without pruning (as the program); the
+     * experts' buckets over their replicas (EDP, or D). Nothing changes
+     * with Gd = 1. */
     int zero;
 } ff_plan_config;
 

@@ -201,8 +201,6 @@ static int check_experts(const ff_plan_config *cfg, char *err, size_t len)
                                cfg->zero);
     const char *zwhy = !cfg->zero                  ? NULL
                        : cfg->cost != FF_COST_FULL ? "a cost model other than full"
-                       : E                         ? "a mixture of experts"
-                       : cfg->stages != 1          ? "pipeline stages"
                        : cfg->sparsity > 0         ? "a pruned model"
                                                    : NULL;
     if (zwhy)

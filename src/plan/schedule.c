@@ -615,15 +615,16 @@ int64_t plan_zsharded_params(const plan_shape *s)
     return n + wte * s->Vp * s->C / tp;
 }
 
-/* The largest of n's ring chunks over D (rank d = 0's). */
-static int64_t chunk0(const plan_shape *s, int64_t n) { return (n + s->g.d - 1) / s->g.d; }
+/* The largest of n's ring chunks over p ranks (rank 0's). */
+static int64_t chunk0(int64_t n, int p) { return (n + p - 1) / p; }
 
 double plan_optimizer_entries(const plan_shape *s)
 {
     if (s->zero) { /* the ring chunk of each bucket and of wte, the rest whole */
-        int64_t n = plan_other_params(s) + chunk0(s, s->Vp * s->C / ((int64_t)s->g.x * s->g.y * s->g.z));
+        const int64_t tp = (int64_t)s->g.x * s->g.y * s->g.z, edp = s->g.d / s->ge;
+        int64_t n = plan_other_params(s) + (s->first || s->last) * chunk0(s->Vp * s->C / tp, s->g.d);
         for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
-            n += chunk0(s, block_shard_of(s, l));
+            n += chunk0(block_shard_of(s, l), s->g.d) + chunk0(expert_shard_of(s, l), (int)edp);
         return (double)n;
     }
     double n = (double)(plan_zsharded_params(s) + plan_other_params(s));
@@ -664,13 +665,12 @@ int64_t plan_other_params(const plan_shape *s)
  * ZeRO the ring all-reduce's reduce phase (ZERO_REDUCE) and, after the
  * optimizer, its gather phase for the parameters (ZERO_GATHER). */
 enum { DP_ALLREDUCE = 0, ZERO_REDUCE = 1, ZERO_GATHER = 2 };
-static int dp_coll(sched *c, int64_t n, int phase, coll_mode mode)
+static int dp_coll(sched *c, ff_group_kind g, int64_t n, int phase, coll_mode mode)
 {
     if (!phase)
-        return coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, n, c->s->wire, mode);
-    plan_op *op = coll_op(c, FF_GROUP_D,
-                          phase == ZERO_GATHER ? FF_COLL_ALLGATHER : FF_COLL_REDUCE_SCATTER, n,
-                          c->s->wire, mode);
+        return coll(c, g, FF_COLL_ALLREDUCE, n, c->s->wire, mode);
+    plan_op *op = coll_op(c, g, phase == ZERO_GATHER ? FF_COLL_ALLGATHER : FF_COLL_REDUCE_SCATTER,
+                          n, c->s->wire, mode);
     if (op)
         op->half = (uint8_t)phase;
     return op ? op->tag : -1;
@@ -679,17 +679,27 @@ static int dp_coll(sched *c, int64_t n, int phase, coll_mode mode)
 /* The gradients of wte's shard over D. */
 static void dp_wte(sched *c, int64_t n, coll_mode mode)
 {
-    dp_coll(c, n, c->s->zero ? ZERO_REDUCE : DP_ALLREDUCE, mode);
+    dp_coll(c, FF_GROUP_D, n, c->s->zero ? ZERO_REDUCE : DP_ALLREDUCE, mode);
 }
 
-/* ZeRO: the updated parameters' gather phases, bucket by bucket, then wte's. */
+/* The local experts' replicas: EDP with expert parallelism, else D. */
+static ff_group_kind experts_group(const plan_shape *s)
+{
+    return s->ge > 1 ? (ff_group_kind)FF_PLAN_GROUP_EDP : FF_GROUP_D;
+}
+
+/* ZeRO: the updated parameters' gather phases, bucket by bucket (a
+ * block's, its experts'), then wte's (wte_shard 0: a stage without it). */
 static void zero_gathers(sched *c, int64_t wte_shard)
 {
     const plan_shape *s = c->s;
-    for (int64_t l = s->l0; s->zero && l < s->l0 + s->nb; l++)
-        dp_coll(c, block_shard_of(s, l), ZERO_GATHER, MODE_BLOCKING);
+    for (int64_t l = s->l0; s->zero && l < s->l0 + s->nb; l++) {
+        dp_coll(c, FF_GROUP_D, block_shard_of(s, l), ZERO_GATHER, MODE_BLOCKING);
+        if (plan_block_moe(s, l))
+            dp_coll(c, experts_group(s), expert_shard_of(s, l), ZERO_GATHER, MODE_BLOCKING);
+    }
     if (s->zero)
-        dp_coll(c, wte_shard, ZERO_GATHER, MODE_BLOCKING);
+        dp_coll(c, FF_GROUP_D, wte_shard, ZERO_GATHER, MODE_BLOCKING);
 }
 
 /* Block l's data-parallel all-reduces (its gradient shards, one bucket
@@ -699,10 +709,10 @@ static void dp_buckets(sched *c, int64_t l, coll_mode mode)
 {
     const plan_shape *s = c->s;
     /* a pruned model's buckets carry the kept entries (docs/samo.md) */
-    dp_coll(c, llround(s->keep * (double)block_shard_of(s, l)), s->zero ? ZERO_REDUCE : 0, mode);
+    const int phase = s->zero ? ZERO_REDUCE : DP_ALLREDUCE;
+    dp_coll(c, FF_GROUP_D, llround(s->keep * (double)block_shard_of(s, l)), phase, mode);
     if (plan_block_moe(s, l))
-        coll(c, s->ge > 1 ? (ff_group_kind)FF_PLAN_GROUP_EDP : FF_GROUP_D, FF_COLL_ALLREDUCE,
-             llround(s->keep * (double)expert_shard_of(s, l)), s->wire, mode);
+        dp_coll(c, experts_group(s), llround(s->keep * (double)expert_shard_of(s, l)), phase, mode);
 }
 
 /* After the backward: every parameter that is not Z-sharded, one
@@ -900,7 +910,7 @@ static void stage_tail(stage_ctx *t)
     coll(c, FF_GROUP_PIPE, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     coll(c, FF_GROUP_WORLD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     optimizer(c, plan_optimizer_entries(s));
-    zero_gathers(c, t->wte_shard);
+    zero_gathers(c, t->has_wte ? t->wte_shard : 0);
 }
 
 void plan_schedule_piece(const plan_shape *s, plan_ops *o, plan_piece piece, int last_micro)
