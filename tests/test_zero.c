@@ -8,8 +8,11 @@
  * order). Three models from the same initialisation, STEPS AdamW steps of
  * MICRO micro-batches each with clipping active; after every step
  *   - the losses and gradient norms are bitwise equal, and the parameters,
- *     gradients and both AdamW moments gathered to canonical layout are
- *     bitwise equal;
+ *     both AdamW moments and then the gradients gathered to canonical
+ *     layout are bitwise equal (a transfer between steps passes through the
+ *     gradient buffer, which must be given back); after the steps, zero 0's
+ *     moments scattered into the ZeRO models leave their gradients and
+ *     give back the moments;
  *   - the bytes this rank sent over D are the same: zero 0's all-reduce,
  *     ZeRO's reduce-scatter plus all-gather (and ZeRO all-reduces nothing
  *     over D but an MoE model's experts' biases without expert parallelism);
@@ -198,12 +201,28 @@ static int run_grid(ff_ctx *ctx, const grid_case *gc, const char *desc)
         CHECK(info[0].grad_norm > h.clip, "%s step %d: norm %g does not clip", desc, s,
               info[0].grad_norm);
         char what[96];
+        /* the moments before the gradients: a transfer between steps passes
+         * through the gradient buffer and must give it back */
+        static const int order[4] = {0, 2, 3, 1};
         for (int z = 1; z < 3; z++)
-            for (int w = 0; w < 4 && rc == FF_OK; w++) {
+            for (int k = 0; k < 4 && rc == FF_OK; k++) {
                 snprintf(what, sizeof what, "%s step %d zero %d", desc, s, z);
-                rc = same_state(g[0], g[z], w, buf[0], buf[1], cn, what);
+                rc = same_state(g[0], g[z], order[k], buf[0], buf[1], cn, what);
             }
     }
+    /* a scatter between steps (through the gradient buffer too): zero 0's
+     * moments into the ZeRO models, which then give back zero 0's
+     * gradients and moments */
+    for (int z = 1; z < 3 && rc == FF_OK; z++)
+        for (int w = 2; w < 4 && rc == FF_OK; w++) {
+            if ((rc = ff_gpt_gather(g[0], WHICH[w], buf[0], 0)) == FF_OK &&
+                (rc = ff_gpt_scatter(g[z], WHICH[w], buf[0], 0)) == FF_OK) {
+                char what[96];
+                snprintf(what, sizeof what, "%s after a scatter of %s, zero %d", desc, NAMES[w], z);
+                if ((rc = same_state(g[0], g[z], 1, buf[0], buf[1], cn, what)) == FF_OK)
+                    rc = same_state(g[0], g[z], w, buf[0], buf[1], cn, what);
+            }
+        }
     if (rc)
         CHECK(0, "%s: %s", desc, ff_ctx_error(ctx));
     if (root)

@@ -1304,6 +1304,7 @@ int ff_gpt_zero_grad(ff_gpt *g)
     for (int l = 0; l < g->nb; l++)
         ff_wait(&g->ebucket_req[l]);
     ff_zero(g->ctx, g->grads, (int64_t)ff_gpt_dense_state(g));
+    ff_gpt_zero_reduced(g, 0);
     if (g->samo)
         ff_zero(g->ctx, g->samo_g, (int64_t)g->samo_k);
     g->loss_sum = 0;
@@ -1443,7 +1444,7 @@ int ff_gpt_finish_grads(ff_gpt *g, float *loss)
         if ((rc = ff_waitall(g->bucket_req, L + 1)) || (rc = ff_waitall(g->ebucket_req, L)))
             return rc;
         unpack_ranges(g);
-        ff_gpt_zero_release_grads(g);
+        ff_gpt_zero_reduced(g, 1);
     }
     /* everything that is not Z-sharded: one all-reduce over ZD; the local
      * experts' biases over Z and over their own replicas */

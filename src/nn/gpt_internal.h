@@ -202,9 +202,9 @@ size_t ff_gpt_zero_state(const ff_gpt *g);
 /* The reduce-scatter of a data-parallel range of the gradients, in place:
  * the ring all-reduce's reduce phase (ff_iallreduce_half). */
 int ff_gpt_zero_reduce(ff_gpt *g, ff_group *grp, size_t off, size_t len, ff_request **req);
-/* ZeRO-2: the gradients outside the rank's slices released after the
- * reduce-scatter (nothing below level 2). */
-void ff_gpt_zero_release_grads(ff_gpt *g);
+/* The step's gradients reduce-scattered (1; ZeRO-2 then releases those
+ * outside the rank's slices), or zeroed for the next step (0). */
+void ff_gpt_zero_reduced(ff_gpt *g, int reduced);
 /* Part of the Z-sharded gradients' sum of squares, added to *out as the
  * plain pass adds it: part 0 the dense weights' (on d = 0; collective over
  * D), part 1 the local experts' (on d = eslot; collective over EDP). */
@@ -212,11 +212,14 @@ int ff_gpt_zero_sumsq(ff_gpt *g, int part, double *out);
 /* AdamW on the slices (j as for the dense pass, over the whole flat
  * buffers), then the gather of the updated parameters over D. */
 int ff_gpt_zero_adamw(ff_gpt *g, const void *adamw_job);
-/* A full flat buffer of `which` (gradients or moments: the slices gathered
- * over D; ff_fbuf_free it; the outcome agreed on every rank), or the rank's
- * slices taken from one. */
-int ff_gpt_zero_expand(ff_gpt *g, ff_gpt_buffer which, float **full);
-void ff_gpt_zero_compress(ff_gpt *g, ff_gpt_buffer which, const float *full);
+/* A transfer of the gradients or moments `which` through a full flat
+ * buffer *full: with gather 1 filled with the whole of `which` (the slices
+ * gathered over D), with 0 zeroed for a scatter (outcome agreed on every
+ * rank); then ff_gpt_zero_transfer_end, after a scatter (scattered 1)
+ * taking the rank's slices from it. Between steps *full is the gradient
+ * buffer itself, its slices kept aside meanwhile. */
+int ff_gpt_zero_transfer_begin(ff_gpt *g, ff_gpt_buffer which, int gather, float **full);
+void ff_gpt_zero_transfer_end(ff_gpt *g, ff_gpt_buffer which, float *full, int scattered);
 /* The dense AdamW pass over n entries of job (gpt_optim.c). */
 void ff_gpt_adamw_run(ff_gpt *g, const void *adamw_job, int64_t n);
 /* Data-parallel range r of the flat buffers (gpt.c): block l's bucket

@@ -494,9 +494,10 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
     if (g->zr && which != FF_GPT_PARAMS && which != FF_GPT_MASK) { /* ZeRO: the slices gathered */
         float *flat = NULL, *full = NULL;
         int rc = ff_ctx_agree(g->ctx, buffer_ready(g, which, &flat));
-        if (rc == FF_OK && (rc = ff_gpt_zero_expand(g, which, &full)) == FF_OK)
+        if (rc == FF_OK && (rc = ff_gpt_zero_transfer_begin(g, which, 1, &full)) == FF_OK)
             rc = gather_flat(g, which, full, canon, root);
-        ff_fbuf_free(full);
+        if (full)
+            ff_gpt_zero_transfer_end(g, which, full, 0);
         return rc;
     }
     if (!g->samo || which == FF_GPT_PARAMS)
@@ -512,13 +513,12 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
 {
     if (g->zr && which != FF_GPT_PARAMS && which != FF_GPT_MASK) { /* ZeRO: the slices kept */
-        float *full = ff_fbuf_alloc(g->ctx, g->n_params), *flat = NULL;
-        int rc = ff_ctx_agree(g->ctx, !full ? ff_set_error(g->ctx, FF_ENOMEM, "out of memory for "
-                                                                              "ZeRO's slices")
-                                            : buffer_ready(g, which, &flat));
-        if (rc == FF_OK && (rc = scatter_flat(g, which, full, canon, root)) == FF_OK)
-            ff_gpt_zero_compress(g, which, full);
-        ff_fbuf_free(full);
+        float *flat = NULL, *full = NULL;
+        int rc = ff_ctx_agree(g->ctx, buffer_ready(g, which, &flat));
+        if (rc == FF_OK && (rc = ff_gpt_zero_transfer_begin(g, which, 0, &full)) == FF_OK)
+            rc = scatter_flat(g, which, full, canon, root);
+        if (full)
+            ff_gpt_zero_transfer_end(g, which, full, rc == FF_OK);
         return rc;
     }
     if (!g->samo || which == FF_GPT_PARAMS) {

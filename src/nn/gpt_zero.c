@@ -66,6 +66,8 @@ struct ff_gpt_zero {
     int n_segs;
     size_t state;
     zero_region reg[2]; /* the dense weights', the local experts' */
+    int reduced;        /* the step's gradients reduce-scattered (ff_gpt_zero_reduced) */
+    float *kept;        /* during a transfer: the gradients' slices (state floats) */
 };
 
 static size_t chunk_len(size_t n, int p, int i)
@@ -272,7 +274,7 @@ static int gather_ranges(ff_gpt *g, float *flat)
  * reduce-scatter; their whole pages go back to the system (they read as
  * zeros, which ff_gpt_zero_grad writes anyway). Huge-page granularity, so
  * that a mapping on huge pages is released whole or not at all. */
-void ff_gpt_zero_release_grads(ff_gpt *g)
+static void release_grads(ff_gpt *g)
 {
     const ff_gpt_zero *z = g->zr;
     if (!z || z->level < 2)
@@ -398,29 +400,75 @@ static void move_state(const ff_gpt_zero *z, float *full, float *sliced, int to_
     }
 }
 
-int ff_gpt_zero_expand(ff_gpt *g, ff_gpt_buffer which, float **out)
+/* A transfer (ff_gpt_gather, ff_gpt_scatter of the gradients or moments)
+ * goes through a full flat buffer. Once the step's gradients are reduced,
+ * that is the gradient buffer itself: outside the rank's slices it holds
+ * partial sums nothing reads, and the slices (with the whole runs and the
+ * rest) wait in a buffer of the state's size until
+ * ff_gpt_zero_transfer_end puts them back. So a checkpoint costs 1/Gd of
+ * the gradients, not all of them. Before that (during a step's
+ * accumulation) the gradients are all needed, and a buffer is allocated. */
+int ff_gpt_zero_transfer_begin(ff_gpt *g, ff_gpt_buffer which, int gather, float **out)
 {
-    float *full = ff_fbuf_alloc(g->ctx, g->n_params);
-    int rc = ff_ctx_agree(g->ctx, full ? FF_OK
-                                       : ff_set_error(g->ctx, FF_ENOMEM,
-                                                      "out of memory gathering ZeRO's slices"));
-    if (rc == FF_OK) {
-        if (which == FF_GPT_GRADS)
-            memcpy(full, g->grads, g->n_params * sizeof(float));
-        else
-            move_state(g->zr, full, which == FF_GPT_ADAM_M ? g->adam_m : g->adam_v, 1);
-        rc = ff_ctx_agree(g->ctx, gather_ranges(g, full));
+    ff_gpt_zero *z = g->zr;
+    float *full = NULL;
+    z->kept = NULL;
+    if (z->reduced)
+        z->kept = ff_fbuf_alloc(g->ctx, z->state);
+    else
+        full = ff_fbuf_alloc(g->ctx, g->n_params);
+    int rc = ff_ctx_agree(g->ctx, full || z->kept ? FF_OK
+                                                  : ff_set_error(g->ctx, FF_ENOMEM,
+                                                                 "out of memory moving ZeRO's "
+                                                                 "slices"));
+    if (rc) {
+        ff_fbuf_free(full), ff_fbuf_free(z->kept);
+        z->kept = NULL;
+        return rc;
     }
-    if (rc)
-        ff_fbuf_free(full), full = NULL;
+    if (z->kept) {
+        move_state(z, g->grads, z->kept, 0);
+        full = g->grads;
+    }
+    float *moments = which == FF_GPT_ADAM_M ? g->adam_m : g->adam_v;
+    if (!gather)
+        memset(full, 0, g->n_params * sizeof(float));
+    else if (which != FF_GPT_GRADS)
+        move_state(z, full, moments, 1);
+    else if (full != g->grads)
+        memcpy(full, g->grads, g->n_params * sizeof(float));
+    if (gather)
+        rc = ff_ctx_agree(g->ctx, gather_ranges(g, full));
     *out = full;
     return rc;
 }
 
-void ff_gpt_zero_compress(ff_gpt *g, ff_gpt_buffer which, const float *full)
+void ff_gpt_zero_transfer_end(ff_gpt *g, ff_gpt_buffer which, float *full, int scattered)
 {
-    if (which == FF_GPT_GRADS)
-        memcpy(g->grads, full, g->n_params * sizeof(float));
-    else
-        move_state(g->zr, (float *)full, which == FF_GPT_ADAM_M ? g->adam_m : g->adam_v, 0);
+    ff_gpt_zero *z = g->zr;
+    const int scratch = full == g->grads;
+    if (scattered && which == FF_GPT_GRADS) { /* the whole of them: nothing to put back */
+        if (!scratch)
+            memcpy(g->grads, full, g->n_params * sizeof(float));
+    } else {
+        if (scattered)
+            move_state(z, full, which == FF_GPT_ADAM_M ? g->adam_m : g->adam_v, 0);
+        if (scratch)
+            move_state(z, g->grads, z->kept, 1);
+    }
+    if (!scratch)
+        ff_fbuf_free(full);
+    ff_fbuf_free(z->kept);
+    z->kept = NULL;
+    if (scratch)
+        release_grads(g);
+}
+
+void ff_gpt_zero_reduced(ff_gpt *g, int reduced)
+{
+    if (!g->zr)
+        return;
+    g->zr->reduced = reduced;
+    if (reduced)
+        release_grads(g);
 }
