@@ -302,7 +302,8 @@ static void run_halves(env *e, const char *grid_name, ff_group *g)
         ff_group_counters_reset(g);
         if (rc == FF_OK && (rc = ff_iallreduce_half(g, half, n, 0, NULL, &q)) == FF_OK)
             rc = ff_wait(&q);
-        const size_t c0 = n / (size_t)p * (size_t)r + ((size_t)r < n % (size_t)p ? (size_t)r : n % (size_t)p);
+        const size_t c0 =
+            n / (size_t)p * (size_t)r + ((size_t)r < n % (size_t)p ? (size_t)r : n % (size_t)p);
         const size_t cl = n / (size_t)p + ((size_t)r < n % (size_t)p);
         CHECK(rc || !memcmp(half + c0, whole + c0, cl * sizeof(float)),
               "grid %s group %s n=%zu: the reduce phase's chunk is not the all-reduce's", grid_name,
@@ -317,8 +318,9 @@ static void run_halves(env *e, const char *grid_name, ff_group *g)
         const ff_counters rs = ff_group_counters(g, FF_COLL_REDUCE_SCATTER);
         const ff_counters ag = ff_group_counters(g, FF_COLL_ALLGATHER);
 #define CHUNK(i) (n / (size_t)p + ((size_t)(((i) % p + p) % p) < n % (size_t)p))
-        const uint64_t want[4] = {p > 1 ? 4 * (n - CHUNK(r)) : 0, p > 1 ? 4 * (n - CHUNK(r - 1)) : 0,
-                                  p > 1 ? 4 * (n - CHUNK(r + 1)) : 0, p > 1 ? 4 * (n - CHUNK(r)) : 0};
+        const uint64_t want[4] = {
+            p > 1 ? 4 * (n - CHUNK(r)) : 0, p > 1 ? 4 * (n - CHUNK(r - 1)) : 0,
+            p > 1 ? 4 * (n - CHUNK(r + 1)) : 0, p > 1 ? 4 * (n - CHUNK(r)) : 0};
 #undef CHUNK
         CHECK(rs.bytes_sent == want[0] && rs.bytes_recv == want[1] && ag.bytes_sent == want[2] &&
                   ag.bytes_recv == want[3] && rs.bytes_sent + ag.bytes_sent == 4 * ar_sent &&
@@ -328,7 +330,8 @@ static void run_halves(env *e, const char *grid_name, ff_group *g)
               grid_name, ff_group_name(g), n, (unsigned long long)rs.bytes_sent,
               (unsigned long long)rs.bytes_recv, (unsigned long long)ag.bytes_sent,
               (unsigned long long)ag.bytes_recv, (unsigned long long)want[0],
-              (unsigned long long)want[1], (unsigned long long)want[2], (unsigned long long)want[3]);
+              (unsigned long long)want[1], (unsigned long long)want[2],
+              (unsigned long long)want[3]);
         e->checks++;
         free(half), free(whole);
     }

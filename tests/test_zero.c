@@ -288,7 +288,8 @@ static void staged_traffic(ff_ctx *ctx, ff_dims shape, int stages)
         int bad = 0;
         for (int k = 0; rc == FF_OK && !err[0] && k < FF_NGROUPS; k++)
             for (int c = 0; c <= FF_COLL_P2P; c++) {
-                ff_counters n = ff_group_counters(ff_grid_group(grid, (ff_group_kind)k), (ff_coll)c);
+                ff_counters n =
+                    ff_group_counters(ff_grid_group(grid, (ff_group_kind)k), (ff_coll)c);
                 const ff_plan_coll *w =
                     c == FF_COLL_P2P ? (k == FF_GROUP_PIPE ? &want_p2p : NULL) : &want[k][c];
                 const uint64_t wc = w ? w->calls : 0, ws = w ? w->bytes_sent : 0,
@@ -359,9 +360,8 @@ static void resume_case(ff_ctx *ctx, ff_dims a, ff_dims b)
         for (int w = 0; w < 3 && rc == FF_OK; w++) {
             rc = ff_gpt_gather(dst[k], WHICH[w == 0 ? 0 : w + 1], back, 0);
             CHECK(rc || !root || !memcmp(back, state[w], cn * sizeof(float)),
-                  "resume %dx%dx%dx%d -> %dx%dx%dx%d: %s not given back by the zero %d model",
-                  a.x, a.y, a.z, a.d, b.x, b.y, b.z, b.d, NAMES[w == 0 ? 0 : w + 1],
-                  k == 0 ? 2 : 0);
+                  "resume %dx%dx%dx%d -> %dx%dx%dx%d: %s not given back by the zero %d model", a.x,
+                  a.y, a.z, a.d, b.x, b.y, b.z, b.d, NAMES[w == 0 ? 0 : w + 1], k == 0 ? 2 : 0);
         }
     ff_gpt_step_info info[2];
     for (int k = 0; k < 2 && rc == FF_OK; k++) {
@@ -485,7 +485,11 @@ int main(int argc, char **argv)
         const grid_case *c = &more[i];
         char desc[48];
         snprintf(desc, sizeof desc, "%dx%dx%dx%d%s%s", c->shape.x, c->shape.y, c->shape.z,
-                 c->shape.d, c->experts ? (c->ge == 1 ? " E4" : c->ge == 2 ? " E4 EP2" : " E4 EP4") : "",
+                 c->shape.d,
+                 c->experts ? (c->ge == 1   ? " E4"
+                               : c->ge == 2 ? " E4 EP2"
+                                            : " E4 EP4")
+                            : "",
                  c->stages > 1 ? " P2" : "");
         run_grid(ctx, c, desc);
     }

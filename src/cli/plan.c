@@ -651,7 +651,8 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
                             : "masked: dense state, a mask, packed data-parallel all-reduces");
     if (cfg->zero)
         cli_print("ZeRO %d over D: AdamW's moments%s sharded over the data-parallel ranks\n",
-                  cfg->zero, cfg->zero == 2 ? " and, after their reduce-scatter, the gradients" : "");
+                  cfg->zero,
+                  cfg->zero == 2 ? " and, after their reduce-scatter, the gradients" : "");
     char mb[48];
     if (cfg->micro_batches == FF_PLAN_AUTO)
         snprintf(mb, sizeof mb, "micro-batches the fastest per grid");
@@ -1080,8 +1081,8 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
             ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? 2 : cfg->wire_bytes,
             ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? "bf16-mixed" : "fp32", cfg->overlap,
             ff_cost_name(cfg->cost), ge, cfg->dtd ? "true" : "false", cfg->cac ? "true" : "false",
-            cfg->sparsity, cfg->samo ? "true" : "false", cfg->zero, cli_progress_name(cfg->progress),
-            machine);
+            cfg->sparsity, cfg->samo ? "true" : "false", cfg->zero,
+            cli_progress_name(cfg->progress), machine);
 }
 
 /* ---- per-layer plans ---- */

@@ -102,12 +102,12 @@ int ff_gpt_zero_check(const ff_gpt *g)
         return ff_set_error(g->ctx, FF_EINVAL, "zero %d: the choices are 0, 1 and 2", zero);
     if (zero == 0 || g->gd <= 1)
         return FF_OK;
-    const char *why = ff_ctx_cuda(g->ctx)                       ? "a GPU context"
-                      : g->opt.linear.coll.wire != FF_WIRE_FP32 ? "the bf16 wire"
-                      : g->opt.linear.coll.algo != FF_ALGO_AUTO &&
-                              g->opt.linear.coll.algo != FF_ALGO_RING
-                          ? "a collective algorithm other than the ring"
-                          : NULL;
+    const char *why =
+        ff_ctx_cuda(g->ctx)                       ? "a GPU context"
+        : g->opt.linear.coll.wire != FF_WIRE_FP32 ? "the bf16 wire"
+        : g->opt.linear.coll.algo != FF_ALGO_AUTO && g->opt.linear.coll.algo != FF_ALGO_RING
+            ? "a collective algorithm other than the ring"
+            : NULL;
     return why ? ff_set_error(g->ctx, FF_EUNSUPPORTED,
                               "ZeRO (zero %d) with %s is not supported yet", zero, why)
                : FF_OK;
@@ -234,9 +234,8 @@ int ff_gpt_zero_setup(ff_gpt *g)
     const size_t skip =
         g->P > 1 && g->last && !g->first && g->wte ? ff_linear_local_sizes(g->wte).w_shard : 0;
     z->reg[0] = (zero_region){.grp = g->grp_d, .a = skip, .b = g->n_dense_z};
-    z->reg[1] = (zero_region){.grp = g->grp_edp ? g->grp_edp : g->grp_d,
-                              .a = g->n_dense_z,
-                              .b = g->n_zsharded};
+    z->reg[1] = (zero_region){
+        .grp = g->grp_edp ? g->grp_edp : g->grp_d, .a = g->n_dense_z, .b = g->n_zsharded};
     rc = build_segs(g, z);
     for (int k = 0; k < 2 && rc == FF_OK; k++)
         if ((rc = build_runs(z, &z->reg[k])) == FF_OK)
@@ -332,8 +331,8 @@ static int straddling_sumsq(ff_gpt *g, zero_region *e, int64_t b)
         const int o = run->owner;
         if (holder >= 0 && holder != o &&
             ((me == holder && MPI_Send(s, FF_SUM_CHAINS, MPI_DOUBLE, o, ZERO_TAG, comm)) ||
-             (me == o && MPI_Recv(s, FF_SUM_CHAINS, MPI_DOUBLE, holder, ZERO_TAG, comm,
-                                  MPI_STATUS_IGNORE))))
+             (me == o &&
+              MPI_Recv(s, FF_SUM_CHAINS, MPI_DOUBLE, holder, ZERO_TAG, comm, MPI_STATUS_IGNORE))))
             return ff_set_error(g->ctx, FF_EMPI, "the gradient norm's message over %s failed",
                                 ff_group_name(e->grp));
         holder = o;
@@ -363,8 +362,8 @@ int ff_gpt_zero_sumsq(ff_gpt *g, int part, double *out)
     /* each block's sum is on one rank, zeros elsewhere: the sum is exact */
     const int me = ff_group_rank(e->grp);
     if (ff_group_size(e->grp) > 1 &&
-        MPI_Reduce(me == 0 ? MPI_IN_PLACE : e->part, e->part, (int)e->n_blk, MPI_DOUBLE, MPI_SUM,
-                   0, ff_group_comm(e->grp)) != MPI_SUCCESS)
+        MPI_Reduce(me == 0 ? MPI_IN_PLACE : e->part, e->part, (int)e->n_blk, MPI_DOUBLE, MPI_SUM, 0,
+                   ff_group_comm(e->grp)) != MPI_SUCCESS)
         return ff_set_error(g->ctx, FF_EMPI, "MPI_Reduce of the gradient norm's blocks failed");
     for (int64_t b = 0; me == 0 && b < e->n_blk; b++) /* in block order, as the plain pass */
         *out += e->part[b];

@@ -622,7 +622,8 @@ double plan_optimizer_entries(const plan_shape *s)
 {
     if (s->zero) { /* the ring chunk of each bucket and of wte, the rest whole */
         const int64_t tp = (int64_t)s->g.x * s->g.y * s->g.z, edp = s->g.d / s->ge;
-        int64_t n = plan_other_params(s) + (s->first || s->last) * chunk0(s->Vp * s->C / tp, s->g.d);
+        int64_t n =
+            plan_other_params(s) + (s->first || s->last) * chunk0(s->Vp * s->C / tp, s->g.d);
         for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
             n += chunk0(block_shard_of(s, l), s->g.d) + chunk0(expert_shard_of(s, l), (int)edp);
         return (double)n;
