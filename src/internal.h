@@ -96,6 +96,15 @@ int ff_agree_on(ff_ctx *ctx, MPI_Comm comm, int rc);
 /* Turns an MPI error code into FF_EMPI with the MPI library's message. */
 int ff_mpi_error(ff_ctx *ctx, int mpi_rc, const char *what);
 
+/* Chunk i of n elements split into p nearly equal pieces (the first n mod p
+ * one longer), as the ring all-reduce cuts its vector (and
+ * ZeRO over D its slices, src/nn/gpt_zero.c). */
+static inline size_t ff_chunk_off(size_t n, int p, int i)
+{
+    size_t q = n / (size_t)p, rem = n % (size_t)p;
+    return (size_t)i * q + ((size_t)i < rem ? (size_t)i : rem);
+}
+
 /* ---- groups (grid.c) ---- */
 
 typedef struct {
@@ -157,6 +166,10 @@ struct ff_request {
      * next one, or sets done. */
     ff_advance_fn advance;
     int step;
+    /* 0, or one half of the ring all-reduce (ff_iallreduce_half): 1 its
+     * reduce phase, counted as a reduce-scatter, 2 its gather phase, counted
+     * as an all-gather */
+    int half;
     int done;
     int error;
     MPI_Request mpi[FF_REQ_MAX_MPI];
@@ -204,6 +217,9 @@ void ff_ring_volume(ff_coll coll, int p, int r, size_t count, size_t *sent, size
  * whole vectors each way, the fold's pairs one more (the extra of a pair
  * sends and receives the vector once). */
 void ff_rec_whole_volume(int p, int r, size_t count, size_t *sent, size_t *recv);
+/* The same for one half of the ring all-reduce of `count`
+ * (ff_iallreduce_half: gather 0 the reduce phase, 1 the gather phase). */
+void ff_ring_half_volume(int gather, int p, int r, size_t count, size_t *sent, size_t *recv);
 
 /* 1 if the model's alphas, small_max and reduce_Bps are >= 0 and its betas
  * > 0, all finite (what ff_ctx_set_coll_model accepts). */

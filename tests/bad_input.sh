@@ -31,6 +31,10 @@ case_ "--precision fp16: expected fp32 or bf16-mixed" 2 train --precision fp16 -
 case_ "--precision bf16: expected fp32 or bf16-mixed" 2 eval --precision bf16 --checkpoint x.bin --data x.bin
 case_ "--precision FP32: expected fp32 or bf16-mixed" 2 sample --precision FP32 --checkpoint x.bin
 case_ "bf16-mixed precision sets the format of each collective itself" 1 train --precision bf16-mixed --wire bf16 --steps 1 --out "$WORK/pw"
+# ZeRO over D (issue 52): a level other than 0, 1, 2; a combination not
+# supported yet
+case_ "--zero 3: expected 0, 1 or 2"          2 train --zero 3
+case_ "ZeRO (zero 1) with the bf16 wire is not supported yet" 1 train --grid 1x1x1x4 --wire bf16 --zero 1 --steps 1 --out "$WORK/zw"
 
 # outputs that cannot be written are refused before the work, not after it
 case_ "cannot write trace /nonexistent/dir/t.json" 1 train --steps 50 --trace /nonexistent/dir/t.json --out "$WORK/tr"

@@ -277,6 +277,30 @@ sum=$(awk '/time budget of a step/ {on = 1; next} on && $1 != "step" {
 awk -v s="$sum" 'BEGIN {exit !(s > 99.5 && s < 100.5)}' ||
     fail "--explain: the parts add up to $sum% of the step"
 
+# ZeRO over D (issue 52): GPT-2 124M on Gd = 4 in 1.5 GiB fits only with
+# --zero 1 (moments 8 (n - nz) + 8 x the largest chunk of each bucket);
+# the D traffic becomes the all-reduce's two halves, the same bytes
+Z124="--model gpt2-124m --batch 4 --seq 64 --grid 1x1x1x4 --memory 1.5GiB --checkpoint off"
+"$FF" plan $Z124 > "$WORK/z0" 2>&1 && fail "--zero 0 in 1.5 GiB: exit 0"
+grep -q "rejected: needs 1.9 GiB per rank" "$WORK/z0" || fail "--zero 0: $(tail -1 "$WORK/z0")"
+"$FF" plan $Z124 --zero 1 > "$WORK/z1" 2>&1 || fail "--zero 1 in 1.5 GiB: exit $?: $(tail -1 "$WORK/z1")"
+grep -q "AdamW moments 242.6 MiB" "$WORK/z1" || fail "--zero 1: $(grep 'memory per' "$WORK/z1")"
+"$FF" plan $Z124 --memory 12GiB > "$WORK/z0big" 2>&1 || fail "--zero 0 in 12 GiB: exit $?"
+ar=$(awk '$1 == "D" && $2 == "all-reduce" {print $4, $5}' "$WORK/z0big")
+rs=$(awk '$1 == "D" && $2 == "reduce-scatter" {print $4, $5}' "$WORK/z1")
+ag=$(awk '$1 == "D" && $2 == "all-gather" {print $4, $5}' "$WORK/z1")
+[ "$ar" = "707.1 MiB" ] && [ "$rs" = "353.5 MiB" ] && [ "$ag" = "353.5 MiB" ] ||
+    fail "--zero 1: D all-reduce '$ar' with zero 0, reduce-scatter '$rs' and all-gather '$ag'"
+"$FF" plan --model gpt2-124m --batch 4 --seq 64 --ranks 4 --memory 1.5GiB --checkpoint off \
+    --zero 1 > "$WORK/zt" 2>&1 || fail "--zero 1 ranks: exit $?"
+grep -qE "^ +[0-9]+ 1x1x1x4 " "$WORK/zt" || fail "--zero 1: 1x1x1x4 not ranked as fitting"
+bad 2 "--zero 3: expected 0, 1 or 2"              --model gpt2 --zero 3
+bad 2 "ZeRO (zero 1) with a pruned model is not supported yet" --model gpt2 --ranks 4 --sparsity 0.5 --zero 1
+"$FF" plan --model gpt2-124m --batch 8 --seq 64 --stages 2 --grid 1x1x1x2 --zero 1 > "$WORK/zp" 2>&1 ||
+    fail "--zero 1 with 2 stages: exit $?: $(tail -1 "$WORK/zp")"
+grep -qE "^  D +reduce-scatter " "$WORK/zp" && grep -qE "^  D +all-gather " "$WORK/zp" ||
+    fail "--zero 1 with 2 stages: no D reduce-scatter and all-gather rows"
+
 # under a launcher, without MPI_Init, only rank 0 prints
 if "$MPIEXEC" -np 2 --oversubscribe "$FF" plan --model tiny --ranks 4 --batch 4 --seq 32 \
     > "$WORK/mpi" 2>&1; then

@@ -18,7 +18,8 @@
  * but one in each phase (chunks of n/p, the first n mod p one larger). A group
  * of one counts nothing.
  *
- * Also: all-reduce of lengths 1, p-1, p+1 and 1031 (empty and uneven chunks);
+ * Also: the ring all-reduce's two halves (ff_iallreduce_half) against it;
+ * all-reduce of lengths 1, p-1, p+1 and 1031 (empty and uneven chunks);
  * six mixed collectives in flight on one group, waited on in reverse order;
  * and, in poll mode, ring collectives driven to their last step by ff_poll()
  * alone (ff_test and ff_wait also progress, so they must not be used there). */
@@ -279,6 +280,72 @@ static void run_many(env *e, const char *grid_name, ff_group *g)
     e->checks += N;
 }
 
+/* ff_iallreduce_half (ZeRO over D): the reduce phase then the gather phase
+ * give the ring all-reduce's bits (non-integer inputs: the order of the
+ * sums matters), the reduce phase alone the rank's chunk of it; counters
+ * every chunk but the rank's (reduce-scatter sent) or the next one's
+ * (all-gather sent); the MPI algorithm and the bf16 wire refused. */
+static void run_halves(env *e, const char *grid_name, ff_group *g)
+{
+    const int p = ff_group_size(g), r = ff_group_rank(g);
+    const size_t lengths[] = {1, (size_t)(p > 1 ? p - 1 : 1), (size_t)p + 1, 1031, AR_COUNT};
+    for (int li = 0; li < 5; li++) {
+        const size_t n = lengths[li];
+        float *half = malloc(n * sizeof(float)), *whole = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            half[i] = whole[i] = value(r, i, 7, FF_WIRE_BF16);
+        ff_coll_opts ring = {FF_WIRE_FP32, FF_ALGO_RING};
+        ff_request *q = NULL;
+        int rc = ff_iallreduce(g, whole, whole, n, &ring, &q);
+        if (rc == FF_OK)
+            rc = ff_wait(&q);
+        ff_group_counters_reset(g);
+        if (rc == FF_OK && (rc = ff_iallreduce_half(g, half, n, 0, NULL, &q)) == FF_OK)
+            rc = ff_wait(&q);
+        const size_t c0 =
+            n / (size_t)p * (size_t)r + ((size_t)r < n % (size_t)p ? (size_t)r : n % (size_t)p);
+        const size_t cl = n / (size_t)p + ((size_t)r < n % (size_t)p);
+        CHECK(rc || !memcmp(half + c0, whole + c0, cl * sizeof(float)),
+              "grid %s group %s n=%zu: the reduce phase's chunk is not the all-reduce's", grid_name,
+              ff_group_name(g), n);
+        if (rc == FF_OK && (rc = ff_iallreduce_half(g, half, n, 1, &ring, &q)) == FF_OK)
+            rc = ff_wait(&q);
+        CHECK(rc == FF_OK && !memcmp(half, whole, n * sizeof(float)),
+              "grid %s group %s n=%zu: the two halves are not the ring all-reduce (rc %d)",
+              grid_name, ff_group_name(g), n, rc);
+        uint64_t ar_sent, ar_recv;
+        volume(FF_COLL_ALLREDUCE, p, r, n, &ar_sent, &ar_recv);
+        const ff_counters rs = ff_group_counters(g, FF_COLL_REDUCE_SCATTER);
+        const ff_counters ag = ff_group_counters(g, FF_COLL_ALLGATHER);
+#define CHUNK(i) (n / (size_t)p + ((size_t)(((i) % p + p) % p) < n % (size_t)p))
+        const uint64_t want[4] = {
+            p > 1 ? 4 * (n - CHUNK(r)) : 0, p > 1 ? 4 * (n - CHUNK(r - 1)) : 0,
+            p > 1 ? 4 * (n - CHUNK(r + 1)) : 0, p > 1 ? 4 * (n - CHUNK(r)) : 0};
+#undef CHUNK
+        CHECK(rs.bytes_sent == want[0] && rs.bytes_recv == want[1] && ag.bytes_sent == want[2] &&
+                  ag.bytes_recv == want[3] && rs.bytes_sent + ag.bytes_sent == 4 * ar_sent &&
+                  rs.calls == (p > 1) && ag.calls == (p > 1),
+              "grid %s group %s n=%zu: halves counted RS %llu/%llu AG %llu/%llu bytes, want "
+              "%llu/%llu %llu/%llu",
+              grid_name, ff_group_name(g), n, (unsigned long long)rs.bytes_sent,
+              (unsigned long long)rs.bytes_recv, (unsigned long long)ag.bytes_sent,
+              (unsigned long long)ag.bytes_recv, (unsigned long long)want[0],
+              (unsigned long long)want[1], (unsigned long long)want[2],
+              (unsigned long long)want[3]);
+        e->checks++;
+        free(half), free(whole);
+    }
+    if (p > 1) { /* only the ring on the fp32 wire: refused alike on every rank */
+        float x[4] = {0, 0, 0, 0};
+        ff_request *q = NULL;
+        ff_coll_opts mpi = {FF_WIRE_FP32, FF_ALGO_MPI}, bf16 = {FF_WIRE_BF16, FF_ALGO_RING};
+        CHECK(ff_iallreduce_half(g, x, 4, 0, &mpi, &q) == FF_EUNSUPPORTED && !q &&
+                  ff_iallreduce_half(g, x, 4, 1, &bf16, &q) == FF_EUNSUPPORTED && !q,
+              "grid %s group %s: half an all-reduce by MPI or on bf16 not refused", grid_name,
+              ff_group_name(g));
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "poll";
@@ -341,6 +408,7 @@ int main(int argc, char **argv)
                             run_one(&e, name, g, &sp);
                         }
             run_many(&e, name, g);
+            run_halves(&e, name, g);
         }
         int local_bad = test_failures - failures_before, bad;
         MPI_Allreduce(&local_bad, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

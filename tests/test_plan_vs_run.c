@@ -16,7 +16,9 @@
  * planner, so that decomposition cuts the few rows here into up to 4
  * chunks; three more in bf16-mixed precision, whose layers gather and
  * all-reduce activations on bf16 and reduce gradients in fp32, one of them
- * with the per-layer plan). Equality is exact: tolerance 0.
+ * with the per-layer plan; two run ZeRO over D, --zero 1 and 2, whose
+ * reduce-scatter and all-gather over D are the ring all-reduce's halves).
+ * Equality is exact: tolerance 0.
  * Rank 0 prints one line per grid and variant and, for a mismatch, every
  * differing (group, collective) of the first rank that differs.
  *
@@ -96,6 +98,7 @@ typedef struct {
     int ge, dtd, cac;
     float capacity;
     int mixed; /* 1: bf16-mixed precision (its own wires: docs/design.md §13) */
+    int zero; /* ZeRO over D (ff_gpt_opts.zero): D's halves of the ring all-reduce */
 } variant;
 
 enum { PANEL = 4 };
@@ -114,6 +117,8 @@ static const variant dense_variants[] = {
     {"bf16-mixed", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1},
     {"bf16-mixed, checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 1},
     {"bf16-mixed, per-layer plan", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 1},
+    {"zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 1},
+    {"zero 2, 2 micro, overlaps off", 2, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 1, 1, 0, 0, 0, 2},
 };
 
 /* The MoE model (`moe`): block 1 of 2 holds E = 8 experts, top-2 routing,
@@ -132,6 +137,8 @@ static const variant moe_variants[] = {
     {"moe, EP=Gd, checkpointing, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0},
     {"moe, EP=Gd, F 0.5, 2 micro, overlaps off, no AG cache", 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0.5f, 0},
     {"moe, EP=Gd, checkpointing, bf16-mixed", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 1},
+    {"moe, zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 1},
+    {"moe, EP=2, zero 2, overlaps off", 1, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 2, 1, 0, 1.0f, 0, 2},
 };
 
 static const variant *variants = dense_variants;
@@ -202,6 +209,7 @@ static void model_opts(const variant *v, int ge, ff_gpt_opts *o)
     o->cac = v->cac;
     o->balanced_routing = 1;
     o->precision = v->mixed ? FF_PRECISION_BF16_MIXED : FF_PRECISION_FP32;
+    o->zero = v->zero;
 }
 
 /* The variant's expert parallelism on a grid of Gd (0: not run there). */
@@ -247,6 +255,7 @@ static void plan_config(const variant *v, ff_plan_config *pc)
     pc->dtd = v->dtd;
     pc->cac = v->cac;
     pc->precision = v->mixed ? FF_PLAN_BF16_MIXED : FF_PLAN_FP32;
+    pc->zero = v->zero;
 }
 
 /* This rank's tokens for one step: n_micro micro-batches of its sequences. */
@@ -530,11 +539,11 @@ int main(int argc, char **argv)
                "the ring's: %ld\n",
                not_ring);
         CHECK(not_ring > 0, "no prediction differs from the ring's: rec-whole was not exercised");
-        /* every grid and variant; with experts: the 20 grids run "moe" and
-         * "moe, 2 micro, checkpointing" (40), the 10 with Gd > 1 the six
-         * EP=Gd variants (60), the 4 with Gd = 4 or 8 "EP=2" (4), and the
-         * 10 the bf16-mixed one (10) */
-        CHECK(runs == (moe ? 114 : (n_grids - skipped) * n_variants), "%d runs", runs);
+        /* every grid and variant; with experts: the 20 grids run "moe",
+         * "moe, 2 micro, checkpointing" and "moe, zero 1" (60), the 10 with
+         * Gd > 1 the seven EP=Gd variants (70), the 4 with Gd = 4 or 8 the
+         * two EP=2 ones (8) */
+        CHECK(runs == (moe ? 138 : (n_grids - skipped) * n_variants), "%d runs", runs);
         if (world == 6)
             CHECK(threes[0] && threes[1] && threes[2] && threes[3],
                   "grids run with a 3 in X, Y, Z, D: %d, %d, %d, %d; want each > 0", threes[0],

@@ -132,6 +132,29 @@ else
     fail "--overwrite with a resume from the same folder, spelled otherwise: $(cat "$WORK/out")"
 fi
 
+# 2c. ZeRO over D (issue 52) on 1x2x1x4, the collectives on the ring
+# (FF_ALGO=ring: ZeRO's reduce-scatter and all-gather are the ring
+# all-reduce's halves, which add in its order): --zero 1 gives --zero 0's
+# losses and checkpoint files bit for bit (the moments gathered on save);
+# --zero 0's checkpoint of step 5 resumed with --zero 2 (the moments
+# scattered on load) continues bit for bit; --zero 1's resumed with --zero 1
+# on 4 ranks of another grid (2x1x1x2) continues within the other-grid bound
+ZT="--grid 1x2x1x4 $TRAIN --save-every 5 --keep 0"
+FF_ALGO=ring run 8 train $ZT --out "$WORK/z0" || { cat "$WORK/out"; fail "zero 0 run"; }
+FF_ALGO=ring run 8 train $ZT --zero 1 --out "$WORK/z1" || { cat "$WORK/out"; fail "zero 1 run"; }
+grep -q "ZeRO .* 1 over D" "$WORK/out" || fail "--zero 1: no ZeRO line in the configuration"
+compare "$WORK/z0/log.jsonl" "$WORK/z1/log.jsonl" 1 0 "--zero 1 against --zero 0 on 1x2x1x4" || fail "zero 1"
+same_files "$WORK/z0" "$WORK/z1"
+resume_from_5 "$WORK/z2" "$WORK/z0"
+FF_ALGO=ring run 8 train $ZT --zero 2 --out "$WORK/z2" --resume || { cat "$WORK/out"; fail "zero 2 resume"; }
+resumed "$WORK/z2"
+compare "$WORK/z0/log.jsonl" "$WORK/z2/log.jsonl" 6 0 "--zero 0's step 5 resumed with --zero 2" || fail "zero 2 resume"
+same_files "$WORK/z0" "$WORK/z2"
+resume_from_5 "$WORK/z4" "$WORK/z1"
+run 4 train --grid 2x1x1x2 $TRAIN --zero 1 --out "$WORK/z4" --resume || { cat "$WORK/out"; fail "zero 1 on 2x1x1x2"; }
+resumed "$WORK/z4"
+compare "$WORK/z1/log.jsonl" "$WORK/z4/log.jsonl" 6 1e-5 "--zero 1's step 5 resumed on 2x1x1x2" || fail "zero 1 on 2x1x1x2"
+
 # 3. a run killed (SIGKILL) while writing its second checkpoint keeps the
 # first, and resuming from it gives the reference run's losses
 # (FF_FAULT_KILL_IN_SAVE, a hook compiled only into test builds: FF_TEST_HOOKS)

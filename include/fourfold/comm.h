@@ -109,6 +109,18 @@ int ff_ireduce_scatter(ff_group *g, const float *send, float *recv, size_t count
 /* recv[0..count) = sum over ranks of send[0..count). In place when send == recv. */
 int ff_iallreduce(ff_group *g, const float *send, float *recv, size_t count,
                   const ff_coll_opts *opt, ff_request **req);
+/* One half of the ring all-reduce of buf[0..count), in place, with the
+ * ring's chunks (chunk i: the i-th of p nearly equal pieces, the first
+ * count mod p one longer). gather 0: the reduce phase, after which chunk
+ * `rank` holds the sum over the ranks, added in exactly the order
+ * ff_iallreduce's ring adds it (the other chunks hold partial sums);
+ * counted as a reduce-scatter. gather 1: the gather phase, which gives
+ * every rank every rank's chunk; counted as an all-gather. Together they
+ * are the ring all-reduce, and ZeRO over D (docs/design.md) runs them with
+ * the optimizer between. The ring on the fp32 wire only (FF_ALGO_AUTO or
+ * FF_ALGO_RING; anything else is FF_EUNSUPPORTED). */
+int ff_iallreduce_half(ff_group *g, float *buf, size_t count, int gather, const ff_coll_opts *opt,
+                       ff_request **req);
 /* recv[r*count ..) on rank s = send[s*count ..) on rank r. Not in place. */
 int ff_ialltoall(ff_group *g, const float *send, float *recv, size_t count, const ff_coll_opts *opt,
                  ff_request **req);

@@ -162,6 +162,16 @@ typedef struct {
      * the same number of tokens of each sequence (when E divides k T), as
      * the planner assumes (docs/moe.md). */
     int balanced_routing;
+    /* ZeRO over the data-parallel ranks (docs/design.md; default 0): 1
+     * shards AdamW's moments of the Z-sharded weights over D (their
+     * gradients reduce-scattered over D instead of all-reduced, AdamW on
+     * the rank's slice, the parameters all-gathered back), 2 also releases
+     * the gradients outside the rank's slice after the reduce-scatter.
+     * Results bitwise those of 0 when D's all-reduce runs the ring; with
+     * stages and experts too (the experts' buckets over EDP). Not yet with
+     * masks or SAMO, a GPU, the bf16 wire, a forced algorithm other than
+     * the ring: refused. Nothing to shard with Gd = 1 (the same as 0). */
+    int zero;
 } ff_gpt_opts;
 
 void ff_gpt_opts_default(ff_gpt_opts *o);

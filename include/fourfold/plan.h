@@ -264,6 +264,18 @@ typedef struct {
      * background collectives are taken to advance from their post in every
      * mode. */
     int progress;
+    /* ZeRO over D (ff_gpt_opts.zero, `train --zero`; docs/design.md): 1
+     * and 2 shard AdamW's moments of the Z-sharded weights (and under
+     * bf16-mixed their fp32 master) over D, each rank holding its ring
+     * chunk of each data-parallel bucket; their gradients are
+     * reduce-scattered over D and the updated parameters all-gathered (the
+     * two phases of the ring all-reduce: the same bytes, counted as a
+     * reduce-scatter and an all-gather). 2's peak memory is 1's (the
+     * gradients are released only after the step's reduce-scatter). The
+     * full cost model only, without pruning (as the program); the
+     * experts' buckets over their replicas (EDP, or D). Nothing changes
+     * with Gd = 1. */
+    int zero;
 } ff_plan_config;
 
 /* batch 8, seq 1024, 1 rank, machine "this", cost full, checkpoint, AG

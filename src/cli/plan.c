@@ -54,7 +54,9 @@ static const char help[] =
     "                       recompute (train --cac; default off)\n"
     "  --sparsity P         a pruned model: the fraction P of the blocks' weight matrices\n"
     "                       pruned, trained masked (train --mask; docs/samo.md)\n"
-    "  --samo               with --sparsity: SAMO's compressed states (train --samo)\n";
+    "  --samo               with --sparsity: SAMO's compressed states (train --samo)\n"
+    "  --zero 0|1|2         ZeRO over D (train --zero): AdamW's moments sharded over the\n"
+    "                       data-parallel ranks (default 0)\n";
 /* (in two: C99 promises string literals of 4095 characters) */
 static const char help_more[] =
     "pipeline stages (docs/pipeline.md):\n"
@@ -362,6 +364,14 @@ static int parse_args(int argc, char **argv, plan_opts *o)
             }
         } else if (cli_is(&a, "samo")) {
             o->cfg.samo = 1;
+        } else if (cli_is(&a, "zero")) {
+            if (!(v = cli_value(&a)))
+                return CLI_USAGE;
+            if (strlen(v) != 1 || v[0] < '0' || v[0] > '2') {
+                cli_error("--zero %s: expected 0, 1 or 2", v);
+                return CLI_USAGE;
+            }
+            o->cfg.zero = v[0] - '0';
         } else if (cli_is(&a, "capacity-factor")) {
             char *end;
             if (!(v = cli_value(&a)))
@@ -639,6 +649,10 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
                   cfg->sparsity,
                   cfg->samo ? "with SAMO: their gradients and moments compressed"
                             : "masked: dense state, a mask, packed data-parallel all-reduces");
+    if (cfg->zero)
+        cli_print("ZeRO %d over D: AdamW's moments%s sharded over the data-parallel ranks\n",
+                  cfg->zero,
+                  cfg->zero == 2 ? " and, after their reduce-scatter, the gradients" : "");
     char mb[48];
     if (cfg->micro_batches == FF_PLAN_AUTO)
         snprintf(mb, sizeof mb, "micro-batches the fastest per grid");
@@ -1061,13 +1075,14 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
             "\"stages\": %s, \"schedule\": \"%s\", \"pipeline_limit\": %d, "
             "\"wire_bytes\": %d, \"precision\": \"%s\", \"overlap\": %u, \"cost\": \"%s\", "
             "\"expert_parallel\": %s, \"dtd\": %s, \"cac\": %s, \"sparsity\": %g, "
-            "\"samo\": %s, \"progress\": \"%s\",\n \"machine\": %s,\n",
+            "\"samo\": %s, \"zero\": %d, \"progress\": \"%s\",\n \"machine\": %s,\n",
             (long long)cfg->batch, (long long)cfg->seq, cfg->ranks, mb, st,
             cfg->schedule ? "1f1b" : "message", cfg->pipe_limit,
             ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? 2 : cfg->wire_bytes,
             ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? "bf16-mixed" : "fp32", cfg->overlap,
             ff_cost_name(cfg->cost), ge, cfg->dtd ? "true" : "false", cfg->cac ? "true" : "false",
-            cfg->sparsity, cfg->samo ? "true" : "false", cli_progress_name(cfg->progress), machine);
+            cfg->sparsity, cfg->samo ? "true" : "false", cfg->zero,
+            cli_progress_name(cfg->progress), machine);
 }
 
 /* ---- per-layer plans ---- */

@@ -115,6 +115,8 @@ static const char help_rest[] =
     "                        start; default)\n"
     "  --wire fp32|bf16      element format of the linear layers' collectives (default fp32;\n"
     "                        bf16-mixed sets it per collective)\n"
+    "  --zero 0|1|2          ZeRO over D: 1 shards AdamW's moments over the data-parallel\n"
+    "                        ranks, 2 also the gradients after their reduce-scatter (default 0)\n"
     "  --decompose K         compute each layer's all-reduced product in K chunks of rows,\n"
     "                        each chunk's all-reduce beside the next chunk (default 0 = off)\n"
     "  --cmm on|off          collective matmul: a forward whose weight all-gather was not\n"
@@ -324,6 +326,15 @@ static int parse(int argc, char **argv, train_opts *o)
             bad = !(v = cli_value(&a)) || cli_parse_precision(v, &o->gpt.precision);
         } else if (cli_is(&a, "bf16-products")) {
             bad = !(v = cli_value(&a)) || cli_parse_bf16_products(v, &o->gpt.bf16_products);
+        } else if (cli_is(&a, "zero")) {
+            if (!(v = cli_value(&a)))
+                bad = 1;
+            else if (strlen(v) == 1 && v[0] >= '0' && v[0] <= '2')
+                o->gpt.zero = v[0] - '0';
+            else {
+                cli_error("--zero %s: expected 0, 1 or 2", v);
+                bad = 1;
+            }
         } else if (cli_is(&a, "wire")) {
             if (!(v = cli_value(&a)))
                 bad = 1;
@@ -684,6 +695,9 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
             ? "bf16 for weight gathers and activations, fp32 for gradients"
         : o->gpt.linear.coll.wire == FF_WIRE_BF16 ? "bf16"
                                                   : "fp32");
+    if (o->gpt.zero)
+        ROW("ZeRO", "%d over D (%s)", o->gpt.zero,
+            o->gpt.zero == 1 ? "AdamW's moments sharded" : "moments and gradients sharded");
     if (o->gpt.linear.decompose > 1)
         ROW("decomposition", "%d chunks of rows per all-reduced product", o->gpt.linear.decompose);
     else

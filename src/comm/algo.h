@@ -139,14 +139,6 @@ int ff_sched_run(ff_request *req, ff_sched *s);
 static inline size_t ff_align64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 static inline size_t ff_wire_size(ff_wire w) { return w == FF_WIRE_BF16 ? 2 : 4; }
 
-/* Chunk i of n elements split into p nearly equal pieces (the first n mod p
- * one longer), as the ring all-reduce cuts its vector. */
-static inline size_t ff_chunk_off(size_t n, int p, int i)
-{
-    size_t q = n / (size_t)p, rem = n % (size_t)p;
-    return (size_t)i * q + ((size_t)i < rem ? (size_t)i : rem);
-}
-
 static inline int ff_is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 static inline int ff_floor_pow2(int n)
 {

@@ -341,7 +341,7 @@ static int ranges_overlap(const void *a, size_t na, const void *b, size_t nb)
 
 /* Checks arguments, handles the trivial cases, and posts the collective. */
 static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_t count,
-                const ff_coll_opts *opt, ff_request **out)
+                const ff_coll_opts *opt, int half, ff_request **out)
 {
     *out = NULL;
     if (!g)
@@ -373,8 +373,19 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
         sb *= p;
     if (coll == FF_COLL_ALLTOALL)
         rb *= p;
+    if (half) { /* one buffer of count elements, cut as the ring all-reduce cuts it */
+        if (algo != FF_ALGO_AUTO && algo != FF_ALGO_RING)
+            return ff_set_error(ctx, FF_EUNSUPPORTED,
+                                "half an all-reduce on group %s: only the ring (not %s)", g->name,
+                                ff_algo_name(algo));
+        if (wire != FF_WIRE_FP32)
+            return ff_set_error(ctx, FF_EUNSUPPORTED,
+                                "half an all-reduce on group %s: the fp32 wire only", g->name);
+        algo = FF_ALGO_RING;
+        sb = rb = count * 4;
+    }
     int in_place = (coll == FF_COLL_ALLGATHER && send == recv + r * count) ||
-                   (coll == FF_COLL_ALLREDUCE && send == recv);
+                   (coll == FF_COLL_ALLREDUCE && send == recv) || half;
     if (!in_place && ranges_overlap(send, sb, recv, rb))
         return ff_set_error(ctx, FF_EINVAL,
                             "%s on group %s: send and receive buffers overlap (in place is %s)",
@@ -397,7 +408,7 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
     /* The largest single message, checked before anything is posted so that
      * every rank refuses it alike (all-reduce chunks differ in size by one;
      * the recursive and hierarchical algorithms send up to a whole buffer). */
-    size_t largest = coll == FF_COLL_ALLREDUCE ? count / p + (count % p != 0) : count;
+    size_t largest = coll == FF_COLL_ALLREDUCE || half ? count / p + (count % p != 0) : count;
     if (algo != FF_ALGO_RING && algo != FF_ALGO_MPI && algo != FF_ALGO_DIRECT)
         largest = coll == FF_COLL_ALLREDUCE ? count : count * p;
     if (largest > (size_t)INT_MAX)
@@ -415,6 +426,7 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
     req->send = send;
     req->recv = recv;
     req->count = count;
+    req->half = half;
     req->tag = (int)(g->seq++ % 30000u) + 1; /* MPI guarantees tags up to 32767 */
     for (int i = 0; i < FF_REQ_MAX_MPI; i++)
         req->mpi[i] = MPI_REQUEST_NULL;
@@ -454,25 +466,32 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
 int ff_iallgather(ff_group *g, const float *send, float *recv, size_t count,
                   const ff_coll_opts *opt, ff_request **req)
 {
-    return post(g, FF_COLL_ALLGATHER, send, recv, count, opt, req);
+    return post(g, FF_COLL_ALLGATHER, send, recv, count, opt, 0, req);
 }
 
 int ff_ireduce_scatter(ff_group *g, const float *send, float *recv, size_t count,
                        const ff_coll_opts *opt, ff_request **req)
 {
-    return post(g, FF_COLL_REDUCE_SCATTER, send, recv, count, opt, req);
+    return post(g, FF_COLL_REDUCE_SCATTER, send, recv, count, opt, 0, req);
 }
 
 int ff_iallreduce(ff_group *g, const float *send, float *recv, size_t count,
                   const ff_coll_opts *opt, ff_request **req)
 {
-    return post(g, FF_COLL_ALLREDUCE, send, recv, count, opt, req);
+    return post(g, FF_COLL_ALLREDUCE, send, recv, count, opt, 0, req);
+}
+
+int ff_iallreduce_half(ff_group *g, float *buf, size_t count, int gather, const ff_coll_opts *opt,
+                       ff_request **req)
+{
+    return post(g, gather ? FF_COLL_ALLGATHER : FF_COLL_REDUCE_SCATTER, buf, buf, count, opt,
+                gather ? 2 : 1, req);
 }
 
 int ff_ialltoall(ff_group *g, const float *send, float *recv, size_t count, const ff_coll_opts *opt,
                  ff_request **req)
 {
-    return post(g, FF_COLL_ALLTOALL, send, recv, count, opt, req);
+    return post(g, FF_COLL_ALLTOALL, send, recv, count, opt, 0, req);
 }
 
 /* ---- point-to-point ---- */
@@ -571,7 +590,7 @@ int ff_allgather_ready(ff_request *req, int *ready)
     progress_locked(ctx);
     if (req->done)
         *ready = req->group->size;
-    else if (req->coll == FF_COLL_ALLGATHER && req->algo == FF_ALGO_RING)
+    else if (req->coll == FF_COLL_ALLGATHER && req->algo == FF_ALGO_RING && !req->half)
         *ready = req->step + 1; /* ring.c: step s delivers block r - s - 1 */
     int rc = req->error;
     pthread_mutex_unlock(&ctx->lock);

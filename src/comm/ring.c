@@ -13,7 +13,8 @@
  *   reduce-scatter  sends the partial sum of block r-s-1, receives block r-s-2
  *                   and adds its own contribution; block r is complete at r
  *   all-reduce      a reduce-scatter over p chunks of the vector, then an
- *                   all-gather of the chunks (2(p-1) steps)
+ *                   all-gather of the chunks (2(p-1) steps); either phase
+ *                   alone is ff_iallreduce_half (ZeRO over D)
  *   all-to-all      pairwise exchange: step s sends to r+s, receives from r-s;
  *                   up to FF_A2A_WINDOW steps are posted at once (below)
  *
@@ -231,7 +232,7 @@ static int ar_advance(ff_request *req)
         uint16_t *buf0 = req->scratch, *buf1 = buf0 + mc;
         ff_bf16_unpack(req->recv + chunk_off(n, p, b), (g % 2) ? buf0 : buf1, chunk_len(n, p, b));
     }
-    if (++req->step == 2 * (p - 1)) {
+    if (++req->step == (req->half == 1 ? p - 1 : 2 * (p - 1))) {
         req->done = 1;
         return FF_OK;
     }
@@ -246,6 +247,8 @@ static int ar_start(ff_request *req)
     if (rc != FF_OK)
         return rc;
     req->advance = ar_advance;
+    if (req->half == 2) /* the gather phase alone: chunk r is this rank's already */
+        req->step = P(req) - 1;
     return ar_post_step(req);
 }
 
@@ -337,6 +340,8 @@ static int a2a_start(ff_request *req)
 int ff_ring_start(ff_request *req)
 {
     req->step = 0;
+    if (req->half) /* ff_iallreduce_half */
+        return ar_start(req);
     switch (req->coll) {
     case FF_COLL_ALLGATHER: return ag_start(req);
     case FF_COLL_REDUCE_SCATTER: return rs_start(req);
@@ -359,4 +364,17 @@ void ff_ring_volume(ff_coll coll, int p, int r, size_t count, size_t *sent, size
         return;
     }
     *sent = *recv = (size_t)(p - 1) * n; /* p-1 blocks of count */
+}
+
+void ff_ring_half_volume(int gather, int p, int r, size_t count, size_t *sent, size_t *recv)
+{
+    size_t n = count;
+    if (p <= 1) {
+        *sent = *recv = 0;
+        return;
+    }
+    /* reduce: every chunk but r sent, but r-1 received; gather: every chunk
+     * but r+1 sent, but r received (ff_ring_volume's all-reduce is both) */
+    *sent = n - chunk_len(n, p, mod(r + gather, p));
+    *recv = n - chunk_len(n, p, mod(r - 1 + gather, p));
 }

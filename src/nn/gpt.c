@@ -734,7 +734,7 @@ static int gpt_create_local(ff_gpt *g)
     if ((rc = ff_gpt_bf16_choose(g, rc)))
         return rc;
     ff_gpt_bind_views(g);
-    return FF_OK;
+    return ff_gpt_zero_setup(g);
 }
 
 int ff_gpt_create(ff_grid *grid, const ff_gpt_config *cfg, const ff_gpt_opts *opts, int B, int T,
@@ -851,6 +851,7 @@ void ff_gpt_destroy(ff_gpt *g)
     }
     free(g->qkv), free(g->attproj), free(g->fc), free(g->fcproj), free(g->efc), free(g->efcproj);
     free(g->is_moe), free(g->layer0), free(g->router_rows);
+    ff_gpt_zero_destroy(g);
     free(g->bucket_off), free(g->bucket_len), free(g->bucket_req);
     free(g->ebucket_off), free(g->ebucket_len), free(g->ebucket_req);
     if (g->ge > 1) /* (created with expert parallelism only) */
@@ -900,7 +901,7 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
     float *moments[4] = {g->adam_m, g->adam_v, g->samo_m, g->samo_v};
     for (int k = 0; k < 4; k++)
         if (moments[k])
-            memset(moments[k], 0, (k < 2 ? ff_gpt_dense_state(g) : g->samo_k) * sizeof(float));
+            memset(moments[k], 0, (k < 2 ? ff_gpt_moment_state(g) : g->samo_k) * sizeof(float));
     if (g->samo)
         ff_gpt_samo_zero_pruned(g);
     ff_gpt_bf16_weights(g);
@@ -1216,6 +1217,8 @@ static void dp_range(const ff_gpt *g, int r, size_t *off, size_t *len)
         *len = 0;
 }
 
+void ff_gpt_dp_range(const ff_gpt *g, int r, size_t *off, size_t *len) { dp_range(g, r, off, len); }
+
 int ff_gpt_pack_build(ff_gpt *g)
 {
     free(g->pack_idx), free(g->pack_off), ff_fbuf_free(g->pack_buf);
@@ -1255,6 +1258,8 @@ static int reduce_range(ff_gpt *g, ff_group *grp, int r, ff_request **req)
 {
     size_t off, len;
     dp_range(g, r, &off, &len);
+    if (g->zr) /* ZeRO: only the rank's slice is summed (docs/design.md) */
+        return ff_gpt_zero_reduce(g, grp, off, len, req);
     if (g->samo && off >= g->samo_zc0) { /* the compressed gradients are packed already */
         const size_t k0 = ff_gpt_samo_lower(g, off), k1 = ff_gpt_samo_lower(g, off + len);
         float *c = g->samo_g + k0;
@@ -1309,6 +1314,7 @@ int ff_gpt_zero_grad(ff_gpt *g)
     for (int l = 0; l < g->nb; l++)
         ff_wait(&g->ebucket_req[l]);
     ff_zero(g->ctx, g->grads, (int64_t)ff_gpt_dense_state(g));
+    ff_gpt_zero_reduced(g, 0);
     if (g->samo)
         ff_zero(g->ctx, g->samo_g, (int64_t)g->samo_k);
     g->loss_sum = 0;
@@ -1448,6 +1454,7 @@ int ff_gpt_finish_grads(ff_gpt *g, float *loss)
         if ((rc = ff_waitall(g->bucket_req, L + 1)) || (rc = ff_waitall(g->ebucket_req, L)))
             return rc;
         unpack_ranges(g);
+        ff_gpt_zero_reduced(g, 1);
     }
     /* everything that is not Z-sharded: one all-reduce over ZD; the local
      * experts' biases over Z and over their own replicas */

@@ -167,6 +167,9 @@ struct ff_gpt {
     uint32_t *samo_idx;
     size_t samo_k, samo_zc0;
     float *samo_g, *samo_m, *samo_v;
+    /* ZeRO over D (gpt_zero.c; NULL: off, or nothing to shard with Gd = 1):
+     * the moments hold the rank's slices only, ff_gpt_zero_state floats */
+    struct ff_gpt_zero *zr;
     size_t act_bytes, scratch_bytes;
 
     double loss_sum; /* this rank's rows, over the step's micro-batches */
@@ -203,6 +206,49 @@ int ff_gpt_bf16_choose(ff_gpt *g, int rc);
 float *ff_gpt_used_weight(const ff_gpt *g, float *master);
 void ff_gpt_bf16_weights(ff_gpt *g);
 int ff_gpt_refuse_mixed(ff_gpt *g, const char *what);
+/* ---- ZeRO over D (gpt_zero.c, docs/design.md) ---- */
+typedef struct ff_gpt_zero ff_gpt_zero;
+/* Refuses a zero level other than 0, 1, 2 (FF_EINVAL) and what ZeRO does
+ * not support yet (FF_EUNSUPPORTED); the same answer on every rank. */
+int ff_gpt_zero_check(const ff_gpt *g);
+/* The check, then the layout of the slices (g->zr; none for zero 0 or
+ * Gd = 1); FF_ENOMEM on this rank only. */
+int ff_gpt_zero_setup(ff_gpt *g);
+void ff_gpt_zero_destroy(ff_gpt *g);
+/* Floats of a sliced buffer (the moments). */
+size_t ff_gpt_zero_state(const ff_gpt *g);
+/* The reduce-scatter of a data-parallel range of the gradients, in place:
+ * the ring all-reduce's reduce phase (ff_iallreduce_half). */
+int ff_gpt_zero_reduce(ff_gpt *g, ff_group *grp, size_t off, size_t len, ff_request **req);
+/* The step's gradients reduce-scattered (1; ZeRO-2 then releases those
+ * outside the rank's slices), or zeroed for the next step (0). */
+void ff_gpt_zero_reduced(ff_gpt *g, int reduced);
+/* Part of the Z-sharded gradients' sum of squares, added to *out as the
+ * plain pass adds it: part 0 the dense weights' (on d = 0; collective over
+ * D), part 1 the local experts' (on d = eslot; collective over EDP). */
+int ff_gpt_zero_sumsq(ff_gpt *g, int part, double *out);
+/* AdamW on the slices (j as for the dense pass, over the whole flat
+ * buffers), then the gather of the updated parameters over D. */
+int ff_gpt_zero_adamw(ff_gpt *g, const void *adamw_job);
+/* A transfer of the gradients or moments `which` through a full flat
+ * buffer *full: with gather 1 filled with the whole of `which` (the slices
+ * gathered over D), with 0 zeroed for a scatter (outcome agreed on every
+ * rank); then ff_gpt_zero_transfer_end, after a scatter (scattered 1)
+ * taking the rank's slices from it. Between steps *full is the gradient
+ * buffer itself, its slices kept aside meanwhile. */
+int ff_gpt_zero_transfer_begin(ff_gpt *g, ff_gpt_buffer which, int gather, float **full);
+void ff_gpt_zero_transfer_end(ff_gpt *g, ff_gpt_buffer which, float *full, int scattered);
+/* The dense AdamW pass over n entries of job (gpt_optim.c). */
+void ff_gpt_adamw_run(ff_gpt *g, const void *adamw_job, int64_t n);
+/* Data-parallel range r of the flat buffers (gpt.c): block l's bucket
+ * (r = 2l), its local experts' (2l + 1), the embedding's (2 nb). */
+void ff_gpt_dp_range(const ff_gpt *g, int r, size_t *off, size_t *len);
+/* Floats of the moments' buffers. */
+static inline size_t ff_gpt_moment_state(const ff_gpt *g)
+{
+    return g->zr ? ff_gpt_zero_state(g) : ff_gpt_dense_state(g);
+}
+
 /* SAMO: the first compressed entry whose offset is at least off. */
 size_t ff_gpt_samo_lower(const ff_gpt *g, size_t off);
 /* SAMO's part of the gradient norm: adds to *out, block after block, the

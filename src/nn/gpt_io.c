@@ -156,7 +156,7 @@ void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m)
     const size_t state = ff_gpt_dense_state(g) + g->samo_k;
     m->params = (g->n_params + (g->wbf16 ? g->n_zsharded : 0)) * sizeof(float); /* (the bf16 copy) */
     m->grads = state * sizeof(float);
-    m->adam = 2 * state * sizeof(float);
+    m->adam = 2 * (ff_gpt_moment_state(g) + g->samo_k) * sizeof(float); /* (ZeRO: slices) */
     const size_t packed = g->pack_idx ? g->pack_off[2 * g->nb + 1] : 0;
     m->mask = g->samo ? g->samo_k * sizeof(uint32_t)
                       : (g->mask ? g->n_params * sizeof(float) : 0) +
@@ -491,6 +491,15 @@ static int scatter_flat(ff_gpt *g, ff_gpt_buffer which, float *flat, const float
  * dense copy made for the transfer (docs/samo.md: a checkpoint's moment). */
 int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 {
+    if (g->zr && which != FF_GPT_PARAMS && which != FF_GPT_MASK) { /* ZeRO: the slices gathered */
+        float *flat = NULL, *full = NULL;
+        int rc = ff_ctx_agree(g->ctx, buffer_ready(g, which, &flat));
+        if (rc == FF_OK && (rc = ff_gpt_zero_transfer_begin(g, which, 1, &full)) == FF_OK)
+            rc = gather_flat(g, which, full, canon, root);
+        if (full)
+            ff_gpt_zero_transfer_end(g, which, full, 0);
+        return rc;
+    }
     if (!g->samo || which == FF_GPT_PARAMS)
         return gather_flat(g, which, NULL, canon, root);
     float *dense = ff_gpt_samo_expand(g, which);
@@ -503,6 +512,15 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 
 int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
 {
+    if (g->zr && which != FF_GPT_PARAMS && which != FF_GPT_MASK) { /* ZeRO: the slices kept */
+        float *flat = NULL, *full = NULL;
+        int rc = ff_ctx_agree(g->ctx, buffer_ready(g, which, &flat));
+        if (rc == FF_OK && (rc = ff_gpt_zero_transfer_begin(g, which, 0, &full)) == FF_OK)
+            rc = scatter_flat(g, which, full, canon, root);
+        if (full)
+            ff_gpt_zero_transfer_end(g, which, full, rc == FF_OK);
+        return rc;
+    }
     if (!g->samo || which == FF_GPT_PARAMS) {
         int rc = scatter_flat(g, which, NULL, canon, root);
         if (rc == FF_OK && g->samo) /* pruned weights stay pruned */

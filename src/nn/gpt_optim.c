@@ -80,10 +80,14 @@ int ff_gpt_grad_norm(ff_gpt *g, float *norm)
     size_t skip = g->P > 1 && g->last && !g->first ? ff_linear_local_sizes(g->wte).w_shard : 0;
     /* the experts' shards (with expert parallelism each slot's): the first
      * replica, d = the slot */
-    if (g->me.d == g->eslot && g->n_zsharded > g->n_dense_z)
+    int zrc = FF_OK; /* ZeRO: the Z-sharded parts from the slices, in the same order */
+    if (g->zr && ((zrc = ff_gpt_zero_sumsq(g, 1, &s)) || (zrc = ff_gpt_zero_sumsq(g, 0, &s))))
+        return zrc;
+    if (!g->zr && g->me.d == g->eslot && g->n_zsharded > g->n_dense_z)
         zsumsq(g, g->n_dense_z, g->n_zsharded, &s);
     if (g->me.d == 0) {
-        zsumsq(g, skip, g->n_dense_z, &s);
+        if (!g->zr)
+            zsumsq(g, skip, g->n_dense_z, &s);
         if (g->me.z == 0 && g->me.x == 0)
             rsumsq(g, g->n_zsharded, g->n_ytype, &s);
         if (g->me.z == 0 && g->me.y == 0)
@@ -105,7 +109,7 @@ int ff_gpt_adam_ensure(ff_gpt *g)
 {
     if (g->adam_m)
         return FF_OK;
-    const size_t n = ff_gpt_dense_state(g), k = g->samo ? g->samo_k : 0;
+    const size_t n = ff_gpt_moment_state(g), k = g->samo ? g->samo_k : 0;
     g->adam_m = ff_fbuf_alloc(g->ctx, n);
     g->adam_v = ff_fbuf_alloc(g->ctx, n);
     if (g->samo) {
@@ -168,6 +172,12 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
                    .wd = h->weight_decay,
                    .grad_scale = grad_scale,
                    .n_decay = g->n_decay};
+    if (g->zr) { /* (bf16-mixed: the copy of the gathered master) */
+        int rc = ff_gpt_zero_adamw(g, &j);
+        if (rc == FF_OK)
+            ff_gpt_bf16_weights(g);
+        return rc;
+    }
     int64_t n = (int64_t)g->n_params;
     if (g->samo) { /* the compressed Z-sharded weights, wte's dense shard, then the rest */
         ff_gpt_samo_adamw(g, &j);
@@ -185,6 +195,12 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
         ff_team_run(g->ctx->team, n, 1 << 14, adamw_range, &j);
     ff_gpt_bf16_weights(g);
     return FF_OK;
+}
+
+void ff_gpt_adamw_run(ff_gpt *g, const void *job, int64_t n)
+{
+    if (!ff_dev_pass(g->ctx, FF_PASS_ADAMW, n, job))
+        ff_team_run(g->ctx->team, n, 1 << 14, adamw_range, (void *)job);
 }
 
 /* The step's micro-batches, one after another or through the stages. */

@@ -347,6 +347,11 @@ int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
     if (g->samo)                                      /* (the same on every rank) */
         return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EUNSUPPORTED,
                                                  "a SAMO run's mask is fixed: it cannot change"));
+    if (g->zr)
+        return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EUNSUPPORTED,
+                                                 "masked training with ZeRO (zero %d) is not "
+                                                 "supported yet",
+                                                 g->opt.zero));
     if (MPI_Bcast(&any, 1, MPI_INT, root, ff_ctx_comm(g->ctx)) != MPI_SUCCESS)
         return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EMPI, "MPI_Bcast failed"));
     if (any && g->opt.precision != FF_PRECISION_FP32) /* (the same on every rank) */

@@ -182,6 +182,10 @@ int ff_gpt_samo(ff_gpt *g)
 {
     if (g->samo)
         return FF_OK; /* (the same on every rank) */
+    if (g->zr)
+        return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EUNSUPPORTED,
+                                                 "SAMO with ZeRO (zero %d) is not supported yet",
+                                                 g->opt.zero));
     int rc = ff_ctx_agree(g->ctx, samo_check(g));
     /* nothing in flight from here (ff_gpt_zero_grad's waits, without
      * touching the dense gradients about to be freed) */

@@ -465,6 +465,7 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
     s->cac = cfg->cac != 0; /* (every checkpointed block, dense or not) */
     s->keep = 1.0 - cfg->sparsity;
     s->samo = cfg->samo && cfg->sparsity > 0;
+    s->zero = g.d > 1 ? cfg->zero : 0;
     s->fused_attn = cfg->machine.attention_fused != 0;
 }
 
@@ -517,6 +518,12 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
     r->mem_params = (a == 2 ? 6 : 4) * params;
     r->mem_grads = a * params;
     r->mem_optimizer = 8 * params;
+    if (s->zero) { /* the moments (and bf16-mixed's master) of the largest slices */
+        const double state = plan_optimizer_entries(s);
+        r->mem_optimizer = 8 * state;
+        if (a == 2)
+            r->mem_params = 2 * params + 4 * state;
+    }
     r->mem_mask = 0;
     if (s->keep < 1) {
         /* a pruned model (docs/samo.md): the blocks' matrices keep f of
@@ -841,6 +848,9 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             t = plan_coll_time(l, (ff_coll)op->coll, l->size, op->count, op->wire, whole);
             if (op->cmm) /* the engine runs it on the ring */
                 t = plan_ring_time(l, (ff_coll)op->coll, l->size, op->count, op->wire);
+            if (op->half) /* half a ring all-reduce: a ring RS or AG of count/p each */
+                t = plan_ring_time(l, (ff_coll)op->coll, l->size,
+                                   (op->count + l->size - 1) / l->size, op->wire);
             if (t <= 0)
                 break;
             r->coll[op->group][op->coll].time_s += t;
@@ -950,7 +960,9 @@ static int count_traffic(const ff_plan_config *cfg, plan_ops *o, ff_dims g, ff_d
         if (whole < 0)
             return -1;
         size_t sent, recv;
-        if (whole)
+        if (op->half)
+            ff_ring_half_volume(op->half == 2, p, me, (size_t)op->count, &sent, &recv);
+        else if (whole)
             ff_rec_whole_volume(p, me, (size_t)op->count, &sent, &recv);
         else
             ff_ring_volume((ff_coll)op->coll, p, me, (size_t)op->count, &sent, &recv);

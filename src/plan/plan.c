@@ -196,6 +196,16 @@ static int check_experts(const ff_plan_config *cfg, char *err, size_t len)
                                "stages yet");
     if (cfg->cac && cfg->checkpoint == 0)
         return ff_format_error(err, len, FF_EINVAL, "CAC needs activation checkpointing");
+    if (cfg->zero < 0 || cfg->zero > 2)
+        return ff_format_error(err, len, FF_EINVAL, "zero %d: the choices are 0, 1 and 2",
+                               cfg->zero);
+    const char *zwhy = !cfg->zero                  ? NULL
+                       : cfg->cost != FF_COST_FULL ? "a cost model other than full"
+                       : cfg->sparsity > 0         ? "a pruned model"
+                                                   : NULL;
+    if (zwhy)
+        return ff_format_error(err, len, FF_EUNSUPPORTED,
+                               "ZeRO (zero %d) with %s is not supported yet", cfg->zero, zwhy);
     return FF_OK;
 }
 

@@ -36,6 +36,8 @@ typedef struct {
     uint8_t optimizer; /* OP_ELEM: the optimizer's update (reported apart) */
     uint8_t prefetch;  /* Z all-gather: posted during the previous use (the layer's OAG) */
     uint8_t cmm;       /* Z all-gather run as a collective matmul with the next GEMM */
+    uint8_t half;      /* ZeRO: 1 the reduce, 2 the gather phase of a ring all-reduce of
+                          `count` (ff_iallreduce_half), counted as coll (RS, AG) */
     int tag;           /* OP_COLL in the background or a chunk, and the OP_WAIT for it */
     int panels;        /* OP_GEMM: row panels the engine computes it in (ff_poll between) */
     double first;      /* OP_GEMM: the first panel's share of its rows (its first poll) */
@@ -109,6 +111,7 @@ typedef struct {
     int samo;
     int64_t cap, R, ch;
     int fused_attn; /* the machine's attention_fused */
+    int zero;       /* ZeRO over D in effect (ff_plan_config.zero with Gd > 1), else 0 */
 } plan_shape;
 
 /* 1 if block l of the shape is a mixture of experts. */

@@ -619,8 +619,19 @@ int64_t plan_zsharded_params(const plan_shape *s)
     return n + wte * s->Vp * s->C / tp;
 }
 
+/* The largest of n's ring chunks over p ranks (rank 0's). */
+static int64_t chunk0(int64_t n, int p) { return (n + p - 1) / p; }
+
 double plan_optimizer_entries(const plan_shape *s)
 {
+    if (s->zero) { /* the ring chunk of each bucket and of wte, the rest whole */
+        const int64_t tp = (int64_t)s->g.x * s->g.y * s->g.z, edp = s->g.d / s->ge;
+        int64_t n =
+            plan_other_params(s) + (s->first || s->last) * chunk0(s->Vp * s->C / tp, s->g.d);
+        for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
+            n += chunk0(block_shard_of(s, l), s->g.d) + chunk0(expert_shard_of(s, l), (int)edp);
+        return (double)n;
+    }
     double n = (double)(plan_zsharded_params(s) + plan_other_params(s));
     return s->samo ? n - (1 - s->keep) * (double)plan_block_matrices(s) : n;
 }
@@ -655,6 +666,47 @@ int64_t plan_other_params(const plan_shape *s)
     return n + plan_expert_bias_params(s) + s->last * 2 * C / gy + s->first * s->positions * C / gy;
 }
 
+/* A data-parallel bucket of n gradients over D: all-reduced, or under
+ * ZeRO the ring all-reduce's reduce phase (ZERO_REDUCE) and, after the
+ * optimizer, its gather phase for the parameters (ZERO_GATHER). */
+enum { DP_ALLREDUCE = 0, ZERO_REDUCE = 1, ZERO_GATHER = 2 };
+static int dp_coll(sched *c, ff_group_kind g, int64_t n, int phase, coll_mode mode)
+{
+    if (!phase)
+        return coll(c, g, FF_COLL_ALLREDUCE, n, c->s->wire, mode);
+    plan_op *op = coll_op(c, g, phase == ZERO_GATHER ? FF_COLL_ALLGATHER : FF_COLL_REDUCE_SCATTER,
+                          n, c->s->wire, mode);
+    if (op)
+        op->half = (uint8_t)phase;
+    return op ? op->tag : -1;
+}
+
+/* The gradients of wte's shard over D. */
+static void dp_wte(sched *c, int64_t n, coll_mode mode)
+{
+    dp_coll(c, FF_GROUP_D, n, c->s->zero ? ZERO_REDUCE : DP_ALLREDUCE, mode);
+}
+
+/* The local experts' replicas: EDP with expert parallelism, else D. */
+static ff_group_kind experts_group(const plan_shape *s)
+{
+    return s->ge > 1 ? (ff_group_kind)FF_PLAN_GROUP_EDP : FF_GROUP_D;
+}
+
+/* ZeRO: the updated parameters' gather phases, bucket by bucket (a
+ * block's, its experts'), then wte's (wte_shard 0: a stage without it). */
+static void zero_gathers(sched *c, int64_t wte_shard)
+{
+    const plan_shape *s = c->s;
+    for (int64_t l = s->l0; s->zero && l < s->l0 + s->nb; l++) {
+        dp_coll(c, FF_GROUP_D, block_shard_of(s, l), ZERO_GATHER, MODE_BLOCKING);
+        if (plan_block_moe(s, l))
+            dp_coll(c, experts_group(s), expert_shard_of(s, l), ZERO_GATHER, MODE_BLOCKING);
+    }
+    if (s->zero)
+        dp_coll(c, FF_GROUP_D, wte_shard, ZERO_GATHER, MODE_BLOCKING);
+}
+
 /* Block l's data-parallel all-reduces (its gradient shards, one bucket
  * over D; then its local experts', over their own replicas: EDP, or D
  * without expert parallelism). */
@@ -662,11 +714,10 @@ static void dp_buckets(sched *c, int64_t l, coll_mode mode)
 {
     const plan_shape *s = c->s;
     /* a pruned model's buckets carry the kept entries (docs/samo.md) */
-    coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, llround(s->keep * (double)block_shard_of(s, l)), s->wire,
-         mode);
+    const int phase = s->zero ? ZERO_REDUCE : DP_ALLREDUCE;
+    dp_coll(c, FF_GROUP_D, llround(s->keep * (double)block_shard_of(s, l)), phase, mode);
     if (plan_block_moe(s, l))
-        coll(c, s->ge > 1 ? (ff_group_kind)FF_PLAN_GROUP_EDP : FF_GROUP_D, FF_COLL_ALLREDUCE,
-             llround(s->keep * (double)expert_shard_of(s, l)), s->wire, mode);
+        dp_coll(c, experts_group(s), llround(s->keep * (double)expert_shard_of(s, l)), phase, mode);
 }
 
 /* After the backward: every parameter that is not Z-sharded, one
@@ -810,7 +861,7 @@ static void stage_backward(stage_ctx *t, int last_micro)
         p2p(c, t->act, 0);
     }
     if (last_micro && t->has_wte && dp)
-        coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, t->wte_shard, s->wire, MODE_BACKGROUND);
+        dp_wte(c, t->wte_shard, MODE_BACKGROUND);
 }
 
 /* A micro-batch's forward run (on the last stage with its backward). */
@@ -853,7 +904,7 @@ static void stage_tail(stage_ctx *t)
         for (int64_t l = t->l1 - 1; l >= s->l0; l--)
             dp_buckets(c, l, MODE_BLOCKING);
         if (t->has_wte)
-            coll(c, FF_GROUP_D, FF_COLL_ALLREDUCE, t->wte_shard, s->wire, MODE_BLOCKING);
+            dp_wte(c, t->wte_shard, MODE_BLOCKING);
     }
     other_grads(c);
     if (t->has_wte) {
@@ -865,6 +916,7 @@ static void stage_tail(stage_ctx *t)
     coll(c, FF_GROUP_PIPE, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     coll(c, FF_GROUP_WORLD, FF_COLL_ALLREDUCE, 1, F32, MODE_BLOCKING);
     optimizer(c, plan_optimizer_entries(s));
+    zero_gathers(c, t->has_wte ? t->wte_shard : 0);
 }
 
 void plan_schedule_piece(const plan_shape *s, plan_ops *o, plan_piece piece, int last_micro)
@@ -908,7 +960,6 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
     const linear w[4] = {{0, C, 3 * C}, {1, C, C}, {0, C, 4 * C}, {1, 4 * C, C}};
     const linear head = {0, C, s->Vp}; /* the tied LM head: block (y, x) of wte, transposed */
     const int64_t wte_shard = s->Vp * C / (c.gx * c.gy * c.gz);
-    const int wire = s->wire; /* the data-parallel buckets' */
     const unsigned ov = s->overlap;
     const double y = (double)(m * C / c.gy), logits = (double)(m * s->Vp / c.gx);
 
@@ -971,13 +1022,13 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
             coll(&c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, wte_shard, grad_wire(s, head_opts.wire_bytes),
                  head_opts.ors ? MODE_BACKGROUND : MODE_BLOCKING);
         if (last && (ov & FF_OVERLAP_DP) && c.gd > 1)
-            coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, wte_shard, wire, MODE_BACKGROUND);
+            dp_wte(&c, wte_shard, MODE_BACKGROUND);
     }
     wait_all(&c);
     if (!(ov & FF_OVERLAP_DP) && c.gd > 1) {
         for (int64_t l = s->L - 1; l >= 0; l--)
             dp_buckets(&c, l, MODE_BLOCKING);
-        coll(&c, FF_GROUP_D, FF_COLL_ALLREDUCE, wte_shard, wire, MODE_BLOCKING);
+        dp_wte(&c, wte_shard, MODE_BLOCKING);
     }
     /* parameters that are not Z-sharded: one all-reduce of their gradients
      * over ZD (one flat buffer); the loss (a sum over ZD); the gradient norm
@@ -988,5 +1039,6 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
     /* AdamW reads parameter, gradient and two moments and writes three of
      * them; the gradients are zeroed: 8 passes */
     optimizer(&c, plan_optimizer_entries(s));
+    zero_gathers(&c, wte_shard);
     plan_prefetch(o); /* the gathers of the layers with OAG */
 }
