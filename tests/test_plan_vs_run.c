@@ -98,27 +98,28 @@ typedef struct {
     int ge, dtd, cac;
     float capacity;
     int mixed; /* 1: bf16-mixed precision (its own wires: docs/design.md §13) */
-    int zero; /* ZeRO over D (ff_gpt_opts.zero): D's halves of the ring all-reduce */
+    int zero;  /* ZeRO over D (ff_gpt_opts.zero): D's halves of the ring all-reduce */
 } variant;
 
 enum { PANEL = 4 };
 
 static const variant dense_variants[] = {
-    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0},
-    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0},
-    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0},
-    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 0},
-    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0, 1, 1, 0, 0, 0},
-    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0, 1, 1, 0, 0, 0},
-    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 1, 1, 0, 0, 0},
-    {"checkpointing, CAC, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 1, 1, 1, 0, 0},
-    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 0},
-    {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1, 1, 1, 0, 0, 0},
-    {"bf16-mixed", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1},
-    {"bf16-mixed, checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 1},
-    {"bf16-mixed, per-layer plan", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 1},
+    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0},
+    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0},
+    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0},
+    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0},
+    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0},
+    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0, 1, 1, 0, 0, 0, 0},
+    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 1, 1, 0, 0, 0, 0},
+    {"checkpointing, CAC, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 1, 1, 1, 0, 0, 0},
+    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 0, 0},
+    {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1, 1, 1, 0, 0, 0, 0},
+    {"bf16-mixed", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1, 0},
+    {"bf16-mixed, checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 1, 0},
+    {"bf16-mixed, per-layer plan", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 1, 0},
     {"zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 1},
     {"zero 2, 2 micro, overlaps off", 2, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 1, 1, 0, 0, 0, 2},
+    {"bf16-mixed, zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1, 1},
 };
 
 /* The MoE model (`moe`): block 1 of 2 holds E = 8 experts, top-2 routing,
@@ -127,16 +128,17 @@ static const variant dense_variants[] = {
  * DTD where Gx > 1 (one variant without); the CAC variant keeps the
  * collectives' outputs of the checkpointed blocks. */
 static const variant moe_variants[] = {
-    {"moe", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0},
-    {"moe, 2 micro, checkpointing", 2, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0},
-    {"moe, EP=Gd", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0},
-    {"moe, EP=2", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 2, 1, 0, 1.0f, 0},
-    {"moe, EP=Gd, DTD off, bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 0, 0, 0, 1.0f, 0},
-    {"moe, EP=Gd, checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0},
-    {"moe, EP=Gd, checkpointing, CAC, no AG cache", 1, 1, 0, 1, 4, 0, 0, 0, 1, 1, 1.0f, 0},
-    {"moe, EP=Gd, checkpointing, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0},
-    {"moe, EP=Gd, F 0.5, 2 micro, overlaps off, no AG cache", 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0.5f, 0},
-    {"moe, EP=Gd, checkpointing, bf16-mixed", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 1},
+    {"moe", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 0},
+    {"moe, 2 micro, checkpointing", 2, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 0},
+    {"moe, EP=Gd", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0},
+    {"moe, EP=2", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 2, 1, 0, 1.0f, 0, 0},
+    {"moe, EP=Gd, DTD off, bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 0, 0, 0, 1.0f, 0, 0},
+    {"moe, EP=Gd, checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0},
+    {"moe, EP=Gd, checkpointing, CAC, no AG cache", 1, 1, 0, 1, 4, 0, 0, 0, 1, 1, 1.0f, 0, 0},
+    {"moe, EP=Gd, checkpointing, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0},
+    {"moe, EP=Gd, F 0.5, 2 micro, overlaps off, no AG cache", 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0.5f, 0,
+     0},
+    {"moe, EP=Gd, checkpointing, bf16-mixed", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 1, 0},
     {"moe, zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 1},
     {"moe, EP=2, zero 2, overlaps off", 1, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 2, 1, 0, 1.0f, 0, 2},
 };

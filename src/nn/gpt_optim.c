@@ -173,8 +173,7 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
                    .grad_scale = grad_scale,
                    .n_decay = g->n_decay};
     if (g->zr) { /* (bf16-mixed: the copy of the gathered master) */
-        int rc = ff_gpt_zero_adamw(g, &j);
-        if (rc == FF_OK)
+        if ((rc = ff_gpt_zero_adamw(g, &j)) == FF_OK)
             ff_gpt_bf16_weights(g);
         return rc;
     }
