@@ -30,6 +30,7 @@ case_ "cannot write /nonexistent/dir/p.json"  1 bench profile --quick --out /non
 case_ "--precision fp16: expected fp32 or bf16-mixed" 2 train --precision fp16 --out "$WORK/pr"
 case_ "--precision bf16: expected fp32 or bf16-mixed" 2 eval --precision bf16 --checkpoint x.bin --data x.bin
 case_ "--precision FP32: expected fp32 or bf16-mixed" 2 sample --precision FP32 --checkpoint x.bin
+case_ "--bf16-products mkl: expected auto, emulated or onednn" 2 train --precision bf16-mixed --bf16-products mkl --out "$WORK/pp"
 case_ "bf16-mixed precision sets the format of each collective itself" 1 train --precision bf16-mixed --wire bf16 --steps 1 --out "$WORK/pw"
 # ZeRO over D (issue 52): a level other than 0, 1, 2; a combination not
 # supported yet
