@@ -154,6 +154,15 @@ resume_from_5 "$WORK/z4" "$WORK/z1"
 run 4 train --grid 2x1x1x2 $TRAIN --zero 1 --out "$WORK/z4" --resume || { cat "$WORK/out"; fail "zero 1 on 2x1x1x2"; }
 resumed "$WORK/z4"
 compare "$WORK/z1/log.jsonl" "$WORK/z4/log.jsonl" 6 1e-5 "--zero 1's step 5 resumed on 2x1x1x2" || fail "zero 1 on 2x1x1x2"
+# the same in bf16-mixed (docs/design.md §13: the bf16 copy made from the
+# gathered master after ZeRO's AdamW): --zero 1 gives --zero 0's losses and
+# checkpoint files bit for bit on 1x1x1x4
+ZB="--grid 1x1x1x4 $TRAIN --save-every 5 --keep 0 --precision bf16-mixed"
+FF_ALGO=ring run 4 train $ZB --out "$WORK/zb0" || { cat "$WORK/out"; fail "bf16-mixed zero 0 run"; }
+FF_ALGO=ring run 4 train $ZB --zero 1 --out "$WORK/zb1" || { cat "$WORK/out"; fail "bf16-mixed zero 1 run"; }
+compare "$WORK/zb0/log.jsonl" "$WORK/zb1/log.jsonl" 1 0 "bf16-mixed --zero 1 against --zero 0 on 1x1x1x4" ||
+    fail "bf16-mixed zero 1"
+same_files "$WORK/zb0" "$WORK/zb1"
 
 # 3. a run killed (SIGKILL) while writing its second checkpoint keeps the
 # first, and resuming from it gives the reference run's losses
