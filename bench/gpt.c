@@ -51,6 +51,16 @@ typedef struct {
     int experts, expert_every, top_k, capacity_pct, ep, dtd, cac;
 } options;
 
+/* The groups a step communicates on, k < N_GROUPS: the grid's, then a
+ * mixture of experts' expert group and its replicas; NULL where none. */
+enum { N_GROUPS = FF_NGROUPS + 2 };
+static ff_group *step_group(const ff_grid *grid, const ff_gpt *g, int k)
+{
+    if (k < FF_NGROUPS)
+        return ff_grid_group(grid, (ff_group_kind)k);
+    return ff_gpt_expert_group(g, 0) ? ff_gpt_expert_group(g, k > FF_NGROUPS) : NULL;
+}
+
 static void die(int rank, const char *msg)
 {
     if (rank == 0)
@@ -252,11 +262,10 @@ int main(int argc, char **argv)
     ff_group *ep = ff_gpt_expert_group(g, 0), *gx = ff_grid_group(grid, FF_GROUP_X);
     double a2a_wait = 0, ag_wait = 0; /* rank 0's, over the measured steps */
     for (int s = 0; s < o.warmup + o.reps; s++) {
-        if (s == o.warmup) {
-            if (ep)
-                ff_group_counters_reset(ep);
-            ff_group_counters_reset(gx);
-        }
+        if (s == o.warmup)
+            for (int k = 0; k < N_GROUPS; k++)
+                if (step_group(grid, g, k))
+                    ff_group_counters_reset(step_group(grid, g, k));
         MPI_Barrier(MPI_COMM_WORLD);
         ff_pipe_times p0, p1;
         ff_gpt_pipeline_times(g, &p0);
@@ -277,6 +286,13 @@ int main(int argc, char **argv)
     if (ep)
         a2a_wait = ff_group_counters(ep, FF_COLL_ALLTOALL).wait_s / o.reps * 1e3;
     ag_wait = ff_group_counters(gx, FF_COLL_ALLGATHER).wait_s / o.reps * 1e3;
+    /* the bytes this rank sent per measured step, on every group; the most any rank sent */
+    double sent = 0, sent_max;
+    for (int k = 0; k < N_GROUPS; k++)
+        for (int c = 0; step_group(grid, g, k) && c <= FF_COLL_P2P; c++)
+            sent += (double)ff_group_counters(step_group(grid, g, k), (ff_coll)c).bytes_sent;
+    sent /= o.reps;
+    MPI_Allreduce(&sent, &sent_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     double runs[100];
     memcpy(runs, t, sizeof(double) * (size_t)o.reps);
     double step_s = ff_median(t, o.reps);
@@ -303,9 +319,11 @@ int main(int argc, char **argv)
                                                        : "",
                o.checkpoint ? ", checkpointing" : "");
         printf("  step %.1f ms (median of %d), %.0f tokens/s, model %.1f GFLOP/s = %.3f of sgemm "
-               "%.1f GFLOP/s x %d ranks; rank 0 memory: params %.1f MiB, activations %.1f MiB\n",
+               "%.1f GFLOP/s x %d ranks; rank 0 memory: params %.1f MiB, activations %.1f MiB; "
+               "sent per step: rank 0 %.2f MiB, most of any rank %.2f MiB\n",
                step_s * 1e3, o.reps, o.B * o.T * o.micro / step_s, flops / step_s / 1e9, frac,
-               rate / 1e9, size, mem.params / 1048576.0, mem.activations / 1048576.0);
+               rate / 1e9, size, mem.params / 1048576.0, mem.activations / 1048576.0,
+               sent / 1048576.0, sent_max / 1048576.0);
         if (o.stages > 1)
             printf("  %d stages, %s schedule, %d micro-batches, limit %d%s\n", o.stages, o.schedule,
                    o.micro, o.limit ? o.limit : o.stages,
@@ -330,9 +348,12 @@ int main(int argc, char **argv)
             printf("%s%.2f", k ? "," : "", stage_busy[k]);
         printf("],\"tokens_per_s\":%.1f,\"model_gflops\":%.3f,\"sgemm_gflops_per_rank\":%.3f,"
                "\"fraction\":%.4f,\"experts\":%d,\"ep\":%d,\"dtd\":%d,\"cac\":%d,"
-               "\"alltoall_wait_ms\":%.3f,\"x_allgather_wait_ms\":%.3f,\"dropped\":%.4f}\n",
+               "\"alltoall_wait_ms\":%.3f,\"x_allgather_wait_ms\":%.3f,\"dropped\":%.4f,"
+               "\"params_mib\":%.1f,\"activations_mib\":%.1f,\"sent_per_step\":%.0f,"
+               "\"sent_per_step_max\":%.0f}\n",
                o.B * o.T * o.micro / step_s, flops / step_s / 1e9, rate / 1e9, frac, o.experts,
-               o.ep, o.dtd, o.cac, a2a_wait, ag_wait, info.dropped);
+               o.ep, o.dtd, o.cac, a2a_wait, ag_wait, info.dropped, mem.params / 1048576.0,
+               mem.activations / 1048576.0, sent, sent_max);
     }
     free(tok), free(tgt);
     if (o.gemm_report && rank == 0) /* what rank 0's GEMM tuner chose, and its timings */
