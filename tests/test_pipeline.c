@@ -45,9 +45,9 @@
  *
  * `test_pipeline [moe] --bf16-mixed`: every run, the serial ones too, in
  * bf16-mixed precision, with tests/test_gpt.c's bf16-mixed bound for the
- * tensors and the losses (in place of 1e-5), two stages only (P = 2, its
- * grids of 4 ranks); the variants still bitwise identical and the point-to-
- * point and collective counters still the planner's. */
+ * tensors and the losses (in place of 1e-5), on every P and grid as in fp32;
+ * the variants still bitwise identical and the point-to-point and collective
+ * counters still the planner's. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -598,7 +598,7 @@ int main(int argc, char **argv)
             rc = ff_grid_create(sctx, (ff_dims){1, 1, 1, 1}, &sgrid);
         if (rc == FF_OK)
             rc = ff_gpt_create(sgrid, &CFG, NULL, B, T, &shape);
-        for (int P = 2; P <= (mixed ? 2 : size) && rc == FF_OK; P *= 2) {
+        for (int P = 2; P <= size && rc == FF_OK; P *= 2) {
             const int Ms[3] = {P, 2 * P, 3 * P + 1};
             for (int i = 0; i < 3 && rc == FF_OK; i++) {
                 if (CFG.experts && i != 2) /* (the MoE run's M = 3P + 1 only) */
@@ -620,7 +620,7 @@ int main(int argc, char **argv)
     ff_dims grids[64];
     double worst = 0;
     int runs = 0, n_planned = 0, n_tied = 0;
-    for (int P = 2; P <= (mixed ? 2 : size); P *= 2) {
+    for (int P = 2; P <= size; P *= 2) {
         int n = test_all_grids(size / P, grids, 64);
         const int Ms[3] = {P, 2 * P, 3 * P + 1};
         for (int gi = 0; gi < n; gi++) {
