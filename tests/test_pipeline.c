@@ -130,7 +130,7 @@ static float *gather_new(ff_gpt *g, ff_gpt_buffer which, int *rc)
  * with CAC); 4: message-driven, limit P/2; 5: 1F1B, limit 1; 6:
  * message-driven with an uneven split of the blocks. */
 static int uneven[8];
-static int mixed;               /* --bf16-mixed */
+static int mixed;              /* --bf16-mixed */
 static double loss_tol = 1e-5; /* (bf16-mixed: tol_of's) */
 static void opts_of(int variant, int P, ff_gpt_opts *o)
 {
