@@ -70,6 +70,9 @@ int64_t ff_gemm_panel_height(const ff_gemm *g, int64_t n, int64_t k);
 const char *ff_gemm_mode_name(int mode);
 /* Prints one line per tuned shape: name, shape, mode chosen, time of each. */
 void ff_gemm_report(const ff_gemm *g, FILE *out);
+/* Bytes of the scratch the explicit-transpose modes hold (they grow to the
+ * largest operand they transposed and are kept): not in ff_gpt_memory. */
+size_t ff_gemm_scratch_bytes(const ff_gemm *g);
 /* Flops and seconds spent in ff_gemm_run since creation (or reset). */
 void ff_gemm_totals(const ff_gemm *g, double *flops, double *seconds);
 void ff_gemm_totals_reset(ff_gemm *g);
