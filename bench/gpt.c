@@ -442,7 +442,8 @@ int main(int argc, char **argv)
         printf("  ff_gpt_memory MiB: params %.1f grads %.1f adam %.1f mask/offsets %.1f = model "
                "state %.1f; activations %.1f scratch %.1f layers' peak %.1f; all %.1f against "
                "the resident set before a step less the start's, %.1f (%+.1f %%); the library's "
-               "float buffers %.1f, the GEMM's transposes %.1f (%+.1f %% with them)\n",
+               "float buffers %.1f, the GEMMs' transposes and bf16 operands %.1f (%+.1f %% with "
+               "them)\n",
                mem.params * mib, mem.grads * mib, mem.adam * mib, mem.mask * mib, state,
                mem.activations * mib, mem.scratch * mib, mem.linear_peak * mib, state + other,
                rss[0] - rss_start, 100 * ((rss[0] - rss_start) / (state + other) - 1),

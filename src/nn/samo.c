@@ -164,22 +164,33 @@ void ff_gpt_samo_zero_pruned(ff_gpt *g)
 
 /* The copy the products read (the dissertation's §4.1.3: "expand" the
  * compressed master's bf16 values into the uncompressed bf16 weights):
- * wte's dense shard, then each run of consecutive kept entries, +0 in
- * between, all of [0, n_zsharded) written. */
+ * wte's dense shard, then, block by block of [samo_zc0, n_zsharded) on the
+ * team, +0 over the block and each run of consecutive kept entries rounded
+ * into its place; all of the copy is written. */
+enum { COPY_BLOCK = 1 << 16 };
+
+static void copy_blocks(void *arg, int64_t b0, int64_t b1, int th)
+{
+    (void)th;
+    ff_gpt *g = arg;
+    const uint32_t *idx = g->samo_idx;
+    for (int64_t bl = b0; bl < b1; bl++) {
+        const size_t lo = g->samo_zc0 + (size_t)bl * COPY_BLOCK;
+        const size_t hi = lo + COPY_BLOCK < g->n_zsharded ? lo + COPY_BLOCK : g->n_zsharded;
+        ff_gpt_bf16_zero(g, lo, hi - lo);
+        for (size_t a = ff_gpt_samo_lower(g, lo), k1 = ff_gpt_samo_lower(g, hi), b; a < k1; a = b) {
+            for (b = a + 1; b < k1 && idx[b] == idx[b - 1] + 1;)
+                b++;
+            ff_gpt_bf16_weights_at(g, idx[a], g->samo_p + a, b - a);
+        }
+    }
+}
+
 void ff_gpt_samo_bf16_weights(ff_gpt *g)
 {
-    const uint32_t *idx = g->samo_idx;
-    const size_t k = g->samo_k;
     ff_gpt_bf16_weights_at(g, 0, g->params, g->samo_zc0); /* (params' first entries) */
-    size_t i = g->samo_zc0;
-    for (size_t a = 0, b; a < k; a = b) {
-        for (b = a + 1; b < k && idx[b] == idx[b - 1] + 1;)
-            b++;
-        ff_gpt_bf16_zero(g, i, idx[a] - i);
-        ff_gpt_bf16_weights_at(g, idx[a], g->samo_p + a, b - a);
-        i = (size_t)idx[b - 1] + 1;
-    }
-    ff_gpt_bf16_zero(g, i, g->n_zsharded - i);
+    const size_t n = g->n_zsharded - g->samo_zc0;
+    ff_team_run(g->ctx->team, (int64_t)((n + COPY_BLOCK - 1) / COPY_BLOCK), 1, copy_blocks, g);
 }
 
 int ff_gpt_samo_master_dense(ff_gpt *g)
