@@ -14,6 +14,7 @@
  *          --pass-ms E --slow-jitter 0|1]
  *          [--experts E --expert-every K --top-k 1|2 --capacity F --ep Ge --dtd 0|1
  *          --cac 0|1] [--precision fp32|bf16-mixed] [--bf16-products auto|emulated|onednn]
+ *          [--sparsity P [--samo]] [--rss]
  * (--decompose: every linear layer's all-reduced products in K chunks;
  * --plan: a per-layer plan file; --gemm-report: rank 0's GEMM tuner's
  * choices and timings at the end (ff_gemm_report); --panel: GEMM panel height, 0 = by shape;
@@ -30,7 +31,16 @@
  * has each stage's mean time per step in its forward and backward passes
  * (ff_gpt_pipeline_times: 1 - busy / step is the stage's bubble), and for
  * a mixture of experts the ms per step rank 0 waited in the expert group's
- * all-to-alls and in the X group's all-gathers (DTD's). */
+ * all-to-alls and in the X group's all-gathers (DTD's).
+ *
+ * --sparsity P: the initialised model pruned by magnitude (global, the
+ * blocks' matrices: ff_prune) and trained masked, with --samo with SAMO
+ * (docs/samo.md). --rss: rank 0's resident set (VmRSS, and the peak VmHWM
+ * of /proc/self/status, reset through /proc/self/clear_refs before each
+ * phase) at the start, around each step's forward and backward and around
+ * its optimizer step (gradient norm, clipping, AdamW, the bf16 copy: what
+ * the dissertation's §7.2 tiles), against ff_gpt_memory (docs/design.md
+ * §13, "The optimizer step's memory"). */
 #include "fourfold/gpt.h"
 
 #include <cblas.h>
@@ -39,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h" /* ff_fbuf_live_bytes: what the library's allocator has live */
 #include "fourfold/fourfold.h"
 
 typedef struct {
@@ -49,6 +60,8 @@ typedef struct {
     int gemm_report;
     int micro, stages, limit, slow_stage, slow_ms, pass_ms, jitter;
     int experts, expert_every, top_k, capacity_pct, ep, dtd, cac;
+    double sparsity;
+    int samo, rss;
 } options;
 
 /* The groups a step communicates on, k < N_GROUPS: the grid's, then a
@@ -59,6 +72,31 @@ static ff_group *step_group(const ff_grid *grid, const ff_gpt *g, int k)
     if (k < FF_NGROUPS)
         return ff_grid_group(grid, (ff_group_kind)k);
     return ff_gpt_expert_group(g, 0) ? ff_gpt_expert_group(g, k > FF_NGROUPS) : NULL;
+}
+
+/* /proc/self/status's `key` (VmRSS, VmHWM) in MiB; -1 where unreadable. */
+static double status_mib(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = -1;
+    const size_t n = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':')
+            kb = atof(line + n + 1);
+    if (f)
+        fclose(f);
+    return kb < 0 ? -1 : kb / 1024.0;
+}
+
+/* The peak VmHWM set back to the resident set now (Linux's clear_refs 5). */
+static void reset_peak(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f);
+        fclose(f);
+    }
 }
 
 static void die(int rank, const char *msg)
@@ -171,6 +209,12 @@ static int parse(int argc, char **argv, options *o)
         } else if (strcmp(a, "--bf16-products") == 0 && v) {
             if (ff_bf16_products_parse(argv[++i], &o->bf16_products))
                 return -3;
+        } else if (strcmp(a, "--sparsity") == 0 && v) {
+            o->sparsity = atof(argv[++i]);
+        } else if (strcmp(a, "--samo") == 0) {
+            o->samo = 1;
+        } else if (strcmp(a, "--rss") == 0) {
+            o->rss = 1;
         } else if (strcmp(a, "--checkpoint") == 0)
             o->checkpoint = 1;
         else if (strcmp(a, "--gemm-report") == 0)
@@ -239,9 +283,30 @@ int main(int argc, char **argv)
     if (o.plan && ff_layer_plan_read(o.plan, &plan, err, sizeof err) != FF_OK)
         die(rank, err);
     opts.plan = o.plan ? &plan : NULL;
+    const double rss_start = status_mib("VmRSS");
     ff_gpt *g;
     if (ff_gpt_create(grid, &cfg, &opts, o.B, o.T, &g) != FF_OK || ff_gpt_init(g, 1))
         die(rank, ff_ctx_error(ctx));
+    if (o.sparsity > 0) { /* pruned on rank 0, the mask scattered */
+        const size_t n = ff_gpt_canonical_size(g);
+        float *canon = rank == 0 ? malloc(n * sizeof *canon) : NULL;
+        unsigned char *keep = rank == 0 ? malloc(n) : NULL;
+        if (rank == 0 && (!canon || !keep))
+            die(rank, "out of memory for the pruning");
+        if (keep)
+            memset(keep, 1, n);
+        ff_prune_opts po;
+        ff_prune_opts_default(&po);
+        po.sparsity = o.sparsity;
+        if (ff_gpt_gather(g, FF_GPT_PARAMS, canon, 0) != FF_OK)
+            die(rank, ff_ctx_error(ctx));
+        if (rank == 0 && ff_prune(g, canon, &po, keep, NULL, NULL, err, sizeof err) != FF_OK)
+            die(rank, err);
+        free(canon);
+        if (ff_gpt_set_mask(g, keep, 0) != FF_OK || (o.samo && ff_gpt_samo(g) != FF_OK))
+            die(rank, ff_ctx_error(ctx));
+        free(keep);
+    }
     ff_layer_plan_free(&plan);
     if (o.panel > 0)
         ff_gemm_set_panel_rows(ff_linear_seq_gemm(ff_gpt_linear_seq(g)), o.panel);
@@ -258,6 +323,10 @@ int main(int argc, char **argv)
     h.steps = o.warmup + o.reps;
 
     double t[100], busy = 0; /* seconds in the stage's passes over the measured steps */
+    /* --rss, rank 0's MiB over the measured steps: the largest resident set
+     * before a step, the largest peak in its forward and backward, before
+     * its optimizer step, in it and after it; the optimizer step's ms */
+    double rss[5] = {0, 0, 0, 0, 0}, opt_ms[100];
     ff_gpt_step_info info = {0};
     ff_group *ep = ff_gpt_expert_group(g, 0), *gx = ff_grid_group(grid, FF_GROUP_X);
     double a2a_wait = 0, ag_wait = 0; /* rank 0's, over the measured steps */
@@ -270,8 +339,33 @@ int main(int argc, char **argv)
         ff_pipe_times p0, p1;
         ff_gpt_pipeline_times(g, &p0);
         double t0 = MPI_Wtime();
-        if (ff_gpt_step(g, tok, tgt, o.micro, &h, s, &info) != FF_OK)
-            die(rank, ff_ctx_error(ctx));
+        if (!o.rss) {
+            if (ff_gpt_step(g, tok, tgt, o.micro, &h, s, &info) != FF_OK)
+                die(rank, ff_ctx_error(ctx));
+        } else { /* ff_gpt_step's phases, the resident set around each */
+            double r[5], ta;
+            reset_peak();
+            r[0] = status_mib("VmRSS");
+            if (ff_gpt_grads(g, tok, tgt, o.micro, &info.loss) != FF_OK ||
+                ff_gpt_grad_norm(g, &info.grad_norm) != FF_OK)
+                die(rank, ff_ctx_error(ctx));
+            r[1] = status_mib("VmHWM");
+            reset_peak();
+            r[2] = status_mib("VmRSS");
+            ta = MPI_Wtime();
+            const float coef = h.clip / (info.grad_norm + 1e-6f);
+            if (ff_gpt_adamw_update(g, &h, s, h.clip > 0 && coef < 1.0f ? coef : 1.0f) != FF_OK)
+                die(rank, ff_ctx_error(ctx));
+            opt_ms[s < o.warmup ? 0 : s - o.warmup] = (MPI_Wtime() - ta) * 1e3;
+            r[3] = status_mib("VmHWM");
+            r[4] = status_mib("VmRSS");
+            for (int k = 0; s >= o.warmup && k < 5; k++)
+                rss[k] = r[k] > rss[k] ? r[k] : rss[k];
+            if (rank == 0)
+                printf("  rss MiB: before %.1f, forward and backward peak %.1f, before the "
+                       "optimizer %.1f, its peak %.1f, after %.1f; optimizer %.1f ms\n",
+                       r[0], r[1], r[2], r[3], r[4], (MPI_Wtime() - ta) * 1e3);
+        }
         double dt = MPI_Wtime() - t0;
         ff_gpt_pipeline_times(g, &p1);
         if (s >= o.warmup)
@@ -354,6 +448,28 @@ int main(int argc, char **argv)
                o.B * o.T * o.micro / step_s, flops / step_s / 1e9, rate / 1e9, frac, o.experts,
                o.ep, o.dtd, o.cac, a2a_wait, ag_wait, info.dropped, mem.params / 1048576.0,
                mem.activations / 1048576.0, sent, sent_max);
+    }
+    if (o.rss && rank == 0) {
+        const double mib = 1.0 / 1048576.0;
+        const double state = (double)(mem.params + mem.grads + mem.adam + mem.mask) * mib;
+        const double other = (double)(mem.activations + mem.scratch + mem.linear_peak) * mib;
+        const double tr =
+            (double)ff_gemm_scratch_bytes(ff_linear_seq_gemm(ff_gpt_linear_seq(g))) * mib;
+        printf("  rss MiB (rank 0, largest over the measured steps): at the start %.1f, before a "
+               "step %.1f, forward and backward peak %.1f, before the optimizer step %.1f, its "
+               "peak %.1f (+%.1f), after %.1f; optimizer step %.1f ms (median)\n",
+               rss_start, rss[0], rss[1], rss[2], rss[3], rss[3] - rss[2], rss[4],
+               ff_median(opt_ms, o.reps));
+        printf("  ff_gpt_memory MiB: params %.1f grads %.1f adam %.1f mask/offsets %.1f = model "
+               "state %.1f; activations %.1f scratch %.1f layers' peak %.1f; all %.1f against "
+               "the resident set before a step less the start's, %.1f (%+.1f %%); the library's "
+               "float buffers %.1f, the GEMMs' transposes and bf16 operands %.1f (%+.1f %% with "
+               "them)\n",
+               mem.params * mib, mem.grads * mib, mem.adam * mib, mem.mask * mib, state,
+               mem.activations * mib, mem.scratch * mib, mem.linear_peak * mib, state + other,
+               rss[0] - rss_start, 100 * ((rss[0] - rss_start) / (state + other) - 1),
+               (double)ff_fbuf_live_bytes() * mib, tr,
+               100 * ((rss[0] - rss_start) / (state + other + tr) - 1));
     }
     free(tok), free(tgt);
     if (o.gemm_report && rank == 0) /* what rank 0's GEMM tuner chose, and its timings */

@@ -7,8 +7,8 @@
 # kept weights move; iterative pruning inside a run, resumed bit for bit from
 # a checkpoint that carries the mask, whose header records the pruned
 # fraction; SAMO (--samo) writes the masked run's
-# files bit for bit, also resumed on the same and on another grid and after
-# iterative pruning; bad input gets one message and the same exit on every
+# files bit for bit, in fp32 and in bf16-mixed, also resumed on the same and
+# on another grid and after iterative pruning; bad input gets one message and the same exit on every
 # rank (tests/cases.sh).
 #   usage: prune_cli.sh FOURFOLD MPIEXEC
 set -u
@@ -147,6 +147,18 @@ same_files() { # what, dir a, dir b, steps...
     echo "ok: $what: the model, state and mask files bit for bit the same"
 }
 same_files "SAMO against masked on 1x1x2x2" "$WORK/qm" "$WORK/qs" 2 4
+# in bf16-mixed too (the compressed fp32 master, the bf16 copy expanded from
+# it: docs/samo.md), on the same products (emulated) in both runs
+step qmb $MPI -np 4 "$FF" train $Q --grid 1x1x2x2 --precision bf16-mixed \
+    --bf16-products emulated --out "$WORK/qmb"
+step qsb $MPI -np 4 "$FF" train $Q --grid 1x1x2x2 --precision bf16-mixed \
+    --bf16-products emulated --samo --out "$WORK/qsb"
+expect qsb "the compressed fp32 master and the dense bf16 copy"
+same_files "bf16-mixed SAMO against bf16-mixed masked on 1x1x2x2" "$WORK/qmb" "$WORK/qsb" 2 4
+if cmp -s "$WORK/qm/model_00000004.bin" "$WORK/qmb/model_00000004.bin"; then
+    echo "FAILED: the bf16-mixed masked run wrote the fp32 run's model"
+    failures=$((failures + 1))
+fi
 for d in qs2 qs3 qm3; do
     mkdir "$WORK/$d"
     src=$WORK/qs

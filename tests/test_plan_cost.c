@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fourfold/plan.h"
+#include "internal.h" /* FF_BF16_COPY_BYTES */
 #include "plan/plan_internal.h"
 #include "plan/profile.h"
 #include "test_util.h"
@@ -449,8 +450,9 @@ static void test_bf16_mixed(void)
  * plan's 4 n bytes): SAMO keeps 4 n of parameters, 4 (n - 18432) of
  * gradients, 8 (n - 18432) of moments and 4 x 6144 of offsets (wte stays
  * dense); masked training the dense state, a mask of 4 n and the packing's
- * 8 x (6144 + 8192) (Gd > 1); bf16-mixed SAMO 2 n of bf16 weights and
- * 4 (n - 18432) of fp32 master. The D all-reduces (one of each block's
+ * 8 x (6144 + 8192) (Gd > 1); bf16-mixed SAMO, as fourfold runs it, the
+ * bf16 copy of the 32768 Z-sharded weights and 4 (n - 18432) of fp32 master
+ * and of fp32 gradients. The D all-reduces (one of each block's
  * 12288-entry bucket and wte's 8192 over 2 ranks: 4 bytes per entry for
  * the ring and rec-whole alike) send 4 x 2 x (12288 - 3072) bytes fewer.
  * On 2x1x1x4 (Gz = 1, 2-way tensor parallelism: 49152 matrix entries, 36864
@@ -484,8 +486,14 @@ static void test_pruned(void)
     near("SAMO total", sm.mem_total, d.mem_total - 12 * pruned + 4 * (zk - 8192));
     near("masked mask and packing", mk.mem_mask, 4 * n + 8 * zk);
     near("masked total", mk.mem_total, d.mem_total + 4 * n + 8 * zk);
-    near("bf16-mixed SAMO parameters", sb.mem_params, 2 * n + 4 * (n - pruned));
-    near("bf16-mixed SAMO gradients", sb.mem_grads, 2 * (n - pruned));
+    /* as fourfold runs it: the fp32 master and gradients of the kept
+     * entries, the uncompressed bf16 copy of the 24576 + 8192 Z-sharded
+     * weights (FF_BF16_COPY_BYTES each), the moments and offsets as fp32's */
+    near("bf16-mixed SAMO parameters", sb.mem_params,
+         FF_BF16_COPY_BYTES * (24576.0 + 8192) + 4 * (n - pruned));
+    near("bf16-mixed SAMO gradients", sb.mem_grads, 4 * (n - pruned));
+    near("bf16-mixed SAMO moments", sb.mem_optimizer, 8 * (n - pruned));
+    near("bf16-mixed SAMO offsets", sb.mem_mask, 4 * (zk - 8192));
     const double dd = (double)td[FF_GROUP_D][FF_COLL_ALLREDUCE].bytes_sent;
     const double ds = (double)ts[FF_GROUP_D][FF_COLL_ALLREDUCE].bytes_sent;
     near("D all-reduce bytes, dense", dd, 4.0 * (2 * 12288 + 8192));

@@ -47,6 +47,7 @@
 
 #include "device.h" /* ff_fbuf_live_bytes: the library's allocator, internal */
 #include "fourfold/fourfold.h"
+#include "nn/gpt_internal.h" /* the bf16 copy, compared directly */
 #include "test_util.h"
 
 enum { B = 8, T = 16, STEPS = 3, MICRO = 2, MAX_GRIDS = 32 };
@@ -180,14 +181,18 @@ static int bits_equal(const float *a, const float *b, size_t n, size_t *first)
 
 /* Masked and SAMO side by side on one grid; returns FF_OK or the first failure. */
 static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
-                    const unsigned char *keep, double kept_z, const char *desc)
+                    const unsigned char *keep, double kept_z, ff_precision prec, const char *desc0)
 {
-    const int rank = ff_ctx_rank(ctx), root = rank == 0;
+    const int rank = ff_ctx_rank(ctx), root = rank == 0, bf16 = prec == FF_PRECISION_BF16_MIXED;
+    char desc[96];
+    snprintf(desc, sizeof desc, "%s%s", desc0, bf16 ? " bf16-mixed" : "");
     ff_grid *grid = NULL;
     ff_gpt *g[2] = {NULL, NULL}; /* masked, SAMO */
     ff_gpt_opts go;
     ff_gpt_opts_default(&go);
     go.expert_parallel = gc->ge;
+    go.precision = prec;
+    go.bf16_products = FF_BF16_PRODUCTS_EMULATED; /* (the same products for both models) */
     int rc = gc->stages > 1 ? ff_grid_create_staged(ctx, gc->shape, gc->stages, &grid)
                             : ff_grid_create(ctx, gc->shape, &grid);
     /* the allocator's live bytes: before, after each model's set-up, after
@@ -217,20 +222,26 @@ static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
     ff_gpt_memory_report(g[1], &ms);
     size_t nz = 0, k = 0, z0 = 0, packed = 0;
     rank_counts(g[1], cfg, keep, &nz, &k, &z0);
-    const size_t n = md.params / 4;
+    const size_t n = md.grads / 4, copy = bf16 ? (size_t)FF_BF16_COPY_BYTES * nz : 0;
     /* masked training packs the kept entries of every bucket it all-reduces
      * over D (without experts: all the Z-sharded weights) */
     if (!gc->moe && gc->shape.d > 1)
         packed = k + z0;
-    CHECK(md.grads == 4 * n && md.adam == 8 * n && (gc->moe || md.mask == 4 * n + 8 * packed),
-          "%s: masked state %zu %zu bytes, mask and packing %zu, for %zu parameters (%zu packed)",
-          desc, md.grads, md.adam, md.mask, n, packed);
-    const size_t dense = n - nz + z0 + k; /* the dense state and the compressed entries */
-    CHECK(ms.params == 4 * n && ms.grads == 4 * dense && ms.adam == 8 * dense && ms.mask == 4 * k,
+    CHECK(md.params == 4 * n + copy && md.adam == 8 * n &&
+              (gc->moe || md.mask == 4 * n + 8 * packed),
+          "%s: masked state %zu %zu %zu bytes, mask and packing %zu, for %zu parameters (%zu "
+          "packed)",
+          desc, md.params, md.grads, md.adam, md.mask, n, packed);
+    /* the dense state and the compressed entries; in bf16-mixed the master
+     * too (the dissertation's eq. 4.1 with fp32 gradients), beside the
+     * uncompressed bf16 copy of the Z-sharded weights */
+    const size_t dense = n - nz + z0 + k, master = bf16 ? dense : n;
+    CHECK(ms.params == 4 * master + copy && ms.grads == 4 * dense && ms.adam == 8 * dense &&
+              ms.mask == 4 * k,
           "%s: SAMO state params %zu grads %zu adam %zu offsets %zu bytes, the formula %zu %zu "
           "%zu %zu (n %zu, nz %zu, wte dense %zu, k %zu)",
-          desc, ms.params, ms.grads, ms.adam, ms.mask, 4 * n, 4 * dense, 8 * dense, 4 * k, n, nz,
-          z0, k);
+          desc, ms.params, ms.grads, ms.adam, ms.mask, 4 * master + copy, 4 * dense, 8 * dense,
+          4 * k, n, nz, z0, k);
     /* without stages and expert parallelism every Z-sharded weight lives
      * on one rank of each replica */
     ff_dims me = ff_grid_coords(grid);
@@ -256,12 +267,12 @@ static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
          * above where the test counts them itself), 4 bytes each malloc'd */
         const size_t pk = gc->moe ? (md.mask - 4 * n) / 8 : packed;
         const size_t made[2] = {live[1] - live[0] + moments[0], live[3] - live[1] + moments[1]};
-        const long long want = (long long)(12 * (n - dense) + 4 * n + 4 * pk),
+        const long long want = (long long)(12 * (n - dense) + 4 * n + 4 * pk + 4 * (n - master)),
                         less = (long long)made[0] - (long long)made[1];
         CHECK(live[2] - live[1] == live[1] - live[0] && less == want,
               "%s: allocated %zu bytes for the masked model, %zu for SAMO's (%zu before its "
               "switch, moments %zu and %zu): %lld less, the formula 12 (n - dense) + 4 n + 4 "
-              "packed = %lld (n %zu, dense %zu, packed %zu)",
+              "packed (+ 4 (n - dense) in bf16-mixed) = %lld (n %zu, dense %zu, packed %zu)",
               desc, made[0], made[1], live[2] - live[1], moments[0], moments[1], less, want, n,
               dense, pk);
         if (root)
@@ -312,6 +323,10 @@ static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
             CHECK(tot[1] == 8.0 * (gc->shape.d - 1) * kept_z,
                   "%s step %d: %.0f bytes over D, the kept entries' ring count %.0f", desc, s,
                   tot[1], 8.0 * (gc->shape.d - 1) * kept_z);
+        /* the copies the products read, on every rank (the pruned weights +0) */
+        CHECK(!bf16 || (g[0]->n_zsharded == g[1]->n_zsharded &&
+                        !memcmp(g[0]->wbf16, g[1]->wbf16, g[0]->n_zsharded * FF_BF16_COPY_BYTES)),
+              "%s step %d rank %d: the bf16 copies differ", desc, s, rank);
         for (int w = 0; w < 4 && rc == FF_OK; w++) {
             for (int v = 0; v < 2 && rc == FF_OK; v++)
                 rc = ff_gpt_gather(g[v], which[w], buf[v], 0);
@@ -334,13 +349,17 @@ static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
 }
 
 /* The refusals, each on every rank with the same code. */
-static void refusals(ff_ctx *ctx, const unsigned char *keep)
+static void refusals(ff_ctx *ctx, const unsigned char *keep, ff_precision prec)
 {
     const int root = ff_ctx_rank(ctx) == 0;
     ff_grid *grid = NULL;
     ff_gpt *g = NULL;
+    ff_gpt_opts go;
+    ff_gpt_opts_default(&go);
+    go.precision = prec;
+    go.bf16_products = FF_BF16_PRODUCTS_EMULATED;
     if (ff_grid_create(ctx, (ff_dims){2, 1, 2, 2}, &grid) != FF_OK ||
-        ff_gpt_create(grid, &CFG, NULL, B, T, &g) != FF_OK || ff_gpt_init(g, 1234) != FF_OK) {
+        ff_gpt_create(grid, &CFG, &go, B, T, &g) != FF_OK || ff_gpt_init(g, 1234) != FF_OK) {
         CHECK(0, "refusals: %s", ff_ctx_error(ctx));
         return;
     }
@@ -384,6 +403,28 @@ static void refusals(ff_ctx *ctx, const unsigned char *keep)
         CHECK(rc == FF_OK && pruned_nonzero == 0 && kept_zero == 0,
               "%s under SAMO: %zu pruned weights not zero, %zu kept ones zero (%s)",
               w ? "a scatter" : "ff_gpt_init", pruned_nonzero, kept_zero, ff_ctx_error(ctx));
+        /* bf16-mixed: the copy, made from the compressed master, is its
+         * bf16 values at the kept entries and +0 elsewhere, on every rank */
+        size_t wrong = 0;
+        const float zero = 0.0f;
+        float want;
+        for (size_t i = 0; g->wbf16 && i < g->samo_zc0; i++) { /* wte's dense shard */
+            ff_bf16_round_copy(&want, &g->params[i], 1);
+            wrong += memcmp(&want, &g->wbf16[i], sizeof want) != 0;
+        }
+        for (size_t q = 0, i = g->samo_zc0; g->wbf16 && g->samo_p && q <= g->samo_k; q++) {
+            const size_t next = q < g->samo_k ? g->samo_idx[q] : g->n_zsharded;
+            for (; i < next; i++)
+                wrong += memcmp(&zero, &g->wbf16[i], sizeof zero) != 0;
+            if (q < g->samo_k) {
+                ff_bf16_round_copy(&want, &g->samo_p[q], 1);
+                wrong += memcmp(&want, &g->wbf16[next], sizeof want) != 0;
+                i = next + 1;
+            }
+        }
+        CHECK(!g->wbf16 || (g->samo_p && wrong == 0),
+              "%s under bf16-mixed SAMO, rank %d: %zu entries of the bf16 copy wrong",
+              w ? "a scatter" : "ff_gpt_init", ff_ctx_rank(ctx), wrong);
     }
     free(canon);
     rc = ff_gpt_set_mask(g, root ? keep : NULL, 0);
@@ -439,7 +480,9 @@ int main(int argc, char **argv)
         char desc[64];
         snprintf(desc, sizeof desc, "%dx%dx%dx%d", grids[i].x, grids[i].y, grids[i].z, grids[i].d);
         grid_case gc = {grids[i], 1, 1, 0, 0};
-        ran += run_case(ctx, &gc, &CFG, keep[0], kept[0], desc) == FF_OK;
+        for (int p = 0; p < 2; p++)
+            ran += run_case(ctx, &gc, &CFG, keep[0], kept[0],
+                            p ? FF_PRECISION_BF16_MIXED : FF_PRECISION_FP32, desc) == FF_OK;
     }
     const struct {
         grid_case gc;
@@ -457,10 +500,12 @@ int main(int argc, char **argv)
         {{{2, 1, 2, 2}, 1, 1, 0, 1}, 1, "2x1x2x2, the embedding pruned"},
     };
     for (size_t i = 0; world == 8 && i < sizeof more / sizeof *more; i++)
-        ran += run_case(ctx, &more[i].gc, more[i].mask == 2 ? &mc : &CFG, keep[more[i].mask],
-                        kept[more[i].mask], more[i].desc) == FF_OK;
-    if (world == 8)
-        refusals(ctx, keep[0]);
+        for (int p = 0; p < 2; p++)
+            ran += run_case(ctx, &more[i].gc, more[i].mask == 2 ? &mc : &CFG, keep[more[i].mask],
+                            kept[more[i].mask], p ? FF_PRECISION_BF16_MIXED : FF_PRECISION_FP32,
+                            more[i].desc) == FF_OK;
+    for (int p = 0; world == 8 && p < 2; p++)
+        refusals(ctx, keep[0], p ? FF_PRECISION_BF16_MIXED : FF_PRECISION_FP32);
     if (rank == 0)
         printf(
             "%d grids: SAMO bitwise masked training (losses, norms, parameters, gradients, "
@@ -468,7 +513,7 @@ int main(int argc, char **argv)
             "weights per replica, ring), the model state of the formula and what the allocator has "
             "live as it says, on every rank\n",
             ran, STEPS, kept[0]);
-    CHECK(ran >= 26 || world != 8, "only %d grids of 8 passed", ran);
+    CHECK(ran >= 52 || world != 8, "only %d grids of 8 (fp32 and bf16-mixed) passed", ran);
     for (int i = 0; i < 3; i++)
         free(keep[i]);
     ff_ctx_destroy(ctx);

@@ -70,6 +70,10 @@ int64_t ff_gemm_panel_height(const ff_gemm *g, int64_t n, int64_t k);
 const char *ff_gemm_mode_name(int mode);
 /* Prints one line per tuned shape: name, shape, mode chosen, time of each. */
 void ff_gemm_report(const ff_gemm *g, FILE *out);
+/* Bytes of the scratch the explicit-transpose modes hold (they grow to the
+ * largest operand they transposed and are kept) and of the bf16 products'
+ * operands (ff_gemm_set_bf16's): not in ff_gpt_memory. */
+size_t ff_gemm_scratch_bytes(const ff_gemm *g);
 /* Flops and seconds spent in ff_gemm_run since creation (or reset). */
 void ff_gemm_totals(const ff_gemm *g, double *flops, double *seconds);
 void ff_gemm_totals_reset(ff_gemm *g);
@@ -99,6 +103,8 @@ int ff_bf16_gemm_run(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b
  * without oneDNN. */
 const char *ff_bf16_gemm_impl(const ff_bf16_gemm *h);
 void ff_bf16_gemm_totals(const ff_bf16_gemm *h, double *flops, double *seconds);
+/* Bytes of the operands' bf16 buffers h keeps (grown to the largest). */
+size_t ff_bf16_gemm_scratch_bytes(const ff_bf16_gemm *h);
 /* Overrides the panel height (0: ff_gemm_panel_rows, as ff_gemm_run's). */
 void ff_bf16_gemm_set_panel_rows(ff_bf16_gemm *h, int64_t rows);
 /* bf16-mixed precision: with h set (NULL: none; not owned), the products

@@ -233,7 +233,8 @@ int ff_gpt_grads(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n
 /* The global gradient norm, each parameter counted once. */
 int ff_gpt_grad_norm(ff_gpt *g, float *norm);
 /* AdamW update of the local shards (step: 0-based), gradients scaled by
- * grad_scale (clipping) first. */
+ * grad_scale (clipping) first; with a mask the pruned parameters are then
+ * set to zero again, and in bf16-mixed the bf16 copy is made. */
 int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale);
 
 typedef struct {

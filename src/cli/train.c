@@ -715,8 +715,12 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
         ROW("mask", "%.1f MiB (masked training: the mask and the packed all-reduces)",
             mem.mask * mib);
     if (ff_gpt_is_samo(g))
-        ROW("SAMO", "%zu kept weights compressed on this rank; their offsets %.1f MiB",
-            mem.mask / sizeof(uint32_t), mem.mask * mib);
+        ROW("SAMO",
+            "%zu kept weights compressed on this rank (%sgradient, moments); offsets %.1f MiB; "
+            "model state %.1f MiB",
+            mem.mask / sizeof(uint32_t),
+            o->gpt.precision == FF_PRECISION_BF16_MIXED ? "master, " : "", mem.mask * mib,
+            (mem.params + mem.grads + mem.adam + mem.mask) * mib);
     if (strcmp(ff_ctx_device(ff_grid_ctx(grid)), "cpu") != 0)
         ROW("sgemm per rank", "%.1f GFLOP/s (cuBLAS fp32 4096^3 on the GPU)", ti.sgemm_rate * 1e-9);
     else {

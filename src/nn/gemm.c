@@ -105,6 +105,11 @@ int64_t ff_gemm_panel_rows(int64_t m, int64_t n, int64_t k)
     return rows >= m ? (m > 0 ? m : 1) : rows;
 }
 
+size_t ff_gemm_scratch_bytes(const ff_gemm *g)
+{
+    return (g->cap_a + g->cap_b + g->cap_c) * sizeof(float) + ff_bf16_gemm_scratch_bytes(g->bf16);
+}
+
 static int grow(ff_gemm *g, float **buf, size_t *cap, size_t elems)
 {
     if (*cap >= elems)

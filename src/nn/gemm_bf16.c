@@ -251,7 +251,18 @@ void ff_bf16_gemm_totals(const ff_bf16_gemm *h, double *flops, double *seconds)
     *flops = h->flops, *seconds = h->seconds;
 }
 
+size_t ff_bf16_gemm_scratch_bytes(const ff_bf16_gemm *h)
+{
+    return h ? (h->cap_a + h->cap_b) * sizeof(uint16_t) : 0;
+}
+
 #else /* built without oneDNN */
+
+size_t ff_bf16_gemm_scratch_bytes(const ff_bf16_gemm *h)
+{
+    (void)h;
+    return 0;
+}
 
 struct ff_bf16_gemm {
     int unused;

@@ -285,7 +285,8 @@ static float *view_at(const ff_gpt *g, float *base, int rest_only, int rest, siz
  * replicas), then positions and the routers (decayed), the final LayerNorm
  * and each block's LayerNorms and layout-Y biases, then the layout-X
  * biases. Returns the size. With rest_only (a SAMO run's gradients) base
- * holds [n_zsharded, n_params) only and the Z-sharded views are NULL. */
+ * (or a bf16-mixed SAMO run's compressed master) base holds [0, samo_zc0)
+ * and [n_zsharded, n_params) only and the other Z-sharded views are NULL. */
 static size_t layout(ff_gpt *g, float *base, int rest_only, ff_gpt_views *v)
 {
     const int L = g->nb, E = g->E;
@@ -293,8 +294,10 @@ static size_t layout(ff_gpt *g, float *base, int rest_only, ff_gpt_views *v)
     int rest = 0; /* past the Z-sharded weights */
     float **w, **b;
 #define VIEW(field, n) ((field) = view_at(g, base, rest_only, rest, off), off += (size_t)(n))
-    if (g->wte)
+    if (g->wte) {
+        g->woff[0] = off;
         VIEW(v->wte, ff_linear_local_sizes(g->wte).w_shard);
+    }
     for (int pass = 0; pass < 2; pass++) /* the blocks' own layers, then the experts */
         for (int l = 0; l < L; l++) {
             size_t *boff = pass ? g->ebucket_off : g->bucket_off;
@@ -304,6 +307,7 @@ static size_t layout(ff_gpt *g, float *base, int rest_only, ff_gpt_views *v)
                 if ((i >= 2 && g->is_moe[l]) != pass)
                     continue;
                 ff_gpt_lin_views(g, v, l, i, &w, &b);
+                g->woff[g->layer0[l] + i] = off;
                 VIEW(*w, ff_linear_local_sizes(ff_gpt_block_lin(g, l, i)).w_shard);
             }
             blen[l] = off - boff[l];
@@ -360,23 +364,27 @@ static size_t layout(ff_gpt *g, float *base, int rest_only, ff_gpt_views *v)
 
 void ff_gpt_bind_views(ff_gpt *g)
 {
-    layout(g, g->params, 0, &g->pv);
+    layout(g, g->params, g->samo_p && !g->samo_dense, &g->pv);
     layout(g, g->grads, g->samo, &g->gv);
     int n = 0;
     for (int l = 0; l < g->nb; l++)
         for (int e = 0; g->is_moe[l] && e < g->E; e++)
             g->router_rows[n++] = g->pv.routerw[l] + (int64_t)e * g->cy;
+    /* (a weight whose master is compressed has no dense shard: the layer
+     * holds its bf16 copy, which is all it reads) */
     if (g->wte) {
-        ff_linear_bind(g->wte, g->pv.wte, NULL, g->gv.wte, NULL);
-        ff_linear_bind_used(g->wte, ff_gpt_used_weight(g, g->pv.wte));
+        float *used = ff_gpt_used_weight(g, g->pv.wte, g->woff[0]);
+        ff_linear_bind(g->wte, g->pv.wte ? g->pv.wte : used, NULL, g->gv.wte, NULL);
+        ff_linear_bind_used(g->wte, used);
     }
     float **w, **b, **dw, **db;
     for (int l = 0; l < g->nb; l++)
         for (int i = 0; i < ff_gpt_block_nlin(g, l); i++) {
             ff_gpt_lin_views(g, &g->pv, l, i, &w, &b);
             ff_gpt_lin_views(g, &g->gv, l, i, &dw, &db);
-            ff_linear_bind(ff_gpt_block_lin(g, l, i), *w, *b, *dw, *db);
-            ff_linear_bind_used(ff_gpt_block_lin(g, l, i), ff_gpt_used_weight(g, *w));
+            float *used = ff_gpt_used_weight(g, *w, g->woff[g->layer0[l] + i]);
+            ff_linear_bind(ff_gpt_block_lin(g, l, i), *w ? *w : used, *b, *dw, *db);
+            ff_linear_bind_used(ff_gpt_block_lin(g, l, i), used);
         }
     if (!g->samo)
         return;
@@ -385,9 +393,7 @@ void ff_gpt_bind_views(ff_gpt *g)
     for (int l = -1; l < g->nb; l++)
         for (int i = 0; i < (l < 0 ? g->wte && !g->samo_zc0 : ff_gpt_block_nlin(g, l)); i++) {
             ff_linear *lin = l < 0 ? g->wte : ff_gpt_block_lin(g, l, i);
-            if (l >= 0)
-                ff_gpt_lin_views(g, &g->pv, l, i, &w, &b);
-            const size_t a = (size_t)((l < 0 ? g->pv.wte : *w) - g->params);
+            const size_t a = g->woff[l < 0 ? 0 : g->layer0[l] + i];
             const size_t k0 = ff_gpt_samo_lower(g, a);
             const size_t k1 = ff_gpt_samo_lower(g, a + ff_linear_local_sizes(lin).w_shard);
             ff_linear_bind_sparse(lin, g->samo_idx + k0, k1 - k0, (uint32_t)a, g->samo_g + k0);
@@ -726,6 +732,11 @@ static int gpt_create_local(ff_gpt *g)
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
     if ((rc = create_layers(g)) || (rc = plan_layers(g)) || (rc = build_programs(g)))
         return rc;
+    size_t n_lin = g->wte != NULL;
+    for (int l = 0; l < g->nb; l++)
+        n_lin += (size_t)ff_gpt_block_nlin(g, l);
+    if (!(g->woff = calloc(n_lin ? n_lin : 1, sizeof(size_t))))
+        return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model");
     ff_gpt_views counted = g->pv; /* the same arrays; pointers are reset by ff_gpt_bind_views */
     g->n_params = layout(g, NULL, 0, &counted);
     rc = alloc_buffers(g);
@@ -810,6 +821,8 @@ void ff_gpt_destroy(ff_gpt *g)
         g->resid = g->grad_in = g->grad_out = NULL;
     ff_linear_seq_destroy(g->seq);
     ff_bf16_gemm_destroy(g->bf16mm); /* (the sequence's tuner used it) */
+    if (g->samo_prest == g->params)  /* (else a dense master of the moment is params) */
+        g->samo_prest = NULL;
     ff_fbuf_free(g->params), ff_fbuf_free(g->grads), ff_fbuf_free(g->wbf16);
     ff_fbuf_free(g->adam_m), ff_fbuf_free(g->adam_v);
     ff_fbuf_free(g->resid), ff_fbuf_free(g->grad_in), ff_fbuf_free(g->grad_out);
@@ -837,8 +850,9 @@ void ff_gpt_destroy(ff_gpt *g)
     ff_fbuf_free(g->norm_part);
     ff_fbuf_free(g->mask);
     free(g->pack_idx), free(g->pack_off), ff_fbuf_free(g->pack_buf);
-    free(g->samo_idx);
+    free(g->samo_idx), free(g->woff);
     ff_fbuf_free(g->samo_g), ff_fbuf_free(g->samo_m), ff_fbuf_free(g->samo_v);
+    ff_fbuf_free(g->samo_p), ff_fbuf_free(g->samo_prest);
     ff_gpt_views *vs[2] = {&g->pv, &g->gv};
     for (int b = 0; b < 2; b++) {
         float **arrs[VIEW_ARRAYS] = {
@@ -868,7 +882,11 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
 {
     const ff_gpt_config *c = &g->cfg;
     const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * (float)c->L);
-    int rc = g->wte ? ff_linear_init(g->wte, seed, std) : FF_OK;
+    int rc = ff_gpt_samo_master_dense(g); /* (bf16-mixed SAMO: written dense, then compressed) */
+    if (rc)
+        return rc;
+    if (g->wte)
+        rc = ff_linear_init(g->wte, seed, std);
     /* padded vocabulary rows stay zero (NK: canonical index = v * C + c) */
     size_t wte_shard = g->wte ? ff_linear_local_sizes(g->wte).w_shard : 0;
     for (size_t e = 0; e < wte_shard; e++)
@@ -902,9 +920,13 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
     for (int k = 0; k < 4; k++)
         if (moments[k])
             memset(moments[k], 0, (k < 2 ? ff_gpt_moment_state(g) : g->samo_k) * sizeof(float));
-    if (g->samo)
-        ff_gpt_samo_zero_pruned(g);
-    ff_gpt_bf16_weights(g);
+    if (g->samo_dense) {
+        ff_gpt_samo_master_compress(g, 1);
+    } else {
+        if (g->samo)
+            ff_gpt_samo_zero_pruned(g);
+        ff_gpt_bf16_weights(g);
+    }
     return rc;
 }
 
@@ -1206,7 +1228,7 @@ static double sum_losses(const ff_gpt *g)
 static void dp_range(const ff_gpt *g, int r, size_t *off, size_t *len)
 {
     if (r == 2 * g->nb) {
-        *off = g->wte ? (size_t)(g->pv.wte - g->params) : 0;
+        *off = 0; /* (wte's shard comes first) */
         *len = g->wte ? ff_linear_local_sizes(g->wte).w_shard : 0;
     } else {
         *off = r % 2 ? g->ebucket_off[r / 2] : g->bucket_off[r / 2];
@@ -1419,9 +1441,8 @@ static int tie_embedding(ff_gpt *g)
     size_t n = ff_linear_local_sizes(g->wte).w_shard;
     float *own = g->gv.wte;
     if (g->samo && !g->samo_zc0) { /* the kept entries: the same on both copies */
-        const size_t a = (size_t)(g->pv.wte - g->params), k0 = ff_gpt_samo_lower(g, a);
-        own = g->samo_g + k0;
-        n = ff_gpt_samo_lower(g, a + n) - k0;
+        own = g->samo_g;           /* (wte's shard comes first) */
+        n = ff_gpt_samo_lower(g, n);
     }
     const int peer = g->first ? g->P - 1 : 0;
     ff_request *req[2] = {NULL, NULL};

@@ -167,6 +167,18 @@ struct ff_gpt {
     uint32_t *samo_idx;
     size_t samo_k, samo_zc0;
     float *samo_g, *samo_m, *samo_v;
+    /* SAMO in bf16-mixed (docs/samo.md, the dissertation's eq. 4.1): the
+     * products read the bf16 copy, so the fp32 master of the compressed
+     * weights is compressed too, samo_p (samo_k floats); params then holds
+     * [0, samo_zc0) and [n_zsharded, n_params) only (samo_prest), but while
+     * samo_dense a dense master made for a moment (an initialisation, a
+     * scatter, a gather: ff_gpt_samo_master_dense) */
+    float *samo_p, *samo_prest;
+    int samo_dense;
+    /* the Z-sharded offset of each linear layer's weight shard, in the
+     * program's numbering (wte 0 where the stage has it, then block l's
+     * layers from layer0[l]); set by the layout */
+    size_t *woff;
     /* ZeRO over D (gpt_zero.c; NULL: off, or nothing to shard with Gd = 1):
      * the moments hold the rank's slices only, ff_gpt_zero_state floats */
     struct ff_gpt_zero *zr;
@@ -187,6 +199,12 @@ static inline float *ff_gpt_rest(const ff_gpt *g, float *buf, size_t off)
 {
     return buf + (off - (g->samo ? g->n_zsharded - g->samo_zc0 : 0));
 }
+/* Entries of the flat buffer of parameters: the dense state's and, in
+ * bf16-mixed SAMO, the compressed master's (see samo_p). */
+static inline size_t ff_gpt_param_state(const ff_gpt *g)
+{
+    return g->samo_p ? g->samo_zc0 + g->n_params - g->n_zsharded + g->samo_k : g->n_params;
+}
 /* Entries of the dense flat buffers of gradients and moments. */
 static inline size_t ff_gpt_dense_state(const ff_gpt *g)
 {
@@ -194,18 +212,20 @@ static inline size_t ff_gpt_dense_state(const ff_gpt *g)
 }
 /* bf16-mixed precision (gpt_precision.c): checks g->opt.precision and what
  * the model refuses in it, and sets the layers' bf16 option; the bf16 copy
- * of the Z-sharded weights (allocated after the flat buffers); the copy's
- * view of a master view (the master itself in fp32); the copy step; and
- * FF_EUNSUPPORTED naming `what` in bf16-mixed (FF_OK in fp32). */
+ * of the Z-sharded weights (allocated after the flat buffers); what a
+ * layer whose weight shard is at Z-sharded offset off reads (the copy
+ * there, or the master itself in fp32); the copy step, of all of it or of
+ * n entries at off from their master values, or +0 there. */
 int ff_gpt_precision_check(ff_gpt *g);
 int ff_gpt_bf16_alloc(ff_gpt *g);
 /* After the buffers (rc: their allocation's code, agreed here first): the
  * products' path, timed and agreed over the ranks for AUTO, handed to the
  * layers' tuner. FF_OK at once in fp32. */
 int ff_gpt_bf16_choose(ff_gpt *g, int rc);
-float *ff_gpt_used_weight(const ff_gpt *g, float *master);
+float *ff_gpt_used_weight(const ff_gpt *g, float *master, size_t off);
 void ff_gpt_bf16_weights(ff_gpt *g);
-int ff_gpt_refuse_mixed(ff_gpt *g, const char *what);
+void ff_gpt_bf16_weights_at(ff_gpt *g, size_t off, const float *master, size_t n);
+void ff_gpt_bf16_zero(ff_gpt *g, size_t off, size_t n);
 /* ---- ZeRO over D (gpt_zero.c, docs/design.md) ---- */
 typedef struct ff_gpt_zero ff_gpt_zero;
 /* Refuses a zero level other than 0, 1, 2 (FF_EINVAL) and what ZeRO does
@@ -265,6 +285,15 @@ void ff_gpt_samo_zero_pruned(ff_gpt *g);
  * moment (ff_fbuf_free it), or a compressed buffer set from a dense one. */
 float *ff_gpt_samo_expand(ff_gpt *g, ff_gpt_buffer which);
 void ff_gpt_samo_compress(ff_gpt *g, ff_gpt_buffer which, const float *dense);
+/* SAMO in bf16-mixed: the dense master made for a moment (params and its
+ * views dense; FF_ENOMEM agreed on every rank), then compressed back into
+ * samo_p and the dense rest, the pruned weights +0 and the bf16 copy made
+ * (`changed`: after an initialisation or a scatter). FF_OK and nothing to
+ * do without a compressed master. */
+int ff_gpt_samo_master_dense(ff_gpt *g);
+void ff_gpt_samo_master_compress(ff_gpt *g, int changed);
+/* SAMO in bf16-mixed: the bf16 copy from the compressed master, pruned +0. */
+void ff_gpt_samo_bf16_weights(ff_gpt *g);
 /* This rank's shard of wte in flat buffer `which`, *n floats (gpt_io.c):
  * NULL where its stage holds no wte, and for gradients and moments
  * compressed under SAMO. With stages the first and the last stage each

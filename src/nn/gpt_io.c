@@ -154,7 +154,9 @@ void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m)
     memset(m, 0, sizeof *m);
     /* under SAMO the Z-sharded weights' gradient and moments are compressed */
     const size_t state = ff_gpt_dense_state(g) + g->samo_k;
-    m->params = (g->n_params + (g->wbf16 ? g->n_zsharded : 0)) * sizeof(float); /* (the bf16 copy) */
+    /* the fp32 master (compressed in bf16-mixed SAMO) and bf16-mixed's copy */
+    m->params = ff_gpt_param_state(g) * sizeof(float) +
+                (g->wbf16 ? g->n_zsharded * (size_t)FF_BF16_COPY_BYTES : 0);
     m->grads = state * sizeof(float);
     m->adam = 2 * (ff_gpt_moment_state(g) + g->samo_k) * sizeof(float); /* (ZeRO: slices) */
     const size_t packed = g->pack_idx ? g->pack_off[2 * g->nb + 1] : 0;
@@ -182,12 +184,12 @@ const float *ff_gpt_wte_shard(const ff_gpt *g, ff_gpt_buffer which, size_t *n)
 {
     *n = 0;
     const float *flat = flat_of((ff_gpt *)g, which);
-    if (!g->wte || !flat || (g->samo && which != FF_GPT_PARAMS && g->samo_zc0 == 0))
+    if (!g->wte || !flat || (g->samo && (which != FF_GPT_PARAMS || g->samo_p) && g->samo_zc0 == 0))
         return NULL;
     *n = ff_linear_local_sizes(g->wte).w_shard;
-    /* wte's shard is the first of the Z-sharded weights, at the same offset
-     * in every flat buffer (under SAMO a dense wte comes first there too) */
-    return flat + (g->pv.wte - g->params);
+    /* wte's shard is the first of the Z-sharded weights, at offset 0 in
+     * every flat buffer (under SAMO a dense wte comes first there too) */
+    return flat;
 }
 
 /* ---- the parameters in layout Y (positions and LayerNorms) -----------------
@@ -488,8 +490,31 @@ static int scatter_flat(ff_gpt *g, ff_gpt_buffer which, float *flat, const float
 }
 
 /* Under SAMO the gradients and moments (and the mask) travel through a
- * dense copy made for the transfer (docs/samo.md: a checkpoint's moment). */
+ * dense copy made for the transfer (docs/samo.md: a checkpoint's moment),
+ * and in bf16-mixed the master too: every transfer then runs on the dense
+ * master's views, whose offsets are the dense buffers'. */
+static int gather_any(ff_gpt *g, ff_gpt_buffer which, float *canon, int root);
+static int scatter_any(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root);
+
 int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
+{
+    int rc = ff_gpt_samo_master_dense(g);
+    if (rc == FF_OK)
+        rc = gather_any(g, which, canon, root);
+    ff_gpt_samo_master_compress(g, 0);
+    return rc;
+}
+
+int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
+{
+    int rc = ff_gpt_samo_master_dense(g);
+    if (rc == FF_OK)
+        rc = scatter_any(g, which, canon, root);
+    ff_gpt_samo_master_compress(g, rc == FF_OK && which == FF_GPT_PARAMS);
+    return rc;
+}
+
+static int gather_any(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 {
     if (g->zr && which != FF_GPT_PARAMS && which != FF_GPT_MASK) { /* ZeRO: the slices gathered */
         float *flat = NULL, *full = NULL;
@@ -510,7 +535,7 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
     return rc;
 }
 
-int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
+static int scatter_any(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
 {
     if (g->zr && which != FF_GPT_PARAMS && which != FF_GPT_MASK) { /* ZeRO: the slices kept */
         float *flat = NULL, *full = NULL;
@@ -523,6 +548,9 @@ int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
     }
     if (!g->samo || which == FF_GPT_PARAMS) {
         int rc = scatter_flat(g, which, NULL, canon, root);
+        if (g->samo_dense) /* (compressed by the caller: pruned weights stay pruned, the copy made)
+                            */
+            return rc;
         if (rc == FF_OK && g->samo) /* pruned weights stay pruned */
             ff_gpt_samo_zero_pruned(g);
         if (rc == FF_OK && which == FF_GPT_PARAMS)
@@ -729,12 +757,17 @@ int ff_gpt_load(ff_gpt *g, const char *path)
  * before the file is known to match it). */
 static int check_against_file(ff_ctx *ctx, const char *path, FILE *f, const int32_t *h)
 {
-    const ff_gpt_config c = {.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6],
-                             .Vp = h[7], .experts = h[0] == MAGIC_MOE ? h[8] : 0,
+    const ff_gpt_config c = {.maxT = h[2],
+                             .V = h[3],
+                             .L = h[4],
+                             .NH = h[5],
+                             .C = h[6],
+                             .Vp = h[7],
+                             .experts = h[0] == MAGIC_MOE ? h[8] : 0,
                              .expert_every = h[0] == MAGIC_MOE ? h[9] : 1};
     const int top_k = h[0] == MAGIC_MOE ? h[10] : 1;
-    if (c.maxT < 1 || c.V < 1 || c.L < 1 || c.NH < 1 || c.C < 1 || c.Vp < c.V ||
-        c.C % c.NH != 0 || top_k < 1 || (c.experts > 0 && top_k > c.experts))
+    if (c.maxT < 1 || c.V < 1 || c.L < 1 || c.NH < 1 || c.C < 1 || c.Vp < c.V || c.C % c.NH != 0 ||
+        top_k < 1 || (c.experts > 0 && top_k > c.experts))
         return ff_set_error(ctx, FF_ECORRUPT,
                             "checkpoint '%s' has an impossible shape in its header (maxT=%d V=%d "
                             "L=%d NH=%d C=%d Vp=%d%s)",

@@ -185,13 +185,15 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
         w.n_decay = z0; /* (wte is decayed) */
         if (z0 && !ff_dev_pass(g->ctx, FF_PASS_ADAMW, (int64_t)z0, &w))
             ff_team_run(g->ctx->team, (int64_t)z0, 1 << 14, adamw_range, &w);
-        j.p += g->n_zsharded;
+        j.p += g->samo_p ? z0 : g->n_zsharded; /* (bf16-mixed: the master's dense rest) */
         j.m += z0, j.v += z0, j.gr += z0;
         j.n_decay -= g->n_zsharded;
         n -= (int64_t)g->n_zsharded;
     }
     if (!ff_dev_pass(g->ctx, FF_PASS_ADAMW, n, &j))
         ff_team_run(g->ctx->team, n, 1 << 14, adamw_range, &j);
+    if (g->mask) /* pruned weights stay exactly zero, in the bf16 copy too */
+        ff_mul(g->ctx, g->params, g->params, g->mask, (int64_t)g->n_params);
     ff_gpt_bf16_weights(g);
     return FF_OK;
 }
@@ -268,10 +270,7 @@ int ff_gpt_step_agreed(ff_gpt *g, int local_rc, const int32_t *tokens, const int
         if (coef < 1.0f)
             scale = coef;
     }
-    int rc2 = ff_gpt_adamw_update(g, h, step, scale);
-    if (rc2 == FF_OK && g->mask) /* and stay exactly zero */
-        ff_mul(g->ctx, g->params, g->params, g->mask, (int64_t)g->n_params);
-    return rc2;
+    return ff_gpt_adamw_update(g, h, step, scale); /* (a mask applied there) */
 }
 
 int ff_gpt_eval(ff_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss)

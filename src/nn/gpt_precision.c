@@ -66,14 +66,6 @@ int ff_gpt_precision_check(ff_gpt *g)
     return FF_OK;
 }
 
-int ff_gpt_refuse_mixed(ff_gpt *g, const char *what)
-{
-    if (g->opt.precision == FF_PRECISION_FP32)
-        return FF_OK;
-    return ff_set_error(g->ctx, FF_EUNSUPPORTED, "%s in bf16-mixed precision: not supported yet",
-                        what);
-}
-
 int ff_gpt_bf16_alloc(ff_gpt *g)
 {
     if (g->opt.precision != FF_PRECISION_BF16_MIXED)
@@ -83,19 +75,33 @@ int ff_gpt_bf16_alloc(ff_gpt *g)
     return FF_OK;
 }
 
-float *ff_gpt_used_weight(const ff_gpt *g, float *master)
+float *ff_gpt_used_weight(const ff_gpt *g, float *master, size_t off)
 {
-    return g->wbf16 && master ? g->wbf16 + (master - g->params) : master;
+    return g->wbf16 ? g->wbf16 + off : master;
 }
 
 /* The copy step of the recipe: after every change of the master weights
  * (initialization, a scatter or load, each optimizer step) the Z-sharded
  * weights' bf16 values, which the layers multiply and gather. (The
- * emulation keeps them widened to fp32 words, as the BLAS reads them.) */
+ * emulation keeps them widened to fp32 words, as the BLAS reads them:
+ * FF_BF16_COPY_BYTES.) Under SAMO with its compressed master, from that
+ * (samo.c). */
 void ff_gpt_bf16_weights(ff_gpt *g)
 {
-    if (g->wbf16)
+    if (g->samo_p && !g->samo_dense)
+        ff_gpt_samo_bf16_weights(g);
+    else if (g->wbf16)
         ff_bf16_round_copy(g->wbf16, g->params, g->n_zsharded);
+}
+
+void ff_gpt_bf16_weights_at(ff_gpt *g, size_t off, const float *master, size_t n)
+{
+    ff_bf16_round_copy(g->wbf16 + off, master, n);
+}
+
+void ff_gpt_bf16_zero(ff_gpt *g, size_t off, size_t n)
+{
+    memset(g->wbf16 + off, 0, n * sizeof(float));
 }
 
 /* The products' path (ff_bf16_products). AUTO times both on the model's

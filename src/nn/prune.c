@@ -354,8 +354,6 @@ int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
                                                  g->opt.zero));
     if (MPI_Bcast(&any, 1, MPI_INT, root, ff_ctx_comm(g->ctx)) != MPI_SUCCESS)
         return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EMPI, "MPI_Bcast failed"));
-    if (any && g->opt.precision != FF_PRECISION_FP32) /* (the same on every rank) */
-        return ff_ctx_agree(g->ctx, ff_gpt_refuse_mixed(g, "a pruning mask (masked training, SAMO)"));
     if (!any) {
         ff_fbuf_free(g->mask);
         g->mask = NULL;
@@ -390,6 +388,7 @@ int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
         for (size_t i = 0; bufs[k] && i < g->n_params; i++)
             if (g->mask[i] == 0.0f)
                 bufs[k][i] = 0.0f;
+    ff_gpt_bf16_weights(g); /* bf16-mixed: the products see them zero too */
     return FF_OK;
 }
 

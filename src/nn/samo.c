@@ -87,10 +87,11 @@ static void adamw_samo_range(void *arg, int64_t k0, int64_t k1, int th)
     const uint32_t *restrict idx = s->g->samo_idx;
     float *restrict m = s->g->samo_m, *restrict v = s->g->samo_v, *restrict p = j->p;
     const float *restrict gr = s->g->samo_g;
+    float *restrict pc = s->g->samo_p; /* bf16-mixed: the compressed master */
     for (int64_t k = k0; k < k1; k++) {
         const uint32_t i = idx[k];
-        ff_adamw_at(&p[i], &m[k], &v[k], gr[k] * j->grad_scale, j->b1, j->b2, j->bc1, j->bc2, j->lr,
-                    j->eps, i < j->n_decay ? j->wd : 0.0f);
+        ff_adamw_at(pc ? &pc[k] : &p[i], &m[k], &v[k], gr[k] * j->grad_scale, j->b1, j->b2, j->bc1,
+                    j->bc2, j->lr, j->eps, i < j->n_decay ? j->wd : 0.0f);
     }
 }
 
@@ -148,6 +149,8 @@ void ff_gpt_samo_compress(ff_gpt *g, ff_gpt_buffer which, const float *d)
 
 void ff_gpt_samo_zero_pruned(ff_gpt *g)
 {
+    if (g->samo_p && !g->samo_dense)
+        return; /* (a compressed master has no pruned entries) */
     size_t i = g->samo_zc0;
     for (size_t k = 0; k <= g->samo_k; k++) {
         const size_t next = k < g->samo_k ? g->samo_idx[k] : g->n_zsharded;
@@ -155,6 +158,81 @@ void ff_gpt_samo_zero_pruned(ff_gpt *g)
             g->params[i] = 0.0f;
         i = next + 1;
     }
+}
+
+/* ---- bf16-mixed: the compressed master -------------------------------------------- */
+
+/* The copy the products read (the dissertation's §4.1.3: "expand" the
+ * compressed master's bf16 values into the uncompressed bf16 weights):
+ * wte's dense shard, then, block by block of [samo_zc0, n_zsharded) on the
+ * team, +0 over the block and each run of consecutive kept entries rounded
+ * into its place; all of the copy is written. */
+enum { COPY_BLOCK = 1 << 16 };
+
+static void copy_blocks(void *arg, int64_t b0, int64_t b1, int th)
+{
+    (void)th;
+    ff_gpt *g = arg;
+    const uint32_t *idx = g->samo_idx;
+    for (int64_t bl = b0; bl < b1; bl++) {
+        const size_t lo = g->samo_zc0 + (size_t)bl * COPY_BLOCK;
+        const size_t hi = lo + COPY_BLOCK < g->n_zsharded ? lo + COPY_BLOCK : g->n_zsharded;
+        ff_gpt_bf16_zero(g, lo, hi - lo);
+        for (size_t a = ff_gpt_samo_lower(g, lo), k1 = ff_gpt_samo_lower(g, hi), b; a < k1; a = b) {
+            for (b = a + 1; b < k1 && idx[b] == idx[b - 1] + 1;)
+                b++;
+            ff_gpt_bf16_weights_at(g, idx[a], g->samo_p + a, b - a);
+        }
+    }
+}
+
+void ff_gpt_samo_bf16_weights(ff_gpt *g)
+{
+    ff_gpt_bf16_weights_at(g, 0, g->params, g->samo_zc0); /* (params' first entries) */
+    const size_t n = g->n_zsharded - g->samo_zc0;
+    ff_team_run(g->ctx->team, (int64_t)((n + COPY_BLOCK - 1) / COPY_BLOCK), 1, copy_blocks, g);
+}
+
+int ff_gpt_samo_master_dense(ff_gpt *g)
+{
+    if (!g->samo_p || g->samo_dense)
+        return FF_OK; /* (the same on every rank) */
+    float *d = ff_fbuf_alloc(g->ctx, g->n_params);
+    int rc = ff_ctx_agree(g->ctx, d ? FF_OK
+                                    : ff_set_error(g->ctx, FF_ENOMEM,
+                                                   "out of memory for a dense copy of the model's "
+                                                   "master weights"));
+    if (rc) {
+        ff_fbuf_free(d);
+        return rc;
+    }
+    const size_t nz = g->n_zsharded, z0 = g->samo_zc0;
+    memcpy(d, g->samo_prest, z0 * sizeof(float));
+    memcpy(d + nz, g->samo_prest + z0, (g->n_params - nz) * sizeof(float));
+    for (size_t k = 0; k < g->samo_k; k++) /* (the pruned ones: ff_fbuf_alloc's zeros) */
+        d[g->samo_idx[k]] = g->samo_p[k];
+    g->params = d;
+    g->samo_dense = 1;
+    ff_gpt_bind_views(g);
+    return FF_OK;
+}
+
+void ff_gpt_samo_master_compress(ff_gpt *g, int changed)
+{
+    if (!g->samo_dense)
+        return;
+    float *d = g->params;
+    const size_t nz = g->n_zsharded, z0 = g->samo_zc0;
+    for (size_t k = 0; k < g->samo_k; k++)
+        g->samo_p[k] = d[g->samo_idx[k]];
+    memcpy(g->samo_prest, d, z0 * sizeof(float));
+    memcpy(g->samo_prest + z0, d + nz, (g->n_params - nz) * sizeof(float));
+    g->params = g->samo_prest;
+    g->samo_dense = 0;
+    ff_fbuf_free(d);
+    ff_gpt_bind_views(g);
+    if (changed)
+        ff_gpt_samo_bf16_weights(g);
 }
 
 /* ---- switching on ----------------------------------------------------------------- */
@@ -206,20 +284,24 @@ int ff_gpt_samo(ff_gpt *g)
     const size_t nr = z0 + g->n_params - nz; /* the dense state */
     for (size_t i = z0; i < nz; i++)
         k += g->mask[i] != 0.0f;
-    const int moments = g->adam_m != NULL;
+    const int moments = g->adam_m != NULL, master = g->wbf16 != NULL;
     uint32_t *idx = malloc((k ? k : 1) * sizeof *idx);
     float *sg = ff_fbuf_alloc(g->ctx, k), *gr = ff_fbuf_alloc(g->ctx, nr);
+    /* bf16-mixed: the products read the bf16 copy, so the master of the
+     * compressed weights is compressed too (the dissertation's eq. 4.1) */
+    float *sp = master ? ff_fbuf_alloc(g->ctx, k) : NULL,
+          *pr = master ? ff_fbuf_alloc(g->ctx, nr) : NULL;
     float *sm = moments ? ff_fbuf_alloc(g->ctx, k) : NULL,
           *sv = moments ? ff_fbuf_alloc(g->ctx, k) : NULL;
     float *rm = moments ? ff_fbuf_alloc(g->ctx, nr) : NULL,
           *rv = moments ? ff_fbuf_alloc(g->ctx, nr) : NULL;
-    int local = idx && sg && gr && (!moments || (sm && sv && rm && rv))
+    int local = idx && sg && gr && (!moments || (sm && sv && rm && rv)) && (!master || (sp && pr))
                     ? FF_OK
                     : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for SAMO's compressed states");
     if ((rc = ff_ctx_agree(g->ctx, local))) {
         free(idx);
-        float *made[6] = {sg, gr, sm, sv, rm, rv};
-        for (int i = 0; i < 6; i++)
+        float *made[8] = {sg, gr, sm, sv, rm, rv, sp, pr};
+        for (int i = 0; i < 8; i++)
             ff_fbuf_free(made[i]);
         return rc;
     }
@@ -237,6 +319,14 @@ int ff_gpt_samo(ff_gpt *g)
         ff_fbuf_free(g->adam_m), ff_fbuf_free(g->adam_v);
         g->adam_m = rm, g->adam_v = rv, g->samo_m = sm, g->samo_v = sv;
     }
+    if (master) {
+        for (size_t n = 0; n < k; n++)
+            sp[n] = g->params[idx[n]];
+        memcpy(pr, g->params, z0 * sizeof(float));
+        memcpy(pr + z0, g->params + nz, (nr - z0) * sizeof(float));
+        ff_fbuf_free(g->params);
+        g->params = g->samo_prest = pr, g->samo_p = sp;
+    }
     ff_fbuf_free(g->grads);
     g->grads = gr; /* zero (ff_fbuf_alloc's), and so is sg */
     ff_fbuf_free(g->mask);
@@ -244,6 +334,7 @@ int ff_gpt_samo(ff_gpt *g)
     g->samo = 1;
     ff_gpt_pack_build(g); /* (frees the packing: the compressed ranges are packed) */
     ff_gpt_bind_views(g);
+    ff_gpt_bf16_weights(g); /* (from the compressed master: the masked run's copy) */
     return FF_OK;
 }
 

@@ -532,10 +532,16 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
         const double kept = params - (1 - s->keep) * matrices;
         if (s->samo) { /* the state of the kept entries, 32-bit offsets to the
                           matrices' (the embedding, kept whole, stays dense) */
-            r->mem_params = (a == 2 ? 2 * params + 4 * kept : 4 * params);
-            r->mem_grads = a * kept;
+            r->mem_params = 4 * params;
+            r->mem_grads = 4 * kept;
             r->mem_optimizer = 8 * kept;
             r->mem_mask = 4 * s->keep * matrices;
+            if (a == 2) { /* bf16-mixed as fourfold runs it (docs/samo.md): the
+                             fp32 master and gradients of the kept entries,
+                             the uncompressed copy of the Z-sharded weights */
+                r->mem_params =
+                    (double)FF_BF16_COPY_BYTES * (double)plan_zsharded_params(s) + 4 * kept;
+            }
         } else { /* a mask of every parameter; the packed all-reduces' offsets and values */
             const double zk = (double)plan_zsharded_params(s) - (1 - s->keep) * matrices;
             r->mem_mask = 4 * params + (s->g.d > 1 ? 8 * zk : 0);
@@ -552,8 +558,8 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
     } else if (s->samo) {
         /* SAMO with Gz = 1: a layer's products accumulate on a dense block
          * expanded from its compressed gradient (src/nn/linear.c), one at a
-         * time, the widest 4C x C */
-        buffers = a * 4 * C * C / (gx * gy);
+         * time, the widest 4C x C (fp32 gradients, in bf16-mixed too) */
+        buffers = 4 * 4 * C * C / (gx * gy);
     }
     r->mem_weight_buffers = buffers;
     /* per block: ln1, projection output, residual, ln2, MLP output, residual

@@ -621,9 +621,12 @@ static int maybe_samo(ff_trainer *t)
     ff_gpt_memory_report(t->g, &m);
     note(t,
          "SAMO from step %lld: %zu kept weights compressed on this rank, gradients, moments and "
-         "offsets %.1f MiB",
+         "offsets %.1f MiB, parameters %.1f MiB (%s)",
          (long long)t->st.step, m.mask / sizeof(uint32_t),
-         (double)(m.grads + m.adam + m.mask) / (1 << 20));
+         (double)(m.grads + m.adam + m.mask) / (1 << 20), (double)m.params / (1 << 20),
+         c->gpt.precision == FF_PRECISION_BF16_MIXED
+             ? "the compressed fp32 master and the dense bf16 copy"
+             : "dense: the products' weights");
     return FF_OK;
 }
 
