@@ -7,9 +7,9 @@
 # kept weights move; iterative pruning inside a run, resumed bit for bit from
 # a checkpoint that carries the mask, whose header records the pruned
 # fraction; SAMO (--samo) writes the masked run's
-# files bit for bit, in fp32 and in bf16-mixed, also resumed on the same and
-# on another grid and after iterative pruning; bad input gets one message and the same exit on every
-# rank (tests/cases.sh).
+# files bit for bit, in fp32 and in bf16-mixed, also resumed on the same
+# grid (bf16-mixed too), on another grid and after iterative pruning; bad
+# input gets one message and the same exit on every rank (tests/cases.sh).
 #   usage: prune_cli.sh FOURFOLD MPIEXEC
 set -u
 FF=$1 MPIEXEC=$2 NP=4
@@ -159,10 +159,11 @@ if cmp -s "$WORK/qm/model_00000004.bin" "$WORK/qmb/model_00000004.bin"; then
     echo "FAILED: the bf16-mixed masked run wrote the fp32 run's model"
     failures=$((failures + 1))
 fi
-for d in qs2 qs3 qm3; do
+for d in qs2 qs3 qm3 qsb2; do
     mkdir "$WORK/$d"
     src=$WORK/qs
     [ $d = qm3 ] && src=$WORK/qm
+    [ $d = qsb2 ] && src=$WORK/qsb
     for f in DONE_00000002 model_00000002.bin model_00000002.bin.mask state_00000002.bin log.jsonl; do
         cp "$src/$f" "$WORK/$d/"
     done
@@ -174,6 +175,9 @@ same_files "SAMO resumed at step 2 on 1x1x2x2" "$WORK/qs" "$WORK/qs2" 4
 step qs3 $MPI -np 4 "$FF" train $R --grid 2x1x1x2 --samo --out "$WORK/qs3"
 step qm3 $MPI -np 4 "$FF" train $R --grid 2x1x1x2 --out "$WORK/qm3"
 same_files "SAMO and masked resumed at step 2 on 2x1x1x2" "$WORK/qm3" "$WORK/qs3" 4
+step qsb2 $MPI -np 4 "$FF" train $R --grid 1x1x2x2 --precision bf16-mixed \
+    --bf16-products emulated --samo --out "$WORK/qsb2"
+same_files "bf16-mixed SAMO resumed at step 2 on 1x1x2x2" "$WORK/qsb" "$WORK/qsb2" 4
 # a pruned checkpoint is an ordinary model file: eval and sample read it
 step evs $MPI -np 2 "$FF" eval --grid 2x1x1x1 --checkpoint "$WORK/qs/model_00000004.bin" \
     --data "$WORK/run/corpus/fortunes_val.bin"

@@ -226,6 +226,17 @@ static int grow_touched(ff_gemm *g, float **buf, size_t *cap, size_t elems)
     return rc;
 }
 
+/* Fills x[0..n) with multiples of 2^-23 in [-1, 1), pseudo-random, the same on
+ * every call: operands whose sums round (docs/linear.md, "The GEMM tuner"). */
+static void probe_values(float *x, size_t n)
+{
+    uint64_t st = 0x9e3779b97f4a7c15u;
+    for (size_t i = 0; i < n; i++) {
+        st = st * 6364136223846793005u + 1442695040888963407u;
+        x[i] = (float)((int32_t)(st >> 40) - (1 << 23)) * 0x1p-23f;
+    }
+}
+
 /* Times every candidate on a scratch output and records the fastest of
  * those whose result equals the direct call's bit for bit (all of them with
  * OpenBLAS's AVX2 kernels; with its AVX-512 ones a small NN product goes to a
@@ -236,7 +247,15 @@ static int grow_touched(ff_gemm *g, float **buf, size_t *cap, size_t elems)
  * check), then TUNE_ROUNDS times in turn, and its fastest time counts:
  * timed once each on freshly allocated buffers, the first candidates paid
  * the page faults, and a 768x3072x256 weight gradient went to an explicit
- * transpose 18 % slower than the direct call (docs/linear.md). */
+ * transpose 18 % slower than the direct call (docs/linear.md). The
+ * candidates multiply operands of random values of full precision, not the
+ * caller's (but for a B larger than FF_GEMM_TUNE_MAX_ELEMS, the caller's B,
+ * by a random A): on the caller's operands two orders of
+ * summation can agree by chance (bf16-rounded values, whose products and
+ * short sums are exact; pruned weights, mostly zeros), and a mode admitted
+ * so would then give other bits on later data, and, being chosen by its
+ * time, not the same mode in every run (a resumed bf16-mixed run from a
+ * pruned checkpoint differed from the uninterrupted one). */
 enum { TUNE_ROUNDS = 1 };
 /* Another mode is chosen only when it beats the direct call by this much:
  * the near ties are timing noise, and a transposing mode moves more memory. */
@@ -268,11 +287,19 @@ static int tune_shape(ff_gemm *g, const char *name, int ta, int tb, int64_t m, i
     s->tuned_rows = rows;
     size_t elems = (size_t)(rows * n);
     float *ref = malloc(elems * sizeof(float) + 1), *scratch = malloc(elems * sizeof(float) + 1);
-    int rc =
-        ref && scratch ? FF_OK : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for GEMM tuning");
+    /* random operands: A always, B where it is no larger than the output */
+    const int probe_b = k * n <= FF_GEMM_TUNE_MAX_ELEMS;
+    float *probe = malloc((size_t)(rows * k + (probe_b ? k * n : 0)) * sizeof(float) + 1);
+    int rc = ref && scratch && probe
+                 ? FF_OK
+                 : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for GEMM tuning");
     if (rc == FF_OK) {
         memset(ref, 0, elems * sizeof(float));
         memset(scratch, 0, elems * sizeof(float));
+        probe_values(probe, (size_t)(rows * k + (probe_b ? k * n : 0)));
+        a = probe, lda = ta ? rows : k; /* op(A): rows x k */
+        if (probe_b)
+            b = probe + rows * k, ldb = tb ? k : n; /* op(B): k x n */
         int64_t panel = g->panel_rows > 0 ? g->panel_rows : ff_gemm_panel_rows(rows, n, k);
         if ((rc = grow_touched(g, &g->tr_a, &g->cap_a, (size_t)(rows * k))) == FF_OK &&
             (rc = grow_touched(g, &g->tr_b, &g->cap_b, (size_t)(k * n))) == FF_OK &&
@@ -298,6 +325,7 @@ static int tune_shape(ff_gemm *g, const char *name, int ta, int tb, int64_t m, i
     }
     free(ref);
     free(scratch);
+    free(probe);
     if (rc)
         return rc;
     g->n_shapes++;
