@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fourfold/gpt.h" /* ff_adamw */
 #include "fourfold/grid.h"
 #include "fourfold/linear.h"
 
@@ -89,8 +90,9 @@ typedef struct {
 } ff_unet_tensor_info;
 ff_unet_tensor_info ff_unet_tensor(const ff_unet *u, int i);
 /* Collective over the grid: canonical (on every rank, read there) -> this
- * rank's parameters; and this rank's parameters (which 0) or gradients
- * (which 1) -> canonical, on every rank. */
+ * rank's parameters; and this rank's parameters (which 0), gradients (1) or
+ * AdamW moments (2: m, 3: v; after a step) -> canonical, on rank 0 of the
+ * grid (GroupNorm's: on every rank). */
 int ff_unet_scatter(ff_unet *u, int i, const float *canon);
 int ff_unet_gather(ff_unet *u, int i, int which, float *canon);
 /* Weights N(0, 1/fan_in) by canonical index (ff_linear_init), biases 0,
@@ -119,11 +121,41 @@ int ff_ddpm_draw(const ff_unet_config *cfg, uint64_t seed, int64_t step, int64_t
  * gradients (ff_unet_zero_grads first). *loss: the batch's loss, the same on
  * every rank. Then ff_unet_allreduce_grads. */
 int ff_unet_ddpm_loss(ff_unet *u, const float *x0, uint64_t seed, int64_t step, float *loss);
+/* The reverse process (Ho et al., Algorithm 2) for this rank's images:
+ * x_T ~ N(0, I); for t = T-1 .. 0, x_{t-1} = (x_t - beta_t / sqrt(1 -
+ * abar_t) eps(x_t, t)) / sqrt(alpha_t) + sqrt(beta_t) z (z = 0 at t = 0).
+ * The draws of image g (global) are pure functions of (seed, g, t): the same
+ * images on every grid. out: this rank's images x_0 (images, S, S,
+ * img_channels), every channel on every rank (an all-gather over X). */
+int ff_unet_sample(ff_unet *u, uint64_t seed, float *out);
+/* The sampler's draws for image g: x_T (t = T) or the z of step t (S*S*
+ * img_channels floats, NHWC). */
+void ff_ddpm_sample_noise(const ff_unet_config *cfg, uint64_t seed, int64_t g, int t, float *z);
 /* Data parallelism: the linear layers' (ff_linear_seq_allreduce_grads) and
  * GroupNorm's gradients over ZD. */
 int ff_unet_allreduce_grads(ff_unet *u);
 /* The rank's images: first global index and count. */
 void ff_unet_images(const ff_unet *u, int64_t *first, int64_t *count);
+
+/* ---- AdamW (src/nn/unet_optim.c) ----------------------------------------- */
+
+/* The global norm of the gradients, each parameter counted once (a weight
+ * shard at d = 0; a bias or GroupNorm slice at z = d = 0 and the first rank
+ * of the group it is replicated over); the same on every rank. */
+int ff_unet_grad_norm(ff_unet *u, float *norm);
+
+typedef struct {
+    float loss, grad_norm, lr;
+} ff_unet_step_info;
+
+/* One training step: the objective's gradients on this rank's images x0
+ * (ff_unet_ddpm_loss with `step`), the data-parallel all-reduces, the norm,
+ * clipping as torch's clip_grad_norm_, and AdamW with the GPT's arithmetic
+ * and schedule (ff_adamw, ff_adamw_lr; decay on the convolutions' and
+ * linear layers' weights only). FF_ENUMERIC, the parameters left as they
+ * were, for a loss or norm that is not finite. */
+int ff_unet_step(ff_unet *u, const float *x0, uint64_t seed, int step, const ff_adamw *h,
+                 ff_unet_step_info *info);
 
 #ifdef __cplusplus
 }

@@ -64,7 +64,7 @@ static unet_layer *add_layer(ff_unet *u, const char *name, int conv, ff_linear_k
     }
     ff_linear_sizes z = ff_linear_local_sizes(l->lin);
     l->nw = z.w_shard, l->nb = z.bias, l->cin = cin, l->cout = cout;
-    l->taps = conv ? (int64_t)ksize * ksize : 1;
+    l->taps = conv ? (int64_t)ksize * ksize : 1, l->kind = kind;
     l->off_w = u->nparams, u->nparams += l->nw;
     l->off_b = u->nparams, u->nparams += l->nb;
     u->nlayers++;
@@ -411,7 +411,8 @@ void ff_unet_destroy(ff_unet *u)
     }
     if (u->gn_out)
         free(u->gn_out->mean), free(u->gn_out->rstd);
-    free(u->params), free(u->grads), free(u->t), free(u->sinus), free(u->l1), free(u->sl1);
+    free(u->params), free(u->grads), free(u->adam_m), free(u->adam_v), free(u->t), free(u->sinus),
+        free(u->l1), free(u->sl1);
     free(u->emb), free(u->semb), free(u->dsemb), free(u->go), free(u->so), free(u->pred);
     free(u->dpred), free(u->full), free(u->col), free(u->dcol), free(u->gscr);
     free(u->noise), free(u->abar);
@@ -490,7 +491,13 @@ int ff_unet_scatter(ff_unet *u, int i, const float *canon)
 int ff_unet_gather(ff_unet *u, int i, int which, float *canon)
 {
     unet_tensor *t = &u->tensors[i];
-    const float *src = which ? u->grads : u->params;
+    const float *src = which == 0   ? u->params
+                       : which == 1 ? u->grads
+                       : which == 2 ? u->adam_m
+                                    : u->adam_v;
+    if (which < 0 || which > 3 || !src)
+        return ff_set_error(u->ctx, FF_EINVAL, "U-Net: no %s to gather",
+                            which == 2 || which == 3 ? "AdamW moments before a step" : "such data");
     int rc = FF_OK;
     if (t->kind >= 2) {
         int64_t c0 = 0;

@@ -12,6 +12,7 @@ typedef struct {
     ff_linear *lin;
     size_t off_w, off_b, nw, nb; /* into params / grads */
     int64_t cin, cout, taps;
+    ff_linear_kind kind;
 } unet_layer;
 
 /* GroupNorm's gain and bias over a part of C channels, G = C / group
@@ -78,7 +79,7 @@ struct ff_unet {
 
     unet_layer *lin1, *lin2, *conv_in, *conv_out;
     unet_gn *gn_out;
-    float *params, *grads;
+    float *params, *grads, *adam_m, *adam_v; /* the moments: at the first step */
     size_t nparams;
 
     /* the timestep embedding: (images, base/Gy) sinusoid, (images, temb/Gx)
