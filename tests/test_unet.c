@@ -104,6 +104,126 @@ static double norm2(const float *a, const float *b, int64_t n)
 
 static ff_unet *shape_model; /* the serial model, for the tensors' shapes */
 
+/* ---- one AdamW step (eps 1, no clipping) ----------------------------------
+ * At step 0, r = m^/(sqrt(v^) + 1) = g/(|g| + 1), whose derivative is at
+ * most 1: |dr| <= |dg| + 6u|r|. So a parameter after the step, p - lr (r +
+ * wd p), differs from the serial run's by at most lr (2 gamma_grad |g| +
+ * 12u |r|) + 16u (|p| + lr (|r| + wd |p|)) norm-wise (both runs' roundings
+ * of the update's five operations). */
+static ff_adamw hyper;
+static float **ser_after, ser_norm;
+
+static int run_step(ff_grid *grid, float **after, float *norm)
+{
+    ff_unet *u;
+    int rc = ff_unet_create(grid, &cfg, NULL, BATCH, &u);
+    if (rc)
+        return rc;
+    for (int i = 0; i < ntensors && !rc; i++)
+        rc = ff_unet_scatter(u, i, params[i]);
+    int64_t first, n;
+    ff_unet_images(u, &first, &n);
+    ff_unet_step_info info;
+    if (!rc)
+        rc = ff_unet_step(u, x0 + first * cfg.image_size * cfg.image_size * cfg.img_channels, SEED,
+                          0, &hyper, &info);
+    *norm = info.grad_norm;
+    for (int i = 0; i < ntensors && !rc; i++)
+        rc = ff_unet_gather(u, i, 0, after[i]);
+    if (rc)
+        fprintf(stderr, "rank %d: %s\n", world_rank, ff_ctx_error(ff_grid_ctx(grid)));
+    ff_unet_destroy(u);
+    return rc;
+}
+
+static void check_step(const char *name, ff_grid *grid)
+{
+    float **a = calloc((size_t)(ntensors < 1 ? 1 : ntensors), sizeof *a), norm = 0;
+    for (int i = 0; i < ntensors; i++)
+        a[i] = test_floats((size_t)ff_unet_tensor(shape_model, i).numel);
+    int rc = run_step(grid, a, &norm);
+    CHECK(rc == FF_OK, "grid %s: the AdamW step failed", name);
+    const double u = 1.0 / 16777216.0;
+    if (rc == FF_OK) {
+        double r = fabs((double)norm - ser_norm) / (2 * gam_grad * ser_norm);
+        CHECK(r <= 1, "grid %s rank %d: gradient norm %.9g, serial %.9g (%.2f of the bound)", name,
+              world_rank, norm, ser_norm, r);
+        if (r > worst_ratio)
+            worst_ratio = r;
+    }
+    for (int i = 0; i < ntensors && rc == FF_OK && world_rank == 0; i++) {
+        ff_unet_tensor_info t = ff_unet_tensor(shape_model, i);
+        double wd = t.ndim >= 2 ? hyper.weight_decay : 0, g2 = 0, r2 = 0, p2 = 0;
+        for (int64_t e = 0; e < t.numel; e++) {
+            double g = ser_grad[i][e], r = g / (fabs(g) + 1);
+            g2 += g * g, r2 += r * r, p2 += (double)params[i][e] * params[i][e];
+        }
+        double lr = hyper.lr;
+        double bound = lr * (2 * gam_grad * sqrt(g2) + 12 * u * sqrt(r2)) +
+                       16 * u * (sqrt(p2) + lr * (sqrt(r2) + wd * sqrt(p2)));
+        double err = norm2(a[i], ser_after[i], t.numel), ratio = err / bound;
+        if (ratio > worst_ratio)
+            worst_ratio = ratio;
+        CHECK(ratio <= 1, "grid %s: %s after the AdamW step differs by %.3g, bound %.3g", name,
+              t.name, err, bound);
+    }
+    for (int i = 0; i < ntensors; i++)
+        free(a[i]);
+    free(a);
+}
+
+/* ---- sampling: one reverse step (T = 1, beta 0.5) -------------------------
+ * out = r (x_T - k eps), r = 1/sqrt(alpha), k = beta/sqrt(1 - abar): eps
+ * is the forward's output (F stages), so norm-wise per rank's images
+ * |d out| <= 2 r k F gamma |eps| + 6u r (|x_T| + k |eps|), eps recovered
+ * from the serial sample. */
+static ff_unet_config cfg_s;
+static float *ser_sample;
+
+static int run_sample(ff_grid *grid, float *out_local)
+{
+    ff_unet *u;
+    int rc = ff_unet_create(grid, &cfg_s, NULL, BATCH, &u);
+    for (int i = 0; i < ntensors && !rc; i++)
+        rc = ff_unet_scatter(u, i, params[i]);
+    if (!rc)
+        rc = ff_unet_sample(u, SEED, out_local);
+    if (rc)
+        fprintf(stderr, "rank %d: %s\n", world_rank, ff_ctx_error(ff_grid_ctx(grid)));
+    ff_unet_destroy(u);
+    return rc;
+}
+
+static void check_sample(const char *name, ff_grid *grid)
+{
+    ff_dims g = ff_grid_shape(grid), c = ff_grid_coords(grid);
+    const int64_t per = cfg.image_size * cfg.image_size * cfg.img_channels;
+    const int64_t n = BATCH / (g.z * g.d), first = (c.z + (int64_t)g.z * c.d) * n;
+    float *out = test_floats((size_t)(n * per)), *z = test_floats((size_t)per);
+    int rc = run_sample(grid, out);
+    CHECK(rc == FF_OK, "grid %s: sampling failed", name);
+    double ab = 1 - cfg_s.beta_first, r = 1 / sqrt(ab), k = cfg_s.beta_first / sqrt(1 - ab);
+    double x2 = 0, e2 = 0, d2 = 0,
+           F = 6.0 * (cfg.levels * cfg.nres + 2 + cfg.levels * (cfg.nres + 1)) + 7;
+    for (int64_t b = 0; b < n && rc == FF_OK; b++) {
+        ff_ddpm_sample_noise(&cfg_s, SEED, first + b, 1, z);
+        for (int64_t e = 0; e < per; e++) {
+            double s = ser_sample[(first + b) * per + e], eps = (z[e] - s / r) / k;
+            double d = (double)out[b * per + e] - s;
+            x2 += (double)z[e] * z[e], e2 += eps * eps, d2 += d * d;
+        }
+    }
+    const double u = 1.0 / 16777216.0, K = BATCH * cfg.image_size * cfg.image_size + 8;
+    double bound = 2 * r * k * F * test_gamma(K) * sqrt(e2) + 6 * u * r * (sqrt(x2) + k * sqrt(e2));
+    if (rc == FF_OK) {
+        CHECK(sqrt(d2) <= bound, "grid %s rank %d: the samples differ by %.3g, bound %.3g", name,
+              world_rank, sqrt(d2), bound);
+        if (sqrt(d2) / bound > worst_ratio)
+            worst_ratio = sqrt(d2) / bound;
+    }
+    free(out), free(z);
+}
+
 static void run_grid(const char *name, ff_grid *grid)
 {
     float loss = 0, loss_off = 0, **g = calloc((size_t)ntensors, sizeof *g),
@@ -151,6 +271,8 @@ static void run_grid(const char *name, ff_grid *grid)
     for (int i = 0; i < ntensors; i++)
         free(g[i]), free(g_off[i]);
     free(g), free(g_off);
+    check_step(name, grid);
+    check_sample(name, grid);
 }
 
 static int write_all(FILE *f, const void *p, size_t bytes)
@@ -163,7 +285,8 @@ static int write_all(FILE *f, const void *p, size_t bytes)
  * batch, ntensors; float64 beta_first, beta_last; float32 x0 (B,S,S,ci);
  * int32 t (B); float32 noise (B,S,S,ci); per tensor int32 name length, the
  * name, int32 ndim, int32 shape, float32 values and fourfold's gradient;
- * float32 fourfold's loss. */
+ * float32 fourfold's loss; per tensor float32 the parameters after one
+ * AdamW step (below). */
 static int dump(ff_ctx *self, const char *dir)
 {
     ff_grid *one;
@@ -203,6 +326,19 @@ static int dump(ff_ctx *self, const char *dir)
              write_all(f, ser_grad[i], (size_t)ti.numel * 4);
     }
     ok = ok && write_all(f, &loss, 4);
+    /* one AdamW step (lr 1e-2, betas 0.9 and 0.95, eps 1e-8, decay 0.1 on
+     * the weights, no clipping): the parameters after it, per tensor */
+    ff_adamw_default(&hyper);
+    hyper.lr = 1e-2f, hyper.clip = 0, hyper.steps = 1;
+    float **after = calloc((size_t)(ntensors < 1 ? 1 : ntensors), sizeof *after), norm;
+    for (int i = 0; i < ntensors; i++)
+        after[i] = test_floats((size_t)ff_unet_tensor(shape_model, i).numel);
+    ok = ok && run_step(one, after, &norm) == FF_OK;
+    for (int i = 0; i < ntensors && ok; i++)
+        ok = write_all(f, after[i], (size_t)ff_unet_tensor(shape_model, i).numel * 4);
+    for (int i = 0; i < ntensors; i++)
+        free(after[i]);
+    free(after);
     ok = fclose(f) == 0 && ok;
     free(noise);
     ff_grid_destroy(one);
@@ -238,13 +374,28 @@ int main(int argc, char **argv)
     } else {
         if (run(one, NULL, &ser_loss, ser_grad) != FF_OK)
             MPI_Abort(MPI_COMM_WORLD, 1);
+        ff_adamw_default(&hyper);
+        hyper.lr = 1e-2f, hyper.eps = 1.0f, hyper.clip = 0, hyper.steps = 1;
+        ser_after = calloc((size_t)ntensors, sizeof *ser_after);
+        for (int i = 0; i < ntensors; i++)
+            ser_after[i] = test_floats((size_t)ff_unet_tensor(shape_model, i).numel);
+        cfg_s = cfg;
+        cfg_s.timesteps = 1, cfg_s.beta_first = 0.5;
+        ser_sample = test_floats((size_t)(BATCH * per));
+        if (run_step(one, ser_after, &ser_norm) != FF_OK || run_sample(one, ser_sample) != FF_OK)
+            MPI_Abort(MPI_COMM_WORLD, 1);
         test_run_grids(argc, argv, ctx, &worst_ratio,
-                       "the DDPM loss and every gradient against the serial U-Net", run_grid);
+                       "the DDPM loss, every gradient, an AdamW step and a reverse step against "
+                       "the serial U-Net",
+                       run_grid);
         if (world_rank == 0)
             printf("serial loss %.6f; worst |err|/bound over all grids %.4f (loss (F+1) gamma, "
                    "gradients (2F+1) gamma norm-wise, F = %.0f, K = %.0f)\n",
                    ser_loss, worst_ratio, F, K);
         code = test_finish("test_unet");
+        for (int i = 0; i < ntensors; i++)
+            free(ser_after[i]);
+        free(ser_after), free(ser_sample);
     }
     ff_unet_destroy(shape_model);
     ff_grid_destroy(one);

@@ -17,7 +17,9 @@ the data's channels of conv_out enter the loss.
 Compared (docs/testing.md, "The bounds of the U-Net"): the loss within
 (F + 1) gamma_{K+8} of its value, every gradient tensor norm-wise within
 (2F + 1) gamma_{K+8} of its norm, F = 6 per residual block + 8, K the
-batch's pixels (the longest reduction). Exit status 1 on a failure."""
+batch's pixels (the longest reduction); and the parameters after one AdamW
+step on fourfold's gradients, torch.optim.AdamW's, element by element.
+Exit status 1 on a failure."""
 import math
 import struct
 import sys
@@ -101,6 +103,7 @@ def main(path):
         shapes[name] = shape
     (ff_loss,) = struct.unpack_from("<f", r.raw, r.off)
     r.off += 4
+    after = {name: r.floats(P[name].numel()).reshape(P[name].shape) for name in P}
     r.done()
 
     used = set()
@@ -174,7 +177,37 @@ def main(path):
                   f"the bound {gg:.3g}")
             bad = 1
     print(f"{len(P)} gradient tensors: worst {worst:.4f} of the bound (2F+1) gamma_K = {gg:.3g} "
-          f"(F = {Fst}, K = {K}); {'FAILED' if bad else 'passed'}")
+          f"(F = {Fst}, K = {K})")
+
+    # One AdamW step fed fourfold's gradients (as tools/gpt_oracle.py --ff
+    # does: the same point): torch's AdamW, decay on the weights (ndim >= 2)
+    # only, lr 1e-2, betas (0.9, 0.95), eps 1e-8. Element by element,
+    # |p_ff - p_torch| <= 16u (|p| + lr (|r| + wd |p|)), r = m^/(sqrt(v^) + eps):
+    # fourfold's update is five float32 operations on the same gradient.
+    lr, wd = 1e-2, 0.1
+    Q = {name: P[name].detach().clone().requires_grad_(True) for name in P}
+    for name in Q:
+        Q[name].grad = G[name].clone()
+    dec = [Q[n] for n in Q if Q[n].dim() >= 2]
+    nodec = [Q[n] for n in Q if Q[n].dim() < 2]
+    opt = torch.optim.AdamW([{"params": dec, "weight_decay": wd},
+                             {"params": nodec, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    opt.step()
+    worst_p = 0
+    for name in Q:
+        g = G[name]
+        rr = g.abs() / (g.abs() + 1e-8)
+        w = wd if Q[name].dim() >= 2 else 0.0
+        p0 = P[name].detach().abs()
+        bound = 16 * U * (p0 + lr * (rr + w * p0))
+        ratio = ((after[name] - Q[name].detach()).abs() / bound).max().item()
+        worst_p = max(worst_p, ratio)
+        if ratio > 1:
+            print(f"FAIL {name} after AdamW: {ratio:.2f} of the bound")
+            bad = 1
+    print(f"parameters after one AdamW step: worst {worst_p:.4f} of the bound "
+          f"16u (|p| + lr (|r| + wd |p|)); {'FAILED' if bad else 'passed'}")
     return bad
 
 
