@@ -21,6 +21,9 @@
  * gradient (norm-wise per tensor) within (2F + 1) gamma (the backward
  * retraces the chain and ends with a sum over pixels). The grid and the
  * serial run each within it of the exact value: their sum is the test's.
+ * Refused, with one message: an image size the levels cannot halve, a batch
+ * Gz*Gd does not divide, channels X or Y does not divide, a width the
+ * GroupNorm group width does not divide.
  * Bit for bit: the step with every overlap off (OAR, ORS, OAG, AG cache)
  * against all on, both without the GEMM tuner (below). The serial run keeps
  * the default tuning. */
@@ -224,6 +227,39 @@ static void check_sample(const char *name, ff_grid *grid)
     free(out), free(z);
 }
 
+/* Shapes the model refuses, each with one message naming the size (a
+ * refusal after layers were added frees them: the sanitizer build). */
+static void refusals(const char *name, ff_grid *grid)
+{
+    ff_dims g = ff_grid_shape(grid);
+    ff_ctx *ctx = ff_grid_ctx(grid);
+    ff_unet *u = NULL;
+    struct {
+        const char *what, *says;
+        ff_unet_config c;
+        int64_t batch;
+        int applies;
+    } cases[4];
+    for (int i = 0; i < 4; i++)
+        cases[i].c = cfg, cases[i].batch = BATCH, cases[i].applies = 1;
+    cases[0].what = "image size 10 for 3 levels", cases[0].says = "cannot be halved";
+    cases[0].c.image_size = 10, cases[0].c.levels = 3, cases[0].c.mult[2] = 2;
+    cases[1].what = "a batch of 7", cases[1].says = "a batch of 7 images";
+    cases[1].batch = 7, cases[1].applies = g.z * g.d > 1;
+    cases[2].what = "12 base channels", cases[2].says = "do not divide";
+    cases[2].c.base = 12, cases[2].applies = 12 % g.x || 12 % g.y;
+    cases[3].what = "groups of 3 channels", cases[3].says = "in groups of 3 does not divide";
+    cases[3].c.group_channels = 3;
+    for (int i = 0; i < 4; i++) {
+        if (!cases[i].applies)
+            continue;
+        int rc = ff_unet_create(grid, &cases[i].c, NULL, cases[i].batch, &u);
+        CHECK(rc != FF_OK && !u && strstr(ff_ctx_error(ctx), cases[i].says),
+              "grid %s: %s gave %d '%s'", name, cases[i].what, rc, ff_ctx_error(ctx));
+        ff_unet_destroy(u), u = NULL;
+    }
+}
+
 static void run_grid(const char *name, ff_grid *grid)
 {
     float loss = 0, loss_off = 0, **g = calloc((size_t)ntensors, sizeof *g),
@@ -273,6 +309,7 @@ static void run_grid(const char *name, ff_grid *grid)
     free(g), free(g_off);
     check_step(name, grid);
     check_sample(name, grid);
+    refusals(name, grid);
 }
 
 static int write_all(FILE *f, const void *p, size_t bytes)

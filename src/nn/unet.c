@@ -360,8 +360,10 @@ int ff_unet_create(ff_grid *grid, const ff_unet_config *cfg, const ff_linear_opt
         if (px * (size_t)k->cout > maxact)
             maxact = px * (size_t)k->cout;
     }
-    u->gn_out->mean = alloc_f((size_t)(n * u->gn_out->G), &rc);
-    u->gn_out->rstd = alloc_f((size_t)(n * u->gn_out->G), &rc);
+    if (u->gn_out) {
+        u->gn_out->mean = alloc_f((size_t)(n * u->gn_out->G), &rc);
+        u->gn_out->rstd = alloc_f((size_t)(n * u->gn_out->G), &rc);
+    }
     const size_t px0 = (size_t)(n * S * S);
     u->t = rc ? NULL : calloc((size_t)n, sizeof(int));
     if (!rc && !u->t)
