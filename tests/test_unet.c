@@ -25,8 +25,9 @@
  * Gz*Gd does not divide, channels X or Y does not divide, a width the
  * GroupNorm group width does not divide.
  * Bit for bit: the step with every overlap off (OAR, ORS, OAG, AG cache)
- * against all on, both without the GEMM tuner (below). The serial run keeps
- * the default tuning. */
+ * against all on, both without the GEMM tuner (below), as the serial run;
+ * on the 1x1x1x1 grid (--threads N: the element-wise work on N threads) the
+ * serial run's bits. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,7 @@
 #include "fourfold/unet.h"
 #include "test_util.h"
 
-static int world_rank;
+static int world_rank, team_threads = 1;
 static double worst_ratio;
 static ff_unet_config cfg;
 enum { BATCH = 8, SEED = 51 };
@@ -262,6 +263,7 @@ static void refusals(const char *name, ff_grid *grid)
 
 static void run_grid(const char *name, ff_grid *grid)
 {
+    ff_dims gs = ff_grid_shape(grid);
     float loss = 0, loss_off = 0, **g = calloc((size_t)ntensors, sizeof *g),
           **g_off = calloc((size_t)ntensors, sizeof *g_off);
     for (int i = 0; i < ntensors; i++) {
@@ -288,6 +290,14 @@ static void run_grid(const char *name, ff_grid *grid)
         same &= !memcmp(g[i], g_off[i], (size_t)ff_unet_tensor(shape_model, i).numel * 4);
     CHECK(same, "grid %s rank %d: every overlap off (OAR, ORS, OAG, AG cache) gave other bits",
           name, world_rank);
+    /* the serial grid: the serial run's code on the world's team of threads */
+    if (gs.x * gs.y * gs.z * gs.d == 1 && !rc) {
+        same = !memcmp(&loss, &ser_loss, sizeof loss);
+        for (int i = 0; i < ntensors; i++)
+            same &= !memcmp(g[i], ser_grad[i], (size_t)ff_unet_tensor(shape_model, i).numel * 4);
+        CHECK(same, "grid %s: not the serial run's bits (threads %d against 1)", name,
+              team_threads);
+    }
     if (rc == FF_OK) {
         double r = fabs((double)loss - ser_loss) / (2 * gam_loss * ser_loss);
         if (r > worst_ratio)
@@ -388,7 +398,7 @@ int main(int argc, char **argv)
 {
     ff_ctx *ctx, *self;
     int world_size;
-    test_mpi_start(&argc, &argv, &ctx, &self);
+    team_threads = test_mpi_start(&argc, &argv, &ctx, &self);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     ff_unet_preset("tiny", &cfg);
@@ -409,7 +419,10 @@ int main(int argc, char **argv)
     if (argc == 3 && !strcmp(argv[1], "--dump")) {
         code = world_size != 1 || dump(self, argv[2]);
     } else {
-        if (run(one, NULL, &ser_loss, ser_grad) != FF_OK)
+        ff_linear_opts serial_opts; /* the tuner off: see run_grid */
+        ff_linear_opts_default(&serial_opts);
+        serial_opts.tune = FF_GEMM_TUNE_OFF;
+        if (run(one, &serial_opts, &ser_loss, ser_grad) != FF_OK)
             MPI_Abort(MPI_COMM_WORLD, 1);
         ff_adamw_default(&hyper);
         hyper.lr = 1e-2f, hyper.eps = 1.0f, hyper.clip = 0, hyper.steps = 1;
