@@ -96,6 +96,18 @@ struct ff_unet {
     size_t tmp_floats;
 };
 
+/* channels of a C-wide activation on this rank in a layout */
+static inline int64_t local_c(const ff_unet *u, int64_t C, int layout_x)
+{
+    return C / (layout_x ? u->g.x : u->g.y);
+}
+
+/* the group that splits a GroupNorm's channels */
+static inline ff_group *gn_group(const ff_unet *u, const unet_gn *n)
+{
+    return ff_grid_group(u->grid, n->layout_x ? FF_GROUP_X : FF_GROUP_Y);
+}
+
 /* x_t into acts[0].x (images, S, S, pad/Gx; zero beyond the data's
  * channels) and t into u->t; then forward to u->pred. */
 int ff_unet_forward_(ff_unet *u);
