@@ -333,7 +333,8 @@ static int write_all(FILE *f, const void *p, size_t bytes)
  * int32 t (B); float32 noise (B,S,S,ci); per tensor int32 name length, the
  * name, int32 ndim, int32 shape, float32 values and fourfold's gradient;
  * float32 fourfold's loss; per tensor float32 the parameters after one
- * AdamW step (below). */
+ * AdamW step (below); int32 1000, float64 alpha_bar of the cosine and of
+ * the linear (1e-4 .. 0.02) schedules at T = 1000. */
 static int dump(ff_ctx *self, const char *dir)
 {
     ff_grid *one;
@@ -386,6 +387,16 @@ static int dump(ff_ctx *self, const char *dir)
     for (int i = 0; i < ntensors; i++)
         free(after[i]);
     free(after);
+    /* the schedules at T = 1000: cosine, then linear 1e-4 .. 0.02 */
+    ff_unet_config sc = cfg;
+    double abar[2][1000];
+    int32_t nT = 1000;
+    sc.timesteps = 1000, sc.beta_first = 1e-4, sc.beta_last = 0.02;
+    sc.schedule = FF_SCHEDULE_COSINE;
+    ff_ddpm_alpha_bar(&sc, abar[0]);
+    sc.schedule = FF_SCHEDULE_LINEAR;
+    ff_ddpm_alpha_bar(&sc, abar[1]);
+    ok = ok && write_all(f, &nT, 4) && write_all(f, abar, sizeof abar);
     ok = fclose(f) == 0 && ok;
     free(noise);
     ff_grid_destroy(one);

@@ -18,7 +18,8 @@ Compared (docs/testing.md, "The bounds of the U-Net"): the loss within
 (F + 1) gamma_{K+8} of its value, every gradient tensor norm-wise within
 (2F + 1) gamma_{K+8} of its norm, F = 6 per residual block + 8, K the
 batch's pixels (the longest reduction); and the parameters after one AdamW
-step on fourfold's gradients, torch.optim.AdamW's, element by element.
+step on fourfold's gradients, torch.optim.AdamW's, element by element; the
+cosine and linear schedules' alpha_bar at T = 1000 within 1e-12.
 Exit status 1 on a failure."""
 import math
 import struct
@@ -104,6 +105,8 @@ def main(path):
     (ff_loss,) = struct.unpack_from("<f", r.raw, r.off)
     r.off += 4
     after = {name: r.floats(P[name].numel()).reshape(P[name].shape) for name in P}
+    (nT,) = r.ints(1)
+    ff_abar = torch.tensor(r.doubles(2 * nT)).reshape(2, nT)
     r.done()
 
     used = set()
@@ -205,6 +208,15 @@ def main(path):
         worst_p = max(worst_p, ratio)
         if ratio > 1:
             print(f"FAIL {name} after AdamW: {ratio:.2f} of the bound")
+            bad = 1
+    # The schedules in float64 on both sides: within 1e-12 relative (a
+    # product of 1000 factors, each within a few float64 roundings).
+    for k, (name, ref) in enumerate([("cosine", alpha_bar(nT, 1, 1e-4, 0.02)),
+                                     ("linear", alpha_bar(nT, 0, 1e-4, 0.02))]):
+        rel = ((ff_abar[k] - ref).abs() / ref).max().item()
+        print(f"alpha_bar {name}, T = {nT}: max relative difference {rel:.2e}")
+        if not rel <= 1e-12:
+            print(f"FAIL alpha_bar {name}")
             bad = 1
     print(f"parameters after one AdamW step: worst {worst_p:.4f} of the bound "
           f"16u (|p| + lr (|r| + wd |p|)); {'FAILED' if bad else 'passed'}")
