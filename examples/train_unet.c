@@ -6,13 +6,14 @@
  * (docs/unet.md, "What is left").
  *
  *   cc train_unet.c $(pkg-config --cflags --libs fourfold) -o train_unet
- *   mpirun -np 4 ./train_unet 2x1x1x2 [steps] [samples.png]
+ *   mpirun -np 4 ./train_unet 2x1x1x2 [steps] [samples.png, or - for none]
  */
 #include <fourfold/fourfold.h>
 #include <fourfold/image.h>
 #include <fourfold/unet.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { BATCH = 16 };
 
@@ -78,16 +79,17 @@ int main(int argc, char **argv)
     /* samples: each rank's images, gathered on rank 0 from the ranks of x =
      * y = 0 (which hold images q = z + Gz d) */
     float *all = rank == 0 ? calloc((size_t)(ff_ctx_size(ctx) * count * per), sizeof(float)) : NULL;
-    if (rc == FF_OK) {
+    const int sample = strcmp(png, "-") != 0; /* "-": no samples */
+    if (rc == FF_OK && sample) {
         double ts = MPI_Wtime();
         rc = ff_unet_sample(u, 7, x0);
         if (rc == FF_OK && rank == 0)
             printf("sampled %d images in %.1f s\n", BATCH, MPI_Wtime() - ts);
     }
-    if (rc == FF_OK)
+    if (rc == FF_OK && sample)
         MPI_Gather(x0, (int)(count * per), MPI_FLOAT, all, (int)(count * per), MPI_FLOAT, 0,
                    MPI_COMM_WORLD);
-    if (rc == FF_OK && rank == 0) {
+    if (rc == FF_OK && sample && rank == 0) {
         float *grid_images = calloc((size_t)(BATCH * per), sizeof(float));
         for (int r = 0; r < ff_ctx_size(ctx); r++) {
             ff_dims c = ff_grid_coords_of(shape, r);
