@@ -23,7 +23,7 @@
  * serial run each within it of the exact value: their sum is the test's.
  * Refused, with one message: an image size the levels cannot halve, a batch
  * Gz*Gd does not divide, channels X or Y does not divide, a width the
- * GroupNorm group width does not divide.
+ * GroupNorm group width does not divide, bf16-mixed products.
  * Bit for bit: the step with every overlap off (OAR, ORS, OAG, AG cache)
  * against all on, both without the GEMM tuner (below), as the serial run;
  * on the 1x1x1x1 grid (--threads N: the element-wise work on N threads) the
@@ -259,6 +259,13 @@ static void refusals(const char *name, ff_grid *grid)
               "grid %s: %s gave %d '%s'", name, cases[i].what, rc, ff_ctx_error(ctx));
         ff_unet_destroy(u), u = NULL;
     }
+    ff_linear_opts o;
+    ff_linear_opts_default(&o);
+    o.bf16 = 1;
+    int rc = ff_unet_create(grid, &cfg, &o, BATCH, &u);
+    CHECK(rc == FF_EUNSUPPORTED && !u && strstr(ff_ctx_error(ctx), "bf16-mixed"),
+          "grid %s: bf16-mixed gave %d '%s'", name, rc, ff_ctx_error(ctx));
+    ff_unet_destroy(u);
 }
 
 static void run_grid(const char *name, ff_grid *grid)

@@ -73,7 +73,8 @@ typedef struct ff_unet ff_unet;
  * GPT's sequences) on grid, its layers in a sequence of its own with opts
  * (NULL: the defaults). Refuses, naming the size: channels the grid does not
  * divide, an image size the levels cannot halve, a batch Gz*Gd does not
- * divide, widths the group width does not divide (FF_EDIVIDE, FF_EINVAL). */
+ * divide, widths the group width does not divide (FF_EDIVIDE, FF_EINVAL);
+ * bf16-mixed products (opts->bf16: FF_EUNSUPPORTED, not yet). */
 int ff_unet_create(ff_grid *grid, const ff_unet_config *cfg, const ff_linear_opts *opts,
                    int64_t batch, ff_unet **out);
 void ff_unet_destroy(ff_unet *u);

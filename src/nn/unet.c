@@ -247,6 +247,9 @@ int ff_unet_create(ff_grid *grid, const ff_unet_config *cfg, const ff_linear_opt
     int rc = check_config(ctx, cfg, ff_grid_shape(grid), batch);
     if (rc)
         return rc;
+    if (opts && opts->bf16) /* its layers would read a bf16 copy nobody keeps */
+        return ff_set_error(ctx, FF_EUNSUPPORTED,
+                            "U-Net: bf16-mixed products are not supported yet");
     ff_unet *u = calloc(1, sizeof *u);
     if (!u)
         return ff_set_error(ctx, FF_ENOMEM, "U-Net: out of memory");
