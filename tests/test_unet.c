@@ -23,7 +23,8 @@
  * serial run each within it of the exact value: their sum is the test's.
  * Refused, with one message: an image size the levels cannot halve, a batch
  * Gz*Gd does not divide, channels X or Y does not divide, a width the
- * GroupNorm group width does not divide, bf16-mixed products.
+ * GroupNorm group width does not divide, more blocks than the model's
+ * tables hold, bf16-mixed products.
  * Bit for bit: the step with every overlap off (OAR, ORS, OAG, AG cache)
  * against all on, both without the GEMM tuner (below), as the serial run;
  * on the 1x1x1x1 grid (--threads N: the element-wise work on N threads) the
@@ -240,8 +241,8 @@ static void refusals(const char *name, ff_grid *grid)
         ff_unet_config c;
         int64_t batch;
         int applies;
-    } cases[4];
-    for (int i = 0; i < 4; i++)
+    } cases[5];
+    for (int i = 0; i < 5; i++)
         cases[i].c = cfg, cases[i].batch = BATCH, cases[i].applies = 1;
     cases[0].what = "image size 10 for 3 levels", cases[0].says = "cannot be halved";
     cases[0].c.image_size = 10, cases[0].c.levels = 3, cases[0].c.mult[2] = 2;
@@ -251,7 +252,9 @@ static void refusals(const char *name, ff_grid *grid)
     cases[2].c.base = 12, cases[2].applies = 12 % g.x || 12 % g.y;
     cases[3].what = "groups of 3 channels", cases[3].says = "in groups of 3 does not divide";
     cases[3].c.group_channels = 3;
-    for (int i = 0; i < 4; i++) {
+    cases[4].what = "20 blocks a level", cases[4].says = "more than";
+    cases[4].c.nres = 20;
+    for (int i = 0; i < 5; i++) {
         if (!cases[i].applies)
             continue;
         int rc = ff_unet_create(grid, &cases[i].c, NULL, cases[i].batch, &u);

@@ -68,8 +68,12 @@ static unet_gn *add_gn(ff_unet *u, int64_t C, int layout_x, int *rc)
     if (*rc)
         return NULL;
     int64_t gc = u->cfg.group_channels;
-    if (u->ngn == UNET_MAX_GN || C % gc) {
-        *rc = ff_set_error(u->ctx, u->ngn == UNET_MAX_GN ? FF_EINVAL : FF_EDIVIDE,
+    if (u->ngn == UNET_MAX_GN) {
+        *rc = ff_set_error(u->ctx, FF_EINVAL, "U-Net: more than %d GroupNorms", UNET_MAX_GN);
+        return NULL;
+    }
+    if (C % gc) {
+        *rc = ff_set_error(u->ctx, FF_EDIVIDE,
                            "U-Net: GroupNorm of %lld channels in groups of %lld does not divide",
                            (long long)C, (long long)gc);
         return NULL;
@@ -186,8 +190,12 @@ static int add_block(ff_unet *u, const char *name, const int *in, int nparts, in
     return k->out;
 }
 
-static int add_resample(ff_unet *u, unet_op_kind kind, int in)
+static int add_resample(ff_unet *u, unet_op_kind kind, int in, int *rc)
 {
+    if (u->nops == UNET_MAX_OPS) {
+        *rc = ff_set_error(u->ctx, FF_EINVAL, "U-Net: more than %d blocks", UNET_MAX_OPS);
+        return -1;
+    }
     unet_op *k = &u->ops[u->nops++];
     memset(k, 0, sizeof *k);
     k->kind = kind, k->in[0] = in, k->nparts = 1;
@@ -269,11 +277,10 @@ int ff_unet_create(ff_grid *grid, const ff_unet_config *cfg, const ff_linear_opt
     u->lin2 = add_layer(u, "temb.lin2", 0, FF_LINEAR_T, u->temb, u->temb, 1, 1, 1, &rc);
     if (!rc)
         layer_tensors(u, "temb.lin1", u->lin1, NULL), layer_tensors(u, "temb.lin2", u->lin2, NULL);
-    int x_in = add_act(u, S, cfg->img_channels_pad, 1);
+    add_act(u, S, cfg->img_channels_pad, 1); /* acts[0]: x_t, layout X */
     u->conv_in = add_layer(u, "conv_in", 1, FF_LINEAR_T, cfg->img_channels_pad, C0, S, 3, 1, &rc);
     if (!rc)
         layer_tensors(u, "conv_in", u->conv_in, NULL);
-    (void)x_in;
     int h = add_act(u, S, C0, 0), stack[UNET_MAX_OPS], sp = 0;
     stack[sp++] = h;
     char name[32];
@@ -284,7 +291,7 @@ int ff_unet_create(ff_grid *grid, const ff_unet_config *cfg, const ff_linear_opt
             stack[sp++] = h;
         }
         if (i != cfg->levels - 1 && !rc)
-            stack[sp++] = h = add_resample(u, OP_DOWN, h);
+            stack[sp++] = h = add_resample(u, OP_DOWN, h, &rc);
     }
     for (int r = 0; r < 2 && !rc; r++) {
         snprintf(name, sizeof name, "mid.res%d", r);
@@ -297,7 +304,7 @@ int ff_unet_create(ff_grid *grid, const ff_unet_config *cfg, const ff_linear_opt
             h = add_block(u, name, parts, 2, C0 * cfg->mult[i], &rc);
         }
         if (i != 0 && !rc)
-            h = add_resample(u, OP_UP, h);
+            h = add_resample(u, OP_UP, h, &rc);
     }
     if (!rc) {
         u->gn_out = add_gn(u, C0, 0, &rc);

@@ -44,7 +44,14 @@ typedef struct {
     float *g1[2], *s1[2], *h1, *g2, *s2;
 } unet_op;
 
-enum { UNET_MAX_OPS = 64, UNET_MAX_LAYERS = 160, UNET_MAX_GN = 96, UNET_MAX_TENSORS = 400 };
+/* (a tensor is a layer's weight or bias or a GroupNorm's gain or bias:
+ * the table cannot overflow) */
+enum {
+    UNET_MAX_OPS = 64,
+    UNET_MAX_LAYERS = 160,
+    UNET_MAX_GN = 96,
+    UNET_MAX_TENSORS = 2 * UNET_MAX_LAYERS + 2 * UNET_MAX_GN
+};
 
 /* A canonical tensor: a weight of one or two layers (input channels split),
  * a layer's bias, or a GroupNorm gain or bias of one or two parts. */
