@@ -344,7 +344,8 @@ static int write_all(FILE *f, const void *p, size_t bytes)
  * name, int32 ndim, int32 shape, float32 values and fourfold's gradient;
  * float32 fourfold's loss; per tensor float32 the parameters after one
  * AdamW step (below); int32 1000, float64 alpha_bar of the cosine and of
- * the linear (1e-4 .. 0.02) schedules at T = 1000. */
+ * the linear (1e-4 .. 0.02) schedules at T = 1000; float32 x_T (B,S,S,ci)
+ * and fourfold's sample of one reverse step (T = 1, beta 0.5). */
 static int dump(ff_ctx *self, const char *dir)
 {
     ff_grid *one;
@@ -407,6 +408,15 @@ static int dump(ff_ctx *self, const char *dir)
     sc.schedule = FF_SCHEDULE_LINEAR;
     ff_ddpm_alpha_bar(&sc, abar[1]);
     ok = ok && write_all(f, &nT, 4) && write_all(f, abar, sizeof abar);
+    /* one reverse step (T = 1, beta 0.5): x_T and the sample */
+    cfg_s = cfg;
+    cfg_s.timesteps = 1, cfg_s.beta_first = 0.5;
+    float *xT = test_floats((size_t)(BATCH * per)), *smp = test_floats((size_t)(BATCH * per));
+    for (int b = 0; b < BATCH; b++)
+        ff_ddpm_sample_noise(&cfg_s, SEED, b, 1, xT + b * per);
+    ok = ok && run_sample(one, smp) == FF_OK && write_all(f, xT, (size_t)(BATCH * per) * 4) &&
+         write_all(f, smp, (size_t)(BATCH * per) * 4);
+    free(xT), free(smp);
     ok = fclose(f) == 0 && ok;
     free(noise);
     ff_grid_destroy(one);

@@ -19,7 +19,8 @@ Compared (docs/testing.md, "The bounds of the U-Net"): the loss within
 (2F + 1) gamma_{K+8} of its norm, F = 6 per residual block + 8, K the
 batch's pixels (the longest reduction); and the parameters after one AdamW
 step on fourfold's gradients, torch.optim.AdamW's, element by element; the
-cosine and linear schedules' alpha_bar at T = 1000 within 1e-12.
+cosine and linear schedules' alpha_bar at T = 1000 within 1e-12; one
+reverse step of the sampler (T = 1) from fourfold's x_T.
 Exit status 1 on a failure."""
 import math
 import struct
@@ -107,6 +108,8 @@ def main(path):
     after = {name: r.floats(P[name].numel()).reshape(P[name].shape) for name in P}
     (nT,) = r.ints(1)
     ff_abar = torch.tensor(r.doubles(2 * nT)).reshape(2, nT)
+    xT = r.floats(B * S * S * ci).reshape(B, S, S, ci).permute(0, 3, 1, 2)
+    ff_sample = r.floats(B * S * S * ci).reshape(B, S, S, ci).permute(0, 3, 1, 2)
     r.done()
 
     used = set()
@@ -128,33 +131,36 @@ def main(path):
         skip = conv(name + ".skip", h, 1) if h.shape[1] != cout else h
         return skip + y
 
+    def model(xt, t):
+        x = torch.cat([xt, torch.zeros(B, pad - ci, S, S)], dim=1)
+        emb = timestep_embedding(t, base)
+        emb = F.linear(F.silu(F.linear(emb, p("temb.lin1.weight"), p("temb.lin1.bias"))),
+                       p("temb.lin2.weight"), p("temb.lin2.bias"))
+        semb = F.silu(emb)
+        h = conv("conv_in", x, 3)
+        hs = [h]
+        for i in range(levels):
+            for j in range(nres):
+                h = res(f"down{i}.res{j}", h, base * mult[i], semb)
+                hs.append(h)
+            if i != levels - 1:
+                h = F.avg_pool2d(h, 2)
+                hs.append(h)
+        for j in range(2):
+            h = res(f"mid.res{j}", h, base * mult[-1], semb)
+        for i in reversed(range(levels)):
+            for j in range(nres + 1):
+                h = res(f"up{i}.res{j}", torch.cat([h, hs.pop()], dim=1), base * mult[i], semb)
+            if i != 0:
+                h = F.interpolate(h, scale_factor=2, mode="nearest")
+        out = conv("conv_out", F.silu(gn("norm_out", h)), 3)
+        return out[:, :ci]
+
     abar = alpha_bar(T, schedule, b0, b1)
     a = abar[t][:, None, None, None]
     xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
-    x = torch.cat([xt, torch.zeros(B, pad - ci, S, S)], dim=1)
-
-    emb = timestep_embedding(t, base)
-    emb = F.linear(F.silu(F.linear(emb, p("temb.lin1.weight"), p("temb.lin1.bias"))),
-                   p("temb.lin2.weight"), p("temb.lin2.bias"))
-    semb = F.silu(emb)
-    h = conv("conv_in", x, 3)
-    hs = [h]
-    for i in range(levels):
-        for j in range(nres):
-            h = res(f"down{i}.res{j}", h, base * mult[i], semb)
-            hs.append(h)
-        if i != levels - 1:
-            h = F.avg_pool2d(h, 2)
-            hs.append(h)
-    for j in range(2):
-        h = res(f"mid.res{j}", h, base * mult[-1], semb)
-    for i in reversed(range(levels)):
-        for j in range(nres + 1):
-            h = res(f"up{i}.res{j}", torch.cat([h, hs.pop()], dim=1), base * mult[i], semb)
-        if i != 0:
-            h = F.interpolate(h, scale_factor=2, mode="nearest")
-    out = conv("conv_out", F.silu(gn("norm_out", h)), 3)
-    loss = ((out[:, :ci] - noise) ** 2).mean()
+    out = model(xt, t)
+    loss = ((out - noise) ** 2).mean()
     loss.backward()
 
     bad = 0
@@ -218,6 +224,24 @@ def main(path):
         if not rel <= 1e-12:
             print(f"FAIL alpha_bar {name}")
             bad = 1
+    # One reverse step from fourfold's x_T (T = 1, beta 0.5: alpha = abar =
+    # 0.5): x_0 = r (x_T - k eps(x_T, 0)), r = 1/sqrt(alpha), k = beta /
+    # sqrt(1 - abar); fourfold's eps within F gamma of its norm (F stages of
+    # the forward), the update's three operations within 3u:
+    # |d out| <= r k F gamma |eps| + 3u r (|x_T| + k |eps|), norm-wise.
+    with torch.no_grad():
+        eps = model(xT, torch.zeros(B, dtype=torch.long))
+        beta = 0.5
+        ab = alpha_bar(1, 0, beta, beta)[0].item()
+        rr, kk = 1 / math.sqrt(1 - beta), beta / math.sqrt(1 - ab)
+        ref = rr * (xT - kk * eps)
+        sb = rr * kk * (Fst - 1) * gamma(K) * eps.norm().item() + \
+            3 * U * rr * (xT.norm().item() + kk * eps.norm().item())
+        rs = (ff_sample - ref).norm().item() / sb
+    print(f"one reverse step: |err| {rs:.4f} of the bound {sb:.3g}")
+    if not rs <= 1:
+        print("FAIL the reverse step")
+        bad = 1
     print(f"parameters after one AdamW step: worst {worst_p:.4f} of the bound "
           f"16u (|p| + lr (|r| + wd |p|)); {'FAILED' if bad else 'passed'}")
     return bad
