@@ -209,7 +209,8 @@ static void check_sample(const char *name, ff_grid *grid)
     CHECK(rc == FF_OK, "grid %s: sampling failed", name);
     double ab = 1 - cfg_s.beta_first, r = 1 / sqrt(ab), k = cfg_s.beta_first / sqrt(1 - ab);
     double x2 = 0, e2 = 0, d2 = 0,
-           F = 6.0 * (cfg.levels * cfg.nres + 2 + cfg.levels * (cfg.nres + 1)) + 7;
+           F = 6.0 * (cfg.levels * cfg.nres + 2 + cfg.levels * (cfg.nres + 1)) + 7 +
+               (cfg.attn_head_channels ? 7 : 0);
     for (int64_t b = 0; b < n && rc == FF_OK; b++) {
         ff_ddpm_sample_noise(&cfg_s, SEED, first + b, 1, z);
         for (int64_t e = 0; e < per; e++) {
@@ -339,7 +340,7 @@ static int write_all(FILE *f, const void *p, size_t bytes)
 
 /* For tools/unet_oracle.py, little-endian: int32 S, img_channels, pad, base,
  * levels, mult[levels], nres, group_channels, temb_mult, T, schedule,
- * batch, ntensors; float64 beta_first, beta_last; float32 x0 (B,S,S,ci);
+ * batch, ntensors, attn_head_channels; float64 beta_first, beta_last; float32 x0 (B,S,S,ci);
  * int32 t (B); float32 noise (B,S,S,ci); per tensor int32 name length, the
  * name, int32 ndim, int32 shape, float32 values and fourfold's gradient;
  * float32 fourfold's loss; per tensor float32 the parameters after one
@@ -366,6 +367,7 @@ static int dump(ff_ctx *self, const char *dir)
         h[k++] = cfg.mult[i];
     h[k++] = cfg.nres, h[k++] = cfg.group_channels, h[k++] = cfg.temb_mult;
     h[k++] = cfg.timesteps, h[k++] = (int32_t)cfg.schedule, h[k++] = BATCH, h[k++] = ntensors;
+    h[k++] = cfg.attn_head_channels;
     double betas[2] = {cfg.beta_first, cfg.beta_last};
     const int64_t per = cfg.image_size * cfg.image_size * cfg.img_channels;
     int ok = write_all(f, h, (size_t)k * 4) && write_all(f, betas, sizeof betas) &&
@@ -444,7 +446,8 @@ int main(int argc, char **argv)
     make_params(shape_model);
     /* the stages of the bound */
     int blocks = cfg.levels * cfg.nres + 2 + cfg.levels * (cfg.nres + 1);
-    double F = 6.0 * blocks + 8, K = BATCH * cfg.image_size * cfg.image_size + 8;
+    double F = 6.0 * blocks + 8 + (cfg.attn_head_channels ? 7 : 0),
+           K = BATCH * cfg.image_size * cfg.image_size + 8;
     gam_loss = (F + 1) * test_gamma(K), gam_grad = (2 * F + 1) * test_gamma(K);
     int code;
     if (argc == 3 && !strcmp(argv[1], "--dump")) {

@@ -16,7 +16,8 @@ the data's channels of conv_out enter the loss.
 
 Compared (docs/testing.md, "The bounds of the U-Net"): the loss within
 (F + 1) gamma_{K+8} of its value, every gradient tensor norm-wise within
-(2F + 1) gamma_{K+8} of its norm, F = 6 per residual block + 8, K the
+(2F + 1) gamma_{K+8} of its norm, F = 6 per residual block + 8 (+ 7 for the attention block: GroupNorm 2,
+QKV, scores, softmax, P V, projection), K the
 batch's pixels (the longest reduction); and the parameters after one AdamW
 step on fourfold's gradients, torch.optim.AdamW's, element by element; the
 cosine and linear schedules' alpha_bar at T = 1000 within 1e-12; one
@@ -88,7 +89,7 @@ def main(path):
     r = Reader(path)
     S, ci, pad, base, levels = r.ints(5)
     mult = r.ints(levels)
-    nres, gch, tmult, T, schedule, B, nt = r.ints(7)
+    nres, gch, tmult, T, schedule, B, nt, hch = r.ints(8)
     b0, b1 = r.doubles(2)
     x0 = r.floats(B * S * S * ci).reshape(B, S, S, ci).permute(0, 3, 1, 2)
     t = torch.tensor(r.ints(B))
@@ -148,6 +149,8 @@ def main(path):
                 hs.append(h)
         for j in range(2):
             h = res(f"mid.res{j}", h, base * mult[-1], semb)
+            if j == 0 and hch:
+                h = attn("mid.attn", h)
         for i in reversed(range(levels)):
             for j in range(nres + 1):
                 h = res(f"up{i}.res{j}", torch.cat([h, hs.pop()], dim=1), base * mult[i], semb)
@@ -155,6 +158,17 @@ def main(path):
                 h = F.interpolate(h, scale_factor=2, mode="nearest")
         out = conv("conv_out", F.silu(gn("norm_out", h)), 3)
         return out[:, :ci]
+
+    def attn(name, h):
+        # x + proj(softmax(q k^T / sqrt(hs)) v) over the pixels, heads of hch
+        Bn, C, H, W = h.shape
+        y = gn(name + ".norm", h).reshape(Bn, C, H * W).transpose(1, 2)
+        qkv = F.linear(y, p(name + ".qkv.weight"), p(name + ".qkv.bias"))
+        q, k, v = (z.reshape(Bn, H * W, C // hch, hch).transpose(1, 2) for z in qkv.chunk(3, -1))
+        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hch), dim=-1)
+        o = (a @ v).transpose(1, 2).reshape(Bn, H * W, C)
+        o = F.linear(o, p(name + ".proj.weight"), p(name + ".proj.bias"))
+        return h + o.transpose(1, 2).reshape(Bn, C, H, W)
 
     abar = alpha_bar(T, schedule, b0, b1)
     a = abar[t][:, None, None, None]
@@ -169,7 +183,7 @@ def main(path):
               f"expected and missing {sorted(used - set(P))}")
         bad = 1
     blocks = levels * nres + 2 + levels * (nres + 1)
-    Fst, K = 6 * blocks + 8, B * S * S + 8
+    Fst, K = 6 * blocks + 8 + (7 if hch else 0), B * S * S + 8
     gl, gg = (Fst + 1) * gamma(K), (2 * Fst + 1) * gamma(K)
     rl = abs(ff_loss - loss.item()) / (gl * loss.item())
     print(f"loss fourfold {ff_loss:.9g} torch {loss.item():.12g}: {rl:.4f} of the bound {gl:.3g}")

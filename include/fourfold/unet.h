@@ -7,7 +7,8 @@
  *   h   = conv_in(x_t)                                      (Cpad -> C0)
  *   down: per level i, nres residual blocks to C0 mult[i], pushed; then
  *         (not after the last level) average down-sampling, pushed
- *   mid:  two residual blocks
+ *   mid:  two residual blocks, with self-attention between them
+ *         (attn_head_channels > 0)
  *   up:   per level, from the last, nres + 1 residual blocks, each on
  *         concat(h, popped); then (not after level 0) nearest up-sampling
  *   out = conv_out(SiLU(GroupNorm(h)))                      (C0 -> Cpad)
@@ -24,7 +25,10 @@
  * its input channels, and GroupNorm's groups (a fixed number of channels
  * each) never straddle the parts: no channel permutation is needed
  * (docs/unet.md, "Skip concatenations"). A 1x1 skip is N (Y -> X); its
- * output is moved to layout Y by an all-gather over X.
+ * output is moved to layout Y by an all-gather over X. Self-attention:
+ * x + proj(attention(QKV(GN(x)))), the QKV projection N with each X rank's
+ * columns whole heads (ff_qkv_permutation), attention over an image's
+ * pixels without a mask (local: whole images per rank), the projection T.
  *
  * Image channels are padded with zero channels to img_channels_pad (which
  * the grid's X and Y must divide): conv_in reads zeros there and conv_out's
@@ -57,13 +61,16 @@ typedef struct {
     int nres;                     /* residual blocks per level on the way down */
     int group_channels;           /* GroupNorm: channels per group (every width divisible) */
     int temb_mult;                /* the timestep embedding's width: base * temb_mult */
+    int attn_head_channels;       /* self-attention between the two middle blocks, heads of
+                                     this many channels; 0: none */
     int timesteps;                /* T of the diffusion */
     ff_schedule schedule;         /* betas: linear from beta_first to beta_last, or cosine */
     double beta_first, beta_last;
 } ff_unet_config;
 
-/* "tiny" (tests: 8x8 images, C0 8, levels 2, 1 block each) and "fmnist"
- * (Fashion-MNIST padded to 32x32: C0 32, mult 1,2,2, 2 blocks). FF_EINVAL
+/* "tiny" (tests: 8x8 images, C0 8, levels 2, 1 block each, attention of
+ * 8 heads of 2 channels) and "fmnist" (Fashion-MNIST padded to 32x32: C0
+ * 32, mult 1,2,2, 2 blocks, attention of 8 heads of 8 at 8x8). FF_EINVAL
  * for another name (no context: the caller reports). */
 int ff_unet_preset(const char *name, ff_unet_config *cfg);
 
@@ -73,7 +80,8 @@ typedef struct ff_unet ff_unet;
  * GPT's sequences) on grid, its layers in a sequence of its own with opts
  * (NULL: the defaults). Refuses, naming the size: channels the grid does not
  * divide, an image size the levels cannot halve, a batch Gz*Gd does not
- * divide, widths the group width does not divide (FF_EDIVIDE, FF_EINVAL);
+ * divide, widths the group width does not divide, attention heads X does
+ * not divide (FF_EDIVIDE, FF_EINVAL);
  * bf16-mixed products (opts->bf16: FF_EUNSUPPORTED, not yet). */
 int ff_unet_create(ff_grid *grid, const ff_unet_config *cfg, const ff_linear_opts *opts,
                    int64_t batch, ff_unet **out);

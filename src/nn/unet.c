@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_ops.h" /* ff_qkv_permutation */
 #include "internal.h"
 #include "unet_internal.h"
+#include "util/team.h"
 
 int ff_unet_preset(const char *name, ff_unet_config *cfg)
 {
@@ -17,6 +19,7 @@ int ff_unet_preset(const char *name, ff_unet_config *cfg)
     if (name && !strcmp(name, "tiny")) {
         cfg->image_size = 8, cfg->base = 8, cfg->levels = 2, cfg->mult[0] = 1, cfg->mult[1] = 2;
         cfg->nres = 1, cfg->group_channels = 4, cfg->timesteps = 100;
+        cfg->attn_head_channels = 2;
         cfg->beta_last = 0.2; /* T = 100: the same total noise as Ho et al.'s 1000 x 0.02 */
         return FF_OK;
     }
@@ -24,6 +27,7 @@ int ff_unet_preset(const char *name, ff_unet_config *cfg)
         cfg->image_size = 32, cfg->base = 32, cfg->levels = 3;
         cfg->mult[0] = 1, cfg->mult[1] = 2, cfg->mult[2] = 2;
         cfg->nres = 2, cfg->group_channels = 8, cfg->timesteps = 1000;
+        cfg->attn_head_channels = 8;
         return FF_OK;
     }
     return FF_EINVAL;
@@ -31,8 +35,11 @@ int ff_unet_preset(const char *name, ff_unet_config *cfg)
 
 /* ---- building ------------------------------------------------------------ */
 
-static unet_layer *add_layer(ff_unet *u, const char *name, int conv, ff_linear_kind kind,
-                             int64_t cin, int64_t cout, int64_t size, int ksize, int bias, int *rc)
+/* perm: the output columns' permutation (ff_linear_desc.col_perm), NULL:
+ * none */
+static unet_layer *add_layer_perm(ff_unet *u, const char *name, int conv, ff_linear_kind kind,
+                                  int64_t cin, int64_t cout, int64_t size, int ksize, int bias,
+                                  const int64_t *perm, int *rc)
 {
     if (*rc)
         return NULL;
@@ -49,7 +56,7 @@ static unet_layer *add_layer(ff_unet *u, const char *name, int conv, ff_linear_k
             return NULL;
         l->lin = ff_conv_linear(l->conv);
     } else {
-        ff_linear_desc d = {name, kind, cin, cout, bias, FF_WEIGHT_NK, NULL, stream};
+        ff_linear_desc d = {name, kind, cin, cout, bias, FF_WEIGHT_NK, perm, stream};
         *rc = ff_linear_add(u->seq, &d, &l->lin);
         if (*rc)
             return NULL;
@@ -61,6 +68,12 @@ static unet_layer *add_layer(ff_unet *u, const char *name, int conv, ff_linear_k
     l->off_b = u->nparams, u->nparams += l->nb;
     u->nlayers++;
     return l;
+}
+
+static unet_layer *add_layer(ff_unet *u, const char *name, int conv, ff_linear_kind kind,
+                             int64_t cin, int64_t cout, int64_t size, int ksize, int bias, int *rc)
+{
+    return add_layer_perm(u, name, conv, kind, cin, cout, size, ksize, bias, NULL, rc);
 }
 
 static unet_gn *add_gn(ff_unet *u, int64_t C, int layout_x, int *rc)
@@ -204,6 +217,46 @@ static int add_resample(ff_unet *u, unet_op_kind kind, int in, int *rc)
     return k->out;
 }
 
+/* Self-attention on act `in` (layout Y, C channels): GroupNorm, the QKV
+ * projection (N, each X rank's columns whole heads), attention without a
+ * mask, the output projection (T). */
+static int add_attn(ff_unet *u, const char *name, int in, int *rc)
+{
+    if (*rc)
+        return -1;
+    if (u->nops == UNET_MAX_OPS) {
+        *rc = ff_set_error(u->ctx, FF_EINVAL, "U-Net: more than %d blocks", UNET_MAX_OPS);
+        return -1;
+    }
+    const int64_t C = u->acts[in].C;
+    unet_op *k = &u->ops[u->nops++];
+    memset(k, 0, sizeof *k);
+    k->kind = OP_ATTN, k->in[0] = in, k->nparts = 1, k->size = u->acts[in].size, k->cout = C;
+    k->heads = (int)(C / u->cfg.attn_head_channels);
+    unet_gn *n = add_gn(u, C, 0, rc);
+    if (n)
+        k->gn1[0] = *n;
+    int64_t *perm = *rc ? NULL : ff_qkv_permutation(C, u->g.x);
+    if (!*rc && !perm)
+        *rc = ff_set_error(u->ctx, FF_ENOMEM, "U-Net: out of memory");
+    char s[64];
+    snprintf(s, sizeof s, "%s.qkv", name);
+    k->qkv = add_layer_perm(u, s, 0, FF_LINEAR_N, C, 3 * C, 1, 1, 1, perm, rc);
+    free(perm);
+    snprintf(s, sizeof s, "%s.proj", name);
+    k->proj = add_layer(u, s, 0, FF_LINEAR_T, C, C, 1, 1, 1, rc);
+    if (*rc)
+        return -1;
+    snprintf(s, sizeof s, "%s.norm", name);
+    gn_tensors(u, s, &u->gns[u->ngn - 1], NULL);
+    snprintf(s, sizeof s, "%s.qkv", name);
+    layer_tensors(u, s, k->qkv, NULL);
+    snprintf(s, sizeof s, "%s.proj", name);
+    layer_tensors(u, s, k->proj, NULL);
+    k->out = add_act(u, k->size, C, 0);
+    return k->out;
+}
+
 static int check_config(ff_ctx *ctx, const ff_unet_config *c, ff_dims g, int64_t batch)
 {
     if (c->levels < 1 || c->levels > FF_UNET_MAX_LEVELS || c->nres < 1 || c->base < 2 ||
@@ -220,6 +273,14 @@ static int check_config(ff_ctx *ctx, const ff_unet_config *c, ff_dims g, int64_t
             return ff_set_error(
                 ctx, FF_EDIVIDE, "U-Net: %lldx%lld images cannot be halved %d times for %d levels",
                 (long long)c->image_size, (long long)c->image_size, c->levels - 1, c->levels);
+    const int64_t cmid = (int64_t)c->base * c->mult[c->levels - 1];
+    if (c->attn_head_channels < 0 || (c->attn_head_channels && cmid % c->attn_head_channels))
+        return ff_set_error(ctx, FF_EDIVIDE,
+                            "U-Net: attention heads of %d channels do not divide %lld channels",
+                            c->attn_head_channels, (long long)cmid);
+    if (c->attn_head_channels && (cmid / c->attn_head_channels) % g.x)
+        return ff_set_error(ctx, FF_EDIVIDE, "U-Net: %lld attention heads over X=%d do not divide",
+                            (long long)(cmid / c->attn_head_channels), g.x);
     if (batch % ((int64_t)g.z * g.d))
         return ff_set_error(ctx, FF_EDIVIDE, "U-Net: a batch of %lld images over Gz*Gd = %d",
                             (long long)batch, g.z * g.d);
@@ -296,6 +357,8 @@ int ff_unet_create(ff_grid *grid, const ff_unet_config *cfg, const ff_linear_opt
     for (int r = 0; r < 2 && !rc; r++) {
         snprintf(name, sizeof name, "mid.res%d", r);
         h = add_block(u, name, &h, 1, C0 * cfg->mult[cfg->levels - 1], &rc);
+        if (r == 0 && cfg->attn_head_channels && !rc)
+            h = add_attn(u, "mid.attn", h, &rc);
     }
     for (int i = cfg->levels - 1; i >= 0 && !rc; i--) {
         for (int r = 0; r < cfg->nres + 1 && !rc; r++) {
@@ -344,8 +407,22 @@ int ff_unet_create(ff_grid *grid, const ff_unet_config *cfg, const ff_linear_opt
     for (int i = 0; i < u->ngn; i++)
         if (u->gns[i].G > maxg)
             maxg = u->gns[i].G;
+    size_t att_hw = 0;
     for (int o = 0; o < u->nops && !rc; o++) {
         unet_op *k = &u->ops[o];
+        if (k->kind == OP_ATTN) {
+            const size_t px = (size_t)(n * k->size * k->size), hw = (size_t)(k->size * k->size);
+            const size_t cx = (size_t)local_c(u, k->cout, 1);
+            k->g1[0] = alloc_f(px * (size_t)local_c(u, k->cout, 0), &rc);
+            k->gn1[0].mean = alloc_f((size_t)(n * k->gn1[0].G), &rc);
+            k->gn1[0].rstd = alloc_f((size_t)(n * k->gn1[0].G), &rc);
+            k->qkv_out = alloc_f(3 * px * cx, &rc), k->att_out = alloc_f(px * cx, &rc);
+            k->att = alloc_f((size_t)n * (size_t)(k->heads / u->g.x) * hw * hw, &rc);
+            if (3 * px * cx > maxact)
+                maxact = 3 * px * cx;
+            if (hw > att_hw)
+                att_hw = hw;
+        }
         if (k->kind != OP_BLOCK)
             continue;
         size_t px = (size_t)(n * k->size * k->size);
@@ -383,6 +460,7 @@ int ff_unet_create(ff_grid *grid, const ff_unet_config *cfg, const ff_linear_opt
     u->full = alloc_f(u->tmp_floats, &rc);
     u->col = alloc_f(maxcol, &rc), u->dcol = alloc_f(maxcol, &rc);
     u->gscr = alloc_f((size_t)(2 * n * maxg), &rc);
+    u->att_scratch = alloc_f((size_t)ff_team_size(ctx->team) * att_hw * att_hw, &rc);
     u->noise = alloc_f(px0 * (size_t)cfg->img_channels, &rc);
     u->abar = rc ? NULL : calloc((size_t)cfg->timesteps, sizeof(double));
     if (!rc && !u->abar)
@@ -412,6 +490,7 @@ void ff_unet_destroy(ff_unet *u)
         for (int p = 0; p < 2; p++)
             free(k->g1[p]), free(k->s1[p]), free(k->gn1[p].mean), free(k->gn1[p].rstd);
         free(k->h1), free(k->g2), free(k->s2), free(k->gn2.mean), free(k->gn2.rstd);
+        free(k->qkv_out), free(k->att_out), free(k->att);
     }
     if (u->gn_out)
         free(u->gn_out->mean), free(u->gn_out->rstd);
@@ -419,7 +498,7 @@ void ff_unet_destroy(ff_unet *u)
         free(u->l1), free(u->sl1);
     free(u->emb), free(u->semb), free(u->dsemb), free(u->go), free(u->so), free(u->pred);
     free(u->dpred), free(u->full), free(u->col), free(u->dcol), free(u->gscr);
-    free(u->noise), free(u->abar);
+    free(u->noise), free(u->abar), free(u->att_scratch);
     for (int i = 0; i < 3; i++)
         free(u->tmp[i]);
     ff_linear_seq_destroy(u->seq);

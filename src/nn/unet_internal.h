@@ -32,7 +32,7 @@ typedef struct {
     float *x, *dx;
 } unet_act;
 
-typedef enum { OP_BLOCK, OP_DOWN, OP_UP } unet_op_kind;
+typedef enum { OP_BLOCK, OP_DOWN, OP_UP, OP_ATTN } unet_op_kind;
 
 typedef struct {
     unet_op_kind kind;
@@ -42,6 +42,12 @@ typedef struct {
     unet_gn gn1[2], gn2;
     unet_layer *conv1[2], *tproj, *conv2, *skip[2]; /* skip: NULL without */
     float *g1[2], *s1[2], *h1, *g2, *s2;
+    /* self-attention (OP_ATTN): gn1[0] and its output g1[0], the QKV layer
+     * and its output (px, 3C/Gx), the heads' output (px, C/Gx) and
+     * probabilities (images, heads/Gx, hw, hw), the projection */
+    unet_layer *qkv, *proj;
+    float *qkv_out, *att_out, *att;
+    int heads;
 } unet_op;
 
 /* (a tensor is a layer's weight or bias or a GroupNorm's gain or bias:
@@ -98,8 +104,9 @@ struct ff_unet {
     float *go, *so, *pred, *dpred;
     /* scratch: im2col, two activations, a full-width gather, GN sums */
     float *col, *dcol, *tmp[3], *full, *gscr;
-    double *abar; /* (T) ff_ddpm_alpha_bar */
-    float *noise; /* (images, S, S, img_channels): this step's draws */
+    float *att_scratch; /* (threads, hw, hw): attention's backward */
+    double *abar;       /* (T) ff_ddpm_alpha_bar */
+    float *noise;       /* (images, S, S, img_channels): this step's draws */
     size_t tmp_floats;
 };
 

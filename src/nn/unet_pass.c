@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "gpt_ops.h" /* attention */
 #include "internal.h"
 #include "unet_internal.h"
 #include "unet_ops.h"
@@ -153,6 +154,47 @@ static int block_backward(ff_unet *u, unet_op *k)
     return rc;
 }
 
+/* out = x + proj(attention(QKV(GN(x)))): x and out (px, C/Gy); the heads
+ * are this X rank's whole ones, the pixels of each image the tokens. */
+static int attn_forward(ff_unet *u, unet_op *k)
+{
+    const int64_t n = u->images, hw = k->size * k->size, px = n * hw;
+    const int64_t cy = local_c(u, k->cout, 0), hs = u->cfg.attn_head_channels;
+    const float *x = u->acts[k->in[0]].x;
+    float *out = u->acts[k->out].x;
+    int rc = gn_fwd(u, &k->gn1[0], k->g1[0], x, hw);
+    if (!rc)
+        rc = ff_linear_forward(k->qkv->lin, k->qkv_out, k->g1[0], px);
+    if (!rc) {
+        ff_attention_full_forward(u->ctx, k->att_out, k->att, k->qkv_out, (int)n, (int)hw,
+                                  k->heads / u->g.x, (int)hs);
+        rc = ff_linear_forward(k->proj->lin, out, k->att_out, px);
+    }
+    if (!rc)
+        add_into(out, x, (size_t)(px * cy));
+    return rc;
+}
+
+static int attn_backward(ff_unet *u, unet_op *k)
+{
+    const int64_t n = u->images, hw = k->size * k->size, px = n * hw;
+    const int64_t cy = local_c(u, k->cout, 0), hs = u->cfg.attn_head_channels;
+    unet_act *x = &u->acts[k->in[0]];
+    const float *dout = u->acts[k->out].dx;
+    float *t0 = u->tmp[0], *t1 = u->tmp[1];
+    add_into(x->dx, dout, (size_t)(px * cy));
+    // d(heads' output) (px, C/Gx), d qkv (px, 3C/Gx), d GN's output (px, C/Gy)
+    int rc = ff_linear_backward(k->proj->lin, t0, dout, k->att_out, px);
+    if (!rc) {
+        ff_attention_full_backward(u->ctx, t1, u->att_scratch, t0, k->qkv_out, k->att, (int)n,
+                                   (int)hw, k->heads / u->g.x, (int)hs);
+        rc = ff_linear_backward(k->qkv->lin, t0, t1, k->g1[0], px);
+    }
+    if (!rc)
+        rc = gn_bwd(u, &k->gn1[0], x->dx, t0, x->x, hw);
+    return rc;
+}
+
 int ff_unet_forward_(ff_unet *u)
 {
     const ff_unet_config *cfg = &u->cfg;
@@ -184,6 +226,8 @@ int ff_unet_forward_(ff_unet *u)
         int64_t cl = local_c(u, in->C, 0);
         if (k->kind == OP_BLOCK)
             rc = block_forward(u, k);
+        else if (k->kind == OP_ATTN)
+            rc = attn_forward(u, k);
         else if (k->kind == OP_DOWN)
             ff_downsample_forward(u->ctx, u->acts[k->out].x, in->x, n, in->size, in->size, cl);
         else
@@ -221,8 +265,8 @@ int ff_unet_backward_(ff_unet *u)
         unet_op *k = &u->ops[o];
         unet_act *in = &u->acts[k->in[0]], *out = &u->acts[k->out];
         int64_t cl = local_c(u, in->C, 0);
-        if (k->kind == OP_BLOCK) {
-            rc = block_backward(u, k);
+        if (k->kind == OP_BLOCK || k->kind == OP_ATTN) {
+            rc = k->kind == OP_BLOCK ? block_backward(u, k) : attn_backward(u, k);
             continue;
         }
         if (k->kind == OP_DOWN)
