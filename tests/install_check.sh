@@ -45,6 +45,11 @@ cc -std=c11 -Wall -Wextra -Werror $EXTRA "$SRC/examples/train_tiny.c" \
     $(pkg-config --cflags --libs fourfold) -Wl,-rpath,"$(pkg-config --variable=libdir fourfold)" \
     -o "$WORK/train_tiny"
 (cd "$WORK" && "$MPIEXEC" -np 4 ./train_tiny 2x1x1x2 40) > "$WORK/train.out"
+# the U-Net's example: compiled against the installed headers (not run: its
+# sampler takes minutes; docs/unet.md)
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Wextra -Werror $EXTRA "$SRC/examples/train_unet.c" \
+    $(pkg-config --cflags --libs fourfold) -lm -o "$WORK/train_unet"
 cat "$WORK/train.out"
 # the first step's loss is ln 512 (a uniform guess over the tiny vocabulary);
 # the last five must average at least 1.5 nats less, and validation must be

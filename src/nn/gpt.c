@@ -126,19 +126,6 @@ static int add_layer(ff_gpt *g, const char *name, ff_linear_kind kind, int64_t k
     return ff_linear_add(g->seq, &d, out);
 }
 
-/* Output column j of the QKV layer, in the order blocks are cut, is the
- * canonical column perm[j]: block x holds [Q | K | V] of its heads. */
-static int64_t *qkv_permutation(int C, int gx)
-{
-    int64_t *perm = malloc((size_t)3 * C * sizeof *perm), cx = C / gx;
-    if (!perm)
-        return NULL;
-    for (int64_t x = 0; x < gx; x++)
-        for (int64_t j = 0; j < 3 * cx; j++)
-            perm[x * 3 * cx + j] = (j / cx) * C + x * cx + j % cx;
-    return perm;
-}
-
 static float *falloc(const ff_gpt *g, size_t n, size_t *acc)
 {
     if (acc)
@@ -407,7 +394,7 @@ static int create_layers(ff_gpt *g)
     int rc = ff_linear_seq_create(g->grid, &g->opt.linear, &g->seq);
     if (rc)
         return rc;
-    int64_t *perm = qkv_permutation((int)C, g->gx);
+    int64_t *perm = ff_qkv_permutation(C, g->gx);
     if (!perm)
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the QKV permutation");
     char name[48];

@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device.h"
@@ -156,6 +157,19 @@ int ff_ln_backward(ff_group *gy, float *dinp, float *dw, float *db, const float 
     return FF_OK;
 }
 
+/* ---- the QKV permutation ------------------------------------------------- */
+
+int64_t *ff_qkv_permutation(int64_t C, int gx)
+{
+    int64_t *perm = malloc((size_t)(3 * C) * sizeof *perm), cx = C / gx;
+    if (!perm)
+        return NULL;
+    for (int64_t x = 0; x < gx; x++)
+        for (int64_t j = 0; j < 3 * cx; j++)
+            perm[x * 3 * cx + j] = (j / cx) * C + x * cx + j % cx;
+    return perm;
+}
+
 /* ---- attention ---------------------------------------------------------------
  * Per sequence and head, with BLAS, in blocks of ATT_ROWS query rows: block
  * [r0, r1) computes its scores S = Q K^T / sqrt(hs) against keys [0, r1)
@@ -182,13 +196,14 @@ static void attn_fwd(void *arg, int64_t k0, int64_t k1, int th)
         float *p = j->att + k * T * T, *o = j->out + b * T * c + h * hs;
         for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
             const int r1 = r0 + ATT_ROWS < T ? r0 + ATT_ROWS : T, n = r1 - r0;
-            // p[r0:r1, 0:r1] = q[r0:r1] (n, hs) k[0:r1]^T (hs, r1) * scale
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1, hs, scale, q + r0 * c3,
+            const int keys = j->causal ? r1 : T; /* without the mask: every key */
+            // p[r0:r1, 0:keys] = q[r0:r1] (n, hs) k[0:keys]^T (hs, keys) * scale
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, keys, hs, scale, q + r0 * c3,
                         (int)c3, kk, (int)c3, 0.0f, p + (int64_t)r0 * T, T);
             for (int t = r0; t < r1; t++)
-                ff_softmax_causal_row(p + (int64_t)t * T, t, T);
-            // o[r0:r1] (n, hs) = p[r0:r1, 0:r1] v[0:r1] (r1, hs)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, r1, 1.0f,
+                ff_softmax_causal_row(p + (int64_t)t * T, j->causal ? t : T - 1, T);
+            // o[r0:r1] (n, hs) = p[r0:r1, 0:keys] v[0:keys] (keys, hs)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, keys, 1.0f,
                         p + (int64_t)r0 * T, T, v, (int)c3, 0.0f, o + r0 * c, (int)c);
         }
         if (th == 0)
@@ -211,25 +226,29 @@ static void attn_bwd(void *arg, int64_t k0, int64_t k1, int th)
         const float *g = j->dout + b * T * c + h * hs;
         for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
             const int r1 = r0 + ATT_ROWS < T ? r0 + ATT_ROWS : T, n = r1 - r0;
+            const int keys = j->causal ? r1 : T;
             float *dpr = dp + (int64_t)r0 * T;
-            // dp[r0:r1, 0:r1] = g[r0:r1] (n, hs) v[0:r1]^T
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1, hs, 1.0f, g + r0 * c,
+            // dp[r0:r1, 0:keys] = g[r0:r1] (n, hs) v[0:keys]^T
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, keys, hs, 1.0f, g + r0 * c,
                         (int)c, v, (int)c3, 0.0f, dpr, T);
-            // softmax backward: ds = p * (dp - sum_u p dp), zero above the diagonal
+            // softmax backward: ds = p * (dp - sum_u p dp), zero above the diagonal (causal)
             for (int t = r0; t < r1; t++)
-                ff_softmax_causal_back_row(dp + (int64_t)t * T, pa + (int64_t)t * T, t, T);
-            // dq[r0:r1] (n, hs) = ds[r0:r1, 0:r1] k[0:r1] * scale
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, r1, scale, dpr, T, kk,
+                ff_softmax_causal_back_row(dp + (int64_t)t * T, pa + (int64_t)t * T,
+                                           j->causal ? t : T - 1, T);
+            // dq[r0:r1] (n, hs) = ds[r0:r1, 0:keys] k[0:keys] * scale
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, keys, scale, dpr, T, kk,
                         (int)c3, 0.0f, dq + r0 * c3, (int)c3);
         }
-        // keys [c0, c1) are seen by queries [c0, T): dv = p^T g, dk = ds^T q * scale there
+        // keys [c0, c1) are seen by queries [c0, T) (causal; without the mask
+        // by all): dv = p^T g, dk = ds^T q * scale there
         for (int c0 = 0; c0 < T; c0 += ATT_ROWS) {
-            const int c1 = c0 + ATT_ROWS < T ? c0 + ATT_ROWS : T, n = c1 - c0, rows = T - c0;
-            const int64_t at = (int64_t)c0 * T + c0;
+            const int q0 = j->causal ? c0 : 0;
+            const int c1 = c0 + ATT_ROWS < T ? c0 + ATT_ROWS : T, n = c1 - c0, rows = T - q0;
+            const int64_t at = (int64_t)q0 * T + c0;
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, 1.0f, pa + at, T,
-                        g + c0 * c, (int)c, 0.0f, dv + c0 * c3, (int)c3);
+                        g + q0 * c, (int)c, 0.0f, dv + c0 * c3, (int)c3);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, scale, dp + at, T,
-                        q + c0 * c3, (int)c3, 0.0f, dk + c0 * c3, (int)c3);
+                        q + q0 * c3, (int)c3, 0.0f, dk + c0 * c3, (int)c3);
         }
         if (th == 0)
             ff_poll(j->ctx);
@@ -239,8 +258,8 @@ static void attn_bwd(void *arg, int64_t k0, int64_t k1, int th)
 /* Runs the pairs on the team with the BLAS on one thread meanwhile. */
 static void attn_run(attn_job *j, ff_team_fn fn, ff_pass_id id)
 {
-    if (ff_dev_pass(j->ctx, id, (int64_t)j->B * j->nh, j))
-        return;
+    if (j->causal && ff_dev_pass(j->ctx, id, (int64_t)j->B * j->nh, j))
+        return; /* (the device's kernels are causal only) */
     ff_team *team = j->ctx->team;
     int wide = ff_team_size(team) > 1;
     if (wide)
@@ -253,6 +272,21 @@ static void attn_run(attn_job *j, ff_team_fn fn, ff_pass_id id)
 void ff_attention_forward(ff_ctx *ctx, float *out, float *att, const float *qkv, int B, int T,
                           int nh, int hs)
 {
+    attn_job j = {.ctx = ctx,
+                  .out = out,
+                  .att = att,
+                  .qkv = qkv,
+                  .B = B,
+                  .T = T,
+                  .nh = nh,
+                  .hs = hs,
+                  .causal = 1};
+    attn_run(&j, attn_fwd, FF_PASS_ATTN_FWD);
+}
+
+void ff_attention_full_forward(ff_ctx *ctx, float *out, float *att, const float *qkv, int B, int T,
+                               int nh, int hs)
+{
     attn_job j = {
         .ctx = ctx, .out = out, .att = att, .qkv = qkv, .B = B, .T = T, .nh = nh, .hs = hs};
     attn_run(&j, attn_fwd, FF_PASS_ATTN_FWD);
@@ -260,6 +294,23 @@ void ff_attention_forward(ff_ctx *ctx, float *out, float *att, const float *qkv,
 
 void ff_attention_backward(ff_ctx *ctx, float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *att, int B, int T, int nh, int hs)
+{
+    attn_job j = {.ctx = ctx,
+                  .dqkv = dqkv,
+                  .scratch = scratch,
+                  .dout = dout,
+                  .qkv = qkv,
+                  .patt = att,
+                  .B = B,
+                  .T = T,
+                  .nh = nh,
+                  .hs = hs,
+                  .causal = 1};
+    attn_run(&j, attn_bwd, FF_PASS_ATTN_BWD);
+}
+
+void ff_attention_full_backward(ff_ctx *ctx, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *att, int B, int T, int nh, int hs)
 {
     attn_job j = {.ctx = ctx,
                   .dqkv = dqkv,

@@ -30,6 +30,12 @@ int ff_ln_backward(ff_group *gy, float *dinp, float *dw, float *db, const float 
                    const float *inp, const float *w, const float *mean, const float *rstd,
                    int64_t m, int64_t cl, int64_t C, float *scratch);
 
+/* The QKV layer's output columns (3C, canonical [Q | K | V], heads
+ * contiguous in each) in the order blocks are cut over gx ranks of X:
+ * column j is canonical column perm[j], so block x holds [Q | K | V] of its
+ * heads. malloc'd (NULL when out of memory); the caller frees it. */
+int64_t *ff_qkv_permutation(int64_t C, int gx);
+
 /* Causal self-attention of nh local heads of size hs over B sequences of T:
  * qkv (B*T, 3*nh*hs) as [Q heads | K heads | V heads], out (B*T, nh*hs),
  * att (B, nh, T, T) the softmax probabilities, kept for the backward. */
@@ -39,6 +45,12 @@ void ff_attention_forward(ff_ctx *ctx, float *out, float *att, const float *qkv,
  * thread of the context. */
 void ff_attention_backward(ff_ctx *ctx, float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *att, int B, int T, int nh, int hs);
+/* The same without the causal mask: every query sees every key (the U-Net's
+ * attention over an image's pixels); on the CPU's team only. */
+void ff_attention_full_forward(ff_ctx *ctx, float *out, float *att, const float *qkv, int B, int T,
+                               int nh, int hs);
+void ff_attention_full_backward(ff_ctx *ctx, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *att, int B, int T, int nh, int hs);
 
 /* GELU, tanh approximation (GPT-2). out, inp (n). */
 void ff_gelu_forward(ff_ctx *ctx, float *out, const float *inp, int64_t n);

@@ -50,13 +50,15 @@ typedef struct {
     int gxn;
 } ce_job;
 
-/* attention over B sequences of T, nh heads of hs */
+/* attention over B sequences of T, nh heads of hs; causal 0: every query
+ * sees every key (the U-Net's, over an image's pixels; CPU only) */
 struct ff_ctx;
 typedef struct {
     struct ff_ctx *ctx;
     float *out, *att, *dqkv, *scratch;
     const float *qkv, *dout, *patt;
     int B, T, nh, hs;
+    int causal;
 } attn_job;
 
 /* the gradient norm's sums of squares, in blocks of FF_SUM_BLOCK */

@@ -1,0 +1,171 @@
+/* The DDPM objective of the U-Net (Ho et al. 2020, "simple" loss):
+ * x_t = sqrt(abar_t) x0 + sqrt(1 - abar_t) eps, the mean squared error of
+ * the predicted noise (include/fourfold/unet.h, docs/unet.md "DDPM"). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fourfold/rng.h"
+#include "internal.h"
+#include "unet_internal.h"
+
+/* the RNG's streams of the objective (a layer's streams are 5100 + its
+ * index, src/nn/unet.c) */
+enum { STREAM_T = 0xDD01, STREAM_NOISE = 0xDD02, STREAM_SAMPLE = 0xDD03 };
+
+void ff_ddpm_alpha_bar(const ff_unet_config *cfg, double *abar)
+{
+    const int T = cfg->timesteps;
+    double a = 1.0;
+    for (int i = 0; i < T; i++) {
+        double beta;
+        if (cfg->schedule == FF_SCHEDULE_COSINE) {
+            /* Nichol and Dhariwal (improved DDPM, eq. 17), s = 0.008, betas
+             * clipped at 0.999 */
+            const double s = 0.008, h = acos(-1.0) / 2;
+            double f0 = cos(((double)i / T + s) / (1 + s) * h),
+                   f1 = cos(((double)(i + 1) / T + s) / (1 + s) * h);
+            beta = 1.0 - (f1 * f1) / (f0 * f0);
+            if (beta > 0.999)
+                beta = 0.999;
+        } else {
+            beta = T > 1 ? cfg->beta_first + (cfg->beta_last - cfg->beta_first) * i / (T - 1)
+                         : cfg->beta_first;
+        }
+        a *= 1.0 - beta;
+        abar[i] = a;
+    }
+}
+
+int ff_ddpm_draw(const ff_unet_config *cfg, uint64_t seed, int64_t step, int64_t batch, int64_t g,
+                 float *noise)
+{
+    const uint64_t image = (uint64_t)(step * batch + g);
+    int t = (int)(ff_rng_uniform(seed, STREAM_T, image) * cfg->timesteps);
+    if (t >= cfg->timesteps)
+        t = cfg->timesteps - 1;
+    const int64_t per = cfg->image_size * cfg->image_size * cfg->img_channels;
+    for (int64_t e = 0; e < per; e++)
+        noise[e] = ff_rng_normal(seed, STREAM_NOISE, image * (uint64_t)per + (uint64_t)e);
+    return t;
+}
+
+int ff_unet_ddpm_loss(ff_unet *u, const float *x0, uint64_t seed, int64_t step, float *loss)
+{
+    const ff_unet_config *cfg = &u->cfg;
+    const int64_t n = u->images, S = cfg->image_size, hw = S * S, ci = cfg->img_channels;
+    const int64_t pl = cfg->img_channels_pad / u->g.x, c0 = u->c.x * pl; /* layout X */
+    const double *abar = u->abar;
+    // x_t (n, S, S, pad/Gx): this rank's block of the padded channels
+    float *xt = u->acts[0].x;
+    memset(xt, 0, (size_t)(n * hw * pl) * sizeof(float));
+    for (int64_t b = 0; b < n; b++) {
+        float *eps = u->noise + b * hw * ci;
+        u->t[b] = ff_ddpm_draw(cfg, seed, step, u->batch, u->first + b, eps);
+        double sa = sqrt(abar[u->t[b]]), sb = sqrt(1.0 - abar[u->t[b]]);
+        for (int64_t q = 0; q < hw; q++)
+            for (int64_t j = 0; j < pl && c0 + j < ci; j++) {
+                int64_t e = (b * hw + q) * ci + c0 + j;
+                xt[(b * hw + q) * pl + j] = (float)(sa * x0[e] + sb * eps[e - b * hw * ci]);
+            }
+    }
+    int rc = ff_unet_forward_(u);
+    if (rc)
+        return rc;
+    // the mean over the batch's B*S*S*ci values of (pred - eps)^2 and its gradient
+    const double N = (double)u->batch * (double)(hw * ci);
+    double sum = 0;
+    memset(u->dpred, 0, (size_t)(n * hw * pl) * sizeof(float));
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t q = 0; q < hw; q++)
+            for (int64_t j = 0; j < pl && c0 + j < ci; j++) {
+                int64_t i = (b * hw + q) * pl + j;
+                float d = u->pred[i] - u->noise[(b * hw + q) * ci + c0 + j];
+                sum += (double)d * d;
+                u->dpred[i] = (float)(2.0 * d / N);
+            }
+    rc = ff_unet_backward_(u);
+    float s = (float)sum;
+    if (!rc)
+        rc = ff_allreduce(ff_grid_group(u->grid, FF_GROUP_X), &s, &s, 1, NULL);
+    if (!rc)
+        rc = ff_allreduce(ff_grid_group(u->grid, FF_GROUP_ZD), &s, &s, 1, NULL);
+    *loss = (float)(s / N);
+    return rc;
+}
+
+void ff_ddpm_sample_noise(const ff_unet_config *cfg, uint64_t seed, int64_t g, int t, float *z)
+{
+    const uint64_t per = (uint64_t)(cfg->image_size * cfg->image_size * cfg->img_channels);
+    const uint64_t at = ((uint64_t)g * (uint64_t)(cfg->timesteps + 1) + (uint64_t)t) * per;
+    for (uint64_t e = 0; e < per; e++)
+        z[e] = ff_rng_normal(seed, STREAM_SAMPLE, at + e);
+}
+
+/* the program of a forward-only run: every layer's forward, in order */
+static int forward_program(ff_unet *u)
+{
+    int n = ff_linear_seq_count(u->seq);
+    ff_linear_use *uses = malloc((size_t)n * sizeof *uses);
+    if (!uses)
+        return ff_set_error(u->ctx, FF_ENOMEM, "U-Net: out of memory");
+    for (int i = 0; i < n; i++)
+        uses[i] = (ff_linear_use){i, FF_USE_FORWARD};
+    int rc = ff_linear_seq_set_program(u->seq, uses, n);
+    free(uses);
+    return rc;
+}
+
+int ff_unet_sample(ff_unet *u, uint64_t seed, float *out)
+{
+    const ff_unet_config *cfg = &u->cfg;
+    const int T = cfg->timesteps;
+    const int64_t n = u->images, hw = cfg->image_size * cfg->image_size, ci = cfg->img_channels;
+    const int64_t pl = cfg->img_channels_pad / u->g.x, c0 = u->c.x * pl; /* layout X */
+    float *x = u->acts[0].x; /* x_t, (n, S, S, pad/Gx), zero beyond the data's channels */
+    memset(x, 0, (size_t)(n * hw * pl) * sizeof(float));
+    for (int64_t b = 0; b < n; b++) {
+        float *z = u->noise + b * hw * ci;
+        ff_ddpm_sample_noise(cfg, seed, u->first + b, T, z);
+        for (int64_t q = 0; q < hw; q++)
+            for (int64_t j = 0; j < pl && c0 + j < ci; j++)
+                x[(b * hw + q) * pl + j] = z[q * ci + c0 + j];
+    }
+    int rc = forward_program(u);
+    for (int t = T - 1; t >= 0 && !rc; t--) {
+        for (int64_t b = 0; b < n; b++)
+            u->t[b] = t;
+        rc = ff_unet_forward_(u);
+        if (!rc)
+            rc = ff_linear_seq_end(u->seq);
+        const double ab = u->abar[t], alpha = ab / (t ? u->abar[t - 1] : 1.0), beta = 1 - alpha;
+        const double k = beta / sqrt(1 - ab), r = 1 / sqrt(alpha), sigma = t ? sqrt(beta) : 0;
+        for (int64_t b = 0; b < n && !rc; b++) {
+            float *z = u->noise + b * hw * ci;
+            if (t)
+                ff_ddpm_sample_noise(cfg, seed, u->first + b, t, z);
+            for (int64_t q = 0; q < hw; q++)
+                for (int64_t j = 0; j < pl && c0 + j < ci; j++) {
+                    int64_t i = (b * hw + q) * pl + j;
+                    double zv = t ? z[q * ci + c0 + j] : 0.0;
+                    x[i] = (float)((x[i] - k * u->pred[i]) * r + sigma * zv);
+                }
+        }
+    }
+    int rc2 = ff_linear_seq_program_standard(u->seq, 0);
+    if (!rc)
+        rc = rc2;
+    // every channel on every rank: gather the X blocks
+    const float *all = x;
+    if (!rc && u->g.x > 1) {
+        rc = ff_allgather(ff_grid_group(u->grid, FF_GROUP_X), x, u->full, (size_t)(n * hw * pl),
+                          NULL);
+        all = u->full;
+    }
+    for (int64_t b = 0; b < n && !rc; b++)
+        for (int64_t q = 0; q < hw; q++)
+            for (int64_t c = 0; c < ci; c++)
+                out[(b * hw + q) * ci + c] =
+                    all[(c / pl) * n * hw * pl + (b * hw + q) * pl + c % pl];
+    return rc;
+}
