@@ -118,8 +118,8 @@ bad 2 "give one of them"                          $GPT2 --per-layer --plan "$WOR
 bad 2 "grid 8x1x1x1: the 12 heads do not divide" $GPT2 --grid 8x1x1x1 --per-layer
 bad 1 "--out: cannot write $WORK/none/lp.json"    $GPT2 --per-layer --out "$WORK/none/lp.json"
 bad 1 "cannot open plan $WORK/none.json"          $GPT2 --plan "$WORK/none.json"
-printf '{"format": "fourfold-layer-plan", "version": 3}\n' > "$WORK/v3.json"
-bad 1 "v3.json: version 3 is not supported"       $GPT2 --plan "$WORK/v3.json"
+printf '{"format": "fourfold-layer-plan", "version": 4}\n' > "$WORK/v4.json"
+bad 1 "v4.json: version 4 is not supported"       $GPT2 --plan "$WORK/v4.json"
 
 # --per-layer without --grid: the ranking's best grid; the plan is written
 "$FF" plan $GPT2 --per-layer --out "$WORK/lp.json" > "$WORK/lp.txt" 2> "$WORK/err" ||

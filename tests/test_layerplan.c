@@ -36,7 +36,8 @@ static char dir[64];
 static int same_opts(const ff_layer_opts *a, const ff_layer_opts *b)
 {
     return a->decompose == b->decompose && a->oar == b->oar && a->ors == b->ors &&
-           a->oag == b->oag && a->ag_cache == b->ag_cache && a->wire_bytes == b->wire_bytes;
+           a->oag == b->oag && a->ag_cache == b->ag_cache && a->wire_bytes == b->wire_bytes &&
+           a->rs_cmm == b->rs_cmm;
 }
 
 static int same_plan(const ff_layer_plan *a, const ff_layer_plan *b)
@@ -155,7 +156,7 @@ static void test_file(void)
         const char *needle;
     } cases[] = {
         {"other format", "fourfold-layer-plan", "fourfold-profile", FF_ECORRUPT, "format"},
-        {"version 3", "\"version\": 1", "\"version\": 3", FF_ECORRUPT, "version 3"},
+        {"version 4", "\"version\": 1", "\"version\": 4", FF_ECORRUPT, "version 4"},
         {"no version", "\"version\": 1,", "", FF_ECORRUPT, "version"},
         {"version as a string", "\"version\": 1", "\"version\": \"1\"", FF_ECORRUPT, "version"},
         {"duplicate key", "\"batch\": 16,", "\"batch\": 16, \"batch\": 16,", FF_EINVAL,
@@ -223,6 +224,34 @@ static void test_file(void)
     }
     free(text2);
     a.progress = -1;
+
+    /* version 3: the reduce-scatter collective matmul per layer, written
+     * only when a layer has it on; "progress" optional there */
+    a.blocks[a.layers - 1].layer[FF_BLOCK_FC].rs_cmm = 1;
+    char *text3 = ff_layer_plan_to_json(&a);
+    CHECK(text3 && strstr(text3, "\"version\": 3,") && strstr(text3, "\"rs_cmm\": 1") &&
+              !strstr(text3, "progress"),
+          "version 3 text: %.120s", text3 ? text3 : "(null)");
+    rc = ff_layer_plan_parse(text3, strlen(text3), "text3", &b, err, sizeof err);
+    CHECK(rc == FF_OK && same_plan(&a, &b) && b.blocks[a.layers - 1].layer[FF_BLOCK_FC].rs_cmm,
+          "version 3 round trip: rc %d (%s)", rc, err);
+    ff_layer_plan_free(&b);
+    printf("  version 3 (rs_cmm on in one layer) -> parse: the same plan\n");
+    struct {
+        const char *label, *from, *to;
+        const char *needle;
+    } cases3[] = {
+        {"no rs_cmm", ", \"rs_cmm\": 0}", "}", "lacks \"rs_cmm\""},
+        {"rs_cmm 2", "\"rs_cmm\": 1", "\"rs_cmm\": 2", "rs_cmm"},
+        {"rs_cmm in version 2", "\"version\": 3", "\"version\": 2", "not a key of version 2"},
+    };
+    for (size_t i = 0; i < sizeof cases3 / sizeof cases3[0]; i++) {
+        char *t = replaced(text3, cases3[i].from, cases3[i].to);
+        refused(cases3[i].label, t, FF_EINVAL, cases3[i].needle);
+        free(t);
+    }
+    free(text3);
+    a.blocks[a.layers - 1].layer[FF_BLOCK_FC].rs_cmm = 0;
 
     /* cut short, and a NUL inside */
     char *cut = strdup(text);
@@ -311,7 +340,8 @@ static void mirror(const ff_plan_config *cfg, ff_dims g, const ff_plan_result *r
                        !!(cfg->overlap & FF_OVERLAP_ORS),
                        !!(cfg->overlap & FF_OVERLAP_OAG),
                        1,
-                       cfg->wire_bytes};
+                       cfg->wire_bytes,
+                       cfg->rs_cmm};
     ff_layer_plan_uniform(p, L, &o, r->checkpoint, NULL, 0);
     p->heads = cfg->model.heads, p->hidden = cfg->model.hidden, p->vocab = cfg->model.vocab;
     p->grid = g;

@@ -79,6 +79,13 @@ typedef struct {
                             was not prefetched (OAG off, or the run's first gather)
                             multiplies each shard as the ring all-gather (forced for
                             it) delivers it. Other BLAS calls: bounded, not bitwise */
+    int rs_cmm;          /* 1: the reduce-scatter collective matmul (docs/linear.md):
+                            a layer whose Z-shards are whole rows of its stored block
+                            computes dW_rc at its last backward use of a run shard by
+                            shard, in the order the ring reduce-scatter (forced for it)
+                            reads them, each shard fed to the ring as it is done, so
+                            the products overlap the reduce-scatter. The same messages
+                            and bytes; bounded, not bitwise, against it off */
     int bf16;            /* 1: bf16-mixed products (docs/design.md §13): the
                             weights read (ff_linear_bind_used: the caller's bf16
                             copy) gathered on the bf16 wire;
@@ -229,6 +236,9 @@ int ff_linear_seq_allreduce_grads(ff_linear_seq *s);
 
 /* Forwards run as collective matmuls (ff_linear_opts.cmm) since creation. */
 long ff_linear_seq_cmm_uses(const ff_linear_seq *s);
+/* Weight gradients computed by the reduce-scatter collective matmul
+ * (ff_linear_opts.rs_cmm, ff_layer_opts.rs_cmm) since creation. */
+long ff_linear_seq_rs_cmm_uses(const ff_linear_seq *s);
 /* Bytes of gathered weights, gradient blocks and reduce-scatter outputs held
  * by the sequence now, and at most since creation. */
 void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak);
