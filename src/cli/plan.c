@@ -47,6 +47,8 @@ static const char help[] =
     "                       values and transfers, fp32 master weights and moments)\n"
     "  --overlap LIST       oar,ors,oag,dp, all or none (default all)\n"
     "  --cmm on|off         the collective matmul of unprefetched gathers (train --cmm)\n"
+    "  --rs-cmm on|off      the reduce-scatter collective matmul of the weight gradients\n"
+    "                       (train --rs-cmm; --per-layer chooses it per layer)\n"
     "  --progress M         how the run's collectives advance (train --progress): poll\n"
     "                       (default; with --plan, the plan's), thread or wait; decides\n"
     "                       when a decomposed all-reduce's chunks can overlap\n"
@@ -410,6 +412,13 @@ static int parse_args(int argc, char **argv, plan_opts *o)
                 return CLI_USAGE;
             }
             o->cfg.cmm = v[1] == 'n';
+        } else if (cli_is(&a, "rs-cmm")) {
+            if (!(v = cli_value(&a)) || (strcmp(v, "on") && strcmp(v, "off"))) {
+                if (v)
+                    cli_error("--rs-cmm %s: expected on or off", v);
+                return CLI_USAGE;
+            }
+            o->cfg.rs_cmm = v[1] == 'n';
         } else if (cli_is(&a, "ag-cache")) {
             if (!(v = cli_value(&a)))
                 return CLI_USAGE;
