@@ -986,6 +986,66 @@ static void test_search(void)
     CHECK(rc == FF_EDIVIDE && strstr(err, "heads"), "a grid that does not divide: %d %s", rc, err);
 }
 
+/* The search over the reduce-scatter collective matmul alone, against
+ * exhaustive enumeration: L=2, C=256 on 1x1x4x1, Z across nodes, ORS off
+ * (each dW reduce-scatter waited at once, so feeding it from the dW GEMM's
+ * slices can pay). Descent must find the optimum of the 2^8 plans (the
+ * head has no rs_cmm coordinate: its dW goes to the embedding's
+ * gradient), and that optimum must turn it on somewhere (else the test
+ * shows nothing). */
+static void test_search_rs_cmm(void)
+{
+    printf("search: the reduce-scatter collective matmul per layer\n");
+    ff_plan_config cfg;
+    char err[256];
+    ff_plan_config_default(&cfg);
+    cfg.model = (ff_model){.name = "small", .layers = 2, .heads = 4, .hidden = 256, .vocab = 1000};
+    cfg.batch = 4, cfg.seq = 64;
+    cfg.overlap = FF_OVERLAP_ALL & ~FF_OVERLAP_ORS;
+    bare_machine(&cfg.machine, 1);
+    cfg.machine.gemm_flops = cfg.machine.peak_flops = 1e11;
+    cfg.machine.intra_overlap = 0;
+    ff_dims g = {1, 1, 4, 1};
+    plan_search_space sp;
+    plan_search_space_default(&sp);
+    sp.vary = PLAN_VARY_RS_CMM;
+    ff_layer_plan found, p;
+    ff_plan_result res, r;
+    long evals = 0;
+    int rc = plan_search(&cfg, g, 0, 1, &sp, &found, &res, &evals, err, sizeof err);
+    CHECK(rc == FF_OK, "descent: %s", err);
+    ff_plan_evaluate(&cfg, g, &r, err, sizeof err);
+    const double start = r.step_s;
+    mirror(&cfg, g, &r, &p);
+    cfg.layers = &p;
+    double best = INFINITY;
+    unsigned best_bits = 0;
+    for (unsigned bits = 0; bits < 1u << 8; bits++) {
+        for (int l = 0; l < 2; l++)
+            for (int i = 0; i < FF_BLOCK_LAYERS; i++)
+                p.blocks[l].layer[i].rs_cmm = bits >> (4 * l + i) & 1;
+        rc = ff_plan_evaluate(&cfg, g, &r, err, sizeof err);
+        if (rc == FF_OK && !r.rejected && r.step_s < best)
+            best = r.step_s, best_bits = bits;
+    }
+    cfg.layers = NULL;
+    int n_on = 0, n_found = found.head.rs_cmm;
+    for (int b = 0; b < 8; b++)
+        n_on += best_bits >> b & 1;
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < FF_BLOCK_LAYERS; i++)
+            n_found += found.blocks[l].layer[i].rs_cmm;
+    CHECK(res.step_s == best, "descent %.17g s, exhaustive %.17g s", res.step_s, best);
+    CHECK(n_on > 0 && n_found > 0 && best < start,
+          "the optimum turns it on in %d of 8 layers (descent %d): %.9g s, without %.9g s", n_on,
+          n_found, best, start);
+    printf("  descent: %.9g s in %ld evaluations, rs_cmm in %d layers; exhaustive (256): %.9g "
+           "s, %d of 8; without %.9g s\n",
+           res.step_s, evals, n_found, best, n_on, start);
+    ff_layer_plan_free(&p);
+    ff_layer_plan_free(&found);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/ff-layerplan-XXXXXX");
@@ -999,6 +1059,7 @@ int main(void)
     test_traffic();
     test_sign();
     test_search();
+    test_search_rs_cmm();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
