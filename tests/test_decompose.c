@@ -52,7 +52,8 @@
  *    product's panels of PANEL rows: bitwise where every layer's shard
  *    is whole panels (nl/Gz a multiple of PANEL), else within the bound
  *    of part 2 (two orders of the same sums); in fp32 and bf16-mixed
- *    (whose weight gradients are reduced in fp32 either way). The Z
+ *    (whose weight gradients are reduced in fp32 either way), over two
+ *    micro-batches. The Z
  *    reduce-scatters are the same calls and bytes, and every layer whose
  *    last backward use is its product ran as one (not wte: the lookup's
  *    gradient is its last use). A per-layer plan turning it on in some
@@ -80,7 +81,8 @@ typedef struct {
     long cmm;
     /* reduce-scatters of the Z groups, and the reduce-scatter collective
      * matmuls run and expected (the layers with rs_cmm whose Z-shards are
-     * whole rows and whose last backward use is the product), summed; the
+     * whole rows and whose last backward use is the product, once per
+     * micro-batch), summed; the
      * layers whose shard is not whole GEMM panels, summed */
     unsigned long long rs[3];
     long rs_cmm, rs_cmm_want, rs_unaligned;
@@ -160,7 +162,8 @@ static void plan_extra_calls(const ff_layer_plan *p, int gy, unsigned long long 
     extra[0] += cut, extra[1] += cut;
 }
 
-static int run(ff_grid *grid, const ff_gpt_opts *o, result *r)
+/* One training step of n_micro micro-batches (the same tokens each). */
+static int run_micro(ff_grid *grid, const ff_gpt_opts *o, int n_micro, result *r)
 {
     ff_ctx *ctx = ff_grid_ctx(grid);
     ff_gpt *g;
@@ -203,8 +206,8 @@ static int run(ff_grid *grid, const ff_gpt_opts *o, result *r)
     rc = ff_gpt_init(g, 99);
     if (rc == FF_OK)
         rc = ff_gpt_zero_grad(g);
-    if (rc == FF_OK)
-        rc = ff_gpt_forward_backward(g, tok, tgt, 0, 1);
+    for (int m = 0; m < n_micro && rc == FF_OK; m++)
+        rc = ff_gpt_forward_backward(g, tok, tgt, m, n_micro);
     if (rc == FF_OK)
         rc = ff_gpt_finish_grads(g, &r->loss);
     for (int i = 0; i < 2 && rc == FF_OK; i++) {
@@ -229,7 +232,8 @@ static int run(ff_grid *grid, const ff_gpt_opts *o, result *r)
         MPI_Allreduce(rs, r->rs, 3, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
         rs_mine[0] = ff_linear_seq_rs_cmm_uses(ff_gpt_linear_seq(g));
         MPI_Allreduce(rs_mine, rs_sum, 3, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-        r->rs_cmm = rs_sum[0], r->rs_cmm_want = rs_sum[1], r->rs_unaligned = rs_sum[2];
+        r->rs_cmm = rs_sum[0], r->rs_cmm_want = rs_sum[1] * n_micro;
+        r->rs_unaligned = rs_sum[2];
     }
     if (rc == FF_OK)
         rc = ff_gpt_gather(g, FF_GPT_GRADS, r->grads, 0);
@@ -238,6 +242,8 @@ static int run(ff_grid *grid, const ff_gpt_opts *o, result *r)
     ff_gpt_destroy(g);
     return rc;
 }
+
+static int run(ff_grid *grid, const ff_gpt_opts *o, result *r) { return run_micro(grid, o, 1, r); }
 
 /* tests/test_gpt.c's bound for two orders of the step's sums (one micro-batch) */
 static double tol_bound(void)
@@ -292,7 +298,9 @@ static double within_bound(const result *a, const result *b, double tol, const c
 }
 
 /* Part 5 on one grid: every collective on the ring, the reduce-scatter
- * collective matmul against the run without it, in fp32 or bf16-mixed. */
+ * collective matmul against the run without it, in fp32 or bf16-mixed,
+ * two micro-batches (the second's reduce-scatter posted after the first's
+ * result is added, as ORS orders them). */
 static void rs_cmm_check(ff_grid *grid, const char *desc, double tol, int bf16)
 {
     ff_ctx *ctx = ff_grid_ctx(grid);
@@ -302,14 +310,14 @@ static void rs_cmm_check(ff_grid *grid, const char *desc, double tol, int bf16)
     o.linear.coll.algo = FF_ALGO_RING;
     if (bf16)
         o.precision = FF_PRECISION_BF16_MIXED;
-    int rc = run(grid, &o, &base);
+    int rc = run_micro(grid, &o, 2, &base);
     o.linear.rs_cmm = 1;
     if (rc == FF_OK)
-        rc = run(grid, &o, &rs);
+        rc = run_micro(grid, &o, 2, &rs);
     CHECK(rc == FF_OK, "%s, rs-cmm%s: %s", desc, bf16 ? " bf16" : "", ff_ctx_error(ctx));
     if (rc == FF_OK && ff_ctx_rank(ctx) == 0) {
         char what[48];
-        snprintf(what, sizeof what, "rs-cmm, ring%s", bf16 ? ", bf16-mixed" : "");
+        snprintf(what, sizeof what, "rs-cmm, ring, 2 micro%s", bf16 ? ", bf16-mixed" : "");
         /* (bf16-mixed: both runs round the same operands to bf16, and only
          * the order of dW's fp32 sums differs: the same bound) */
         double worst = within_bound(&rs, &base, tol, desc, what);
