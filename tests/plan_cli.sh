@@ -43,6 +43,7 @@ bad 2 "option --ranks needs a value"              --model gpt2 --ranks
 bad 2 "--cost foo: expected full, paper, axonn"   --model gpt2 --cost foo
 bad 2 "--checkpoint maybe: expected on, off"      --model gpt2 --checkpoint maybe
 bad 2 "--cmm maybe: expected on or off"           --model gpt2 --cmm maybe
+bad 2 "--rs-cmm maybe: expected on or off"        --model gpt2 --rs-cmm maybe
 bad 2 "--precision fp16: expected fp32, bf16-mixed or auto" --model gpt2 --precision fp16
 bad 2 "bf16-mixed precision needs the full cost model" --model gpt2 --precision bf16-mixed --cost paper
 bad 2 "--wire fp16: expected fp32 or bf16"        --model gpt2 --wire fp16

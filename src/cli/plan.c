@@ -1121,8 +1121,8 @@ static const char *const layer_names[FF_BLOCK_LAYERS] = {"qkv", "attproj", "fc",
 static void print_layer_row(const char *block, const char *ckpt, const char *name,
                             const ff_layer_opts *o)
 {
-    cli_print("  %5s %4s  %-8s %9d %4d %4d %4d %6d  %s\n", block, ckpt, name, o->decompose, o->oar,
-              o->ors, o->oag, o->ag_cache, o->wire_bytes == 2 ? "bf16" : "fp32");
+    cli_print("  %5s %4s  %-8s %9d %4d %4d %4d %6d  %s %6d\n", block, ckpt, name, o->decompose,
+              o->oar, o->ors, o->oag, o->ag_cache, o->wire_bytes == 2 ? "bf16" : "fp32", o->rs_cmm);
 }
 
 /* The plan, one row per linear layer, and its prediction against the
@@ -1132,8 +1132,8 @@ static void print_layer_plan(const ff_layer_plan *p, const char *how, const ff_p
 {
     char g[48], t[2][24];
     cli_print("\nper-layer plan (%s) for grid %s:\n", how, fmt_grid(g, sizeof g, p->grid));
-    cli_print("  %5s %4s  %-8s %9s %4s %4s %4s %6s  %s\n", "block", "ckpt", "layer", "decompose",
-              "oar", "ors", "oag", "cache", "wire");
+    cli_print("  %5s %4s  %-8s %9s %4s %4s %4s %6s  %s %6s\n", "block", "ckpt", "layer",
+              "decompose", "oar", "ors", "oag", "cache", "wire", "rs-cmm");
     print_layer_row("-", "-", "wte", &p->head);
     for (int l = 0; l < p->layers; l++) {
         char num[16];
