@@ -300,6 +300,8 @@ static void step(ff_ctx *ctx, ff_gpt *g, int micro, int index)
     h.steps = 2;
     ff_gpt_step_info info;
     int rc = ff_gpt_step(g, tok, tgt, micro, &h, index, &info);
+    if (rc == FF_OK) /* (ZeRO's gathers over D: this step's bytes alone) */
+        rc = ff_gpt_sync(g);
     if (rc)
         die(ctx, "ff_gpt_step", rc);
 }

@@ -154,7 +154,8 @@ void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m)
     memset(m, 0, sizeof *m);
     /* under SAMO the Z-sharded weights' gradient and moments are compressed */
     const size_t state = ff_gpt_dense_state(g) + g->samo_k;
-    m->params = (g->n_params + (g->wbf16 ? g->n_zsharded : 0)) * sizeof(float); /* (the bf16 copy) */
+    m->params =
+        (g->n_params + (g->wbf16 ? g->n_zsharded : 0)) * sizeof(float); /* (the bf16 copy) */
     m->grads = state * sizeof(float);
     m->adam = 2 * (ff_gpt_moment_state(g) + g->samo_k) * sizeof(float); /* (ZeRO: slices) */
     const size_t packed = g->pack_idx ? g->pack_off[2 * g->nb + 1] : 0;
@@ -491,6 +492,9 @@ static int scatter_flat(ff_gpt *g, ff_gpt_buffer which, float *flat, const float
  * dense copy made for the transfer (docs/samo.md: a checkpoint's moment). */
 int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 {
+    int rc0 = ff_gpt_zero_params_settle(g); /* (ZeRO's gathers after AdamW) */
+    if (rc0)
+        return rc0;
     if (g->zr && which != FF_GPT_PARAMS && which != FF_GPT_MASK) { /* ZeRO: the slices gathered */
         float *flat = NULL, *full = NULL;
         int rc = ff_ctx_agree(g->ctx, buffer_ready(g, which, &flat));
@@ -512,6 +516,9 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 
 int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
 {
+    int rc0 = ff_gpt_zero_params_settle(g); /* (ZeRO's gathers after AdamW) */
+    if (rc0)
+        return rc0;
     if (g->zr && which != FF_GPT_PARAMS && which != FF_GPT_MASK) { /* ZeRO: the slices kept */
         float *flat = NULL, *full = NULL;
         int rc = ff_ctx_agree(g->ctx, buffer_ready(g, which, &flat));
@@ -729,12 +736,17 @@ int ff_gpt_load(ff_gpt *g, const char *path)
  * before the file is known to match it). */
 static int check_against_file(ff_ctx *ctx, const char *path, FILE *f, const int32_t *h)
 {
-    const ff_gpt_config c = {.maxT = h[2], .V = h[3], .L = h[4], .NH = h[5], .C = h[6],
-                             .Vp = h[7], .experts = h[0] == MAGIC_MOE ? h[8] : 0,
+    const ff_gpt_config c = {.maxT = h[2],
+                             .V = h[3],
+                             .L = h[4],
+                             .NH = h[5],
+                             .C = h[6],
+                             .Vp = h[7],
+                             .experts = h[0] == MAGIC_MOE ? h[8] : 0,
                              .expert_every = h[0] == MAGIC_MOE ? h[9] : 1};
     const int top_k = h[0] == MAGIC_MOE ? h[10] : 1;
-    if (c.maxT < 1 || c.V < 1 || c.L < 1 || c.NH < 1 || c.C < 1 || c.Vp < c.V ||
-        c.C % c.NH != 0 || top_k < 1 || (c.experts > 0 && top_k > c.experts))
+    if (c.maxT < 1 || c.V < 1 || c.L < 1 || c.NH < 1 || c.C < 1 || c.Vp < c.V || c.C % c.NH != 0 ||
+        top_k < 1 || (c.experts > 0 && top_k > c.experts))
         return ff_set_error(ctx, FF_ECORRUPT,
                             "checkpoint '%s' has an impossible shape in its header (maxT=%d V=%d "
                             "L=%d NH=%d C=%d Vp=%d%s)",

@@ -89,8 +89,10 @@ struct ff_linear_seq {
     int n_pool;
     size_t mem_cur, mem_peak;
     int gathers, reused;
-    long cmm_uses;    /* forwards run as collective matmuls, since creation */
-    long rs_cmm_uses; /* weight gradients run as reduce-scatter collective matmuls */
+    long cmm_uses;                 /* forwards run as collective matmuls, since creation */
+    long rs_cmm_uses;              /* weight gradients run as reduce-scatter collective matmuls */
+    ff_linear_weight_fn weight_fn; /* before a weight shard is read (ZeRO's gathers) */
+    void *weight_arg;
 };
 
 void ff_linear_opts_default(ff_linear_opts *o)
@@ -533,6 +535,19 @@ void ff_linear_seq_gather_stats(const ff_linear_seq *s, int *gathers, int *reuse
 long ff_linear_seq_cmm_uses(const ff_linear_seq *s) { return s->cmm_uses; }
 long ff_linear_seq_rs_cmm_uses(const ff_linear_seq *s) { return s->rs_cmm_uses; }
 
+void ff_linear_seq_set_weight_hook(ff_linear_seq *s, ff_linear_weight_fn fn, void *arg)
+{
+    s->weight_fn = fn;
+    s->weight_arg = arg;
+}
+
+/* The shard is about to be read (ff_linear_seq_set_weight_hook). */
+static int weight_ready(const ff_linear *l)
+{
+    const ff_linear_seq *s = l->seq;
+    return s->weight_fn ? s->weight_fn(s->weight_arg, l->w, l->shard) : FF_OK;
+}
+
 void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak)
 {
     if (current)
@@ -548,6 +563,9 @@ void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak)
 static int post_gather(ff_linear *l, int ring)
 {
     ff_linear_seq *s = l->seq;
+    int rc = weight_ready(l);
+    if (rc)
+        return rc;
     l->w_gathered = buf_take(s, l->block);
     if (!l->w_gathered)
         return FF_ENOMEM;
@@ -697,7 +715,7 @@ static int acquire(ff_linear *l, ff_use_kind want, int allow_cmm, const float **
     }
     if (l->gz == 1) {
         *w = l->w_used;
-        return prefetch(s, s->cursor);
+        return (rc = weight_ready(l)) ? rc : prefetch(s, s->cursor);
     }
     if (s->need_gather[s->cursor] && !l->held) {
         /* not prefetched: a forward with the collective matmul computes
