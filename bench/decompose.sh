@@ -17,7 +17,8 @@
 # raw JSON lines go OUTSIDE the source tree, to $OUT (default
 # ${FF_BENCH_OUT:-/tmp/fourfold-bench}/decompose.jsonl). CASES
 # (name:grid:C ...), DELAYS (us), VARIANTS (0 = off, K, plan; nooag = OAG
-# off, cmm = OAG off with the collective matmul) and PROGRESS
+# off, cmm = OAG off with the collective matmul; rscmm = the reduce-scatter
+# collective matmul; noors, rscmm-noors: the same two with ORS off) and PROGRESS
 # (poll, the default, or thread: a progress thread) select a subset. Needs
 # root (the emulated cluster).
 # About 10 minutes with the defaults.
@@ -60,6 +61,9 @@ for delay in $DELAYS; do
                 plan) args="--plan $plan" ;;
                 nooag) args="--oag 0" ;;                # every weight gather exposed
                 cmm) args="--oag 0 --cmm 1" ;;          # ... each run as a collective matmul
+                rscmm) args="--rs-cmm 1" ;;             # dW fed to its reduce-scatter
+                noors) args="--ors 0" ;;                # every dW reduce-scatter waited at once
+                rscmm-noors) args="--ors 0 --rs-cmm 1" ;;
                 *) args="--decompose $v" ;;
                 esac
                 "$CLUSTER" -n 2 -m 2 -r 1gbit -d "$delay" "$BIN" --grid "$grid" --L 2 --C "$C" \

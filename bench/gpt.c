@@ -10,12 +10,16 @@
  *          --maxT 1024 --B 4 --T 64 [--threads 1] [--reps 5] [--warmup 2]
  *          [--checkpoint] [--label TEXT] [--decompose K] [--plan FILE] [--gemm-report]
  *          [--panel ROWS] [--progress poll|thread] [--micro M]
+ *          [--cmm 0|1] [--oag 0|1] [--rs-cmm 0|1] [--ors 0|1]
  *          [--stages P --schedule message|1f1b --limit K --slow-stage S --slow-ms T
  *          --pass-ms E --slow-jitter 0|1]
  *          [--experts E --expert-every K --top-k 1|2 --capacity F --ep Ge --dtd 0|1
  *          --cac 0|1] [--precision fp32|bf16-mixed] [--bf16-products auto|emulated|onednn]
  *          [--sparsity P [--samo]] [--rss]
  * (--decompose: every linear layer's all-reduced products in K chunks;
+ * --cmm, --rs-cmm: the collective matmuls of the weight gathers and of the
+ * weight gradients' reduce-scatters (docs/linear.md); --oag, --ors: those
+ * overlaps (default 1);
  * --plan: a per-layer plan file; --gemm-report: rank 0's GEMM tuner's
  * choices and timings at the end (ff_gemm_report); --panel: GEMM panel height, 0 = by shape;
  * --micro: micro-batches of B sequences per step (default 1); --stages:
@@ -57,6 +61,7 @@ typedef struct {
     ff_precision precision;
     ff_bf16_products bf16_products;
     int L, C, NH, V, maxT, B, T, threads, reps, warmup, checkpoint, decompose, panel, cmm, oag;
+    int rs_cmm, ors;
     int gemm_report;
     int micro, stages, limit, slow_stage, slow_ms, pass_ms, jitter;
     int experts, expert_every, top_k, capacity_pct, ep, dtd, cac;
@@ -146,6 +151,7 @@ static int parse(int argc, char **argv, options *o)
                    .stages = 1,
                    .slow_stage = -1,
                    .oag = 1,
+                   .ors = 1,
                    .expert_every = 2,
                    .top_k = 1,
                    .capacity_pct = 125,
@@ -169,6 +175,8 @@ static int parse(int argc, char **argv, options *o)
                     {"--decompose", &o->decompose},
                     {"--cmm", &o->cmm},
                     {"--oag", &o->oag},
+                    {"--rs-cmm", &o->rs_cmm},
+                    {"--ors", &o->ors},
                     {"--panel", &o->panel},
                     {"--micro", &o->micro},
                     {"--stages", &o->stages},
@@ -273,6 +281,8 @@ int main(int argc, char **argv)
     opts.linear.decompose = o.decompose;
     opts.linear.cmm = o.cmm;
     opts.linear.oag = o.oag;
+    opts.linear.rs_cmm = o.rs_cmm;
+    opts.linear.ors = o.ors;
     opts.pipe.schedule = !strcmp(o.schedule, "1f1b") ? FF_PIPE_1F1B : FF_PIPE_MESSAGE;
     opts.pipe.limit = o.limit;
     opts.pipe.slow_stage = o.slow_stage;

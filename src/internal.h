@@ -170,6 +170,10 @@ struct ff_request {
      * reduce phase, counted as a reduce-scatter, 2 its gather phase, counted
      * as an all-gather */
     int half;
+    /* a fed reduce-scatter (ff_ireduce_scatter_fed): feeding 1, fed the
+     * send blocks the caller has written, in the ring's reading order;
+     * advance() runs only once fed >= need (set by the algorithm) */
+    int feeding, fed, need;
     int done;
     int error;
     MPI_Request mpi[FF_REQ_MAX_MPI];

@@ -43,6 +43,7 @@ bad 2 "option --ranks needs a value"              --model gpt2 --ranks
 bad 2 "--cost foo: expected full, paper, axonn"   --model gpt2 --cost foo
 bad 2 "--checkpoint maybe: expected on, off"      --model gpt2 --checkpoint maybe
 bad 2 "--cmm maybe: expected on or off"           --model gpt2 --cmm maybe
+bad 2 "--rs-cmm maybe: expected on or off"        --model gpt2 --rs-cmm maybe
 bad 2 "--precision fp16: expected fp32, bf16-mixed or auto" --model gpt2 --precision fp16
 bad 2 "bf16-mixed precision needs the full cost model" --model gpt2 --precision bf16-mixed --cost paper
 bad 2 "--wire fp16: expected fp32 or bf16"        --model gpt2 --wire fp16
@@ -118,8 +119,8 @@ bad 2 "give one of them"                          $GPT2 --per-layer --plan "$WOR
 bad 2 "grid 8x1x1x1: the 12 heads do not divide" $GPT2 --grid 8x1x1x1 --per-layer
 bad 1 "--out: cannot write $WORK/none/lp.json"    $GPT2 --per-layer --out "$WORK/none/lp.json"
 bad 1 "cannot open plan $WORK/none.json"          $GPT2 --plan "$WORK/none.json"
-printf '{"format": "fourfold-layer-plan", "version": 3}\n' > "$WORK/v3.json"
-bad 1 "v3.json: version 3 is not supported"       $GPT2 --plan "$WORK/v3.json"
+printf '{"format": "fourfold-layer-plan", "version": 4}\n' > "$WORK/v4.json"
+bad 1 "v4.json: version 4 is not supported"       $GPT2 --plan "$WORK/v4.json"
 
 # --per-layer without --grid: the ranking's best grid; the plan is written
 "$FF" plan $GPT2 --per-layer --out "$WORK/lp.json" > "$WORK/lp.txt" 2> "$WORK/err" ||

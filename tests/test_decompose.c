@@ -42,7 +42,24 @@
  *    of the run with the same OAG without it (and without checkpointing),
  *    with the same Z all-gathers, and the two bitwise equal: the shards are
  *    multiplied in one fixed order whether the weight was prefetched or
- *    not, and a recompute is such a forward. */
+ *    not, and a recompute is such a forward.
+ * 5. On every grid with Gz > 1, the reduce-scatter collective matmul
+ *    (dW_rc computed shard by shard, each shard fed to the ring
+ *    reduce-scatter over Z): every collective on the ring, it adds each
+ *    element's Gz terms in the plain ring reduce-scatter's order, so it
+ *    differs from the run without it only where a shard's product (a BLAS
+ *    call on nl/Gz rows of dW_rc^T) rounds otherwise than the whole
+ *    product's panels of PANEL rows: bitwise where every layer's shard
+ *    is whole panels (nl/Gz a multiple of PANEL), else within the bound
+ *    of part 2 (two orders of the same sums); in fp32, and in bf16-mixed
+ *    (whose weight gradients are reduced in fp32 either way) on the grids
+ *    with Gd > 1, over two
+ *    micro-batches. The Z
+ *    reduce-scatters are the same calls and bytes, and every layer whose
+ *    last backward use is its product ran as one (not wte: the lookup's
+ *    gradient is its last use). A per-layer plan turning it on in some
+ *    layers (FF_ALGO_AUTO) runs exactly those, within the bound of the
+ *    run without. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +80,13 @@ typedef struct {
     /* all-gathers of the Z groups, and the collective matmuls, summed */
     unsigned long long ag[3];
     long cmm;
+    /* reduce-scatters of the Z groups, and the reduce-scatter collective
+     * matmuls run and expected (the layers with rs_cmm whose Z-shards are
+     * whole rows and whose last backward use is the product, once per
+     * micro-batch), summed; the
+     * layers whose shard is not whole GEMM panels, summed */
+    unsigned long long rs[3];
+    long rs_cmm, rs_cmm_want, rs_unaligned;
     /* with a plan: the layers whose options (ff_linear_options) are not the
      * plan's, the first of them named in why */
     int plan_missed;
@@ -99,7 +123,7 @@ static void plan_reached(ff_gpt *g, const ff_layer_plan *p, result *r)
         ff_linear_options(l, &got);
         if (want && got.decompose == want->decompose && got.oar == want->oar &&
             got.ors == want->ors && got.oag == want->oag && got.ag_cache == want->ag_cache &&
-            got.wire_bytes == want->wire_bytes)
+            got.wire_bytes == want->wire_bytes && got.rs_cmm == want->rs_cmm)
             continue;
         if (!r->plan_missed++)
             snprintf(r->why, sizeof r->why,
@@ -139,7 +163,8 @@ static void plan_extra_calls(const ff_layer_plan *p, int gy, unsigned long long 
     extra[0] += cut, extra[1] += cut;
 }
 
-static int run(ff_grid *grid, const ff_gpt_opts *o, result *r)
+/* One training step of n_micro micro-batches (the same tokens each). */
+static int run_micro(ff_grid *grid, const ff_gpt_opts *o, int n_micro, result *r)
 {
     ff_ctx *ctx = ff_grid_ctx(grid);
     ff_gpt *g;
@@ -167,11 +192,23 @@ static int run(ff_grid *grid, const ff_gpt_opts *o, result *r)
     ff_gemm_set_panel_rows(ff_linear_seq_gemm(ff_gpt_linear_seq(g)), PANEL);
     if (o->plan)
         plan_reached(g, o->plan, r);
+    long rs_mine[3] = {0, 0, 0}, rs_sum[3];
+    for (int i = 0; i < ff_linear_seq_count(ff_gpt_linear_seq(g)); i++) {
+        ff_linear *l = ff_linear_seq_layer(ff_gpt_linear_seq(g), i);
+        ff_layer_opts got;
+        ff_linear_options(l, &got);
+        const int gz = ff_grid_shape(grid).z;
+        const int64_t nl = (int64_t)ff_linear_local_sizes(l).block_cols; /* W^T blocks */
+        if (got.rs_cmm && gz > 1 && nl % gz == 0 && strcmp(ff_linear_name(l), "wte")) {
+            rs_mine[1]++;
+            rs_mine[2] += (nl / gz) % PANEL != 0;
+        }
+    }
     rc = ff_gpt_init(g, 99);
     if (rc == FF_OK)
         rc = ff_gpt_zero_grad(g);
-    if (rc == FF_OK)
-        rc = ff_gpt_forward_backward(g, tok, tgt, 0, 1);
+    for (int m = 0; m < n_micro && rc == FF_OK; m++)
+        rc = ff_gpt_forward_backward(g, tok, tgt, m, n_micro);
     if (rc == FF_OK)
         rc = ff_gpt_finish_grads(g, &r->loss);
     for (int i = 0; i < 2 && rc == FF_OK; i++) {
@@ -191,6 +228,13 @@ static int run(ff_grid *grid, const ff_gpt_opts *o, result *r)
         MPI_Allreduce(mine, sum, 4, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
         memcpy(r->ag, sum, sizeof r->ag);
         r->cmm = (long)sum[3];
+        c = ff_group_counters(groups[2], FF_COLL_REDUCE_SCATTER);
+        unsigned long long rs[3] = {c.calls, c.bytes_sent, c.bytes_recv};
+        MPI_Allreduce(rs, r->rs, 3, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+        rs_mine[0] = ff_linear_seq_rs_cmm_uses(ff_gpt_linear_seq(g));
+        MPI_Allreduce(rs_mine, rs_sum, 3, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        r->rs_cmm = rs_sum[0], r->rs_cmm_want = rs_sum[1] * n_micro;
+        r->rs_unaligned = rs_sum[2];
     }
     if (rc == FF_OK)
         rc = ff_gpt_gather(g, FF_GPT_GRADS, r->grads, 0);
@@ -199,6 +243,8 @@ static int run(ff_grid *grid, const ff_gpt_opts *o, result *r)
     ff_gpt_destroy(g);
     return rc;
 }
+
+static int run(ff_grid *grid, const ff_gpt_opts *o, result *r) { return run_micro(grid, o, 1, r); }
 
 /* tests/test_gpt.c's bound for two orders of the step's sums (one micro-batch) */
 static double tol_bound(void)
@@ -250,6 +296,52 @@ static double within_bound(const result *a, const result *b, double tol, const c
     double le = fabs((double)a->loss - b->loss) / fabs((double)b->loss);
     CHECK(le <= 1e-5, "%s, %s: loss %.9g, without %.9g", desc, what, a->loss, b->loss);
     return worst;
+}
+
+/* Part 5 on one grid: every collective on the ring, the reduce-scatter
+ * collective matmul against the run without it, in fp32 or bf16-mixed,
+ * two micro-batches (the second's reduce-scatter posted after the first's
+ * result is added, as ORS orders them). */
+static void rs_cmm_check(ff_grid *grid, const char *desc, double tol, int bf16)
+{
+    ff_ctx *ctx = ff_grid_ctx(grid);
+    result base = {0}, rs = {0};
+    ff_gpt_opts o;
+    ff_gpt_opts_default(&o);
+    o.linear.coll.algo = FF_ALGO_RING;
+    if (bf16)
+        o.precision = FF_PRECISION_BF16_MIXED;
+    int rc = run_micro(grid, &o, 2, &base);
+    o.linear.rs_cmm = 1;
+    if (rc == FF_OK)
+        rc = run_micro(grid, &o, 2, &rs);
+    CHECK(rc == FF_OK, "%s, rs-cmm%s: %s", desc, bf16 ? " bf16" : "", ff_ctx_error(ctx));
+    if (rc == FF_OK && ff_ctx_rank(ctx) == 0) {
+        char what[48];
+        snprintf(what, sizeof what, "rs-cmm, ring, 2 micro%s", bf16 ? ", bf16-mixed" : "");
+        /* (bf16-mixed: both runs round the same operands to bf16, and only
+         * the order of dW's fp32 sums differs: the same bound) */
+        double worst = within_bound(&rs, &base, tol, desc, what);
+        CHECK(rs.rs_cmm == rs.rs_cmm_want && rs.rs_cmm > 0 && base.rs_cmm == 0,
+              "%s, %s: %ld reduce-scatter collective matmuls, want %ld (%ld without)", desc, what,
+              rs.rs_cmm, rs.rs_cmm_want, base.rs_cmm);
+        CHECK(memcmp(rs.rs, base.rs, sizeof rs.rs) == 0,
+              "%s, %s: Z reduce-scatters %llu calls %llu/%llu bytes, without %llu %llu/%llu", desc,
+              what, rs.rs[0], rs.rs[1], rs.rs[2], base.rs[0], base.rs[1], base.rs[2]);
+        if (!rs.rs_unaligned) {
+            const size_t at = first_diff(&rs, &base);
+            CHECK(bitwise(&rs, &base),
+                  "%s, %s: every shard is whole panels, yet it differs from the plain reduce-"
+                  "scatter: loss %.9g and %.9g, gradient %zu %.9g and %.9g",
+                  desc, what, rs.loss, base.loss, at, at < rs.n ? rs.grads[at] : 0.0,
+                  at < rs.n ? base.grads[at] : 0.0);
+        }
+        printf("  %-34s %s: %ld of them (%ld shards not whole panels), %s (error/bound %.3f)\n",
+               desc, what, rs.rs_cmm, rs.rs_unaligned, bitwise(&rs, &base) ? "bitwise" : "bounded",
+               worst);
+    }
+    free(base.grads);
+    free(rs.grads);
 }
 
 /* The mixed plan of part 3. */
@@ -434,6 +526,42 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, double tol)
     }
     CHECK(rc == FF_OK, "%s, cmm: %s", desc, ff_ctx_error(ctx));
     free(cm[0].grads), free(cm[1].grads);
+
+    /* 5: the reduce-scatter collective matmul */
+    /* (bf16-mixed only where Gd > 1, 4 of the 10 grids: CI's time) */
+    for (int bf16 = 0; shape.z > 1 && bf16 <= (shape.d > 1); bf16++)
+        rs_cmm_check(grid, desc, tol, bf16);
+    if (shape.z > 1) {
+        result rp = {0};
+        ff_gpt_opts_default(&o);
+        rc = mixed_plan(&plan, shape);
+        for (int l = 0; rc == FF_OK && l < cfg.L; l++)
+            for (int i = 0; i < FF_BLOCK_LAYERS; i++) {
+                plan.blocks[l].layer[i].decompose = 0;
+                plan.blocks[l].layer[i].rs_cmm = (l + i) % 2;
+            }
+        plan.head.decompose = 0;
+        o.plan = &plan;
+        if (rc == FF_OK)
+            rc = run(grid, &o, &rp);
+        CHECK(rc == FF_OK, "%s, rs-cmm plan: %s", desc, ff_ctx_error(ctx));
+        CHECK(rc || !rp.plan_missed, "%s, rs-cmm plan: %d layers not as planned: %s", desc,
+              rp.plan_missed, rp.why);
+        if (rc == FF_OK && rank == 0) {
+            double worst = within_bound(&rp, &a0, tol, desc, "rs-cmm plan");
+            CHECK(rp.rs_cmm == rp.rs_cmm_want && rp.rs_cmm > 0 &&
+                      rp.rs_cmm < (long)ff_ctx_size(ctx) * 4 * cfg.L,
+                  "%s, rs-cmm plan: %ld reduce-scatter collective matmuls, want %ld", desc,
+                  rp.rs_cmm, rp.rs_cmm_want);
+            CHECK(memcmp(rp.rs, a0.rs, sizeof rp.rs) == 0,
+                  "%s, rs-cmm plan: Z reduce-scatters %llu calls %llu bytes, without %llu %llu",
+                  desc, rp.rs[0], rp.rs[1], a0.rs[0], a0.rs[1]);
+            printf("  %-34s rs-cmm plan: %ld of them, %s (error/bound %.3f)\n", desc, rp.rs_cmm,
+                   bitwise(&rp, &a0) ? "bitwise" : "bounded", worst);
+        }
+        free(plan.blocks);
+        free(rp.grads);
+    }
     free(a0.grads);
     ff_grid_destroy(grid);
 }

@@ -36,7 +36,8 @@ static char dir[64];
 static int same_opts(const ff_layer_opts *a, const ff_layer_opts *b)
 {
     return a->decompose == b->decompose && a->oar == b->oar && a->ors == b->ors &&
-           a->oag == b->oag && a->ag_cache == b->ag_cache && a->wire_bytes == b->wire_bytes;
+           a->oag == b->oag && a->ag_cache == b->ag_cache && a->wire_bytes == b->wire_bytes &&
+           a->rs_cmm == b->rs_cmm;
 }
 
 static int same_plan(const ff_layer_plan *a, const ff_layer_plan *b)
@@ -155,7 +156,7 @@ static void test_file(void)
         const char *needle;
     } cases[] = {
         {"other format", "fourfold-layer-plan", "fourfold-profile", FF_ECORRUPT, "format"},
-        {"version 3", "\"version\": 1", "\"version\": 3", FF_ECORRUPT, "version 3"},
+        {"version 4", "\"version\": 1", "\"version\": 4", FF_ECORRUPT, "version 4"},
         {"no version", "\"version\": 1,", "", FF_ECORRUPT, "version"},
         {"version as a string", "\"version\": 1", "\"version\": \"1\"", FF_ECORRUPT, "version"},
         {"duplicate key", "\"batch\": 16,", "\"batch\": 16, \"batch\": 16,", FF_EINVAL,
@@ -223,6 +224,34 @@ static void test_file(void)
     }
     free(text2);
     a.progress = -1;
+
+    /* version 3: the reduce-scatter collective matmul per layer, written
+     * only when a layer has it on; "progress" optional there */
+    a.blocks[a.layers - 1].layer[FF_BLOCK_FC].rs_cmm = 1;
+    char *text3 = ff_layer_plan_to_json(&a);
+    CHECK(text3 && strstr(text3, "\"version\": 3,") && strstr(text3, "\"rs_cmm\": 1") &&
+              !strstr(text3, "progress"),
+          "version 3 text: %.120s", text3 ? text3 : "(null)");
+    rc = ff_layer_plan_parse(text3, strlen(text3), "text3", &b, err, sizeof err);
+    CHECK(rc == FF_OK && same_plan(&a, &b) && b.blocks[a.layers - 1].layer[FF_BLOCK_FC].rs_cmm,
+          "version 3 round trip: rc %d (%s)", rc, err);
+    ff_layer_plan_free(&b);
+    printf("  version 3 (rs_cmm on in one layer) -> parse: the same plan\n");
+    struct {
+        const char *label, *from, *to;
+        const char *needle;
+    } cases3[] = {
+        {"no rs_cmm", ", \"rs_cmm\": 0}", "}", "lacks \"rs_cmm\""},
+        {"rs_cmm 2", "\"rs_cmm\": 1", "\"rs_cmm\": 2", "rs_cmm"},
+        {"rs_cmm in version 2", "\"version\": 3", "\"version\": 2", "not a key of version 2"},
+    };
+    for (size_t i = 0; i < sizeof cases3 / sizeof cases3[0]; i++) {
+        char *t = replaced(text3, cases3[i].from, cases3[i].to);
+        refused(cases3[i].label, t, FF_EINVAL, cases3[i].needle);
+        free(t);
+    }
+    free(text3);
+    a.blocks[a.layers - 1].layer[FF_BLOCK_FC].rs_cmm = 0;
 
     /* cut short, and a NUL inside */
     char *cut = strdup(text);
@@ -311,7 +340,8 @@ static void mirror(const ff_plan_config *cfg, ff_dims g, const ff_plan_result *r
                        !!(cfg->overlap & FF_OVERLAP_ORS),
                        !!(cfg->overlap & FF_OVERLAP_OAG),
                        1,
-                       cfg->wire_bytes};
+                       cfg->wire_bytes,
+                       cfg->rs_cmm};
     ff_layer_plan_uniform(p, L, &o, r->checkpoint, NULL, 0);
     p->heads = cfg->model.heads, p->hidden = cfg->model.hidden, p->vocab = cfg->model.vocab;
     p->grid = g;
@@ -956,6 +986,66 @@ static void test_search(void)
     CHECK(rc == FF_EDIVIDE && strstr(err, "heads"), "a grid that does not divide: %d %s", rc, err);
 }
 
+/* The search over the reduce-scatter collective matmul alone, against
+ * exhaustive enumeration: L=2, C=256 on 1x1x4x1, Z across nodes, ORS off
+ * (each dW reduce-scatter waited at once, so feeding it from the dW GEMM's
+ * slices can pay). Descent must find the optimum of the 2^8 plans (the
+ * head has no rs_cmm coordinate: its dW goes to the embedding's
+ * gradient), and that optimum must turn it on somewhere (else the test
+ * shows nothing). */
+static void test_search_rs_cmm(void)
+{
+    printf("search: the reduce-scatter collective matmul per layer\n");
+    ff_plan_config cfg;
+    char err[256];
+    ff_plan_config_default(&cfg);
+    cfg.model = (ff_model){.name = "small", .layers = 2, .heads = 4, .hidden = 256, .vocab = 1000};
+    cfg.batch = 4, cfg.seq = 64;
+    cfg.overlap = FF_OVERLAP_ALL & ~FF_OVERLAP_ORS;
+    bare_machine(&cfg.machine, 1);
+    cfg.machine.gemm_flops = cfg.machine.peak_flops = 1e11;
+    cfg.machine.intra_overlap = 0;
+    ff_dims g = {1, 1, 4, 1};
+    plan_search_space sp;
+    plan_search_space_default(&sp);
+    sp.vary = PLAN_VARY_RS_CMM;
+    ff_layer_plan found, p;
+    ff_plan_result res, r;
+    long evals = 0;
+    int rc = plan_search(&cfg, g, 0, 1, &sp, &found, &res, &evals, err, sizeof err);
+    CHECK(rc == FF_OK, "descent: %s", err);
+    ff_plan_evaluate(&cfg, g, &r, err, sizeof err);
+    const double start = r.step_s;
+    mirror(&cfg, g, &r, &p);
+    cfg.layers = &p;
+    double best = INFINITY;
+    unsigned best_bits = 0;
+    for (unsigned bits = 0; bits < 1u << 8; bits++) {
+        for (int l = 0; l < 2; l++)
+            for (int i = 0; i < FF_BLOCK_LAYERS; i++)
+                p.blocks[l].layer[i].rs_cmm = bits >> (4 * l + i) & 1;
+        rc = ff_plan_evaluate(&cfg, g, &r, err, sizeof err);
+        if (rc == FF_OK && !r.rejected && r.step_s < best)
+            best = r.step_s, best_bits = bits;
+    }
+    cfg.layers = NULL;
+    int n_on = 0, n_found = found.head.rs_cmm;
+    for (int b = 0; b < 8; b++)
+        n_on += best_bits >> b & 1;
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < FF_BLOCK_LAYERS; i++)
+            n_found += found.blocks[l].layer[i].rs_cmm;
+    CHECK(res.step_s == best, "descent %.17g s, exhaustive %.17g s", res.step_s, best);
+    CHECK(n_on > 0 && n_found > 0 && best < start,
+          "the optimum turns it on in %d of 8 layers (descent %d): %.9g s, without %.9g s", n_on,
+          n_found, best, start);
+    printf("  descent: %.9g s in %ld evaluations, rs_cmm in %d layers; exhaustive (256): %.9g "
+           "s, %d of 8; without %.9g s\n",
+           res.step_s, evals, n_found, best, n_on, start);
+    ff_layer_plan_free(&p);
+    ff_layer_plan_free(&found);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/ff-layerplan-XXXXXX");
@@ -969,6 +1059,7 @@ int main(void)
     test_traffic();
     test_sign();
     test_search();
+    test_search_rs_cmm();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

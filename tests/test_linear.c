@@ -470,6 +470,15 @@ static void case_pair(env *e)
         rc = ff_linear_scatter(t->l, t->W, t->B, t->w, t->b, 0);
         CHECK(rc == FF_OK, "scatter");
     }
+    /* the T layer's dW by the reduce-scatter collective matmul (its own
+     * option, ff_linear_set_options), where its Z-shards are whole rows of
+     * its KN block: the same bound (Gz partial sums added in a ring order) */
+    ff_layer_opts lo;
+    ff_linear_options(b.l, &lo);
+    lo.rs_cmm = 1;
+    rc = ff_linear_set_options(b.l, &lo);
+    CHECK(rc == FF_OK, "set_options");
+    const int rs_fits = e->g.z > 1 && b.sz.block_rows % e->g.z == 0;
     rc = ff_linear_seq_program_standard(s, 0);
     CHECK(rc == FF_OK, "program");
     env_rows(e, 4);
@@ -521,6 +530,9 @@ static void case_pair(env *e)
         }
         free(inp), free(hid), free(y), free(dy), free(dhid), free(din);
     }
+    CHECK(ff_linear_seq_rs_cmm_uses(s) == (rs_fits ? MICRO : 0),
+          "grid %s pair: %ld reduce-scatter collective matmuls, want %d", e->name,
+          ff_linear_seq_rs_cmm_uses(s), rs_fits ? MICRO : 0);
     if (rc == FF_OK)
         rc = ff_linear_seq_allreduce_grads(s);
     CHECK(rc == FF_OK, "grid %s pair grads: %s", e->name, ff_ctx_error(ff_grid_ctx(e->grid)));

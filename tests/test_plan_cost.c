@@ -392,6 +392,88 @@ static void test_cmm_timeline(void)
     }
 }
 
+/* The reduce-scatter collective matmul (docs/planner.md, "Overlap: the
+ * timeline"): with ORS off every dW reduce-scatter over Z is waited for
+ * at once, and fed by the dW GEMM's slices it ends sooner, by at most its
+ * own time; the schedule lists one per block layer and micro-batch (the
+ * LM head's dW goes to the embedding's gradient), and the bytes are the
+ * same. */
+static void test_rs_cmm(void)
+{
+    ff_plan_config cfg;
+    ff_plan_config_default(&cfg);
+    char err[256];
+    CHECK(ff_model_preset("mini", &cfg.model, err, sizeof err) == FF_OK, "%s", err);
+    cfg.batch = 8, cfg.seq = 64, cfg.micro_batches = 2, cfg.checkpoint = 0;
+    cfg.machine.ranks_per_node = 1;
+    cfg.overlap = FF_OVERLAP_ALL & ~FF_OVERLAP_ORS;
+    const ff_dims g = {1, 1, 4, 1};
+    ff_plan_result off, on;
+    cfg.rs_cmm = 0;
+    CHECK(ff_plan_evaluate(&cfg, g, &off, err, sizeof err) == FF_OK, "%s", err);
+    cfg.rs_cmm = 1;
+    CHECK(ff_plan_evaluate(&cfg, g, &on, err, sizeof err) == FF_OK, "%s", err);
+    plan_shape sh;
+    plan_shape_init(&cfg, g, &sh);
+    plan_ops ops = {0};
+    plan_schedule(&sh, &ops);
+    long n = 0;
+    for (size_t i = 0; i < ops.n; i++)
+        n += ops.ops[i].rs_cmm;
+    plan_ops_free(&ops);
+    long want = 4L * cfg.model.layers * cfg.micro_batches;
+    CHECK(n == want, "%ld reduce-scatter collective matmuls listed, want %ld", n, want);
+    double rs = off.coll[FF_GROUP_Z][FF_COLL_REDUCE_SCATTER].time_s;
+    CHECK(on.step_s < off.step_s && off.step_s - on.step_s <= rs,
+          "ORS off: %g with rs-cmm, %g without (reduce-scatters %g)", on.step_s, off.step_s, rs);
+    CHECK(on.bytes_recv == off.bytes_recv, "the same bytes");
+    printf("  rs-cmm, ORS off, mini on 1x1x4x1, nodes of 1: step %.4g s -> %.4g s (reduce-"
+           "scatters %.4g s)\n",
+           off.step_s, on.step_s, rs);
+}
+
+/* The timeline of one reduce-scatter collective matmul, by hand: a ring
+ * reduce-scatter of t on p ranks (across nodes) fed by a product of work
+ * W at rate R in p slices of g = W/(p R): step s starts when slice s is
+ * done and step s - 1 has ended, and lasts t/(p-1); the collective ends
+ * with the later of its last step and the last slice; the thread computes
+ * all p slices without waiting, then waits for it. Both regimes. */
+static void test_rs_cmm_timeline(void)
+{
+    ff_plan_config cfg;
+    ff_plan_config_default(&cfg);
+    cfg.machine.ranks_per_node = 1;
+    cfg.machine.gemm_half_dim = 0;
+    const ff_dims g = {1, 1, 4, 1};
+    ff_plan_link link[FF_PLAN_NGROUPS];
+    plan_links(&cfg.machine, g, 1, 0, link);
+    const ff_plan_link *z = &link[FF_GROUP_Z];
+    const double rate = 1e10, t = 3 * (z->alpha_s + 4.0 * (1 << 16) / z->beta_Bps); /* the ring */
+    for (int c = 0; c < 2; c++) {
+        double work = c ? 1e8 : 1e6; /* g = 2.5 ms, then 25 us */
+        plan_op ops[3] = {{0}};
+        ops[0].kind = OP_COLL, ops[0].group = FF_GROUP_Z, ops[0].coll = FF_COLL_REDUCE_SCATTER;
+        ops[0].mode = MODE_BACKGROUND, ops[0].wire = 4, ops[0].count = 1 << 16;
+        ops[0].rs_cmm = 1;
+        ops[1].kind = OP_GEMM, ops[1].m = 64, ops[1].n = 64, ops[1].k = 64, ops[1].work = work;
+        ops[1].slices = 4;
+        ops[2].kind = OP_WAIT;
+        plan_ops o = {.ops = ops, .n = 3, .cap = 3, .tags = 1};
+        ff_plan_result acc;
+        memset(&acc, 0, sizeof acc);
+        double end, bg;
+        CHECK(plan_play(&cfg, g, &o, link, rate, &acc, 1, &end, &bg, NULL) == 0, "play");
+        const double gs = work / 4 / rate;
+        double e = gs;
+        for (int s = 0; s < 3; s++)
+            e = fmax(e, (s + 1) * gs) + t / 3;
+        near(c ? "rs-cmm, products longer than ring steps" : "rs-cmm, ring steps longer", end,
+             fmax(e, 4 * gs));
+        o.ops = NULL; /* the array is on the stack */
+        plan_ops_free(&o);
+    }
+}
+
 /* bf16-mixed precision against fp32 (docs/planner.md, "Memory per
  * rank"): activations and gathered buffers take half the bytes, the
  * parameters a bf16 copy beside the fp32 master (6 bytes for 4), the
@@ -771,6 +853,8 @@ int main(void)
     test_coll_time();
     test_cmm();
     test_cmm_timeline();
+    test_rs_cmm();
+    test_rs_cmm_timeline();
     test_bf16_mixed();
     test_exposed();
     test_gemm_curve();

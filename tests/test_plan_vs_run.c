@@ -17,7 +17,9 @@
  * chunks; three more in bf16-mixed precision, whose layers gather and
  * all-reduce activations on bf16 and reduce gradients in fp32, one of them
  * with the per-layer plan; two run ZeRO over D, --zero 1 and 2, whose
- * reduce-scatter and all-gather over D are the ring all-reduce's halves).
+ * reduce-scatter and all-gather over D are the ring all-reduce's halves;
+ * three, and the per-layer plan in half its layers, run the reduce-scatter
+ * collective matmul, whose Z reduce-scatters are the plain ones).
  * Equality is exact: tolerance 0.
  * Rank 0 prints one line per grid and variant and, for a mismatch, every
  * differing (group, collective) of the first rank that differs.
@@ -97,29 +99,31 @@ typedef struct {
      * CAC, the capacity factor */
     int ge, dtd, cac;
     float capacity;
-    int mixed; /* 1: bf16-mixed precision (its own wires: docs/design.md §13) */
-    int zero;  /* ZeRO over D (ff_gpt_opts.zero): D's halves of the ring all-reduce */
+    int mixed;  /* 1: bf16-mixed precision (its own wires: docs/design.md §13) */
+    int zero;   /* ZeRO over D (ff_gpt_opts.zero): D's halves of the ring all-reduce */
+    int rs_cmm; /* 1: the reduce-scatter collective matmul (the same Z reduce-scatters) */
 } variant;
 
 enum { PANEL = 4 };
 
 static const variant dense_variants[] = {
-    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0},
-    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0},
-    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0},
-    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0},
-    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0},
-    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0, 1, 1, 0, 0, 0, 0},
-    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 1, 1, 0, 0, 0, 0},
-    {"checkpointing, CAC, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 1, 1, 1, 0, 0, 0},
-    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 0, 0},
-    {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1, 1, 1, 0, 0, 0, 0},
-    {"bf16-mixed", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1, 0},
-    {"bf16-mixed, checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 1, 0},
-    {"bf16-mixed, per-layer plan", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 1, 0},
-    {"zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 1},
-    {"zero 2, 2 micro, overlaps off", 2, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 1, 1, 0, 0, 0, 2},
-    {"bf16-mixed, zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1, 1},
+    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0},
+    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0},
+    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0},
+    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0},
+    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0},
+    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0},
+    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 1, 1, 0, 0, 0, 0, 0},
+    {"checkpointing, CAC, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 1, 1, 1, 0, 0, 0, 0},
+    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 0, 0, 0},
+    {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1, 1, 1, 0, 0, 0, 0, 0},
+    {"bf16-mixed", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1, 0, 0},
+    {"bf16-mixed, checkpointing, AG cache 1, 2 micro, rs-cmm", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 1,
+     0, 1},
+    {"bf16-mixed, per-layer plan", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 1, 0, 0},
+    {"zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 1, 0},
+    {"zero 2, 2 micro, overlaps off, rs-cmm", 2, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 1, 1, 0, 0, 0, 2, 1},
+    {"bf16-mixed, zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1, 1, 0},
 };
 
 /* The MoE model (`moe`): block 1 of 2 holds E = 8 experts, top-2 routing,
@@ -128,19 +132,20 @@ static const variant dense_variants[] = {
  * DTD where Gx > 1 (one variant without); the CAC variant keeps the
  * collectives' outputs of the checkpointed blocks. */
 static const variant moe_variants[] = {
-    {"moe", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 0},
-    {"moe, 2 micro, checkpointing", 2, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 0},
-    {"moe, EP=Gd", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0},
-    {"moe, EP=2", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 2, 1, 0, 1.0f, 0, 0},
-    {"moe, EP=Gd, DTD off, bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 0, 0, 0, 1.0f, 0, 0},
-    {"moe, EP=Gd, checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0},
-    {"moe, EP=Gd, checkpointing, CAC, no AG cache", 1, 1, 0, 1, 4, 0, 0, 0, 1, 1, 1.0f, 0, 0},
-    {"moe, EP=Gd, checkpointing, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0},
+    {"moe", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 0, 0},
+    {"moe, 2 micro, checkpointing, rs-cmm", 2, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 0, 1},
+    {"moe, EP=Gd", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0, 0},
+    {"moe, EP=2", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 2, 1, 0, 1.0f, 0, 0, 0},
+    {"moe, EP=Gd, DTD off, bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 0, 0, 0, 1.0f, 0, 0, 0},
+    {"moe, EP=Gd, checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0, 0},
+    {"moe, EP=Gd, checkpointing, CAC, no AG cache", 1, 1, 0, 1, 4, 0, 0, 0, 1, 1, 1.0f, 0, 0, 0},
+    {"moe, EP=Gd, checkpointing, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0, 0},
     {"moe, EP=Gd, F 0.5, 2 micro, overlaps off, no AG cache", 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0.5f, 0,
+     0, 0},
+    {"moe, EP=Gd, checkpointing, bf16-mixed", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 1, 0,
      0},
-    {"moe, EP=Gd, checkpointing, bf16-mixed", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 1, 0},
-    {"moe, zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 1},
-    {"moe, EP=2, zero 2, overlaps off", 1, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 2, 1, 0, 1.0f, 0, 2},
+    {"moe, zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 1, 0},
+    {"moe, EP=2, zero 2, overlaps off", 1, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 2, 1, 0, 1.0f, 0, 2, 0},
 };
 
 static const variant *variants = dense_variants;
@@ -171,6 +176,7 @@ static void mixed_plan(ff_dims grid)
             x->decompose = (int[]){0, 2, 3, 4}[(l + i) % 4];
             x->oar = i != 0, x->ors = i != 1, x->oag = i != 2, x->ag_cache = l != 1 || i == 3;
             x->wire_bytes = l == 1 && i == 2 ? 2 : 4;
+            x->rs_cmm = (l + i) % 2;
         }
     }
 }
@@ -207,6 +213,7 @@ static void model_opts(const variant *v, int ge, ff_gpt_opts *o)
     o->linear.coll.wire = v->wire == 2 ? FF_WIRE_BF16 : FF_WIRE_FP32;
     o->plan = v->plan ? &mixed : NULL;
     o->linear.cmm = v->cmm;
+    o->linear.rs_cmm = v->rs_cmm;
     o->dtd = v->dtd;
     o->cac = v->cac;
     o->balanced_routing = 1;
@@ -250,6 +257,7 @@ static void plan_config(const variant *v, ff_plan_config *pc)
     pc->overlap = v->overlaps ? FF_OVERLAP_ALL : 0;
     pc->layers = v->plan ? &mixed : NULL;
     pc->cmm = v->cmm;
+    pc->rs_cmm = v->rs_cmm;
     pc->model.experts = model_cfg.experts;
     pc->model.expert_every = model_cfg.expert_every;
     pc->model.top_k = model_cfg.top_k;
@@ -292,6 +300,8 @@ static void step(ff_ctx *ctx, ff_gpt *g, int micro, int index)
     h.steps = 2;
     ff_gpt_step_info info;
     int rc = ff_gpt_step(g, tok, tgt, micro, &h, index, &info);
+    if (rc == FF_OK) /* (ZeRO's gathers over D: this step's bytes alone) */
+        rc = ff_gpt_sync(g);
     if (rc)
         die(ctx, "ff_gpt_step", rc);
 }

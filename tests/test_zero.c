@@ -180,6 +180,8 @@ static int run_grid(ff_ctx *ctx, const grid_case *gc, const char *desc)
         for (int z = 0; z < 3 && rc == FF_OK; z++) {
             ff_group_counters_reset(gd);
             rc = ff_gpt_step(g[z], tok, tgt, MICRO, &h, s, &info[z]);
+            if (rc == FF_OK) /* (the step's gathers over D, in flight otherwise) */
+                rc = ff_gpt_sync(g[z]);
             ar[z] = (double)ff_group_counters(gd, FF_COLL_ALLREDUCE).bytes_sent;
             sent[z] = ar[z] + (double)ff_group_counters(gd, FF_COLL_REDUCE_SCATTER).bytes_sent +
                       (double)ff_group_counters(gd, FF_COLL_ALLGATHER).bytes_sent;
@@ -266,6 +268,8 @@ static void staged_traffic(ff_ctx *ctx, ff_dims shape, int stages)
                 for (int k = 0; s == 1 && k < FF_NGROUPS; k++)
                     ff_group_counters_reset(ff_grid_group(grid, (ff_group_kind)k));
                 rc = ff_gpt_step(g, tok, tgt, MICRO, &h, s, NULL);
+                if (rc == FF_OK)
+                    rc = ff_gpt_sync(g);
             }
         }
         ff_plan_config pc;

@@ -106,6 +106,20 @@ int ff_iallgather(ff_group *g, const float *send, float *recv, size_t count,
 /* recv[0..count) = sum over ranks of send[rank*count .. (rank+1)*count). */
 int ff_ireduce_scatter(ff_group *g, const float *send, float *recv, size_t count,
                        const ff_coll_opts *opt, ff_request **req);
+/* The reduce-scatter collective matmul's collective (docs/linear.md): the
+ * reduce-scatter above on the ring (whatever opt->algo says), whose send
+ * blocks the caller writes while it runs, in the order the ring reads
+ * them: block r-1, r-2, ..., r (mod p, r this rank's group rank), one per
+ * step. Nothing is read or sent until ff_reduce_scatter_feed says a block
+ * is written, and a block fed must not change until the request is done.
+ * Messages, bytes and order of additions are ff_ireduce_scatter's on the
+ * ring. FF_EINVAL on a group of one rank. */
+int ff_ireduce_scatter_fed(ff_group *g, const float *send, float *recv, size_t count,
+                           const ff_coll_opts *opt, ff_request **req);
+/* Says that the first `blocks` send blocks in the ring's order are written
+ * (never fewer than before), and advances the collectives. Waiting on the
+ * request before all p are fed never ends. */
+int ff_reduce_scatter_feed(ff_request *req, int blocks);
 /* recv[0..count) = sum over ranks of send[0..count). In place when send == recv. */
 int ff_iallreduce(ff_group *g, const float *send, float *recv, size_t count,
                   const ff_coll_opts *opt, ff_request **req);

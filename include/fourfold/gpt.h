@@ -275,6 +275,14 @@ ff_group *ff_gpt_expert_group(const ff_gpt *g, int replicas);
  * from 1, as `fourfold train` prints steps). */
 int ff_gpt_step(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n_micro,
                 const ff_adamw *h, int step, ff_gpt_step_info *info);
+/* Waits for what a step leaves in flight: under ZeRO over D (ff_gpt_opts.zero)
+ * the gathers of the updated parameters, which otherwise run beside the
+ * next forward (each waited for before its weights are read; anything
+ * else that reads the parameters, ff_gpt_gather, a save, the next AdamW,
+ * waits for all first). For counting a step's bytes alone (the counters
+ * count a collective's bytes as its messages are posted). FF_OK at once
+ * without ZeRO. */
+int ff_gpt_sync(ff_gpt *g);
 /* Forward only (no gradients): the mean loss over the micro-batch. */
 int ff_gpt_eval(ff_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss);
 /* The rank's logits of the last forward: (count*T, Vp/Gx), vocabulary block

@@ -24,7 +24,10 @@
 extern "C" {
 #endif
 
-#define FF_LAYER_PLAN_VERSION 2 /* with "progress"; version 1, without, is read and written too */
+/* version 3: "rs_cmm" in every layer's options, "progress" optional; 2:
+ * with "progress"; 1: without. All three are read; a plan is written as the
+ * lowest that holds it (3 only if a layer has rs_cmm on). */
+#define FF_LAYER_PLAN_VERSION 3
 
 /* The options of one linear layer. */
 typedef struct {
@@ -35,6 +38,8 @@ typedef struct {
     int oag;        /* 0/1: this layer's all-gather posted during the previous use */
     int ag_cache;   /* 0/1: keep the first forward's gathered weight until the backward */
     int wire_bytes; /* 4: fp32, 2: bf16 on the wire for this layer's collectives */
+    int rs_cmm;     /* 0/1: dW_rc computed as the reduce-scatter collective matmul
+                       (ff_linear_opts.rs_cmm; docs/linear.md) */
 } ff_layer_opts;
 
 /* The linear layers of a block, in forward order. */

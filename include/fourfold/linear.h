@@ -79,6 +79,13 @@ typedef struct {
                             was not prefetched (OAG off, or the run's first gather)
                             multiplies each shard as the ring all-gather (forced for
                             it) delivers it. Other BLAS calls: bounded, not bitwise */
+    int rs_cmm;          /* 1: the reduce-scatter collective matmul (docs/linear.md):
+                            a layer whose Z-shards are whole rows of its stored block
+                            computes dW_rc at its last backward use of a run shard by
+                            shard, in the order the ring reduce-scatter (forced for it)
+                            reads them, each shard fed to the ring as it is done, so
+                            the products overlap the reduce-scatter. The same messages
+                            and bytes; bounded, not bitwise, against it off */
     int bf16;            /* 1: bf16-mixed products (docs/design.md §13): the
                             weights read (ff_linear_bind_used: the caller's bf16
                             copy) gathered on the bf16 wire;
@@ -229,6 +236,16 @@ int ff_linear_seq_allreduce_grads(ff_linear_seq *s);
 
 /* Forwards run as collective matmuls (ff_linear_opts.cmm) since creation. */
 long ff_linear_seq_cmm_uses(const ff_linear_seq *s);
+/* Called before a layer's weight shard (the bound w_shard, n floats) is
+ * read for a use: its all-gather over Z is posted, or, with Gz = 1, the
+ * product reads it. ZeRO over D (src/nn/gpt_zero.c) waits there for the
+ * post-AdamW gather of that shard still in flight. A nonzero return fails
+ * the use. NULL: none. */
+typedef int (*ff_linear_weight_fn)(void *arg, const float *w_shard, size_t n);
+void ff_linear_seq_set_weight_hook(ff_linear_seq *s, ff_linear_weight_fn fn, void *arg);
+/* Weight gradients computed by the reduce-scatter collective matmul
+ * (ff_linear_opts.rs_cmm, ff_layer_opts.rs_cmm) since creation. */
+long ff_linear_seq_rs_cmm_uses(const ff_linear_seq *s);
 /* Bytes of gathered weights, gradient blocks and reduce-scatter outputs held
  * by the sequence now, and at most since creation. */
 void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak);

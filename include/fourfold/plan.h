@@ -213,6 +213,12 @@ typedef struct {
      * prefetched (its layer's OAG off, or a run's first gather) runs beside
      * the ring that delivers the shards. The gathers are the same. */
     int cmm;
+    /* 1: the run's reduce-scatter collective matmul (ff_linear_opts.rs_cmm,
+     * `fourfold train --rs-cmm on`): the weight gradient of a layer whose
+     * Z-shards are whole rows is computed in Gz slices fed to the ring
+     * reduce-scatter over Z as they are done. The bytes are the same. A
+     * per-layer plan sets it per layer (ff_layer_opts.rs_cmm). */
+    int rs_cmm;
     /* Pipeline stages (docs/pipeline.md; 1: none). With P > 1, `ranks` is
      * the whole job and a grid is one stage's (ranks / P ranks); the step
      * is the pipeline's: each stage's forward and backward runs timed as

@@ -47,6 +47,8 @@ static const char help[] =
     "                       values and transfers, fp32 master weights and moments)\n"
     "  --overlap LIST       oar,ors,oag,dp, all or none (default all)\n"
     "  --cmm on|off         the collective matmul of unprefetched gathers (train --cmm)\n"
+    "  --rs-cmm on|off      the reduce-scatter collective matmul of the weight gradients\n"
+    "                       (train --rs-cmm; --per-layer chooses it per layer)\n"
     "  --progress M         how the run's collectives advance (train --progress): poll\n"
     "                       (default; with --plan, the plan's), thread or wait; decides\n"
     "                       when a decomposed all-reduce's chunks can overlap\n"
@@ -410,6 +412,13 @@ static int parse_args(int argc, char **argv, plan_opts *o)
                 return CLI_USAGE;
             }
             o->cfg.cmm = v[1] == 'n';
+        } else if (cli_is(&a, "rs-cmm")) {
+            if (!(v = cli_value(&a)) || (strcmp(v, "on") && strcmp(v, "off"))) {
+                if (v)
+                    cli_error("--rs-cmm %s: expected on or off", v);
+                return CLI_USAGE;
+            }
+            o->cfg.rs_cmm = v[1] == 'n';
         } else if (cli_is(&a, "ag-cache")) {
             if (!(v = cli_value(&a)))
                 return CLI_USAGE;
@@ -1112,8 +1121,8 @@ static const char *const layer_names[FF_BLOCK_LAYERS] = {"qkv", "attproj", "fc",
 static void print_layer_row(const char *block, const char *ckpt, const char *name,
                             const ff_layer_opts *o)
 {
-    cli_print("  %5s %4s  %-8s %9d %4d %4d %4d %6d  %s\n", block, ckpt, name, o->decompose, o->oar,
-              o->ors, o->oag, o->ag_cache, o->wire_bytes == 2 ? "bf16" : "fp32");
+    cli_print("  %5s %4s  %-8s %9d %4d %4d %4d %6d  %s %6d\n", block, ckpt, name, o->decompose,
+              o->oar, o->ors, o->oag, o->ag_cache, o->wire_bytes == 2 ? "bf16" : "fp32", o->rs_cmm);
 }
 
 /* The plan, one row per linear layer, and its prediction against the
@@ -1123,8 +1132,8 @@ static void print_layer_plan(const ff_layer_plan *p, const char *how, const ff_p
 {
     char g[48], t[2][24];
     cli_print("\nper-layer plan (%s) for grid %s:\n", how, fmt_grid(g, sizeof g, p->grid));
-    cli_print("  %5s %4s  %-8s %9s %4s %4s %4s %6s  %s\n", "block", "ckpt", "layer", "decompose",
-              "oar", "ors", "oag", "cache", "wire");
+    cli_print("  %5s %4s  %-8s %9s %4s %4s %4s %6s  %s %6s\n", "block", "ckpt", "layer",
+              "decompose", "oar", "ors", "oag", "cache", "wire", "rs-cmm");
     print_layer_row("-", "-", "wte", &p->head);
     for (int l = 0; l < p->layers; l++) {
         char num[16];

@@ -121,9 +121,13 @@ static const char help_rest[] =
     "                        each chunk's all-reduce beside the next chunk (default 0 = off)\n"
     "  --cmm on|off          collective matmul: a forward whose weight all-gather was not\n"
     "                        prefetched multiplies each Z-shard as it arrives (default off)\n"
+    "  --rs-cmm on|off       reduce-scatter collective matmul: a weight gradient computed\n"
+    "                        Z-shard by Z-shard, each fed to its reduce-scatter (default off)\n"
     "  --plan FILE           a per-layer plan (`fourfold plan --per-layer --out FILE`): its\n"
-    "                        checkpointing and layer options replace the four above\n"
-    "  --grid auto           the planner's first choice for this model, batch and job\n"
+    "                        checkpointing and layer options replace the five above\n"
+    "  --grid auto           the planner's first choice for this model, batch and job\n";
+
+static const char help_pipeline[] = /* (a string of its own: C's 4095 characters) */
     "pipeline (with --stages P, docs/pipeline.md):\n"
     "  --schedule message|1f1b   message-driven (AxoNN) or fixed 1F1B (default message)\n"
     "  --pipeline-limit K    micro-batches in flight per stage (default: P)\n"
@@ -318,6 +322,8 @@ static int parse(int argc, char **argv, train_opts *o)
                   parse_onoff("balanced-routing", v, &o->gpt.balanced_routing);
         } else if (cli_is(&a, "cmm")) {
             bad = !(v = cli_value(&a)) || parse_onoff("cmm", v, &o->gpt.linear.cmm);
+        } else if (cli_is(&a, "rs-cmm")) {
+            bad = !(v = cli_value(&a)) || parse_onoff("rs-cmm", v, &o->gpt.linear.rs_cmm);
         } else if (cli_is(&a, "overlap")) {
             bad = !(v = cli_value(&a)) || parse_onoff("overlap", v, &on);
             if (!bad)
@@ -552,6 +558,7 @@ static int resolve_auto_grid(train_opts *o, const ff_gpt_config *cfg, char *buf,
     pc.checkpoint = o->gpt.checkpoint;
     pc.ag_cache = o->ag_cache_blocks < 0 ? cfg->L : (int)o->ag_cache_blocks;
     pc.cmm = o->gpt.linear.cmm;
+    pc.rs_cmm = o->gpt.linear.rs_cmm;
     /* the run's traffic (docs/design.md §13; the planner's bf16-mixed memory
      * is the accelerator's 2-byte storage, below this run's) */
     pc.precision = o->gpt.precision == FF_PRECISION_BF16_MIXED ? FF_PLAN_BF16_MIXED : FF_PLAN_FP32;
@@ -704,10 +711,12 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
         ROW("decomposition", "off");
     if (o->gpt.linear.cmm)
         ROW("collective matmul", "%s", "on: forwards multiply shard by shard");
+    if (o->gpt.linear.rs_cmm)
+        ROW("reduce-scatter cmm", "%s", "on: weight gradients fed to their reduce-scatter");
     if (o->plan)
         ROW("per-layer plan",
-            "%s (its checkpointing, overlaps, AG cache, wire and "
-            "decomposition replace the rows above)",
+            "%s (its checkpointing, overlaps, AG cache, wire, decomposition and "
+            "reduce-scatter cmm replace the rows above)",
             o->plan);
     ROW("memory per rank", "params %.1f grads %.1f adam %.1f act %.1f MiB", mem.params * mib,
         mem.grads * mib, mem.adam * mib, mem.activations * mib);
@@ -828,7 +837,7 @@ int cmd_train(int argc, char **argv)
     defaults(&o);
     int code = parse(argc, argv, &o);
     if (code == -1) {
-        cli_print("%s%s%s", help, help_rest, cli_run_help);
+        cli_print("%s%s%s%s", help, help_rest, help_pipeline, cli_run_help);
         return CLI_OK;
     }
     if (code != CLI_OK)

@@ -275,6 +275,8 @@ static void advance_request(ff_request *req)
                 return;
             req->n_mpi = 0;
         }
+        if (req->feeding && req->fed < req->need)
+            return; /* the next step reads a block the caller has not written yet */
         int rc = req->advance(req);
         if (rc != FF_OK) {
             req->error = rc;
@@ -341,7 +343,7 @@ static int ranges_overlap(const void *a, size_t na, const void *b, size_t nb)
 
 /* Checks arguments, handles the trivial cases, and posts the collective. */
 static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_t count,
-                const ff_coll_opts *opt, int half, ff_request **out)
+                const ff_coll_opts *opt, int half, int fed, ff_request **out)
 {
     *out = NULL;
     if (!g)
@@ -383,6 +385,12 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
                                 "half an all-reduce on group %s: the fp32 wire only", g->name);
         algo = FF_ALGO_RING;
         sb = rb = count * 4;
+    }
+    if (fed) { /* the ring alone reads its send blocks one at a time, in a known order */
+        if (p == 1)
+            return ff_set_error(ctx, FF_EINVAL, "a fed reduce-scatter on group %s of one rank",
+                                g->name);
+        algo = FF_ALGO_RING;
     }
     int in_place = (coll == FF_COLL_ALLGATHER && send == recv + r * count) ||
                    (coll == FF_COLL_ALLREDUCE && send == recv) || half;
@@ -427,6 +435,7 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
     req->recv = recv;
     req->count = count;
     req->half = half;
+    req->feeding = fed;
     req->tag = (int)(g->seq++ % 30000u) + 1; /* MPI guarantees tags up to 32767 */
     for (int i = 0; i < FF_REQ_MAX_MPI; i++)
         req->mpi[i] = MPI_REQUEST_NULL;
@@ -466,32 +475,53 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
 int ff_iallgather(ff_group *g, const float *send, float *recv, size_t count,
                   const ff_coll_opts *opt, ff_request **req)
 {
-    return post(g, FF_COLL_ALLGATHER, send, recv, count, opt, 0, req);
+    return post(g, FF_COLL_ALLGATHER, send, recv, count, opt, 0, 0, req);
 }
 
 int ff_ireduce_scatter(ff_group *g, const float *send, float *recv, size_t count,
                        const ff_coll_opts *opt, ff_request **req)
 {
-    return post(g, FF_COLL_REDUCE_SCATTER, send, recv, count, opt, 0, req);
+    return post(g, FF_COLL_REDUCE_SCATTER, send, recv, count, opt, 0, 0, req);
+}
+
+int ff_ireduce_scatter_fed(ff_group *g, const float *send, float *recv, size_t count,
+                           const ff_coll_opts *opt, ff_request **req)
+{
+    return post(g, FF_COLL_REDUCE_SCATTER, send, recv, count, opt, 0, 1, req);
+}
+
+int ff_reduce_scatter_feed(ff_request *req, int blocks)
+{
+    if (!req) /* (a reduce-scatter of nothing) */
+        return FF_OK;
+    if (!req->feeding || blocks < req->fed || blocks > req->group->size)
+        return FF_EINVAL;
+    ff_ctx *ctx = req->group->ctx;
+    pthread_mutex_lock(&ctx->lock);
+    req->fed = blocks; /* the lock orders the caller's writes before the ring's reads */
+    progress_locked(ctx);
+    int rc = req->error;
+    pthread_mutex_unlock(&ctx->lock);
+    return rc;
 }
 
 int ff_iallreduce(ff_group *g, const float *send, float *recv, size_t count,
                   const ff_coll_opts *opt, ff_request **req)
 {
-    return post(g, FF_COLL_ALLREDUCE, send, recv, count, opt, 0, req);
+    return post(g, FF_COLL_ALLREDUCE, send, recv, count, opt, 0, 0, req);
 }
 
 int ff_iallreduce_half(ff_group *g, float *buf, size_t count, int gather, const ff_coll_opts *opt,
                        ff_request **req)
 {
     return post(g, gather ? FF_COLL_ALLGATHER : FF_COLL_REDUCE_SCATTER, buf, buf, count, opt,
-                gather ? 2 : 1, req);
+                gather ? 2 : 1, 0, req);
 }
 
 int ff_ialltoall(ff_group *g, const float *send, float *recv, size_t count, const ff_coll_opts *opt,
                  ff_request **req)
 {
-    return post(g, FF_COLL_ALLTOALL, send, recv, count, opt, 0, req);
+    return post(g, FF_COLL_ALLTOALL, send, recv, count, opt, 0, 0, req);
 }
 
 /* ---- point-to-point ---- */

@@ -11,7 +11,10 @@
  * flows rightwards. Step s of p-1:
  *   all-gather      sends block r-s, receives block r-s-1
  *   reduce-scatter  sends the partial sum of block r-s-1, receives block r-s-2
- *                   and adds its own contribution; block r is complete at r
+ *                   and adds its own contribution; block r is complete at r.
+ *                   So it reads its send blocks in the order r-1, r-2, ...,
+ *                   r, one per step: a fed one (ff_ireduce_scatter_fed)
+ *                   waits for the caller to write each before that step
  *   all-reduce      a reduce-scatter over p chunks of the vector, then an
  *                   all-gather of the chunks (2(p-1) steps); either phase
  *                   alone is ff_iallreduce_half (ZeRO over D)
@@ -118,6 +121,7 @@ static int rs_post_step(ff_request *req)
 {
     int p = P(req), r = R(req), s = req->step;
     size_t c = req->count;
+    req->need = s + 2; /* rs_advance of this step reads block r-s-2, the (s+2)-th fed */
     if (req->wire == FF_WIRE_BF16) {
         uint16_t *rbuf = req->scratch, *sbuf = rbuf + c;
         if (s == 0)
@@ -159,12 +163,24 @@ static int rs_advance(ff_request *req)
     return rs_post_step(req);
 }
 
+/* A fed reduce-scatter's first step, once block r-1 is written. */
+static int rs_first(ff_request *req)
+{
+    req->advance = rs_advance;
+    return rs_post_step(req);
+}
+
 static int rs_start(ff_request *req)
 {
     size_t es = req->wire == FF_WIRE_BF16 ? sizeof(uint16_t) : sizeof(float);
     int rc = ff_request_scratch(req, 2 * req->count * es);
     if (rc != FF_OK)
         return rc;
+    if (req->feeding) { /* nothing is posted before the caller feeds block r-1 */
+        req->need = 1;
+        req->advance = rs_first;
+        return FF_OK;
+    }
     req->advance = rs_advance;
     return rs_post_step(req);
 }

@@ -641,6 +641,18 @@ static int expert_groups(ff_gpt *g)
     return ff_ctx_agree(g->ctx, rc ? rc : rc2);
 }
 
+int ff_gpt_sync(ff_gpt *g) { return ff_gpt_zero_params_settle(g); }
+
+/* The linear layers' weight hook under ZeRO over D: a weight shard about
+ * to be read waits for its range's gather after AdamW (gpt_zero.c). */
+static int zero_weight_ready(void *arg, const float *w_shard, size_t n)
+{
+    ff_gpt *g = arg;
+    if (w_shard < g->params || w_shard >= g->params + g->n_params)
+        return FF_OK;
+    return ff_gpt_zero_params_wait(g, (size_t)(w_shard - g->params), n);
+}
+
 static int gpt_create_local(ff_gpt *g)
 {
     const ff_gpt_config *c = &g->cfg;
@@ -732,7 +744,9 @@ static int gpt_create_local(ff_gpt *g)
     if ((rc = ff_gpt_bf16_choose(g, rc)))
         return rc;
     ff_gpt_bind_views(g);
-    return ff_gpt_zero_setup(g);
+    if ((rc = ff_gpt_zero_setup(g)) == FF_OK && g->zr)
+        ff_linear_seq_set_weight_hook(g->seq, zero_weight_ready, g);
+    return rc;
 }
 
 int ff_gpt_create(ff_grid *grid, const ff_gpt_config *cfg, const ff_gpt_opts *opts, int B, int T,
@@ -788,6 +802,7 @@ void ff_gpt_destroy(ff_gpt *g)
 {
     if (!g)
         return;
+    ff_gpt_zero_params_settle(g); /* (before the buffers go) */
     for (int l = 0; g->bucket_req && l <= g->nb; l++)
         ff_wait(&g->bucket_req[l]);
     for (int l = 0; g->ebucket_req && l < g->nb; l++)
@@ -867,6 +882,9 @@ void ff_gpt_destroy(ff_gpt *g)
 
 int ff_gpt_init(ff_gpt *g, uint64_t seed)
 {
+    int rc0 = ff_gpt_zero_params_settle(g); /* (ZeRO's gathers after AdamW) */
+    if (rc0)
+        return rc0;
     const ff_gpt_config *c = &g->cfg;
     const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * (float)c->L);
     int rc = ff_gpt_samo_master_dense(g); /* (bf16-mixed SAMO: written dense, then compressed) */

@@ -248,8 +248,17 @@ void ff_gpt_zero_reduced(ff_gpt *g, int reduced);
  * D), part 1 the local experts' (on d = eslot; collective over EDP). */
 int ff_gpt_zero_sumsq(ff_gpt *g, int part, double *out);
 /* AdamW on the slices (j as for the dense pass, over the whole flat
- * buffers), then the gather of the updated parameters over D. */
+ * buffers), then the gather of the updated parameters over D (and, in
+ * bf16-mixed, their bf16 copy): posted and left in flight, each range
+ * waited for by its first reader (below), or, with a mask, blocking. */
 int ff_gpt_zero_adamw(ff_gpt *g, const void *adamw_job);
+/* Waits for the post-AdamW gathers of the ranges that meet [off, off +
+ * len) of the parameters (the linear layers' weight hook, gpt.c). */
+int ff_gpt_zero_params_wait(ff_gpt *g, size_t off, size_t len);
+/* Waits for every one still in flight: before anything else reads or
+ * writes the parameters (gathers, scatters, files, the next AdamW, masks,
+ * destroy). FF_OK without ZeRO. */
+int ff_gpt_zero_params_settle(ff_gpt *g);
 /* A transfer of the gradients or moments `which` through a full flat
  * buffer *full: with gather 1 filled with the whole of `which` (the slices
  * gathered over D), with 0 zeroed for a scatter (outcome agreed on every

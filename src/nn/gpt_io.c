@@ -498,7 +498,9 @@ static int scatter_any(ff_gpt *g, ff_gpt_buffer which, const float *canon, int r
 
 int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 {
-    int rc = ff_gpt_samo_master_dense(g);
+    int rc = ff_gpt_zero_params_settle(g); /* (ZeRO's gathers after AdamW) */
+    if (rc == FF_OK)
+        rc = ff_gpt_samo_master_dense(g);
     if (rc == FF_OK)
         rc = gather_any(g, which, canon, root);
     ff_gpt_samo_master_compress(g, 0);
@@ -507,7 +509,9 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 
 int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
 {
-    int rc = ff_gpt_samo_master_dense(g);
+    int rc = ff_gpt_zero_params_settle(g); /* (ZeRO's gathers after AdamW) */
+    if (rc == FF_OK)
+        rc = ff_gpt_samo_master_dense(g);
     if (rc == FF_OK)
         rc = scatter_any(g, which, canon, root);
     ff_gpt_samo_master_compress(g, rc == FF_OK && which == FF_GPT_PARAMS);

@@ -172,10 +172,10 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
                    .wd = h->weight_decay,
                    .grad_scale = grad_scale,
                    .n_decay = g->n_decay};
-    if (g->zr) { /* (bf16-mixed: the copy of the gathered master) */
-        if ((rc = ff_gpt_zero_adamw(g, &j)) == FF_OK)
-            ff_gpt_bf16_weights(g);
-        return rc;
+    if (g->zr) { /* (bf16-mixed: it makes the copy of the gathered master) */
+        if ((rc = ff_gpt_zero_params_settle(g)))
+            return rc;
+        return ff_gpt_zero_adamw(g, &j);
     }
     int64_t n = (int64_t)g->n_params;
     if (g->samo) { /* the compressed Z-sharded weights, wte's dense shard, then the rest */

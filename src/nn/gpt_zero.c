@@ -67,7 +67,10 @@ struct ff_gpt_zero {
     size_t state;
     zero_region reg[2]; /* the dense weights', the local experts' */
     int reduced;        /* the step's gradients reduce-scattered (ff_gpt_zero_reduced) */
-    float *kept;        /* during a transfer: the gradients' slices (state floats) */
+    /* the parameters' gathers after AdamW, one per range, in flight until
+     * the range's first reader (ff_gpt_zero_params_wait); NULL: done */
+    ff_request **gathers;
+    float *kept; /* during a transfer: the gradients' slices (state floats) */
 };
 
 static size_t chunk_len(size_t n, int p, int i)
@@ -90,7 +93,8 @@ void ff_gpt_zero_destroy(ff_gpt *g)
         zero_region *e = &z->reg[k];
         free(e->runs), free(e->blk_owner), free(e->blk_run), free(e->strad), free(e->part);
     }
-    free(z->ranges), free(z->segs);
+    ff_gpt_zero_params_settle(g);
+    free(z->ranges), free(z->segs), free(z->gathers);
     free(z);
     g->zr = NULL;
 }
@@ -210,7 +214,8 @@ int ff_gpt_zero_setup(ff_gpt *g)
     g->zr = z;
     z->level = g->opt.zero;
     const int nr = 2 * g->nb + 1;
-    if (!(z->ranges = calloc((size_t)nr, sizeof *z->ranges))) {
+    if (!(z->ranges = calloc((size_t)nr, sizeof *z->ranges)) ||
+        !(z->gathers = calloc((size_t)nr, sizeof *z->gathers))) {
         ff_gpt_zero_destroy(g);
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for ZeRO's layout");
     }
@@ -370,6 +375,73 @@ int ff_gpt_zero_sumsq(ff_gpt *g, int part, double *out)
     return FF_OK;
 }
 
+/* Waits for the gather of range r, if in flight; in bf16-mixed then
+ * rounds the range's updated master into the products' copy. */
+static int wait_gather(ff_gpt *g, int r)
+{
+    ff_gpt_zero *z = g->zr;
+    if (!z->gathers[r])
+        return FF_OK;
+    int rc = ff_wait(&z->gathers[r]);
+    const zero_range *q = &z->ranges[r];
+    if (g->wbf16)
+        ff_bf16_round_copy(g->wbf16 + q->off, g->params + q->off, q->len);
+    return rc;
+}
+
+int ff_gpt_zero_params_wait(ff_gpt *g, size_t off, size_t len)
+{
+    ff_gpt_zero *z = g->zr;
+    int rc = FF_OK;
+    for (int r = 0; z && z->gathers && r < z->n_ranges; r++) {
+        const zero_range *q = &z->ranges[r];
+        if (q->off < off + len && off < q->off + q->len) {
+            int r2 = wait_gather(g, r);
+            rc = rc ? rc : r2;
+        }
+    }
+    return rc;
+}
+
+int ff_gpt_zero_params_settle(ff_gpt *g)
+{
+    ff_gpt_zero *z = g->zr;
+    int rc = FF_OK;
+    for (int r = 0; z && z->gathers && r < z->n_ranges; r++) {
+        int r2 = wait_gather(g, r);
+        rc = rc ? rc : r2;
+    }
+    return rc;
+}
+
+/* The gathers of the updated parameters, posted and left in flight: each
+ * range is waited for by its first reader (the next forward's gather over
+ * Z of a layer in it, through the linear layers' weight hook; everything
+ * else settles them all first), so they run beside the next forward as
+ * OAG's gathers do. The values are the blocking gather's: a reader waits
+ * before it reads. In bf16-mixed the products' copy of a range is rounded
+ * when its gather is waited for, the rest of [0, n_zsharded) at once. */
+static int post_gathers(ff_gpt *g)
+{
+    ff_gpt_zero *z = g->zr;
+    int rc = FF_OK;
+    for (int r = 0; r < z->n_ranges && rc == FF_OK; r++) {
+        const zero_range *q = &z->ranges[r];
+        rc = ff_iallreduce_half(q->grp, g->params + q->off, q->len, 1, NULL, &z->gathers[r]);
+    }
+    if (rc != FF_OK || !g->wbf16)
+        return rc;
+    size_t at = 0; /* the ranges are in offset order and do not overlap */
+    for (int r = 0; r <= z->n_ranges; r++) {
+        const size_t end = r < z->n_ranges ? z->ranges[r].off : g->n_zsharded;
+        if (end > at)
+            ff_bf16_round_copy(g->wbf16 + at, g->params + at, end - at);
+        if (r < z->n_ranges)
+            at = z->ranges[r].off + z->ranges[r].len;
+    }
+    return FF_OK;
+}
+
 int ff_gpt_zero_adamw(ff_gpt *g, const void *job)
 {
     const ff_gpt_zero *z = g->zr;
@@ -384,7 +456,13 @@ int ff_gpt_zero_adamw(ff_gpt *g, const void *job)
             w.n_decay = s->len;
         ff_gpt_adamw_run(g, &w, (int64_t)s->len);
     }
-    return gather_ranges(g, g->params);
+    /* a mask is applied to the whole parameters right after AdamW
+     * (gpt_optim.c): then the gather is blocking */
+    if (!g->mask)
+        return post_gathers(g);
+    int rc = gather_ranges(g, g->params);
+    ff_gpt_bf16_weights(g);
+    return rc;
 }
 
 /* A sliced buffer into the flat positions of `full`, or back. */
@@ -411,6 +489,9 @@ int ff_gpt_zero_transfer_begin(ff_gpt *g, ff_gpt_buffer which, int gather, float
 {
     ff_gpt_zero *z = g->zr;
     float *full = NULL;
+    int rc0 = ff_gpt_zero_params_settle(g);
+    if (rc0)
+        return rc0;
     z->kept = NULL;
     if (z->reduced)
         z->kept = ff_fbuf_alloc(g->ctx, z->state);

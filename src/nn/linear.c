@@ -9,7 +9,9 @@
  * collective matmul (opts.cmm) computes a layer's forwards in Z-shard
  * slices: other BLAS calls, so bounded rather than bitwise against it off,
  * but the same for every forward and recompute of the layer, prefetched or
- * not. */
+ * not; the reduce-scatter collective matmul (opts.rs_cmm) computes a
+ * layer's weight gradient in Z-shard slices fed to the ring reduce-scatter
+ * one by one, also bounded rather than bitwise against it off. */
 #include "fourfold/linear.h"
 
 #include <limits.h>
@@ -60,7 +62,7 @@ struct ff_linear {
     float *rs_out;  /* its result, added into dw when it completes */
     int cached;     /* AG cache member */
     /* the layer's options: the sequence's, or its own (ff_linear_set_options) */
-    int decompose, oar, ors, oag;
+    int decompose, oar, ors, oag, rs_cmm;
     int cache_forced; /* 1: AG cache member whatever ag_cache_layers says; 0: never; -1: by it */
     ff_coll_opts coll;
     int last_backward;   /* program index of the last backward use, -1 none */
@@ -87,7 +89,10 @@ struct ff_linear_seq {
     int n_pool;
     size_t mem_cur, mem_peak;
     int gathers, reused;
-    long cmm_uses; /* forwards run as collective matmuls, since creation */
+    long cmm_uses;                 /* forwards run as collective matmuls, since creation */
+    long rs_cmm_uses;              /* weight gradients run as reduce-scatter collective matmuls */
+    ff_linear_weight_fn weight_fn; /* before a weight shard is read (ZeRO's gathers) */
+    void *weight_arg;
 };
 
 void ff_linear_opts_default(ff_linear_opts *o)
@@ -298,6 +303,7 @@ int ff_linear_add(ff_linear_seq *s, const ff_linear_desc *d, ff_linear **out)
     l->decompose = s->opt.decompose;
     l->oar = s->opt.oar;
     l->ors = s->opt.ors;
+    l->rs_cmm = s->opt.rs_cmm;
     l->oag = s->opt.oag;
     l->cache_forced = -1;
     l->coll = s->opt.coll;
@@ -323,7 +329,7 @@ int ff_linear_set_options(ff_linear *l, const ff_layer_opts *o)
     if (s->n_prog)
         return ff_set_error(s->ctx, FF_EINVAL, "layer '%s': options set after the program",
                             l->name);
-    int sw = o->oar | o->ors | o->oag | o->ag_cache;
+    int sw = o->oar | o->ors | o->oag | o->ag_cache | o->rs_cmm;
     if (o->decompose < 0 || o->decompose > FF_DECOMPOSE_MAX || (sw & ~1) ||
         (o->wire_bytes != 4 && o->wire_bytes != 2))
         return ff_set_error(s->ctx, FF_EINVAL,
@@ -334,6 +340,7 @@ int ff_linear_set_options(ff_linear *l, const ff_layer_opts *o)
     l->oar = o->oar;
     l->ors = o->ors;
     l->oag = o->oag;
+    l->rs_cmm = o->rs_cmm;
     l->cache_forced = o->ag_cache;
     l->coll.wire = o->wire_bytes == 2 || s->opt.bf16 ? FF_WIRE_BF16 : FF_WIRE_FP32;
     return FF_OK;
@@ -347,6 +354,7 @@ void ff_linear_options(const ff_linear *l, ff_layer_opts *o)
     o->oag = l->oag;
     o->ag_cache = l->cache_forced >= 0 ? l->cache_forced : l->cached;
     o->wire_bytes = l->coll.wire == FF_WIRE_BF16 ? 2 : 4;
+    o->rs_cmm = l->rs_cmm;
 }
 
 ff_linear_sizes ff_linear_local_sizes(const ff_linear *l)
@@ -525,6 +533,20 @@ void ff_linear_seq_gather_stats(const ff_linear_seq *s, int *gathers, int *reuse
 }
 
 long ff_linear_seq_cmm_uses(const ff_linear_seq *s) { return s->cmm_uses; }
+long ff_linear_seq_rs_cmm_uses(const ff_linear_seq *s) { return s->rs_cmm_uses; }
+
+void ff_linear_seq_set_weight_hook(ff_linear_seq *s, ff_linear_weight_fn fn, void *arg)
+{
+    s->weight_fn = fn;
+    s->weight_arg = arg;
+}
+
+/* The shard is about to be read (ff_linear_seq_set_weight_hook). */
+static int weight_ready(const ff_linear *l)
+{
+    const ff_linear_seq *s = l->seq;
+    return s->weight_fn ? s->weight_fn(s->weight_arg, l->w, l->shard) : FF_OK;
+}
 
 void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak)
 {
@@ -541,6 +563,9 @@ void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak)
 static int post_gather(ff_linear *l, int ring)
 {
     ff_linear_seq *s = l->seq;
+    int rc = weight_ready(l);
+    if (rc)
+        return rc;
     l->w_gathered = buf_take(s, l->block);
     if (!l->w_gathered)
         return FF_ENOMEM;
@@ -560,6 +585,16 @@ static int cmm_fits(const ff_linear *l)
 {
     return l->seq->opt.cmm && l->gz > 1 &&
            (l->layout == FF_WEIGHT_KN ? l->kl % l->gz : l->nl % l->gz) == 0;
+}
+
+/* The reduce-scatter collective matmul applies to the layer's last
+ * backward use of a run when it is the layer's product (backward) and its
+ * Z-shards are whole rows of the stored block, as for cmm_fits. */
+static int rs_cmm_fits(const ff_linear *l)
+{
+    return l->rs_cmm && l->gz > 1 &&
+           (l->layout == FF_WEIGHT_KN ? l->kl % l->gz : l->nl % l->gz) == 0 &&
+           l->seq->cursor == l->last_backward;
 }
 
 static void drop_gathered(ff_linear *l)
@@ -680,7 +715,7 @@ static int acquire(ff_linear *l, ff_use_kind want, int allow_cmm, const float **
     }
     if (l->gz == 1) {
         *w = l->w_used;
-        return prefetch(s, s->cursor);
+        return (rc = weight_ready(l)) ? rc : prefetch(s, s->cursor);
     }
     if (s->need_gather[s->cursor] && !l->held) {
         /* not prefetched: a forward with the collective matmul computes
@@ -988,7 +1023,6 @@ int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows)
 }
 
 static int backward(ff_linear *l, float *dinp, const float *dout, const float *inp, int64_t rows);
-
 /* bf16-mixed: the products and the bias's sums read the input and the output
  * gradient rounded to bf16 (the input as the forward read it) */
 int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float *inp, int64_t rows)
@@ -1004,6 +1038,66 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
         buf_give(l->seq, dout_b, no);
     if (inp_b)
         buf_give(l->seq, inp_b, ni);
+    return rc;
+}
+
+/* The wire of the weight gradients' reduce-scatter: fp32 in bf16-mixed
+ * (docs/design.md §13) */
+static ff_coll_opts grad_coll(const ff_linear *l)
+{
+    ff_coll_opts grad = l->coll;
+    if (l->seq->opt.bf16)
+        grad.wire = FF_WIRE_FP32;
+    return grad;
+}
+
+/* The reduce-scatter collective matmul (docs/linear.md; seed 003's
+ * decomposed reduce-scatter): dW_shard += ReduceScatter_Z(dW_rc) with
+ * dW_rc (the block, beta 1 onto this run's earlier contributions) computed
+ * shard by shard in the order the ring reduce-scatter reads them, b = z-1,
+ * z-2, ..., z (this rank's own shard last), each fed to the ring as soon
+ * as its product is done: step s's transfer and the addition of the
+ * received partial sum into shard z-s-2 run during the next products. KN:
+ * shard b is rows [b kz, (b+1) kz) of dW_rc = I^T dO, the product of I's
+ * columns of that slice; NK: rows [b nz, (b+1) nz) of dW_rc^T = dO^T I.
+ * The ring's messages, bytes and additions are the plain reduce-scatter's;
+ * only the products are other BLAS calls. */
+static int rs_cmm_grad(ff_linear *l, const char *name, float *block, float beta, const float *dout,
+                       const float *inp, int64_t rows)
+{
+    ff_linear_seq *s = l->seq;
+    /* the previous micro-batch's result is added first (ORS's order) */
+    int rc = wait_rs(l);
+    if (rc)
+        return rc;
+    if (!(l->rs_out = buf_take(s, l->shard)))
+        return FF_ENOMEM;
+    l->rs_send = block;
+    l->dw_block = NULL; /* backward_use_done: the reduce-scatter is posted */
+    ff_coll_opts grad = grad_coll(l);
+    if ((rc = ff_ireduce_scatter_fed(l->grp_z, block, l->rs_out, l->shard, &grad, &l->rs))) {
+        buf_give(s, l->rs_out, l->shard);
+        buf_give(s, l->rs_send, l->block);
+        l->rs_out = l->rs_send = NULL;
+        return rc;
+    }
+    s->rs_cmm_uses++;
+    const int p = l->gz, z = ff_group_rank(l->grp_z), kn = l->layout == FF_WEIGHT_KN;
+    const int64_t piece = (kn ? l->kl : l->nl) / p;
+    for (int i = 0; i < p && rc == FF_OK; i++) {
+        const int b = (z - 1 - i + 2 * p) % p;
+        float *db = block + (size_t)b * l->shard;
+        if (kn)
+            rc = ff_gemm_run(s->gemm, name, 1, 0, piece, l->nl, rows, 1.0f, inp + b * piece, l->kl,
+                             dout, l->nl, beta, db, l->nl);
+        else
+            rc = ff_gemm_run(s->gemm, name, 1, 0, piece, l->kl, rows, 1.0f, dout + b * piece, l->nl,
+                             inp, l->kl, beta, db, l->kl);
+        if (rc == FF_OK)
+            rc = ff_reduce_scatter_feed(l->rs, i + 1);
+    }
+    if (rc) /* the other ranks' rings need every block: feed them (the error is returned) */
+        ff_reduce_scatter_feed(l->rs, p);
     return rc;
 }
 
@@ -1040,13 +1134,18 @@ static int backward(ff_linear *l, float *dinp, const float *dout, const float *i
         ff_waitall(ar, k);
         return rc;
     }
-    snprintf(name, sizeof name, "dW %s", l->name);
-    if (l->layout == FF_WEIGHT_KN)
-        rc = ff_gemm_run(s->gemm, name, 1, 0, l->kl, l->nl, rows, 1.0f, inp, l->kl, dout, l->nl,
-                         beta, block, l->nl);
-    else /* dW_rc^T (nl, kl) = dO^T I */
-        rc = ff_gemm_run(s->gemm, name, 1, 0, l->nl, l->kl, rows, 1.0f, dout, l->nl, inp, l->kl,
-                         beta, block, l->kl);
+    if (rs_cmm_fits(l)) {
+        snprintf(name, sizeof name, "rs-cmm %s", l->name);
+        rc = rs_cmm_grad(l, name, block, beta, dout, inp, rows);
+    } else {
+        snprintf(name, sizeof name, "dW %s", l->name);
+        if (l->layout == FF_WEIGHT_KN)
+            rc = ff_gemm_run(s->gemm, name, 1, 0, l->kl, l->nl, rows, 1.0f, inp, l->kl, dout, l->nl,
+                             beta, block, l->nl);
+        else /* dW_rc^T (nl, kl) = dO^T I */
+            rc = ff_gemm_run(s->gemm, name, 1, 0, l->nl, l->kl, rows, 1.0f, dout, l->nl, inp, l->kl,
+                             beta, block, l->kl);
+    }
     l->dw_contributions++;
     if (rc) {
         ff_waitall(ar, k);
@@ -1107,6 +1206,8 @@ static int backward_use_done(ff_linear *l)
     }
     if (!last || l->gz == 1)
         return FF_OK;
+    if (!l->dw_block) /* the reduce-scatter collective matmul posted it (rs_cmm_grad) */
+        return l->ors ? FF_OK : wait_rs(l);
     /* dW_shard += ReduceScatter_Z(dW_rc); ORS defers the wait until the
      * gradient is needed (paper IV-B). The previous micro-batch's result is
      * added first, so the order of the additions never changes. */
@@ -1116,9 +1217,7 @@ static int backward_use_done(ff_linear *l)
         return FF_ENOMEM;
     l->rs_send = l->dw_block;
     l->dw_block = NULL;
-    ff_coll_opts grad = l->coll;
-    if (s->opt.bf16) /* weight gradients in fp32 (docs/design.md §13) */
-        grad.wire = FF_WIRE_FP32;
+    ff_coll_opts grad = grad_coll(l); /* weight gradients in fp32 (docs/design.md §13) */
     if ((rc = ff_ireduce_scatter(l->grp_z, l->rs_send, l->rs_out, l->shard, &grad, &l->rs))) {
         buf_give(s, l->rs_out, l->shard);
         buf_give(s, l->rs_send, l->block);

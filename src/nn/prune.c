@@ -343,6 +343,9 @@ int ff_mask_read(const ff_gpt *g, const char *path, unsigned char *keep, int64_t
 
 int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
 {
+    int rc0 = ff_gpt_zero_params_settle(g); /* (ZeRO's gathers after AdamW) */
+    if (rc0)
+        return rc0;
     int me = ff_ctx_rank(g->ctx), any = keep != NULL; /* root's say */
     if (g->samo)                                      /* (the same on every rank) */
         return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EUNSUPPORTED,

@@ -445,6 +445,7 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
                     : cfg->layers       ? cfg->layers->panel_rows
                                         : 0;
     s->cmm = cfg->cmm;
+    s->rs_cmm = cfg->rs_cmm;
     s->P = 1, s->stage = 0, s->first = s->last = 1;
     s->l0 = 0, s->nb = s->L;
     s->ge = s->el = 1;
@@ -736,6 +737,9 @@ typedef struct {
     int *tag_ch, *tag_at; /* each tag's channel and index there */
     int pending_gc, cmm_gc, cmm_prev_gc;
     double cmm_own;
+    /* a reduce-scatter collective matmul's ring, for the GEMM that feeds it */
+    double rs_s;
+    int rs_p, rs_gc, rs_tag;
     double *tag_end; /* completion of background collectives and chunks */
     /* chunks posted but not advancing yet (progress poll or wait): their
      * tags in posting order, q_head..q_n, each with its time and collective */
@@ -812,6 +816,31 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             if (progress == FF_PROGRESS_POLL && op->kind == OP_GEMM && op->panels > 1 &&
                 tl->q_head < tl->q_n)
                 start_chunks(tl, tl->cursor + t * op->first, -1);
+            if (tl->rs_p > 1 && op->kind == OP_GEMM) {
+                /* the reduce-scatter collective matmul: p slices' products;
+                 * ring step s goes out once slice s is done and step s - 1
+                 * has ended (the sum it sends needs both), on the Z links
+                 * once they are free; the last addition needs the last
+                 * slice, the rank's own shard. The thread never waits for
+                 * the ring here (src/nn/linear.c feeds it); an OAR
+                 * all-reduce still runs beside the whole GEMM, below. */
+                const int q = tl->rs_p;
+                const double g = t / q, step = tl->rs_s / (q - 1);
+                double e = tl->cursor + g > tl->bg_free ? tl->cursor + g : tl->bg_free;
+                const double start = e;
+                for (int s = 0; s < q - 1; s++) {
+                    const double ready = tl->cursor + (s + 1) * g;
+                    e = (e > ready ? e : ready) + step;
+                }
+                if (e < tl->cursor + t)
+                    e = tl->cursor + t;
+                tl->bg_free = e;
+                tl->bg_busy += tl->rs_s;
+                tl->tag_end[tl->rs_tag] = e;
+                tl->tag_ch[tl->rs_tag] = 0;
+                tl->tag_at[tl->rs_tag] = channel_add(tl, 0, start, e, tl->rs_gc);
+                tl->rs_p = 0;
+            }
             if (tl->cmm_p > 1 && op->kind == OP_GEMM) {
                 /* the collective matmul: p slices' products, the ring's
                  * p - 1 steps beside all but the first */
@@ -852,7 +881,7 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             if (whole < 0)
                 return -1;
             t = plan_coll_time(l, (ff_coll)op->coll, l->size, op->count, op->wire, whole);
-            if (op->cmm) /* the engine runs it on the ring */
+            if (op->cmm || op->rs_cmm) /* the engine runs it on the ring */
                 t = plan_ring_time(l, (ff_coll)op->coll, l->size, op->count, op->wire);
             if (op->half) /* half a ring all-reduce: a ring RS or AG of count/p each */
                 t = plan_ring_time(l, (ff_coll)op->coll, l->size,
@@ -868,7 +897,12 @@ static int play(timeline *tl, const plan_ops *o, ff_plan_result *r)
             tl->cursor += fixed;
             tl->serial += fixed;
             expose(r, gc, fixed);
-            if (op->cmm) {
+            if (op->rs_cmm) { /* placed by the GEMM that feeds it (above) */
+                tl->rs_s = free_part;
+                tl->rs_p = l->size;
+                tl->rs_gc = gc;
+                tl->rs_tag = op->tag;
+            } else if (op->cmm) {
                 struct channel *h = &tl->ch[0];
                 tl->cmm_gc = gc;
                 tl->cmm_prev_gc = h->n ? h->gc[h->n - 1] : -1;

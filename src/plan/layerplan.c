@@ -14,7 +14,10 @@
  * with OPTS = {"decompose": 0..64, "oar": 0|1, "ors": 0|1, "oag": 0|1,
  * "ag_cache": 0|1, "wire": "fp32"|"bf16"}. Version 1 is the same without
  * "progress" (the mode the plan was searched for, not recorded): it is read
- * (progress -1) and written for such a plan.
+ * (progress -1) and written for such a plan. Version 3 adds "rs_cmm": 0|1
+ * (the reduce-scatter collective matmul) to every OPTS, with "progress"
+ * optional; it is written only for a plan that turns rs_cmm on somewhere,
+ * so plans without it stay the files they were.
  *
  * The reader is strict: every key required, type- and range-checked, at
  * most once, no other key, nothing after the object. It reads the text
@@ -52,8 +55,9 @@ static const char *const progress_names[NPROGRESS] = {"wait", "poll", "thread"};
 _Static_assert(FF_PROGRESS_WAIT == 0 && FF_PROGRESS_POLL == 1 && FF_PROGRESS_THREAD == 2,
                "progress_names is indexed by the mode");
 
-enum { OPT_DECOMPOSE, OPT_OAR, OPT_ORS, OPT_OAG, OPT_AG_CACHE, OPT_WIRE, NOPTS };
-static const char *const opt_names[NOPTS] = {"decompose", "oar", "ors", "oag", "ag_cache", "wire"};
+enum { OPT_DECOMPOSE, OPT_OAR, OPT_ORS, OPT_OAG, OPT_AG_CACHE, OPT_WIRE, OPT_RS_CMM, NOPTS };
+static const char *const opt_names[NOPTS] = {"decompose", "oar",  "ors",   "oag",
+                                             "ag_cache",  "wire", "rs_cmm"};
 
 void ff_layer_opts_default(ff_layer_opts *o)
 {
@@ -107,6 +111,10 @@ static int opts_bad(const ff_layer_opts *o, char *why, size_t len)
             snprintf(why, len, "%s is %d, expected 0 or 1", opt_names[OPT_OAR + i], sw[i]);
             return 1;
         }
+    if (o->rs_cmm != 0 && o->rs_cmm != 1) {
+        snprintf(why, len, "rs_cmm is %d, expected 0 or 1", o->rs_cmm);
+        return 1;
+    }
     if (o->wire_bytes != 4 && o->wire_bytes != 2) {
         snprintf(why, len, "wire is %d bytes, expected 4 (fp32) or 2 (bf16)", o->wire_bytes);
         return 1;
@@ -160,42 +168,55 @@ int ff_layer_plan_check(const ff_layer_plan *p, char *err, size_t err_len)
 
 /* ---- the writer ---- */
 
-static void put_opts(ff_text *b, const ff_layer_opts *o)
+static void put_opts(ff_text *b, const ff_layer_opts *o, int version)
 {
     ff_text_printf(b,
                    "{\"decompose\": %d, \"oar\": %d, \"ors\": %d, \"oag\": %d, \"ag_cache\": %d, ",
                    o->decompose, o->oar, o->ors, o->oag, o->ag_cache);
     if (o->wire_bytes == 4 || o->wire_bytes == 2)
-        ff_text_printf(b, "\"wire\": \"%s\"}", o->wire_bytes == 4 ? "fp32" : "bf16");
+        ff_text_printf(b, "\"wire\": \"%s\"", o->wire_bytes == 4 ? "fp32" : "bf16");
     else
-        ff_text_printf(b, "\"wire\": %d}", o->wire_bytes); /* refused when read */
+        ff_text_printf(b, "\"wire\": %d", o->wire_bytes); /* refused when read */
+    if (version >= 3)
+        ff_text_printf(b, ", \"rs_cmm\": %d", o->rs_cmm);
+    ff_text_puts(b, "}");
+}
+
+/* The lowest version that holds p (FF_LAYER_PLAN_VERSION's comment). */
+static int plan_version(const ff_layer_plan *p)
+{
+    int rs = p->head.rs_cmm != 0;
+    for (int l = 0; p->blocks && l < p->layers; l++)
+        for (int i = 0; i < FF_BLOCK_LAYERS; i++)
+            rs |= p->blocks[l].layer[i].rs_cmm != 0;
+    return rs ? 3 : p->progress >= 0 ? 2 : 1;
 }
 
 char *ff_layer_plan_to_json(const ff_layer_plan *p)
 {
     ff_text b = {0};
+    const int version = plan_version(p);
     ff_text_printf(&b,
                    "{\"format\": \"" FORMAT "\", \"version\": %d,\n"
                    " \"model\": {\"layers\": %d, \"heads\": %d, \"hidden\": %lld, \"vocab\": "
                    "%lld},\n"
                    " \"grid\": [%d, %d, %d, %d], \"batch\": %lld, \"seq\": %lld, "
                    "\"micro_batches\": %d, \"panel_rows\": %lld, ",
-                   p->progress >= 0 ? FF_LAYER_PLAN_VERSION : 1, p->layers, p->heads,
-                   (long long)p->hidden, (long long)p->vocab, p->grid.x, p->grid.y, p->grid.z,
-                   p->grid.d, (long long)p->batch, (long long)p->seq, p->micro_batches,
-                   (long long)p->panel_rows);
+                   version, p->layers, p->heads, (long long)p->hidden, (long long)p->vocab,
+                   p->grid.x, p->grid.y, p->grid.z, p->grid.d, (long long)p->batch,
+                   (long long)p->seq, p->micro_batches, (long long)p->panel_rows);
     if (p->progress >= 0 && p->progress < NPROGRESS)
         ff_text_printf(&b, "\"progress\": \"%s\", ", progress_names[p->progress]);
     ff_text_puts(&b, "\"predicted_step_s\": ");
     ff_text_number(&b, p->predicted_step_s);
     ff_text_puts(&b, ",\n \"head\": ");
-    put_opts(&b, &p->head);
+    put_opts(&b, &p->head, version);
     ff_text_puts(&b, ",\n \"blocks\": [");
     for (int l = 0; p->blocks && l < p->layers; l++) {
         ff_text_printf(&b, "%s\n  {\"checkpoint\": %d", l ? "," : "", p->blocks[l].checkpoint);
         for (int i = 0; i < FF_BLOCK_LAYERS; i++) {
             ff_text_printf(&b, ",\n   \"%s\": ", layer_names[i]);
-            put_opts(&b, &p->blocks[l].layer[i]);
+            put_opts(&b, &p->blocks[l].layer[i], version);
         }
         ff_text_puts(&b, "}");
     }
@@ -267,7 +288,7 @@ static int all_seen(ff_json *r, const char *what, const char *const *names, int 
 }
 
 /* {"decompose": .., "oar": .., "ors": .., "oag": .., "ag_cache": .., "wire": ..} */
-static int read_opts(ff_json *r, const char *what, ff_layer_opts *o)
+static int read_opts(ff_json *r, const char *what, int version, ff_layer_opts *o)
 {
     if (!ff_json_at(r, '{'))
         return ff_json_fail(r, FF_EINVAL, "%s must be an object {...}", what);
@@ -288,6 +309,13 @@ static int read_opts(ff_json *r, const char *what, ff_layer_opts *o)
                 return ff_json_fail(r, FF_EINVAL, "\"wire\" is \"%s\", expected fp32 or bf16",
                                     wire);
             o->wire_bytes = wire[0] == 'f' ? 4 : 2;
+        } else if (k == OPT_RS_CMM && version < 3) {
+            return ff_json_fail(
+                r, FF_EINVAL, "\"rs_cmm\" is not a key of version %d (version 3 has it)", version);
+        } else if (k == OPT_RS_CMM) {
+            if (read_int(r, "rs_cmm", 0, 1, &v))
+                return r->rc;
+            o->rs_cmm = (int)v;
         } else {
             if (read_int(r, opt_names[k], 0, k == OPT_DECOMPOSE ? FF_DECOMPOSE_MAX : 1, &v))
                 return r->rc;
@@ -298,13 +326,15 @@ static int read_opts(ff_json *r, const char *what, ff_layer_opts *o)
     }
     if (r->rc)
         return r->rc;
+    if (version < 3)
+        seen[OPT_RS_CMM] = 1; /* (version 3's key) */
     return all_seen(r, what, opt_names, NOPTS, seen);
 }
 
 enum { B_CHECKPOINT, B_QKV, B_ATTPROJ, B_FC, B_FCPROJ, NBKEYS };
 static const char *const block_keys[NBKEYS] = {"checkpoint", "qkv", "attproj", "fc", "fcproj"};
 
-static int read_block(ff_json *r, int index, ff_block_opts *b)
+static int read_block(ff_json *r, int index, int version, ff_block_opts *b)
 {
     if (!ff_json_at(r, '{'))
         return ff_json_fail(r, FF_EINVAL, "a block must be an object {...}");
@@ -321,7 +351,7 @@ static int read_block(ff_json *r, int index, ff_block_opts *b)
             b->checkpoint = (int)v;
         } else {
             snprintf(r->where, sizeof r->where, "block %d %s: ", index, block_keys[k]);
-            if (read_opts(r, "the layer", &b->layer[k - B_QKV]))
+            if (read_opts(r, "the layer", version, &b->layer[k - B_QKV]))
                 return r->rc;
             snprintf(r->where, sizeof r->where, "block %d: ", index);
         }
@@ -333,7 +363,7 @@ static int read_block(ff_json *r, int index, ff_block_opts *b)
 }
 
 /* "blocks": [block, ...]; *n blocks into p->blocks (grown here) */
-static int read_blocks(ff_json *r, ff_layer_plan *p, int *n)
+static int read_blocks(ff_json *r, int version, ff_layer_plan *p, int *n)
 {
     if (!ff_json_at(r, '['))
         return ff_json_fail(r, FF_EINVAL, "\"blocks\" must be a list [...]");
@@ -351,7 +381,7 @@ static int read_blocks(ff_json *r, ff_layer_plan *p, int *n)
         }
         snprintf(r->where, sizeof r->where, "block %d: ", *n);
         memset(&p->blocks[*n], 0, sizeof p->blocks[*n]);
-        if (read_block(r, *n, &p->blocks[*n]))
+        if (read_block(r, *n, version, &p->blocks[*n]))
             return r->rc;
         (*n)++;
         r->where[0] = '\0';
@@ -436,7 +466,7 @@ static const char *const top_keys[NKEYS] = {
     "panel_rows", "predicted_step_s", "head",  "blocks", "progress"};
 
 /* The first pass: "format" and "version" only, FF_ECORRUPT unless this
- * format and version 1 or 2 (into *out; the rest is parsed only as JSON);
+ * format and version 1, 2 or 3 (into *out; the rest is parsed only as JSON);
  * the messages name the file, not a line. */
 static int read_identity(ff_json *r, int *out)
 {
@@ -482,7 +512,7 @@ static int read_identity(ff_json *r, int *out)
                                 "plan %s: %s (this fourfold reads versions 1 to %d)", r->source,
                                 has_version ? "\"version\" is not a number" : "no \"version\"",
                                 FF_LAYER_PLAN_VERSION);
-    else if (version != 1 && version != FF_LAYER_PLAN_VERSION)
+    else if (version != 1 && version != 2 && version != FF_LAYER_PLAN_VERSION)
         r->rc = ff_format_error(r->err, r->err_len, FF_ECORRUPT,
                                 "plan %s: version %g is not supported (this fourfold reads "
                                 "versions 1 to %d)",
@@ -533,10 +563,10 @@ static int read_plan(ff_json *r, int version, ff_layer_plan *p)
             break;
         case K_HEAD:
             snprintf(r->where, sizeof r->where, "head: ");
-            if (read_opts(r, "the layer", &p->head) == FF_OK)
+            if (read_opts(r, "the layer", version, &p->head) == FF_OK)
                 r->where[0] = '\0';
             break;
-        case K_BLOCKS: read_blocks(r, p, &n_blocks); break;
+        case K_BLOCKS: read_blocks(r, version, p, &n_blocks); break;
         case K_PROGRESS: {
             char name[16] = "";
             if (version == 1)
@@ -564,8 +594,8 @@ static int read_plan(ff_json *r, int version, ff_layer_plan *p)
     ff_json_skip_ws(r);
     if (r->p != r->end)
         return ff_json_fail(r, FF_ECORRUPT, "unexpected text after the plan object");
-    if (version == 1)
-        seen[K_PROGRESS] = 1; /* (version 2's key) */
+    if (version != 2)
+        seen[K_PROGRESS] = 1; /* (version 2's key; optional in version 3) */
     if (all_seen(r, "the plan", top_keys, NKEYS, seen))
         return r->rc;
     if (n_blocks != p->layers)

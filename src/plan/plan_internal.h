@@ -36,6 +36,8 @@ typedef struct {
     uint8_t optimizer; /* OP_ELEM: the optimizer's update (reported apart) */
     uint8_t prefetch;  /* Z all-gather: posted during the previous use (the layer's OAG) */
     uint8_t cmm;       /* Z all-gather run as a collective matmul with the next GEMM */
+    uint8_t rs_cmm;    /* Z reduce-scatter fed by the next GEMM's slices (the
+                          reduce-scatter collective matmul), on the ring */
     uint8_t half;      /* ZeRO: 1 the reduce, 2 the gather phase of a ring all-reduce of
                           `count` (ff_iallreduce_half), counted as coll (RS, AG) */
     int tag;           /* OP_COLL in the background or a chunk, and the OP_WAIT for it */
@@ -93,6 +95,7 @@ typedef struct {
     const ff_layer_plan *plan;
     int64_t panel_rows; /* ff_plan_config.panel_rows */
     int cmm;            /* ff_plan_config.cmm */
+    int rs_cmm;         /* ff_plan_config.rs_cmm (without a per-layer plan) */
     /* pipeline stages: this is stage `stage` of P, holding blocks
      * [l0, l0 + nb); P = 1: the whole model */
     int P, stage, first, last;
@@ -289,7 +292,8 @@ enum {
     PLAN_VARY_OAG = 16,
     PLAN_VARY_CACHE = 32,
     PLAN_VARY_WIRE = 64, /* only if cfg->wire_bytes is 2 */
-    PLAN_VARY_ALL = 127
+    PLAN_VARY_RS_CMM = 128,
+    PLAN_VARY_ALL = 255
 };
 
 enum { PLAN_MAX_CANDIDATES = 8 };

@@ -292,6 +292,25 @@ static void linear_forward(sched *c, const linear *w, int do_gather, const ff_la
             do_gather, o, 2);
 }
 
+/* The reduce-scatter collective matmul: dŴ = ReduceScatter_Z(dW) on the
+ * ring, posted before the dW GEMM, which computes it in Gz slices (the
+ * timeline, cost_full.c, starts each ring step as its slice is done);
+ * waited after the backward (ORS) or at once. */
+static void scatter_gradient(sched *c, const linear *w, const ff_layer_opts *o, int64_t kl,
+                             int64_t nl, int64_t m)
+{
+    plan_op *op = coll_op(c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, shard(c, w),
+                          grad_wire(c->s, o->wire_bytes), MODE_BACKGROUND);
+    if (op)
+        op->rs_cmm = 1;
+    const int tag = op ? op->tag : -1;
+    weight_gradient(c, kl, nl, m);
+    if (!c->o->oom)
+        c->o->ops[c->o->n - 1].slices = (int)c->gz;
+    if (!o->ors)
+        wait_for(c, tag);
+}
+
 /* backward: db = column sums of dO; dÎ = dO Wᵀ; dI = AllReduce_X(dÎ) (N) or
  * AllReduce_Y (T), beside dW = Iᵀ dO (OAR); dŴ = ReduceScatter_Z(dW),
  * waited after the backward (ORS). Decomposed, dÎ is computed in k chunks
@@ -305,11 +324,20 @@ static void linear_backward(sched *c, const linear *w, int scatter, const ff_lay
     const ff_group_kind group = w->transposed ? FF_GROUP_Y : FF_GROUP_X;
     int64_t at[FF_DECOMPOSE_MAX + 1];
     const int k = plan_chunk_bounds(o->decompose, c->s->panel_rows, m, nl, kl, at);
+    /* the reduce-scatter collective matmul (src/nn/linear.c): where the
+     * layer's Z-shards are whole rows of its stored block (W^T: Gz divides
+     * nl) and this use ends with dW's reduce-scatter, the dW GEMM runs in
+     * Gz slices feeding the ring; the LM head's dW (scatter 0) goes to the
+     * embedding's gradient instead */
+    const int rs_sliced = scatter && c->gz > 1 && o->rs_cmm && nl % c->gz == 0;
     elem(c, 1, (double)(m * nl));
     if (k == 1) {
         gemm(c, m, kl, nl);
         coll(c, group, FF_COLL_ALLREDUCE, m * kl, o->wire_bytes, o->oar ? MODE_OAR : MODE_BLOCKING);
-        weight_gradient(c, kl, nl, m);
+        if (rs_sliced)
+            scatter_gradient(c, w, o, kl, nl, m);
+        else
+            weight_gradient(c, kl, nl, m);
     } else {
         int tag[FF_DECOMPOSE_MAX];
         for (int i = 0; i < k; i++) {
@@ -319,11 +347,14 @@ static void linear_backward(sched *c, const linear *w, int scatter, const ff_lay
         }
         for (int i = 0; !o->oar && i < k; i++)
             wait_for(c, tag[i]);
-        weight_gradient(c, kl, nl, m);
+        if (rs_sliced)
+            scatter_gradient(c, w, o, kl, nl, m);
+        else
+            weight_gradient(c, kl, nl, m);
         for (int i = 0; o->oar && i < k; i++)
             wait_for(c, tag[i]);
     }
-    if (scatter && c->gz > 1)
+    if (scatter && c->gz > 1 && !rs_sliced)
         coll(c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, shard(c, w), grad_wire(c->s, o->wire_bytes),
              o->ors ? MODE_BACKGROUND : MODE_BLOCKING);
 }
@@ -379,6 +410,7 @@ static void plan_layer_opts_uniform(const plan_shape *s, int64_t l, ff_layer_opt
     o->oag = (s->overlap & FF_OVERLAP_OAG) != 0;
     o->ag_cache = l < 0 ? s->ag_cache >= s->L : l >= s->L - s->ag_cache;
     o->wire_bytes = s->act == 2 ? 2 : s->wire; /* bf16-mixed: gathers and activations bf16 */
+    o->rs_cmm = s->rs_cmm;
 }
 
 void plan_layer_opts(const plan_shape *s, int64_t l, int i, ff_layer_opts *o)
@@ -1019,7 +1051,8 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
         }
         elem(&c, 3, y); /* embedding backward: scatter-add into the wte gradient */
         if (c.gz > 1)
-            coll(&c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, wte_shard, grad_wire(s, head_opts.wire_bytes),
+            coll(&c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, wte_shard,
+                 grad_wire(s, head_opts.wire_bytes),
                  head_opts.ors ? MODE_BACKGROUND : MODE_BLOCKING);
         if (last && (ov & FF_OVERLAP_DP) && c.gd > 1)
             dp_wte(&c, wte_shard, MODE_BACKGROUND);

@@ -2,7 +2,9 @@
  * docs/planner.md, "Per-layer plans").
  *
  * The space: each block's checkpointing and, for each linear layer of each
- * block and the head, its decomposition, OAR, ORS, OAG, AG cache and wire.
+ * block and the head, its decomposition, OAR, ORS, OAG, AG cache, wire and
+ * the reduce-scatter collective matmul (not the head's: its dW's
+ * reduce-scatter follows the embedding lookup's backward).
  * A point is an ff_layer_plan, its cost the full model's step time
  * (plan_eval_full), or +inf where it does not fit in memory. The two
  * heuristics of AutoDDL (Chen et al., §4.6), over single options rather
@@ -22,7 +24,7 @@
 
 /* One option of the plan: a block's checkpointing (which = CHECKPOINT) or
  * one of a layer's options; block -1 is the head. */
-enum { O_DECOMPOSE, O_OAR, O_ORS, O_OAG, O_CACHE, O_WIRE, O_CHECKPOINT };
+enum { O_DECOMPOSE, O_OAR, O_ORS, O_OAG, O_CACHE, O_WIRE, O_RS_CMM, O_CHECKPOINT };
 
 typedef struct {
     int block, layer, which;
@@ -66,6 +68,7 @@ static int *field(ff_layer_plan *p, const coord *c)
     case O_ORS: return &o->ors;
     case O_OAG: return &o->oag;
     case O_CACHE: return &o->ag_cache;
+    case O_RS_CMM: return &o->rs_cmm;
     default: return &o->wire_bytes;
     }
 }
@@ -97,6 +100,7 @@ static int build_coords(search *S, const plan_search_space *sp)
         [O_OAG] = (sp->vary & PLAN_VARY_OAG) && z,
         [O_CACHE] = (sp->vary & PLAN_VARY_CACHE) && z,
         [O_WIRE] = (sp->vary & PLAN_VARY_WIRE) && bf16 && (xy || z),
+        [O_RS_CMM] = (sp->vary & PLAN_VARY_RS_CMM) && z,
         [O_CHECKPOINT] = (sp->vary & PLAN_VARY_CHECKPOINT) != 0,
     };
     for (int w = 0; w <= O_CHECKPOINT; w++) {
@@ -118,7 +122,9 @@ static int build_coords(search *S, const plan_search_space *sp)
             S->coords[S->n_coords++] = (coord){l, 0, O_CHECKPOINT};
         for (int i = 0; i < (l < 0 ? 1 : FF_BLOCK_LAYERS); i++)
             for (int w = 0; w < O_CHECKPOINT; w++)
-                if (on[w])
+                /* (the head's dW goes to the embedding's gradient: its
+                 * reduce-scatter follows the lookup, not a product) */
+                if (on[w] && !(l < 0 && w == O_RS_CMM))
                     S->coords[S->n_coords++] = (coord){l, i, w};
     }
     return FF_OK;
@@ -230,6 +236,7 @@ static int uniform_start(const ff_plan_config *cfg, ff_dims g, const ff_plan_res
     o.oag = (cfg->overlap & FF_OVERLAP_OAG) != 0;
     o.ag_cache = 1;
     o.wire_bytes = ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? 2 : cfg->wire_bytes;
+    o.rs_cmm = cfg->rs_cmm;
     int rc = ff_layer_plan_uniform(p, L, &o, r->checkpoint, err, err_len);
     if (rc != FF_OK || g.z == 1) /* nothing is gathered: the run's default, cached */
         return rc;
