@@ -154,7 +154,7 @@ void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m)
     memset(m, 0, sizeof *m);
     /* under SAMO the Z-sharded weights' gradient and moments are compressed */
     const size_t state = ff_gpt_dense_state(g) + g->samo_k;
-    m->params = (g->n_params + (g->wbf16 ? g->n_zsharded : 0)) * sizeof(float); /* (the bf16 copy) */
+    m->params = (g->n_params + ff_gpt_bf16_floats(g)) * sizeof(float); /* (the 2-byte bf16 copy) */
     m->grads = state * sizeof(float);
     m->adam = 2 * (ff_gpt_moment_state(g) + g->samo_k) * sizeof(float); /* (ZeRO: slices) */
     const size_t packed = g->pack_idx ? g->pack_off[2 * g->nb + 1] : 0;
