@@ -196,7 +196,7 @@ int ff_bf16_gemm_run2(ff_bf16_gemm *h, const char *name, int trans_a, int trans_
 {
     if (m <= 0 || n <= 0)
         return FF_OK;
-    int ta = trans_a ? 1 : 0, tb = trans_b ? 1 : 0, rc;
+    int ta = trans_a ? 1 : 0, tb = trans_b ? 1 : 0, rc = FF_OK;
     /* a 2-byte operand already laid out as packed is read where it is */
     const int a_as_is = a16 && !ta && lda == k, b_as_is = b16 && ldb == (tb ? k : n);
     if ((!a_as_is && (rc = grow(h, &h->a, &h->cap_a, (size_t)(m * k)))) ||
