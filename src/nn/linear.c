@@ -118,6 +118,11 @@ static float *buf_take(ff_linear_seq *s, size_t elems)
         if (s->pool[i].elems >= elems && (best < 0 || s->pool[i].elems < s->pool[best].elems))
             best = i;
     float *p;
+    /* a request does not pin a buffer more than twice its size (bf16-mixed's
+     * widened wte block would otherwise hold the LM head's output gradient,
+     * and a second one be made for the block) */
+    if (best >= 0 && s->pool[best].elems / 2 > elems)
+        best = -1;
     if (best >= 0) {
         p = s->pool[best].ptr;
         s->pool[best] = s->pool[--s->n_pool];
