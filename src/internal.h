@@ -250,12 +250,11 @@ void ff_bf16_unpack(float *dst, const uint16_t *src, size_t n);
 void ff_bf16_round(float *x, size_t n); /* x = float(bf16(x)) in place */
 /* dst = float(bf16(src)): an operand of a bf16-mixed product, widened back */
 void ff_bf16_round_copy(float *dst, const float *src, size_t n);
-/* Bytes per entry of bf16-mixed's copy of the weights (docs/design.md §13):
- * the one number the model's memory report (ff_gpt_memory) and the
- * planner's SAMO memory (src/plan/cost_full.c) count the copy with. The
- * copy holds bf16 values in fp32 words today (4); 2-byte storage makes it
- * 2 here and nowhere else. */
-#define FF_BF16_COPY_BYTES 4
+/* Bytes per entry of bf16-mixed's copy of the weights (docs/design.md §13),
+ * as the planner's SAMO memory (src/plan/cost_full.c) and the tests count
+ * it; the model allocates the copy in whole floats (ff_gpt_bf16_floats:
+ * 2 bytes more where the Z-sharded count is odd). */
+#define FF_BF16_COPY_BYTES 2
 
 /* The scratch pool (caller holds ctx->lock). */
 void *ff_pool_take(ff_ctx *ctx, size_t bytes, size_t *got);

@@ -10,7 +10,11 @@
  * product must round them to nearest first), and a product of several row
  * panels (transposed and not), whose panel offsets a wrong stride would
  * break. And a panel's rows the same bits inside a larger product and on
- * 2 threads as on 1 (the model's bitwise claims rest on it). Where the
+ * 2 threads as on 1 (the model's bitwise claims rest on it). Every
+ * product also from 2-byte operands (ff_bf16_gemm_run2: both, or A alone,
+ * read in place where packed as oneDNN reads them, else copied): the same
+ * bits as from the fp32 ones (bf16-mixed keeps its weights and the
+ * products' inputs so, docs/design.md §13). Where the
  * build has no oneDNN, creating the handle must fail with
  * FF_EUNSUPPORTED and the test says so. */
 #include <math.h>
@@ -56,6 +60,22 @@ static void check(ff_gemm *g, ff_bf16_gemm *h, int ta, int tb, int64_t m, int64_
     memcpy(cd, c0, cn * 4), memcpy(cb, c0, cn * 4);
     int rc = ff_bf16_gemm_run(h, "bf16", ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cd, ldc);
     CHECK(rc == FF_OK, "ff_bf16_gemm_run returned %d", rc);
+    { /* the same from 2-byte operands: both, or A alone (odd streams) */
+        uint16_t *a16 = malloc((size_t)(ar * lda) * 2), *b16 = malloc((size_t)(br * ldb) * 2);
+        for (int64_t i = 0; i < ar * lda; i++)
+            a16[i] = ff_bf16_from_float(a[i]);
+        for (int64_t i = 0; i < br * ldb; i++)
+            b16[i] = ff_bf16_from_float(b[i]);
+        float *ch = malloc(cn * 4);
+        memcpy(ch, c0, cn * 4);
+        rc = ff_bf16_gemm_run2(h, "bf16 2-byte", ta, tb, m, n, k, alpha, NULL, a16, lda,
+                               s % 2 ? b : NULL, s % 2 ? NULL : b16, ldb, beta, ch, ldc);
+        CHECK(rc == FF_OK && !memcmp(ch, cd, cn * 4),
+              "2-byte operands (%s) tA %d tB %d %lldx%lldx%lld pad %lld: rc %d, %s bits",
+              s % 2 ? "A" : "A and B", ta, tb, (long long)m, (long long)n, (long long)k,
+              (long long)pad, rc, rc ? "no" : "other");
+        free(a16), free(b16), free(ch);
+    }
     ff_gemm_run(g, "fp32", ta, tb, m, n, k, alpha, ra, lda, rb, ldb, beta, cb, ldc);
     double u = 1.0 / 16777216.0, gam = (k + 2) * u / (1 - (k + 2) * u);
     double wd = 0, wb = 0, wp = 0;

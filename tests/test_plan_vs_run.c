@@ -20,6 +20,10 @@
  * reduce-scatter and all-gather over D are the ring all-reduce's halves;
  * three, and the per-layer plan in half its layers, run the reduce-scatter
  * collective matmul, whose Z reduce-scatters are the plain ones).
+ * Each run also compares the bytes of the parameters and gradients the
+ * model holds (ff_gpt_memory) with the planner's (ff_plan_evaluate): in
+ * bf16-mixed the fp32 master, a 2-byte copy of the Z-sharded weights and
+ * fp32 gradients (docs/design.md §13).
  * Equality is exact: tolerance 0.
  * Rank 0 prints one line per grid and variant and, for a mismatch, every
  * differing (group, collective) of the first rank that differs.
@@ -369,6 +373,24 @@ static void compare(ff_grid *grid, const ff_gpt *g, const variant *v, rank_repor
                     (unsigned long long)w->bytes_recv, (unsigned long long)got.calls,
                     (unsigned long long)got.bytes_sent, (unsigned long long)got.bytes_recv);
         }
+    /* the memory of parameters and gradients (bf16-mixed: the fp32 master
+     * and gradients, the 2-byte copy of the Z-sharded weights) as the model
+     * holds it, exactly */
+    plan_config(v, &pc);
+    pc.expert_parallel = ge_of(v, shape.d);
+    ff_plan_result pr;
+    ff_gpt_memory mem;
+    ff_gpt_memory_report(g, &mem);
+    rc = ff_plan_evaluate(&pc, shape, &pr, err, sizeof err);
+    if (rc != FF_OK || pr.mem_params != (double)mem.params || pr.mem_grads != (double)mem.grads)
+        rep->mismatches++;
+    if ((rc != FF_OK || pr.mem_params != (double)mem.params || pr.mem_grads != (double)mem.grads) &&
+        used < sizeof rep->detail)
+        used += (size_t)snprintf(rep->detail + used, sizeof rep->detail - used,
+                                 "    memory: predicted parameters %.0f B, gradients %.0f B; the "
+                                 "model's %zu B, %zu B %s\n",
+                                 pr.mem_params, pr.mem_grads, mem.params, mem.grads,
+                                 rc == FF_OK ? "" : err);
     /* a sanity check that does not go through the planner: one gradient
      * norm per step over the world */
     ff_counters norm = ff_group_counters(ff_grid_group(grid, FF_GROUP_WORLD), FF_COLL_ALLREDUCE);

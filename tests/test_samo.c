@@ -406,19 +406,18 @@ static void refusals(ff_ctx *ctx, const unsigned char *keep, ff_precision prec)
         /* bf16-mixed: the copy, made from the compressed master, is its
          * bf16 values at the kept entries and +0 elsewhere, on every rank */
         size_t wrong = 0;
-        const float zero = 0.0f;
-        float want;
+        uint16_t want;
         for (size_t i = 0; g->wbf16 && i < g->samo_zc0; i++) { /* wte's dense shard */
-            ff_bf16_round_copy(&want, &g->params[i], 1);
-            wrong += memcmp(&want, &g->wbf16[i], sizeof want) != 0;
+            ff_bf16_pack(&want, &g->params[i], 1);
+            wrong += want != g->wbf16[i];
         }
         for (size_t q = 0, i = g->samo_zc0; g->wbf16 && g->samo_p && q <= g->samo_k; q++) {
             const size_t next = q < g->samo_k ? g->samo_idx[q] : g->n_zsharded;
             for (; i < next; i++)
-                wrong += memcmp(&zero, &g->wbf16[i], sizeof zero) != 0;
+                wrong += g->wbf16[i] != 0; /* +0 */
             if (q < g->samo_k) {
-                ff_bf16_round_copy(&want, &g->samo_p[q], 1);
-                wrong += memcmp(&want, &g->wbf16[next], sizeof want) != 0;
+                ff_bf16_pack(&want, &g->samo_p[q], 1);
+                wrong += want != g->wbf16[next];
                 i = next + 1;
             }
         }

@@ -97,6 +97,15 @@ void ff_bf16_gemm_destroy(ff_bf16_gemm *h);
 int ff_bf16_gemm_run(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b, int64_t m,
                      int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                      int64_t ldb, float beta, float *c, int64_t ldc);
+/* The same with either operand given as 2-byte bf16 values instead (a16,
+ * b16; NULL: the fp32 one, rounded), same layout and leading dimension: no
+ * rounding pass, and one laid out as oneDNN reads it (op(A) not transposed
+ * with lda = k; B with ldb = n, or k transposed) is read in place, not
+ * copied. The same bits as ff_bf16_gemm_run on the widened values. */
+int ff_bf16_gemm_run2(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b, int64_t m,
+                      int64_t n, int64_t k, float alpha, const float *a, const uint16_t *a16,
+                      int64_t lda, const float *b, const uint16_t *b16, int64_t ldb, float beta,
+                      float *c, int64_t ldc);
 /* oneDNN's name for the kernels of the last product ("brg:avx512_core_bf16":
  * the CPU's bf16 dot products; "brg:avx512_core" or "gemm:jit" without
  * them, where oneDNN converts and runs fp32), "?" before any, "none"
@@ -114,6 +123,17 @@ void ff_bf16_gemm_set_panel_rows(ff_bf16_gemm *h, int64_t rows);
  * exact emulation. */
 void ff_gemm_set_bf16(ff_gemm *g, ff_bf16_gemm *h);
 void ff_gemm_bf16_operands(ff_gemm *g, int on);
+/* 1 if g's products with bf16 operands run on oneDNN (ff_gemm_set_bf16):
+ * they can then take 2-byte operands (ff_gemm_run2). */
+int ff_gemm_bf16_direct(const ff_gemm *g);
+/* ff_gemm_run with either operand also given as 2-byte bf16 values (a16,
+ * b16, same layout; NULL: none): on oneDNN (ff_gemm_bf16_direct, between
+ * ff_gemm_bf16_operands 1 and 0) these are read and the fp32 one may be
+ * NULL; on the BLAS the fp32 ones are, and must hold the same values. */
+int ff_gemm_run2(ff_gemm *g, const char *name, int trans_a, int trans_b, int64_t m, int64_t n,
+                 int64_t k, float alpha, const float *a, const uint16_t *a16, int64_t lda,
+                 const float *b, const uint16_t *b16, int64_t ldb, float beta, float *c,
+                 int64_t ldc);
 /* Sustained rate (FLOP/s) of h's products C(m,n) = A(m,k) B(k,n) from fp32
  * operands (their rounding included) with `threads` threads, measured as
  * ff_sgemm_rate measures the BLAS's; 0 if a product failed. */

@@ -353,7 +353,8 @@ int ff_gpt_load(ff_gpt *g, const char *path);
 
 typedef struct {
     size_t params, grads, adam; /* bytes of the flat buffers on this rank (under
-                                   SAMO grads and adam hold the compressed ones too) */
+                                   SAMO grads and adam hold the compressed ones too;
+                                   bf16-mixed: params also the weights' 2-byte copy) */
     /* a pruned model's (fourfold/prune.h): masked training's mask (4 bytes
      * a parameter) and packed all-reduce (8 a packed entry), or SAMO's
      * offsets of the kept weights (4 each); 0 without a mask */

@@ -87,8 +87,8 @@ typedef struct {
                             the products overlap the reduce-scatter. The same messages
                             and bytes; bounded, not bitwise, against it off */
     int bf16;            /* 1: bf16-mixed products (docs/design.md §13): the
-                            weights read (ff_linear_bind_used: the caller's bf16
-                            copy) gathered on the bf16 wire;
+                            weights read (ff_linear_bind_bf16: the caller's 2-byte
+                            bf16 copy) gathered on the bf16 wire;
                             inputs and output gradients are rounded to bf16 for the
                             products (fp32 accumulation); the outputs' and input
                             gradients' all-reduces on the bf16 wire, the gradients'
@@ -158,10 +158,11 @@ void ff_linear_options(const ff_linear *l, ff_layer_opts *o);
  * and db (sizes.bias floats; NULL without bias). dw/db may be NULL for
  * inference. */
 void ff_linear_bind(ff_linear *l, float *w_shard, float *b, float *dw_shard, float *db);
-/* After ff_linear_bind: the shard the gathers and products read instead of
- * w_shard (bf16-mixed: the weights' bf16 copy, docs/design.md §13);
- * w_shard stays what initialization writes. */
-void ff_linear_bind_used(ff_linear *l, const float *w_used);
+/* After ff_linear_bind (bf16-mixed, docs/design.md §13): the shard's bf16
+ * copy, 2 bytes a weight (sizes.w_shard of them), which the gathers and
+ * products read instead of w_shard; w_shard stays what initialization
+ * writes. NULL: w_shard again. */
+void ff_linear_bind_bf16(ff_linear *l, const uint16_t *w_bf16);
 /* After ff_linear_bind (SAMO, docs/samo.md): the weight gradient is kept
  * compressed, only at the shard's entries idx[k] - base (k < n, increasing),
  * in g[k]; no dense gradient shard. Each micro-batch's contribution is added
@@ -206,6 +207,16 @@ int ff_linear_forward_rows(ff_linear *l, float *out, const float *inp, int64_t r
  * (+=), so micro-batches add up. Must be the program's next use. */
 int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float *inp,
                        int64_t rows);
+/* bf16-mixed (opts.bf16; docs/design.md §13): an input that only the
+ * products read kept in 2 bytes. ff_linear_forward_keep is
+ * ff_linear_forward_rows that also stores its input's bf16 values in keep
+ * (rows x k/|R|, 2 bytes each), which the products then read;
+ * ff_linear_backward_bf16 is ff_linear_backward reading its input from
+ * there. The same bits as the fp32 input rounded by the layer. */
+int ff_linear_forward_keep(ff_linear *l, float *out, const float *inp, uint16_t *keep, int64_t rows,
+                           ff_linear_rows_fn done, void *arg);
+int ff_linear_backward_bf16(ff_linear *l, float *dinp, const float *dout, const uint16_t *inp16,
+                            int64_t rows);
 
 /* A use of the layer's weight by code other than its product (the tied
  * embedding's lookup, which reads the LM head's wte block). The program's
@@ -216,6 +227,12 @@ int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float
  * run's first contribution). ff_linear_use_end finishes the use (after the
  * layer's last backward use, it posts the gradient's reduce-scatter). */
 int ff_linear_use_begin(ff_linear *l, const float **w_block, float **dw_block);
+/* The same, except that with Gz = 1 and a bf16 copy bound
+ * (ff_linear_bind_bf16) a weight use gets that 2-byte block itself in
+ * *w16_block (and *w_block NULL) instead of a widened one; else *w16_block
+ * is NULL. */
+int ff_linear_use_begin_bf16(ff_linear *l, const uint16_t **w16_block, const float **w_block,
+                             float **dw_block);
 int ff_linear_use_end(ff_linear *l);
 
 /* Ends the run: checks that every use of the program was made and releases

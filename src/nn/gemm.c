@@ -90,6 +90,8 @@ void ff_gemm_set_bf16(ff_gemm *g, ff_bf16_gemm *h) { g->bf16 = h; }
 
 void ff_gemm_bf16_operands(ff_gemm *g, int on) { g->bf16_operands += on ? 1 : -1; }
 
+int ff_gemm_bf16_direct(const ff_gemm *g) { return g->bf16 != NULL && !ff_ctx_cuda(g->ctx); }
+
 int64_t ff_gemm_panel_height(const ff_gemm *g, int64_t n, int64_t k)
 {
     return g->panel_rows > 0 ? g->panel_rows : ff_gemm_panel_rows(INT64_MAX, n, k);
@@ -337,6 +339,15 @@ int ff_gemm_run(ff_gemm *g, const char *name, int trans_a, int trans_b, int64_t 
                 int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                 float beta, float *c, int64_t ldc)
 {
+    return ff_gemm_run2(g, name, trans_a, trans_b, m, n, k, alpha, a, NULL, lda, b, NULL, ldb, beta,
+                        c, ldc);
+}
+
+int ff_gemm_run2(ff_gemm *g, const char *name, int trans_a, int trans_b, int64_t m, int64_t n,
+                 int64_t k, float alpha, const float *a, const uint16_t *a16, int64_t lda,
+                 const float *b, const uint16_t *b16, int64_t ldb, float beta, float *c,
+                 int64_t ldc)
+{
     if (m <= 0 || n <= 0)
         return FF_OK;
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX ||
@@ -370,8 +381,8 @@ int ff_gemm_run(ff_gemm *g, const char *name, int trans_a, int trans_b, int64_t 
 #endif
     if (rc == FF_OK && !on_gpu && g->bf16 && g->bf16_operands > 0) {
         ff_bf16_gemm_set_panel_rows(g->bf16, g->panel_rows);
-        rc = ff_bf16_gemm_run(g->bf16, NULL, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta,
-                              c, ldc);
+        rc = ff_bf16_gemm_run2(g->bf16, NULL, trans_a, trans_b, m, n, k, alpha, a, a16, lda, b, b16,
+                               ldb, beta, c, ldc);
     } else if (rc == FF_OK && !on_gpu)
         rc = run_mode(g, mode, trans_a ? 1 : 0, trans_b ? 1 : 0, m, n, k, alpha, a, lda, b, ldb,
                       beta, c, ldc);

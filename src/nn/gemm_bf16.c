@@ -66,16 +66,22 @@ void ff_bf16_gemm_destroy(ff_bf16_gemm *h)
     free(h);
 }
 
-/* rows x cols of src (leading dimension ld) rounded into dst, packed */
-static void pack(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
+/* rows x cols of src (leading dimension ld) rounded into dst, packed; or,
+ * from 2-byte bf16 (src16), copied */
+static void pack(uint16_t *dst, const float *src, const uint16_t *src16, int64_t rows, int64_t cols,
+                 int64_t ld)
 {
     for (int64_t i = 0; i < rows; i++)
-        ff_bf16_pack(dst + i * cols, src + i * ld, (size_t)cols);
+        if (src16)
+            memcpy(dst + i * cols, src16 + i * ld, (size_t)cols * sizeof *dst);
+        else
+            ff_bf16_pack(dst + i * cols, src + i * ld, (size_t)cols);
 }
 
 /* The transpose of rows x cols of src rounded into dst (cols x rows,
  * packed): tiles rounded a row at a time, then transposed in cache */
-static void pack_transposed(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
+static void pack_transposed(uint16_t *dst, const float *src, const uint16_t *src16, int64_t rows,
+                            int64_t cols, int64_t ld)
 {
     enum { TILE = 64 };
     uint16_t tile[TILE][TILE];
@@ -84,7 +90,10 @@ static void pack_transposed(uint16_t *dst, const float *src, int64_t rows, int64
             int64_t ni = rows - i0 < TILE ? rows - i0 : TILE;
             int64_t nj = cols - j0 < TILE ? cols - j0 : TILE;
             for (int64_t i = 0; i < ni; i++)
-                ff_bf16_pack(tile[i], src + (i0 + i) * ld + j0, (size_t)nj);
+                if (src16)
+                    memcpy(tile[i], src16 + (i0 + i) * ld + j0, (size_t)nj * sizeof **tile);
+                else
+                    ff_bf16_pack(tile[i], src + (i0 + i) * ld + j0, (size_t)nj);
             for (int64_t j = 0; j < nj; j++)
                 for (int64_t i = 0; i < ni; i++)
                     dst[(j0 + j) * rows + i0 + i] = tile[i][j];
@@ -105,13 +114,15 @@ static int grow(ff_bf16_gemm *h, uint16_t **buf, size_t *cap, size_t elems)
 /* C (rows x n, leading dimension ldc) = alpha op(A) op(B) + beta C with the
  * packed bf16 operands: rows r0.. of op(A), packed m x k (a transposed A was
  * transposed when packed: oneDNN then runs the same kernels on a panel
- * whatever rows surround it), op(B) packed k x n or, transposed, n x k. */
-static int matmul(ff_bf16_gemm *h, int tb, int64_t r0, int64_t rows, int64_t n, int64_t k,
-                  float alpha, float beta, float *c, int64_t ldc)
+ * whatever rows surround it), op(B) packed k x n or, transposed, n x k; a
+ * and b, the packed ones (h's, or the caller's when they were packed). */
+static int matmul(ff_bf16_gemm *h, const uint16_t *a, const uint16_t *b, int tb, int64_t r0,
+                  int64_t rows, int64_t n, int64_t k, float alpha, float beta, float *c,
+                  int64_t ldc)
 {
     dnnl_dims_t ad = {rows, k}, bd = {k, n}, cd = {rows, n};
     dnnl_dims_t as = {k, 1}, bs = {tb ? 1 : n, tb ? k : 1}, cs = {ldc, 1};
-    const uint16_t *ap = h->a + r0 * k;
+    const uint16_t *ap = a + r0 * k;
     dnnl_memory_desc_t amd, bmd, cmd;
     dnnl_matmul_desc_t md;
     dnnl_primitive_attr_t attr = NULL;
@@ -153,7 +164,7 @@ static int matmul(ff_bf16_gemm *h, int tb, int64_t r0, int64_t rows, int64_t n, 
         s = dnnl_memory_create(&am, &amd, h->engine, (void *)ap);
     }
     if (s == dnnl_success)
-        s = dnnl_memory_create(&bm, &bmd, h->engine, h->b);
+        s = dnnl_memory_create(&bm, &bmd, h->engine, (void *)b);
     if (s == dnnl_success)
         s = dnnl_memory_create(&cm, &cmd, h->engine, c);
     if (s == dnnl_success) {
@@ -174,19 +185,32 @@ int ff_bf16_gemm_run(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b
                      int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                      int64_t ldb, float beta, float *c, int64_t ldc)
 {
+    return ff_bf16_gemm_run2(h, name, trans_a, trans_b, m, n, k, alpha, a, NULL, lda, b, NULL, ldb,
+                             beta, c, ldc);
+}
+
+int ff_bf16_gemm_run2(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b, int64_t m,
+                      int64_t n, int64_t k, float alpha, const float *a, const uint16_t *a16,
+                      int64_t lda, const float *b, const uint16_t *b16, int64_t ldb, float beta,
+                      float *c, int64_t ldc)
+{
     if (m <= 0 || n <= 0)
         return FF_OK;
-    int ta = trans_a ? 1 : 0, tb = trans_b ? 1 : 0, rc;
-    if ((rc = grow(h, &h->a, &h->cap_a, (size_t)(m * k))) ||
-        (rc = grow(h, &h->b, &h->cap_b, (size_t)(k * n))))
+    int ta = trans_a ? 1 : 0, tb = trans_b ? 1 : 0, rc = FF_OK;
+    /* a 2-byte operand already laid out as packed is read where it is */
+    const int a_as_is = a16 && !ta && lda == k, b_as_is = b16 && ldb == (tb ? k : n);
+    if ((!a_as_is && (rc = grow(h, &h->a, &h->cap_a, (size_t)(m * k)))) ||
+        (!b_as_is && (rc = grow(h, &h->b, &h->cap_b, (size_t)(k * n)))))
         return rc;
     ff_trace_begin(h->ctx, name ? name : "gemm bf16");
     double t0 = ff_now();
     if (ta)
-        pack_transposed(h->a, a, k, m, lda);
-    else
-        pack(h->a, a, m, k, lda);
-    pack(h->b, b, tb ? n : k, tb ? k : n, ldb);
+        pack_transposed(h->a, a, a16, k, m, lda);
+    else if (!a_as_is)
+        pack(h->a, a, a16, m, k, lda);
+    if (!b_as_is)
+        pack(h->b, b, b16, tb ? n : k, tb ? k : n, ldb);
+    const uint16_t *ap = a_as_is ? a16 : h->a, *bp = b_as_is ? b16 : h->b;
     int64_t panel = h->panel_rows > 0 ? h->panel_rows : ff_gemm_panel_rows(m, n, k);
     for (int64_t r0 = 0; r0 < m && rc == FF_OK; r0 += panel) {
         int64_t rows = m - r0 < panel ? m - r0 : panel;
@@ -196,7 +220,7 @@ int ff_bf16_gemm_run(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b
                     c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
             continue;
         }
-        rc = matmul(h, tb, r0, rows, n, k, alpha, beta, c + r0 * ldc, ldc);
+        rc = matmul(h, ap, bp, tb, r0, rows, n, k, alpha, beta, c + r0 * ldc, ldc);
         if (r0 + panel < m)
             ff_poll(h->ctx);
     }
@@ -283,8 +307,17 @@ int ff_bf16_gemm_run(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b
                      int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                      int64_t ldb, float beta, float *c, int64_t ldc)
 {
+    return ff_bf16_gemm_run2(h, name, trans_a, trans_b, m, n, k, alpha, a, NULL, lda, b, NULL, ldb,
+                             beta, c, ldc);
+}
+
+int ff_bf16_gemm_run2(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b, int64_t m,
+                      int64_t n, int64_t k, float alpha, const float *a, const uint16_t *a16,
+                      int64_t lda, const float *b, const uint16_t *b16, int64_t ldb, float beta,
+                      float *c, int64_t ldc)
+{
     (void)h, (void)name, (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha;
-    (void)a, (void)lda, (void)b, (void)ldb, (void)beta, (void)c, (void)ldc;
+    (void)a, (void)a16, (void)lda, (void)b, (void)b16, (void)ldb, (void)beta, (void)c, (void)ldc;
     return FF_EUNSUPPORTED;
 }
 

@@ -137,8 +137,15 @@ static int alloc_buffers(ff_gpt *g)
 {
     const int64_t m = g->m, T = g->T, mc = g->m * g->cy, hm = g->last ? m : 0;
     size_t *act = &g->act_bytes, *scr = &g->scratch_bytes;
+    /* bf16-mixed: the products' inputs kept in 2 bytes (ff_gpt_acts) */
+    const int half = g->opt.precision == FF_PRECISION_BF16_MIXED;
     int ok = 1;
 #define A(ptr, n, acc) ok &= ((ptr) = falloc(g, (size_t)(n), acc)) != NULL
+    /* n 2-byte values in (n + 1) / 2 floats; none in fp32 */
+#define H(ptr, n, acc)                                                                             \
+    ok &= !half || ((ptr) = (uint16_t *)falloc(g, ((size_t)(n) + 1) / 2, acc)) != NULL
+    A(g->act32y, half ? m * g->cy : 0, scr);
+    A(g->act32x, half ? m * (g->fx > g->cx ? g->fx : g->cx) : 0, scr);
     A(g->params, g->n_params, NULL);
     A(g->grads, g->n_params, NULL);
     /* the last stage runs a micro-batch's backward right after its forward:
@@ -170,27 +177,56 @@ static int alloc_buffers(ff_gpt *g)
         else                                                                                       \
             A(a->field, n, act);                                                                   \
     } while (0)
+        /* bf16-mixed: kept in 2 bytes, made in fp32 in `home` */
+#define LOCAL_H(field, n, home)                                                                    \
+    do {                                                                                           \
+        if (a->aliased)                                                                            \
+            a->field##h = sh->field##h;                                                            \
+        else                                                                                       \
+            H(a->field##h, n, act);                                                                \
+        a->field = home;                                                                           \
+    } while (0)
         /* under CAC the shared set holds only what a recompute recomputes */
         const int64_t kept = s == shared && g->opt.cac ? 0 : 1;
-        LOCAL(ln1, m * g->cy);
+        if (half)
+            LOCAL_H(ln1, m * g->cy, g->act32y);
+        else
+            LOCAL(ln1, m * g->cy);
         A(a->ln1_mean, kept * m, act);
         A(a->ln1_rstd, kept * m, act);
         A(a->qkv, kept * m * g->c3x, act);
         LOCAL(att, (int64_t)g->Bl * g->nhx * T * T);
-        LOCAL(atty, m * g->cx);
+        if (half)
+            LOCAL_H(atty, m * g->cx, g->act32x);
+        else
+            LOCAL(atty, m * g->cx);
         A(a->mid, kept * m * g->cy, act);
-        LOCAL(ln2, m * g->cy);
+        /* an MoE block's router and experts read ln2 in fp32, the backward too */
+        if (half && !uses_moe)
+            LOCAL_H(ln2, m * g->cy, g->act32y);
+        else
+            LOCAL(ln2, m * g->cy);
+        if (half && uses_moe && uses_dense) /* (a shared set: both) */
+            LOCAL_H(ln2, m * g->cy, a->ln2);
         A(a->ln2_mean, kept * m, act);
         A(a->ln2_rstd, kept * m, act);
         A(a->fch, uses_dense ? kept * m * g->fx : 0, act);
-        LOCAL(fch_gelu, uses_dense ? m * g->fx : 0);
+        if (half && uses_dense)
+            LOCAL_H(fch_gelu, m * g->fx, g->act32x);
+        else
+            LOCAL(fch_gelu, uses_dense ? m * g->fx : 0);
+#undef LOCAL_H
 #undef LOCAL
         if (uses_moe && !kept)
             A(a->moe.A, ff_gpt_moe_rows(g) * g->fx, act);
         else if (uses_moe && ff_gpt_moe_alloc(g, &a->moe, a->aliased ? sh->moe.A : NULL, act))
             ok = 0;
     }
-    A(g->lnf, hm * g->cy, act);
+    if (half)
+        g->lnf = g->act32y;
+    else
+        A(g->lnf, hm * g->cy, act);
+    H(g->lnfh, hm * g->cy, act);
     A(g->lnf_mean, hm, act);
     A(g->lnf_rstd, hm, act);
     A(g->logits, hm * g->vx, act);
@@ -224,6 +260,7 @@ static int alloc_buffers(ff_gpt *g)
         A(g->moe_recv, g->ge > 1 ? g->E * g->moe_R * g->cy : 0, scr);
         A(g->moe_gath, g->moe_dtd ? g->gx * g->E * g->moe_ch * g->cy : 0, scr);
     }
+#undef H
 #undef A
     return ok ? FF_OK : ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the model's buffers");
 }
@@ -358,20 +395,19 @@ void ff_gpt_bind_views(ff_gpt *g)
         for (int e = 0; g->is_moe[l] && e < g->E; e++)
             g->router_rows[n++] = g->pv.routerw[l] + (int64_t)e * g->cy;
     /* (a weight whose master is compressed has no dense shard: the layer
-     * holds its bf16 copy, which is all it reads) */
+     * has its bf16 copy, which is all it reads) */
     if (g->wte) {
-        float *used = ff_gpt_used_weight(g, g->pv.wte, g->woff[0]);
-        ff_linear_bind(g->wte, g->pv.wte ? g->pv.wte : used, NULL, g->gv.wte, NULL);
-        ff_linear_bind_used(g->wte, used);
+        ff_linear_bind(g->wte, g->pv.wte, NULL, g->gv.wte, NULL);
+        ff_linear_bind_bf16(g->wte, ff_gpt_used_weight(g, g->woff[0]));
     }
     float **w, **b, **dw, **db;
     for (int l = 0; l < g->nb; l++)
         for (int i = 0; i < ff_gpt_block_nlin(g, l); i++) {
             ff_gpt_lin_views(g, &g->pv, l, i, &w, &b);
             ff_gpt_lin_views(g, &g->gv, l, i, &dw, &db);
-            float *used = ff_gpt_used_weight(g, *w, g->woff[g->layer0[l] + i]);
-            ff_linear_bind(ff_gpt_block_lin(g, l, i), *w ? *w : used, *b, *dw, *db);
-            ff_linear_bind_used(ff_gpt_block_lin(g, l, i), used);
+            ff_linear_bind(ff_gpt_block_lin(g, l, i), *w, *b, *dw, *db);
+            ff_linear_bind_bf16(ff_gpt_block_lin(g, l, i),
+                                ff_gpt_used_weight(g, g->woff[g->layer0[l] + i]));
         }
     if (!g->samo)
         return;
@@ -833,6 +869,15 @@ void ff_gpt_destroy(ff_gpt *g)
         ff_gpt_acts *a = &g->acts[s];
         if (a->aliased) /* the shared set's */
             a->ln1 = a->att = a->atty = a->ln2 = a->fch_gelu = NULL;
+        if (a->aliased)
+            a->ln1h = a->attyh = a->ln2h = a->fch_geluh = NULL;
+        /* (bf16-mixed: fp32 homes of the model's) */
+        float **homes[] = {&a->ln1, &a->atty, &a->ln2, &a->fch_gelu};
+        for (size_t i = 0; i < sizeof homes / sizeof *homes; i++)
+            if (*homes[i] && (*homes[i] == g->act32y || *homes[i] == g->act32x))
+                *homes[i] = NULL;
+        ff_fbuf_free(a->ln1h), ff_fbuf_free(a->attyh), ff_fbuf_free(a->ln2h);
+        ff_fbuf_free(a->fch_geluh);
         float *p[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv,      a->att, a->atty,
                       a->mid, a->ln2,      a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu};
         for (size_t i = 0; i < sizeof p / sizeof *p; i++)
@@ -842,6 +887,9 @@ void ff_gpt_destroy(ff_gpt *g)
     free(g->acts);
     free(g->ckpt);
     free(g->set_of);
+    if (g->lnf == g->act32y)
+        g->lnf = NULL;
+    ff_fbuf_free(g->lnfh), ff_fbuf_free(g->act32y), ff_fbuf_free(g->act32x);
     float *bufs[] = {g->lnf,        g->lnf_mean,    g->lnf_rstd,   g->logits,     g->losses,
                      g->dres,       g->dln,         g->tmp,        g->dqkv,       g->datty,
                      g->dfch,       g->att_scratch, g->ce_scratch, g->ln_scratch, g->moe_part,
@@ -1008,6 +1056,30 @@ static void rows_gelu(void *arg, int64_t row0, int64_t n)
     ff_gelu_forward(w->g->ctx, w->out + off, w->a + off, n * w->width);
 }
 
+/* A product whose input only products read again (bf16-mixed: kept in
+ * 2 bytes in keep, docs/design.md §13; fp32: inp itself) */
+static int forward_keep(ff_linear *l, float *out, const float *inp, uint16_t *keep, int64_t rows,
+                        ff_linear_rows_fn done, void *arg)
+{
+    return keep ? ff_linear_forward_keep(l, out, inp, keep, rows, done, arg)
+                : ff_linear_forward_rows(l, out, inp, rows, done, arg);
+}
+
+static int backward_kept(ff_linear *l, float *dinp, const float *dout, const float *inp,
+                         const uint16_t *kept, int64_t rows)
+{
+    return kept ? ff_linear_backward_bf16(l, dinp, dout, kept, rows)
+                : ff_linear_backward(l, dinp, dout, inp, rows);
+}
+
+/* bf16-mixed: an activation made outside its product's forward (a
+ * recompute that stops before it, CAC's local work) kept in 2 bytes */
+static void keep_bf16(uint16_t *keep, const float *x, int64_t n)
+{
+    if (keep)
+        ff_bf16_pack(keep, x, (size_t)n);
+}
+
 /* Block l from resid[l]: to resid[l + 1], or under recompute only as far as
  * the backward needs (the MLP down's input). */
 static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
@@ -1018,13 +1090,18 @@ static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
     if (recompute && g->opt.cac) { /* only the local work, from what was kept */
         ff_ln_apply(g->ctx, a->ln1, a->ln1_mean, a->ln1_rstd, h, g->pv.ln1w[l], g->pv.ln1b[l], m,
                     cy);
+        keep_bf16(a->ln1h, a->ln1, m * cy);
         ff_attention_forward(g->ctx, a->atty, a->att, a->qkv, g->Bl, g->T, (int)g->nhx, (int)g->hs);
+        keep_bf16(a->attyh, a->atty, m * g->cx);
         ff_ln_apply(g->ctx, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, g->pv.ln2w[l], g->pv.ln2b[l],
                     m, cy);
         if (g->is_moe[l])
             ff_gelu_forward(g->ctx, a->moe.A, a->moe.Hp, a->moe.own0[g->el] * g->fx);
-        else
+        else {
+            keep_bf16(a->ln2h, a->ln2, m * cy);
             ff_gelu_forward(g->ctx, a->fch_gelu, a->fch, m * g->fx);
+            keep_bf16(a->fch_geluh, a->fch_gelu, m * g->fx);
+        }
         return FF_OK;
     }
     // ln1 (m, C/Gy) = LayerNorm(h), unless the previous block's MLP made it;
@@ -1033,14 +1110,14 @@ static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
     g->ln_ready = -1;
     if ((!ln1_made && (rc = ff_ln_forward(g->grp_y, a->ln1, a->ln1_mean, a->ln1_rstd, h,
                                           g->pv.ln1w[l], g->pv.ln1b[l], m, cy, C))) ||
-        (rc = ff_linear_forward(g->qkv[l], a->qkv, a->ln1, m)))
+        (rc = forward_keep(g->qkv[l], a->qkv, a->ln1, a->ln1h, m, NULL, NULL)))
         return rc;
     // atty (m, C/Gx): the rank's heads
     ff_attention_forward(g->ctx, a->atty, a->att, a->qkv, g->Bl, g->T, (int)g->nhx, (int)g->hs);
     // mid (m, C/Gy) = h + atty Wproj + b; ln2 = LayerNorm(mid), per chunk where it can
     rows_norm mid =
         norm_after(g, a->mid, h, a->ln2, a->ln2_mean, a->ln2_rstd, g->pv.ln2w[l], g->pv.ln2b[l]);
-    if ((rc = ff_linear_forward_rows(g->attproj[l], g->tmp, a->atty, m, rows_add_norm, &mid)) ||
+    if ((rc = forward_keep(g->attproj[l], g->tmp, a->atty, a->attyh, m, rows_add_norm, &mid)) ||
         (rc = mid.rc))
         return rc;
     // fch (m, 4C/Gx) = ln2 Wfc + b; fch_gelu = GELU(fch)
@@ -1048,12 +1125,14 @@ static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
     if ((!mid.ln && (rc = ff_ln_forward(g->grp_y, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid,
                                         g->pv.ln2w[l], g->pv.ln2b[l], m, cy, C))) ||
         (!g->is_moe[l] &&
-         (rc = ff_linear_forward_rows(g->fc[l], a->fch, a->ln2, m, rows_gelu, &act))))
+         (rc = forward_keep(g->fc[l], a->fch, a->ln2, a->ln2h, m, rows_gelu, &act))))
         return rc;
     if (g->is_moe[l]) // resid[l+1] = mid + the experts' output (gpt_moe.c)
         return ff_gpt_moe_forward(g, l, a, resid_at(g, l + 1), recompute);
-    if (recompute)
+    if (recompute) { /* (the MLP down's input, kept as its forward would keep it) */
+        keep_bf16(a->fch_geluh, a->fch_gelu, m * g->fx);
         return FF_OK;
+    }
     // resid[l+1] (m, C/Gy) = mid + fch_gelu Wfcproj + b, and per chunk where
     // it can the LayerNorm that reads it: the next block's LN1, or the final one
     rows_norm out;
@@ -1065,7 +1144,8 @@ static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
         out = norm_after(g, resid_at(g, l + 1), a->mid, g->last ? g->lnf : NULL, g->lnf_mean,
                          g->lnf_rstd, g->pv.lnfw, g->pv.lnfb);
     }
-    if ((rc = ff_linear_forward_rows(g->fcproj[l], g->tmp, a->fch_gelu, m, rows_add_norm, &out)) ||
+    if ((rc = forward_keep(g->fcproj[l], g->tmp, a->fch_gelu, a->fch_geluh, m, rows_add_norm,
+                           &out)) ||
         (rc = out.rc))
         return rc;
     if (out.ln)
@@ -1083,21 +1163,21 @@ static int block_backward(ff_gpt *g, int l, ff_gpt_acts *a)
         if ((rc = ff_gpt_moe_backward(g, l, a)))
             return rc;
     } else {
-        if ((rc = ff_linear_backward(g->fcproj[l], g->dfch, g->dres, a->fch_gelu, m)))
+        if ((rc = backward_kept(g->fcproj[l], g->dfch, g->dres, a->fch_gelu, a->fch_geluh, m)))
             return rc;
         ff_gelu_backward(g->ctx, g->dfch, a->fch, g->dfch, m * g->fx);
-        if ((rc = ff_linear_backward(g->fc[l], g->dln, g->dfch, a->ln2, m)))
+        if ((rc = backward_kept(g->fc[l], g->dln, g->dfch, a->ln2, a->ln2h, m)))
             return rc;
     }
     if ((rc = ff_ln_backward(g->grp_y, g->dres, g->gv.ln2w[l], g->gv.ln2b[l], g->dln, a->mid,
                              g->pv.ln2w[l], a->ln2_mean, a->ln2_rstd, m, cy, C, g->ln_scratch)))
         return rc;
     // attention: datty (m, C/Gy) = dres Wproj^T; dqkv (m, 3C/Gx)
-    if ((rc = ff_linear_backward(g->attproj[l], g->datty, g->dres, a->atty, m)))
+    if ((rc = backward_kept(g->attproj[l], g->datty, g->dres, a->atty, a->attyh, m)))
         return rc;
     ff_attention_backward(g->ctx, g->dqkv, g->att_scratch, g->datty, a->qkv, a->att, g->Bl, g->T,
                           (int)g->nhx, (int)g->hs);
-    if ((rc = ff_linear_backward(g->qkv[l], g->dln, g->dqkv, a->ln1, m)))
+    if ((rc = backward_kept(g->qkv[l], g->dln, g->dqkv, a->ln1, a->ln1h, m)))
         return rc;
     return ff_ln_backward(g->grp_y, g->dres, g->gv.ln1w[l], g->gv.ln1b[l], g->dln, resid_at(g, l),
                           g->pv.ln1w[l], a->ln1_mean, a->ln1_rstd, m, cy, C, g->ln_scratch);
@@ -1118,9 +1198,12 @@ static int forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets, flo
     if (g->first) {
         const float *wte_block;
         float *unused;
-        if ((rc = ff_linear_use_begin(g->wte, &wte_block, &unused)) ||
-            (rc = ff_embed_forward(g->grp_x, resid_at(g, 0), tokens, wte_block, g->pv.wpe, g->Bl,
-                                   g->T, v0, g->vx, g->cy)) ||
+        const uint16_t *wte16; /* (bf16-mixed with Gz = 1: the copy itself) */
+        if ((rc = ff_linear_use_begin_bf16(g->wte, &wte16, &wte_block, &unused)) ||
+            (wte16 && (rc = ff_embed_forward_bf16(g->grp_x, resid_at(g, 0), tokens, wte16,
+                                                  g->pv.wpe, g->Bl, g->T, v0, g->vx, g->cy))) ||
+            (!wte16 && (rc = ff_embed_forward(g->grp_x, resid_at(g, 0), tokens, wte_block,
+                                              g->pv.wpe, g->Bl, g->T, v0, g->vx, g->cy))) ||
             (rc = ff_linear_use_end(g->wte)))
             return rc;
     }
@@ -1133,7 +1216,7 @@ static int forward(ff_gpt *g, const int32_t *tokens, const int32_t *targets, flo
     if ((g->ln_ready != g->nb &&
          (rc = ff_ln_forward(g->grp_y, g->lnf, g->lnf_mean, g->lnf_rstd, resid_at(g, g->nb),
                              g->pv.lnfw, g->pv.lnfb, m, g->cy, g->cfg.C))) ||
-        (rc = ff_linear_forward(g->wte, g->logits, g->lnf, m)))
+        (rc = forward_keep(g->wte, g->logits, g->lnf, g->lnfh, m, NULL, NULL)))
         return rc;
     g->ln_ready = -1;
     return ff_crossentropy(g->grp_x, g->losses, g->logits, targets, m, v0, g->vx, g->cfg.V, dscale,
@@ -1152,7 +1235,7 @@ static int backward(ff_gpt *g, const int32_t *tokens, int overlap_dp)
     int rc;
     if (g->last) {
         // LM head: dlnf (m, C/Gy) = dlogits wte_block; dwte += dlogits^T lnf
-        if ((rc = ff_linear_backward(g->wte, g->dln, g->logits, g->lnf, m)))
+        if ((rc = backward_kept(g->wte, g->dln, g->logits, g->lnf, g->lnfh, m)))
             return rc;
         memset(g->dres, 0, (size_t)(m * g->cy) * sizeof(float));
         if ((rc = ff_ln_backward(g->grp_y, g->dres, g->gv.lnfw, g->gv.lnfb, g->dln, resid_at(g, L),

@@ -49,6 +49,12 @@ typedef struct {
     float *ln2, *ln2_mean, *ln2_rstd; /* (m, C/Gy), (m), (m) */
     float *fch, *fch_gelu;            /* (m, 4C/Gx); NULL in a set only MoE blocks use */
     ff_gpt_moe_acts moe;              /* a set MoE blocks use */
+    /* bf16-mixed (docs/design.md §13): what only a product reads in the
+     * backward, kept by its forward in 2 bytes a value (ff_linear_forward_keep):
+     * ln1 (QKV), atty (projection), ln2 (a dense block's MLP up), fch_gelu
+     * (MLP down). ln1, atty, fch_gelu and a dense set's ln2 then point into
+     * the model's act32y / act32x, where they are made for the product */
+    uint16_t *ln1h, *attyh, *ln2h, *fch_geluh;
     /* a set of a block under CAC: ln1, att, atty, ln2, fch_gelu and moe.A
      * are the shared set's (recomputed there) */
     int aliased;
@@ -112,7 +118,8 @@ struct ff_gpt {
      * positions, [n_decay, n_ytype) layout Y, [n_ytype, n_params) layout X */
     size_t n_params, n_zsharded, n_decay, n_ytype;
     float *params, *grads, *adam_m, *adam_v;
-    float *wbf16; /* bf16-mixed: [0, n_zsharded) of params in bf16 (gpt_precision.c); else NULL */
+    uint16_t *wbf16;            /* bf16-mixed: [0, n_zsharded) of params in bf16, 2 bytes each
+                                   (gpt_precision.c); else NULL */
     ff_bf16_gemm *bf16mm;       /* bf16-mixed on oneDNN: the linear layers' products */
     ff_bf16_products bf16_path; /* bf16-mixed: EMULATED or ONEDNN */
     double bf16_rate[2];        /* the rates that chose it: oneDNN's, the BLAS's (0: untimed) */
@@ -147,6 +154,12 @@ struct ff_gpt {
      * (block_forward): block ln_ready's LN1, nb the final one; -1 none */
     int ln_ready;
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    /* bf16-mixed: lnf in 2 bytes (the LM head's input); the fp32 homes of
+     * the layout-Y (m, C/Gy: the LayerNorms' outputs) and layout-X (m, 4C/Gx:
+     * atty, fch_gelu) activations kept in bf16, between their making and
+     * the product that keeps them (ff_gpt_acts) */
+    uint16_t *lnfh;
+    float *act32y, *act32x;
     float *dres, *dln, *tmp, *dqkv, *datty, *dfch, *att_scratch, *ce_scratch, *ln_scratch;
     double *norm_part; /* the gradient norm's block sums (gpt_optim.c) */
     float *mask;       /* n_params: 1 kept, 0 pruned (prune.c), or NULL */
@@ -212,17 +225,20 @@ static inline size_t ff_gpt_dense_state(const ff_gpt *g)
 }
 /* bf16-mixed precision (gpt_precision.c): checks g->opt.precision and what
  * the model refuses in it, and sets the layers' bf16 option; the bf16 copy
- * of the Z-sharded weights (allocated after the flat buffers); what a
- * layer whose weight shard is at Z-sharded offset off reads (the copy
- * there, or the master itself in fp32); the copy step, of all of it or of
- * n entries at off from their master values, or +0 there. */
+ * of the Z-sharded weights, 2 bytes each (allocated after the flat
+ * buffers); what a layer whose weight shard is at Z-sharded offset off
+ * reads (the copy there; NULL in fp32: the master itself); the floats of
+ * storage the copy takes (n_zsharded / 2 rounded up; 0 in fp32); the copy
+ * step, of all of it or of n entries at off from their master values, or
+ * +0 there. */
 int ff_gpt_precision_check(ff_gpt *g);
 int ff_gpt_bf16_alloc(ff_gpt *g);
 /* After the buffers (rc: their allocation's code, agreed here first): the
  * products' path, timed and agreed over the ranks for AUTO, handed to the
  * layers' tuner. FF_OK at once in fp32. */
 int ff_gpt_bf16_choose(ff_gpt *g, int rc);
-float *ff_gpt_used_weight(const ff_gpt *g, float *master, size_t off);
+const uint16_t *ff_gpt_used_weight(const ff_gpt *g, size_t off);
+size_t ff_gpt_bf16_floats(const ff_gpt *g);
 void ff_gpt_bf16_weights(ff_gpt *g);
 void ff_gpt_bf16_weights_at(ff_gpt *g, size_t off, const float *master, size_t n);
 void ff_gpt_bf16_zero(ff_gpt *g, size_t off, size_t n);

@@ -154,9 +154,8 @@ void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m)
     memset(m, 0, sizeof *m);
     /* under SAMO the Z-sharded weights' gradient and moments are compressed */
     const size_t state = ff_gpt_dense_state(g) + g->samo_k;
-    /* the fp32 master (compressed in bf16-mixed SAMO) and bf16-mixed's copy */
-    m->params = ff_gpt_param_state(g) * sizeof(float) +
-                (g->wbf16 ? g->n_zsharded * (size_t)FF_BF16_COPY_BYTES : 0);
+    /* the fp32 master (compressed in bf16-mixed SAMO) and bf16-mixed's 2-byte copy */
+    m->params = (ff_gpt_param_state(g) + ff_gpt_bf16_floats(g)) * sizeof(float);
     m->grads = state * sizeof(float);
     m->adam = 2 * (ff_gpt_moment_state(g) + g->samo_k) * sizeof(float); /* (ZeRO: slices) */
     const size_t packed = g->pack_idx ? g->pack_off[2 * g->nb + 1] : 0;

@@ -409,7 +409,9 @@ static void embed_lookup(void *p, int64_t i0, int64_t i1, int th)
     for (int64_t i = i0; i < i1; i++) {
         int64_t v = (int64_t)j->tokens[i] - j->v0;
         float *o = j->out + i * j->cl;
-        if (v >= 0 && v < j->vl)
+        if (v >= 0 && v < j->vl && j->wte16)
+            ff_bf16_unpack(o, j->wte16 + v * j->cl, (size_t)j->cl);
+        else if (v >= 0 && v < j->vl)
             memcpy(o, j->wte + v * j->cl, (size_t)j->cl * sizeof(float));
         else
             memset(o, 0, (size_t)j->cl * sizeof(float));
@@ -428,12 +430,14 @@ static void embed_add_pos(void *p, int64_t i0, int64_t i1, int th)
     }
 }
 
-int ff_embed_forward(ff_group *gx, float *out, const int32_t *tokens, const float *wte_block,
-                     const float *wpe, int64_t B, int64_t T, int64_t v0, int64_t vl, int64_t cl)
+static int embed_forward(ff_group *gx, float *out, const int32_t *tokens, const float *wte_block,
+                         const uint16_t *wte16, const float *wpe, int64_t B, int64_t T, int64_t v0,
+                         int64_t vl, int64_t cl)
 {
     const int64_t m = B * T;
     embed_job j = {.out = out,
                    .wte = wte_block,
+                   .wte16 = wte16,
                    .wpe = wpe,
                    .tokens = tokens,
                    .T = T,
@@ -448,6 +452,19 @@ int ff_embed_forward(ff_group *gx, float *out, const int32_t *tokens, const floa
         return rc;
     RUN(gx->ctx, FF_PASS_EMBED_ADD_POS, m, ROW_GRAIN, embed_add_pos, &j);
     return FF_OK;
+}
+
+int ff_embed_forward(ff_group *gx, float *out, const int32_t *tokens, const float *wte_block,
+                     const float *wpe, int64_t B, int64_t T, int64_t v0, int64_t vl, int64_t cl)
+{
+    return embed_forward(gx, out, tokens, wte_block, NULL, wpe, B, T, v0, vl, cl);
+}
+
+int ff_embed_forward_bf16(ff_group *gx, float *out, const int32_t *tokens, const uint16_t *wte16,
+                          const float *wpe, int64_t B, int64_t T, int64_t v0, int64_t vl,
+                          int64_t cl)
+{
+    return embed_forward(gx, out, tokens, NULL, wte16, wpe, B, T, v0, vl, cl);
 }
 
 /* columns [c0, c1) of every row, rows in order: the same sums for any split */

@@ -68,6 +68,10 @@ void ff_zero(ff_ctx *ctx, float *out, int64_t n);
  * rows; a token outside gives zeros before the all-reduce. wpe (maxT, cl). */
 int ff_embed_forward(ff_group *gx, float *out, const int32_t *tokens, const float *wte_block,
                      const float *wpe, int64_t B, int64_t T, int64_t v0, int64_t vl, int64_t cl);
+/* The same reading the rows from wte's 2-byte bf16 copy (bf16-mixed). */
+int ff_embed_forward_bf16(ff_group *gx, float *out, const int32_t *tokens, const uint16_t *wte16,
+                          const float *wpe, int64_t B, int64_t T, int64_t v0, int64_t vl,
+                          int64_t cl);
 /* dwte_block (vl, cl) += rows of dout for the rank's tokens; dwpe += dout
  * summed over the rank's sequences. */
 void ff_embed_backward(ff_ctx *ctx, float *dwte_block, float *dwpe, const float *dout,

@@ -70,38 +70,43 @@ int ff_gpt_bf16_alloc(ff_gpt *g)
 {
     if (g->opt.precision != FF_PRECISION_BF16_MIXED)
         return FF_OK;
-    if (!(g->wbf16 = ff_fbuf_alloc(g->ctx, g->n_zsharded ? g->n_zsharded : 1)))
+    /* 2 bytes a weight, in floats' storage (the allocator's unit) */
+    if (!(g->wbf16 = (uint16_t *)ff_fbuf_alloc(g->ctx, ff_gpt_bf16_floats(g))))
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the weights' bf16 copy");
     return FF_OK;
 }
 
-float *ff_gpt_used_weight(const ff_gpt *g, float *master, size_t off)
+size_t ff_gpt_bf16_floats(const ff_gpt *g)
 {
-    return g->wbf16 ? g->wbf16 + off : master;
+    return g->opt.precision == FF_PRECISION_BF16_MIXED ? (g->n_zsharded + 1) / 2 : 0;
+}
+
+const uint16_t *ff_gpt_used_weight(const ff_gpt *g, size_t off)
+{
+    return g->wbf16 ? g->wbf16 + off : NULL;
 }
 
 /* The copy step of the recipe: after every change of the master weights
  * (initialization, a scatter or load, each optimizer step) the Z-sharded
- * weights' bf16 values, which the layers multiply and gather. (The
- * emulation keeps them widened to fp32 words, as the BLAS reads them:
- * FF_BF16_COPY_BYTES.) Under SAMO with its compressed master, from that
- * (samo.c). */
+ * weights' bf16 values, 2 bytes each, which the layers gather and
+ * multiply (src/nn/linear.c widens them where a product reads fp32). Under
+ * SAMO with its compressed master, from that (samo.c). */
 void ff_gpt_bf16_weights(ff_gpt *g)
 {
     if (g->samo_p && !g->samo_dense)
         ff_gpt_samo_bf16_weights(g);
     else if (g->wbf16)
-        ff_bf16_round_copy(g->wbf16, g->params, g->n_zsharded);
+        ff_bf16_pack(g->wbf16, g->params, g->n_zsharded);
 }
 
 void ff_gpt_bf16_weights_at(ff_gpt *g, size_t off, const float *master, size_t n)
 {
-    ff_bf16_round_copy(g->wbf16 + off, master, n);
+    ff_bf16_pack(g->wbf16 + off, master, n);
 }
 
 void ff_gpt_bf16_zero(ff_gpt *g, size_t off, size_t n)
 {
-    memset(g->wbf16 + off, 0, n * sizeof(float));
+    memset(g->wbf16 + off, 0, n * sizeof *g->wbf16);
 }
 
 /* The products' path (ff_bf16_products). AUTO times both on the model's

@@ -385,7 +385,7 @@ static int wait_gather(ff_gpt *g, int r)
     int rc = ff_wait(&z->gathers[r]);
     const zero_range *q = &z->ranges[r];
     if (g->wbf16)
-        ff_bf16_round_copy(g->wbf16 + q->off, g->params + q->off, q->len);
+        ff_bf16_pack(g->wbf16 + q->off, g->params + q->off, q->len);
     return rc;
 }
 
@@ -435,7 +435,7 @@ static int post_gathers(ff_gpt *g)
     for (int r = 0; r <= z->n_ranges; r++) {
         const size_t end = r < z->n_ranges ? z->ranges[r].off : g->n_zsharded;
         if (end > at)
-            ff_bf16_round_copy(g->wbf16 + at, g->params + at, end - at);
+            ff_bf16_pack(g->wbf16 + at, g->params + at, end - at);
         if (r < z->n_ranges)
             at = z->ranges[r].off + z->ranges[r].len;
     }

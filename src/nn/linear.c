@@ -65,8 +65,15 @@ struct ff_linear {
     int decompose, oar, ors, oag, rs_cmm;
     int cache_forced; /* 1: AG cache member whatever ag_cache_layers says; 0: never; -1: by it */
     ff_coll_opts coll;
-    int last_backward;   /* program index of the last backward use, -1 none */
-    const float *w_used; /* what gathers and products read: w, or its bf16 copy */
+    int last_backward; /* program index of the last backward use, -1 none */
+    /* bf16-mixed: the shard's 2-byte copy that gathers and products read
+     * (ff_linear_bind_bf16), or NULL: w itself */
+    const uint16_t *w_bf16;
+    float *w_wide; /* Gz = 1 with w_bf16: the block widened for this use (pool) */
+    /* bf16-mixed on oneDNN (ff_gemm_bf16_direct), during a use: the 2-byte
+     * operands its products read in place of the fp32 ones (NULL: none) */
+    const uint16_t *in16, *dout16, *w16;
+    int want16; /* ff_linear_use_begin_bf16: the 2-byte shard itself, if Gz = 1 */
 };
 
 struct ff_linear_seq {
@@ -116,6 +123,11 @@ static float *buf_take(ff_linear_seq *s, size_t elems)
         if (s->pool[i].elems >= elems && (best < 0 || s->pool[i].elems < s->pool[best].elems))
             best = i;
     float *p;
+    /* a request does not pin a buffer more than twice its size (bf16-mixed's
+     * widened wte block would otherwise hold the LM head's output gradient,
+     * and a second one be made for the block) */
+    if (best >= 0 && s->pool[best].elems / 2 > elems)
+        best = -1;
     if (best >= 0) {
         p = s->pool[best].ptr;
         s->pool[best] = s->pool[--s->n_pool];
@@ -193,6 +205,7 @@ void ff_linear_seq_destroy(ff_linear_seq *s)
         ff_wait(&l->ag);
         ff_wait(&l->rs);
         ff_fbuf_free(l->w_gathered);
+        ff_fbuf_free(l->w_wide);
         ff_fbuf_free(l->dw_block);
         ff_fbuf_free(l->rs_send);
         ff_fbuf_free(l->rs_out);
@@ -370,14 +383,14 @@ ff_linear_sizes ff_linear_local_sizes(const ff_linear *l)
 void ff_linear_bind(ff_linear *l, float *w_shard, float *b, float *dw_shard, float *db)
 {
     l->w = w_shard;
-    l->w_used = w_shard;
+    l->w_bf16 = NULL;
     l->b = b;
     l->dw = dw_shard;
     l->db = db;
     l->sidx = NULL, l->sn = 0, l->sbase = 0, l->sg = NULL;
 }
 
-void ff_linear_bind_used(ff_linear *l, const float *w_used) { l->w_used = w_used; }
+void ff_linear_bind_bf16(ff_linear *l, const uint16_t *w_bf16) { l->w_bf16 = w_bf16; }
 
 void ff_linear_bind_sparse(ff_linear *l, const uint32_t *idx, size_t n, uint32_t base, float *g)
 {
@@ -573,8 +586,15 @@ static int post_gather(ff_linear *l, int ring)
     ff_coll_opts o = l->coll;
     if (ring)
         o.algo = FF_ALGO_RING;
-    /* W_rc = AllGather_Z(W_shard): piece z lands at offset z * shard */
-    return ff_iallgather(l->grp_z, l->w_used, l->w_gathered, l->shard, &o, &l->ag);
+    /* W_rc = AllGather_Z(W_shard): piece z lands at offset z * shard. A
+     * 2-byte shard is widened into its own piece and gathered in place: the
+     * bf16 wire moves those same values, exactly */
+    if (l->w_bf16) {
+        float *mine = l->w_gathered + (size_t)ff_group_rank(l->grp_z) * l->shard;
+        ff_bf16_unpack(mine, l->w_bf16, l->shard);
+        return ff_iallgather(l->grp_z, mine, l->w_gathered, l->shard, &o, &l->ag);
+    }
+    return ff_iallgather(l->grp_z, l->w, l->w_gathered, l->shard, &o, &l->ag);
 }
 
 /* The collective matmul applies to a forward of this layer whose gather is
@@ -595,6 +615,12 @@ static int rs_cmm_fits(const ff_linear *l)
     return l->rs_cmm && l->gz > 1 &&
            (l->layout == FF_WEIGHT_KN ? l->kl % l->gz : l->nl % l->gz) == 0 &&
            l->seq->cursor == l->last_backward;
+}
+
+static void drop_wide(ff_linear *l)
+{
+    buf_give(l->seq, l->w_wide, l->block);
+    l->w_wide = NULL;
 }
 
 static void drop_gathered(ff_linear *l)
@@ -690,6 +716,7 @@ static int reap(ff_linear_seq *s)
  * with the gather in flight on the ring: the collective matmul. */
 static int acquire(ff_linear *l, ff_use_kind want, int allow_cmm, const float **w)
 {
+    l->w16 = NULL;
     ff_linear_seq *s = l->seq;
     ff_ctx *ctx = s->ctx;
     if (!s->running)
@@ -714,8 +741,20 @@ static int acquire(ff_linear *l, ff_use_kind want, int allow_cmm, const float **
         return prefetch(s, s->cursor);
     }
     if (l->gz == 1) {
-        *w = l->w_used;
-        return (rc = weight_ready(l)) ? rc : prefetch(s, s->cursor);
+        if ((rc = weight_ready(l)))
+            return rc;
+        *w = l->w;
+        /* a product on oneDNN reads the 2-byte shard itself (l->w16; what it
+         * is given in fp32 is not read) */
+        if (l->w_bf16 && (l->in16 || l->want16) && want != FF_USE_GRAD)
+            l->w16 = l->w_bf16;
+        else if (l->w_bf16) { /* a group of one: the 2-byte shard widened for this use */
+            if (!(l->w_wide = buf_take(s, l->block)))
+                return FF_ENOMEM;
+            ff_bf16_unpack(l->w_wide, l->w_bf16, l->block);
+            *w = l->w_wide;
+        }
+        return prefetch(s, s->cursor);
     }
     if (s->need_gather[s->cursor] && !l->held) {
         /* not prefetched: a forward with the collective matmul computes
@@ -746,6 +785,8 @@ static int release(ff_linear *l)
     ff_linear_seq *s = l->seq;
     if (l->gz > 1 && s->prog[s->cursor].kind != FF_USE_GRAD && !s->keep_after[s->cursor])
         drop_gathered(l);
+    drop_wide(l);
+    l->w16 = NULL;
     s->cursor++;
     /* a gather the prefetch skipped because its buffer was still in use */
     return prefetch(s, s->cursor - 1);
@@ -759,9 +800,9 @@ int ff_linear_seq_begin(ff_linear_seq *s)
         return ff_set_error(s->ctx, FF_EINVAL, "ff_linear_seq_begin called twice without end");
     for (int i = 0; i < s->n_layers; i++) {
         ff_linear *l = s->layers[i];
-        if (!l->w || (l->has_bias && !l->b))
+        if (!(l->w || l->w_bf16) || (l->has_bias && !l->b)) /* (SAMO: the copy alone) */
             return ff_set_error(s->ctx, FF_EINVAL, "layer '%s' has no bound %s", l->name,
-                                l->w ? "bias" : "weight");
+                                l->w || l->w_bf16 ? "bias" : "weight");
     }
     s->running = 1;
     s->cursor = 0;
@@ -784,6 +825,7 @@ int ff_linear_seq_end(ff_linear_seq *s)
         }
         if (l->held)
             drop_gathered(l);
+        drop_wide(l);
         if (l->dw_block) {
             buf_give(s, l->dw_block, l->block);
             l->dw_block = NULL;
@@ -800,14 +842,18 @@ int ff_linear_seq_end(ff_linear_seq *s)
 /* out (m, cols of op(W)) = a (m, rows of op(W)) op(W), op(W) = W_rc (kl, nl)
  * or, with `transposed`, W_rc^T; the stored block is W_rc (KN) or W_rc^T (NK) */
 static int times_weight(ff_linear *l, const char *name, int transposed, const float *w,
-                        const float *a, int64_t m, float *out)
+                        const float *a, const uint16_t *a16, int64_t m, float *out)
 {
     int64_t inner = transposed ? l->nl : l->kl, cols = transposed ? l->kl : l->nl;
     int stored_t = l->layout == FF_WEIGHT_NK;
     int64_t ldw = stored_t ? l->kl : l->nl;
-    return ff_gemm_run(l->seq->gemm, name, 0, transposed != stored_t, m, cols, inner, 1.0f, a,
-                       inner, w, ldw, 0.0f, out, cols);
+    return ff_gemm_run2(l->seq->gemm, name, 0, transposed != stored_t, m, cols, inner, 1.0f, a, a16,
+                        inner, w, l->w16, ldw, 0.0f, out, cols);
 }
+
+/* p + off, or NULL for NULL (an operand absent in one of its formats) */
+static const float *at_f(const float *p, int64_t off) { return p ? p + off : NULL; }
+static const uint16_t *at_h(const uint16_t *p, int64_t off) { return p ? p + off : NULL; }
 
 /* The block gradient this run's backward uses accumulate into: with Gz = 1
  * the shard itself (beta 1, micro-batches add up), else a pool buffer that
@@ -893,6 +939,12 @@ void ff_bias_pass(ff_ctx *ctx, ff_pass_id id, const bias_job *j)
                 for (int64_t c = 0; c < w; c++)
                     part[c] = 0.0f;
                 for (int64_t i = i0; i < i1; i++) {
+                    if (j->dout16) {
+                        const uint16_t *g = j->dout16 + i * j->nl + c0;
+                        for (int64_t c = 0; c < w; c++)
+                            part[c] += ff_bf16_to_float(g[c]);
+                        continue;
+                    }
                     const float *g = j->dout + i * j->nl + c0;
                     for (int64_t c = 0; c < w; c++)
                         part[c] += g[c];
@@ -935,11 +987,12 @@ static int cmm_forward(ff_linear *l, const char *name, const float *w, float *ou
             break;
         const float *wb = w + (size_t)b * l->shard;
         if (kn)
-            rc = ff_gemm_run(l->seq->gemm, name, 0, 0, rows, l->nl, piece, 1.0f, inp + b * piece,
-                             l->kl, wb, l->nl, i ? 1.0f : 0.0f, out, l->nl);
+            rc = ff_gemm_run2(l->seq->gemm, name, 0, 0, rows, l->nl, piece, 1.0f,
+                              at_f(inp, b * piece), at_h(l->in16, b * piece), l->kl, wb, NULL,
+                              l->nl, i ? 1.0f : 0.0f, out, l->nl);
         else
-            rc = ff_gemm_run(l->seq->gemm, name, 0, 1, rows, piece, l->kl, 1.0f, inp, l->kl, wb,
-                             l->kl, 0.0f, out + b * piece, l->nl);
+            rc = ff_gemm_run2(l->seq->gemm, name, 0, 1, rows, piece, l->kl, 1.0f, inp, l->in16,
+                              l->kl, wb, NULL, l->kl, 0.0f, out + b * piece, l->nl);
     }
     int rc2 = ff_wait(&l->ag);
     return rc ? rc : rc2;
@@ -979,7 +1032,8 @@ static int forward_rows(ff_linear *l, float *out, const float *inp, int64_t rows
         if (i < k) {
             int64_t r0 = at[i], n = at[i + 1] - r0;
             float *o = out + r0 * l->nl;
-            if ((rc = times_weight(l, name, 0, w, inp + r0 * l->kl, n, o)) ||
+            if ((rc = times_weight(l, name, 0, w, at_f(inp, r0 * l->kl), at_h(l->in16, r0 * l->kl),
+                                   n, o)) ||
                 (rc = ff_iallreduce(l->grp_r, o, o, (size_t)(n * l->nl), &l->coll, &req[i])))
                 break;
         }
@@ -990,15 +1044,64 @@ static int forward_rows(ff_linear *l, float *out, const float *inp, int64_t rows
     return rc ? rc : rc2 ? rc2 : release(l);
 }
 
-/* bf16-mixed (docs/design.md §13): an operand of the products,
- * n values rounded to bf16 in a pool buffer (the emulation: bf16 values in
- * fp32 words, whose products the BLAS forms exactly in fp32) */
-static float *bf16_operand(ff_linear *l, const float *x, size_t n)
+/* bf16-mixed (docs/design.md §13): an operand of the products, n values
+ * rounded to bf16 in a pool buffer: for the emulation bf16 values in fp32
+ * words, whose products the BLAS forms exactly in fp32; for oneDNN
+ * (ff_gemm_bf16_direct) 2 bytes each, which it reads without rounding
+ * them again. Returns the buffer (*half: 2-byte) and its size in floats. */
+static void *bf16_operand(ff_linear *l, const float *x, size_t n, int half, size_t *floats)
 {
-    float *b = buf_take(l->seq, n);
-    if (b)
+    *floats = half ? (n + 1) / 2 : n;
+    void *b = buf_take(l->seq, *floats);
+    if (b && half)
+        ff_bf16_pack(b, x, n);
+    else if (b)
         ff_bf16_round_copy(b, x, n);
     return b;
+}
+
+/* A 2-byte input (rows x kl) as the products read it: in place on oneDNN
+ * (l->in16; NULL returned), else widened into a pool buffer (*floats). */
+static int bf16_input(ff_linear *l, const uint16_t *inp16, int64_t rows, float **wide,
+                      size_t *floats)
+{
+    *wide = NULL;
+    *floats = 0;
+    if (ff_gemm_bf16_direct(l->seq->gemm)) {
+        l->in16 = inp16;
+        return FF_OK;
+    }
+    *floats = (size_t)(rows * l->kl);
+    if (!(*wide = buf_take(l->seq, *floats)))
+        return FF_ENOMEM;
+    ff_bf16_unpack(*wide, inp16, *floats);
+    return FF_OK;
+}
+
+static int forward_bf16(ff_linear *l, float *out, const float *inp, const uint16_t *inp16,
+                        int64_t rows, ff_linear_rows_fn done, void *arg)
+{
+    size_t nf = 0;
+    void *inp_b = NULL;
+    float *wide = NULL;
+    int rc;
+    if (inp16) {
+        if ((rc = bf16_input(l, inp16, rows, &wide, &nf)))
+            return rc;
+        inp_b = wide;
+    } else {
+        const int half = ff_gemm_bf16_direct(l->seq->gemm);
+        if (!(inp_b = bf16_operand(l, inp, (size_t)(rows * l->kl), half, &nf)))
+            return FF_ENOMEM;
+        l->in16 = half ? inp_b : NULL;
+        wide = half ? NULL : inp_b;
+    }
+    ff_gemm_bf16_operands(l->seq->gemm, 1);
+    rc = forward_rows(l, out, wide, rows, done, arg);
+    ff_gemm_bf16_operands(l->seq->gemm, 0);
+    l->in16 = NULL;
+    buf_give(l->seq, inp_b, nf);
+    return rc;
 }
 
 int ff_linear_forward_rows(ff_linear *l, float *out, const float *inp, int64_t rows,
@@ -1006,15 +1109,17 @@ int ff_linear_forward_rows(ff_linear *l, float *out, const float *inp, int64_t r
 {
     if (!l->seq->opt.bf16)
         return forward_rows(l, out, inp, rows, done, arg);
-    const size_t n = (size_t)(rows * l->kl);
-    float *inp_b = bf16_operand(l, inp, n);
-    if (!inp_b)
-        return FF_ENOMEM;
-    ff_gemm_bf16_operands(l->seq->gemm, 1);
-    int rc = forward_rows(l, out, inp_b, rows, done, arg);
-    ff_gemm_bf16_operands(l->seq->gemm, 0);
-    buf_give(l->seq, inp_b, n);
-    return rc;
+    return forward_bf16(l, out, inp, NULL, rows, done, arg);
+}
+
+int ff_linear_forward_keep(ff_linear *l, float *out, const float *inp, uint16_t *keep, int64_t rows,
+                           ff_linear_rows_fn done, void *arg)
+{
+    if (!l->seq->opt.bf16)
+        return ff_set_error(l->seq->ctx, FF_EINVAL, "layer '%s': a 2-byte input needs bf16-mixed",
+                            l->name);
+    ff_bf16_pack(keep, inp, (size_t)(rows * l->kl));
+    return forward_bf16(l, out, NULL, keep, rows, done, arg);
 }
 
 int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows)
@@ -1024,21 +1129,48 @@ int ff_linear_forward(ff_linear *l, float *out, const float *inp, int64_t rows)
 
 static int backward(ff_linear *l, float *dinp, const float *dout, const float *inp, int64_t rows);
 /* bf16-mixed: the products and the bias's sums read the input and the output
- * gradient rounded to bf16 (the input as the forward read it) */
+ * gradient rounded to bf16 (the input as the forward read it; inp16: kept
+ * so by ff_linear_forward_keep) */
+static int backward_bf16(ff_linear *l, float *dinp, const float *dout, const float *inp,
+                         const uint16_t *inp16, int64_t rows)
+{
+    const int half = ff_gemm_bf16_direct(l->seq->gemm);
+    size_t ni = 0, no = 0;
+    void *inp_b = NULL;
+    float *wide = NULL;
+    int rc = FF_OK;
+    if (inp16)
+        rc = bf16_input(l, inp16, rows, &wide, &ni), inp_b = wide;
+    else if ((inp_b = bf16_operand(l, inp, (size_t)(rows * l->kl), half, &ni)))
+        l->in16 = half ? inp_b : NULL, wide = half ? NULL : inp_b;
+    else
+        rc = FF_ENOMEM;
+    void *dout_b = rc ? NULL : bf16_operand(l, dout, (size_t)(rows * l->nl), half, &no);
+    l->dout16 = half ? dout_b : NULL;
+    ff_gemm_bf16_operands(l->seq->gemm, 1);
+    if (rc == FF_OK)
+        rc = dout_b ? backward(l, dinp, half ? NULL : dout_b, wide, rows) : FF_ENOMEM;
+    ff_gemm_bf16_operands(l->seq->gemm, 0);
+    l->in16 = l->dout16 = NULL;
+    buf_give(l->seq, dout_b, no);
+    buf_give(l->seq, inp_b, ni);
+    return rc;
+}
+
 int ff_linear_backward(ff_linear *l, float *dinp, const float *dout, const float *inp, int64_t rows)
 {
     if (!l->seq->opt.bf16)
         return backward(l, dinp, dout, inp, rows);
-    const size_t ni = (size_t)(rows * l->kl), no = (size_t)(rows * l->nl);
-    float *inp_b = bf16_operand(l, inp, ni), *dout_b = inp_b ? bf16_operand(l, dout, no) : NULL;
-    ff_gemm_bf16_operands(l->seq->gemm, 1);
-    int rc = dout_b ? backward(l, dinp, dout_b, inp_b, rows) : FF_ENOMEM;
-    ff_gemm_bf16_operands(l->seq->gemm, 0);
-    if (dout_b)
-        buf_give(l->seq, dout_b, no);
-    if (inp_b)
-        buf_give(l->seq, inp_b, ni);
-    return rc;
+    return backward_bf16(l, dinp, dout, inp, NULL, rows);
+}
+
+int ff_linear_backward_bf16(ff_linear *l, float *dinp, const float *dout, const uint16_t *inp16,
+                            int64_t rows)
+{
+    if (!l->seq->opt.bf16)
+        return ff_set_error(l->seq->ctx, FF_EINVAL, "layer '%s': a 2-byte input needs bf16-mixed",
+                            l->name);
+    return backward_bf16(l, dinp, dout, NULL, inp16, rows);
 }
 
 /* The wire of the weight gradients' reduce-scatter: fp32 in bf16-mixed
@@ -1087,12 +1219,15 @@ static int rs_cmm_grad(ff_linear *l, const char *name, float *block, float beta,
     for (int i = 0; i < p && rc == FF_OK; i++) {
         const int b = (z - 1 - i + 2 * p) % p;
         float *db = block + (size_t)b * l->shard;
+        /* (bf16-mixed on oneDNN: the 2-byte operands, as the plain product's) */
         if (kn)
-            rc = ff_gemm_run(s->gemm, name, 1, 0, piece, l->nl, rows, 1.0f, inp + b * piece, l->kl,
-                             dout, l->nl, beta, db, l->nl);
+            rc = ff_gemm_run2(s->gemm, name, 1, 0, piece, l->nl, rows, 1.0f, at_f(inp, b * piece),
+                              at_h(l->in16, b * piece), l->kl, dout, l->dout16, l->nl, beta, db,
+                              l->nl);
         else
-            rc = ff_gemm_run(s->gemm, name, 1, 0, piece, l->kl, rows, 1.0f, dout + b * piece, l->nl,
-                             inp, l->kl, beta, db, l->kl);
+            rc = ff_gemm_run2(s->gemm, name, 1, 0, piece, l->kl, rows, 1.0f, at_f(dout, b * piece),
+                              at_h(l->dout16, b * piece), l->nl, inp, l->in16, l->kl, beta, db,
+                              l->kl);
         if (rc == FF_OK)
             rc = ff_reduce_scatter_feed(l->rs, i + 1);
     }
@@ -1121,7 +1256,8 @@ static int backward(ff_linear *l, float *dinp, const float *dout, const float *i
     for (int i = 0; i < k && rc == FF_OK; i++) {
         int64_t r0 = at[i], n = at[i + 1] - r0;
         float *d = dinp + r0 * l->kl;
-        if ((rc = times_weight(l, name, 1, w, dout + r0 * l->nl, n, d)) == FF_OK)
+        if ((rc = times_weight(l, name, 1, w, at_f(dout, r0 * l->nl), at_h(l->dout16, r0 * l->nl),
+                               n, d)) == FF_OK)
             rc = ff_iallreduce(l->grp_c, d, d, (size_t)(n * l->kl), &l->coll, &ar[i]);
     }
     /* OAR: the all-reduces run while dW is computed (paper IV-A) */
@@ -1140,11 +1276,11 @@ static int backward(ff_linear *l, float *dinp, const float *dout, const float *i
     } else {
         snprintf(name, sizeof name, "dW %s", l->name);
         if (l->layout == FF_WEIGHT_KN)
-            rc = ff_gemm_run(s->gemm, name, 1, 0, l->kl, l->nl, rows, 1.0f, inp, l->kl, dout, l->nl,
-                             beta, block, l->nl);
+            rc = ff_gemm_run2(s->gemm, name, 1, 0, l->kl, l->nl, rows, 1.0f, inp, l->in16, l->kl,
+                              dout, l->dout16, l->nl, beta, block, l->nl);
         else /* dW_rc^T (nl, kl) = dO^T I */
-            rc = ff_gemm_run(s->gemm, name, 1, 0, l->nl, l->kl, rows, 1.0f, dout, l->nl, inp, l->kl,
-                             beta, block, l->kl);
+            rc = ff_gemm_run2(s->gemm, name, 1, 0, l->nl, l->kl, rows, 1.0f, dout, l->dout16,
+                              l->nl, inp, l->in16, l->kl, beta, block, l->kl);
     }
     l->dw_contributions++;
     if (rc) {
@@ -1153,8 +1289,9 @@ static int backward(ff_linear *l, float *dinp, const float *dout, const float *i
     }
     /* db (nl) += column sums of dO: this rank's rows; summed over ZD later */
     if (l->has_bias)
-        ff_bias_pass(s->ctx, FF_PASS_BIAS_GRAD,
-                     &(bias_job){.db = l->db, .dout = dout, .rows = rows, .nl = l->nl});
+        ff_bias_pass(
+            s->ctx, FF_PASS_BIAS_GRAD,
+            &(bias_job){.db = l->db, .dout = dout, .dout16 = l->dout16, .rows = rows, .nl = l->nl});
     if ((rc = ff_waitall(ar, k)))
         return rc;
     return backward_use_done(l);
@@ -1178,6 +1315,18 @@ int ff_linear_use_begin(ff_linear *l, const float **w_block, float **dw_block)
         memset(*dw_block, 0, l->block * sizeof(float));
     l->dw_contributions++;
     return FF_OK;
+}
+
+int ff_linear_use_begin_bf16(ff_linear *l, const uint16_t **w16_block, const float **w_block,
+                             float **dw_block)
+{
+    l->want16 = 1;
+    int rc = ff_linear_use_begin(l, w_block, dw_block);
+    l->want16 = 0;
+    *w16_block = rc ? NULL : l->w16;
+    if (*w16_block)
+        *w_block = NULL;
+    return rc;
 }
 
 int ff_linear_use_end(ff_linear *l)

@@ -37,6 +37,7 @@ typedef struct {
 typedef struct {
     float *out, *dwte, *dwpe;
     const float *wte, *wpe, *dout;
+    const uint16_t *wte16; /* in place of wte: its bf16 copy (bf16-mixed; CPU) */
     const int32_t *tokens;
     int64_t T, v0, vl, cl, m;
 } embed_job;
@@ -96,6 +97,7 @@ static inline FF_HD void ff_adamw_at(float *p, float *m, float *v, float grad, f
 typedef struct {
     float *out, *db;
     const float *b, *dout;
+    const uint16_t *dout16; /* in place of dout: its bf16 values (bf16-mixed on oneDNN; CPU) */
     int64_t r0, rows, nl;
 } bias_job;
 enum { FF_BIAS_BLOCK = 32 };

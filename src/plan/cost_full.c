@@ -513,18 +513,19 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
                 o.ag_cache ? units[i] * (i >= 2 && plan_block_moe(s, l) ? s->el : 1) : 0;
         }
     }
-    /* fp32: parameter, gradient, two moments; bf16-mixed: a bf16 working
-     * copy and an fp32 master, a bf16 gradient, two fp32 moments */
-    double params = (double)(plan_zsharded_params(s) + plan_other_params(s)), a = s->act;
-    r->mem_params = (a == 2 ? 6 : 4) * params;
-    r->mem_grads = a * params;
+    /* fp32: parameter, gradient, two moments; bf16-mixed as the run keeps
+     * them (docs/design.md §13): the fp32 master, a copy of the Z-sharded
+     * weights in 2 bytes each (in whole floats: src/nn/gpt_precision.c),
+     * fp32 gradients, two fp32 moments. (Its activations and gathered
+     * buffers below are counted in 2 bytes, as a GPU run would keep them;
+     * the CPU run keeps only the products' inputs so, docs/design.md §13.) */
+    const int64_t zsharded = plan_zsharded_params(s);
+    double params = (double)(zsharded + plan_other_params(s)), a = s->act;
+    r->mem_params = 4 * params + (a == 2 ? 4 * (double)((zsharded + 1) / 2) : 0);
+    r->mem_grads = 4 * params;
     r->mem_optimizer = 8 * params;
-    if (s->zero) { /* the moments (and bf16-mixed's master) of the largest slices */
-        const double state = plan_optimizer_entries(s);
-        r->mem_optimizer = 8 * state;
-        if (a == 2)
-            r->mem_params = 2 * params + 4 * state;
-    }
+    if (s->zero) /* the moments of the largest slices (the master is gathered whole) */
+        r->mem_optimizer = 8 * plan_optimizer_entries(s);
     r->mem_mask = 0;
     if (s->keep < 1) {
         /* a pruned model (docs/samo.md): the blocks' matrices keep f of
