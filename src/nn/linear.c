@@ -1279,8 +1279,8 @@ static int backward(ff_linear *l, float *dinp, const float *dout, const float *i
             rc = ff_gemm_run2(s->gemm, name, 1, 0, l->kl, l->nl, rows, 1.0f, inp, l->in16, l->kl,
                               dout, l->dout16, l->nl, beta, block, l->nl);
         else /* dW_rc^T (nl, kl) = dO^T I */
-            rc = ff_gemm_run2(s->gemm, name, 1, 0, l->nl, l->kl, rows, 1.0f, dout, l->dout16,
-                              l->nl, inp, l->in16, l->kl, beta, block, l->kl);
+            rc = ff_gemm_run2(s->gemm, name, 1, 0, l->nl, l->kl, rows, 1.0f, dout, l->dout16, l->nl,
+                              inp, l->in16, l->kl, beta, block, l->kl);
     }
     l->dw_contributions++;
     if (rc) {
