@@ -275,7 +275,7 @@ static void schedule(const ff_plan_config *cfg, const ulist *l, const plan_shape
             c.m = px;
             plan_sched_linear_forward(&c, u->transposed, u->k, u->n, 1, &lo);
             mem->params += (double)(kl * nl_ / gz + (u->bias ? nl_ : 0));
-            double gathered = (double)(kl * nl_);
+            double gathered = gz > 1 ? (double)(kl * nl_) : 0; /* Gz = 1: the shard itself */
             if (li >= nl - cache)
                 mem->gathered_cached += gathered;
             mem->gathered_max = fmax(mem->gathered_max, gathered);
