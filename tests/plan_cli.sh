@@ -312,6 +312,9 @@ grep -q "20 grids of 8 ranks, 20 fit" "$WORK/unet" || fail "unet-tiny: not 20 gr
     fail "unet-tiny --grid: exit $?"
 grep -qE "^  Y +all-gather +5 " "$WORK/unetg" || fail "unet-tiny --grid: not 5 all-gathers over Y"
 grep -q "parameters 40.5 KiB" "$WORK/unetg" || fail "unet-tiny --grid: $(grep 'memory per' "$WORK/unetg")"
+"$FF" plan --model unet-tiny --ranks 8 --json > "$WORK/unet.json" 2>&1 || fail "unet-tiny --json: exit $?"
+grep -q '"kind": "unet", "image_size": 8, "base_channels": 8' "$WORK/unet.json" ||
+    fail "unet-tiny --json: no U-Net model keys"
 bad 2 "describe a GPT, not the U-Net unet-tiny"   --model unet-tiny --layers 3
 bad 2 "the planner's U-Net with a cost model other than full" --model unet-tiny --cost paper
 bad 2 "unknown model 'unet-huge'"                 --model unet-huge

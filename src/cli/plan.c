@@ -1099,6 +1099,15 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
         machine[--n] = '\0';
     fprintf(f, "{\"format\": \"fourfold-plan\", \"version\": 1,\n \"model\": {\"name\": ");
     json_string(f, md->name);
+    if (md->kind == FF_MODEL_UNET) { /* (a key added for the U-Net; GPTs unchanged) */
+        const ff_unet_config *u = &md->unet;
+        fprintf(f,
+                ", \"kind\": \"unet\", \"image_size\": %lld, \"base_channels\": %d, "
+                "\"levels\": %d, \"blocks_per_level\": %d, \"group_channels\": %d, "
+                "\"attention_head_channels\": %d",
+                (long long)u->image_size, u->base, u->levels, u->nres, u->group_channels,
+                u->attn_head_channels);
+    }
     fprintf(f,
             ", \"layers\": %d, \"hidden\": %lld, \"heads\": %d, \"vocab\": %lld, "
             "\"padded_vocab\": %lld, \"params\": %lld, \"experts\": %d, \"expert_every\": %d, "
