@@ -149,6 +149,21 @@ int main(void)
     CHECK(rc == FF_EUNSUPPORTED, "the paper's cost model for a U-Net: %d, want FF_EUNSUPPORTED",
           rc);
     cfg.cost = FF_COST_FULL;
+    ff_layer_plan lp;
+    rc = ff_plan_per_layer(&cfg, (ff_dims){1, 1, 2, 1}, 0, 1, &lp, &r, err, sizeof err);
+    CHECK(rc == FF_EUNSUPPORTED, "a per-layer plan for a U-Net: %d, want FF_EUNSUPPORTED", rc);
+    /* every unet- preset the planner lists is a U-Net of src/nn/unet.c's */
+    int unets = 0;
+    for (size_t i = 0; ff_model_preset_name(i); i++) {
+        const char *name = ff_model_preset_name(i);
+        ff_model m;
+        if (strncmp(name, "unet-", 5))
+            continue;
+        unets++;
+        CHECK(ff_model_preset(name, &m, err, sizeof err) == FF_OK && m.kind == FF_MODEL_UNET,
+              "preset %s: %s", name, err);
+    }
+    CHECK(unets == 2, "%d U-Net presets, want 2 (unet-tiny, unet-fmnist)", unets);
     cfg.model.unet.image_size = 5; /* 2 levels halve it once */
     rc = ff_plan_evaluate(&cfg, (ff_dims){1, 1, 2, 1}, &r, err, sizeof err);
     CHECK(rc == FF_EDIVIDE, "5x5 images over 2 levels: %d, want FF_EDIVIDE", rc);

@@ -301,7 +301,7 @@ typedef struct {
 void ff_plan_config_default(ff_plan_config *cfg);
 /* The precision cfg plans for (FF_PLAN_FP32 or FF_PLAN_BF16_MIXED): its
  * own, or if automatic the machine's with the full cost model and fp32
- * with the others. */
+ * with the others (and for a U-Net, which trains in fp32 only). */
 int ff_plan_precision(const ff_plan_config *cfg);
 
 /* The planner's groups: the grid's (grid.h) and a mixture of experts'

@@ -52,6 +52,8 @@ int ff_plan_precision(const ff_plan_config *cfg)
 {
     if (cfg->precision != FF_PLAN_AUTO)
         return cfg->precision;
+    if (cfg->model.kind == FF_MODEL_UNET) /* (the U-Net trains in fp32 only) */
+        return FF_PLAN_FP32;
     return cfg->cost == FF_COST_FULL ? cfg->machine.precision : FF_PLAN_FP32;
 }
 
