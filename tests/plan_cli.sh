@@ -302,6 +302,23 @@ bad 2 "ZeRO (zero 1) with a pruned model is not supported yet" --model gpt2 --ra
 grep -qE "^  D +reduce-scatter " "$WORK/zp" && grep -qE "^  D +all-gather " "$WORK/zp" ||
     fail "--zero 1 with 2 stages: no D reduce-scatter and all-gather rows"
 
+# the U-Net (docs/planner.md, "The U-Net"): ranked on every grid of 8, one
+# grid's detail with GroupNorm's all-reduces and the skips' all-gathers over Y,
+# the GPT's shape options and the cost models it does not have refused
+"$FF" plan --model unet-tiny --ranks 8 > "$WORK/unet" 2>&1 || fail "unet-tiny: exit $?: $(tail -1 "$WORK/unet")"
+grep -q "^model unet-tiny: a U-Net of 8x8 images" "$WORK/unet" || fail "unet-tiny: no header"
+grep -q "20 grids of 8 ranks, 20 fit" "$WORK/unet" || fail "unet-tiny: not 20 grids fitting"
+"$FF" plan --model unet-tiny --ranks 8 --grid 1x4x1x2 > "$WORK/unetg" 2>&1 ||
+    fail "unet-tiny --grid: exit $?"
+grep -qE "^  Y +all-gather +5 " "$WORK/unetg" || fail "unet-tiny --grid: not 5 all-gathers over Y"
+grep -q "parameters 40.5 KiB" "$WORK/unetg" || fail "unet-tiny --grid: $(grep 'memory per' "$WORK/unetg")"
+"$FF" plan --model unet-tiny --ranks 8 --json > "$WORK/unet.json" 2>&1 || fail "unet-tiny --json: exit $?"
+grep -q '"kind": "unet", "image_size": 8, "base_channels": 8' "$WORK/unet.json" ||
+    fail "unet-tiny --json: no U-Net model keys"
+bad 2 "describe a GPT, not the U-Net unet-tiny"   --model unet-tiny --layers 3
+bad 2 "the planner's U-Net with a cost model other than full" --model unet-tiny --cost paper
+bad 2 "unknown model 'unet-huge'"                 --model unet-huge
+
 # under a launcher, without MPI_Init, only rank 0 prints
 if "$MPIEXEC" -np 2 --oversubscribe "$FF" plan --model tiny --ranks 4 --batch 4 --seq 32 \
     > "$WORK/mpi" 2>&1; then

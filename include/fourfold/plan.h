@@ -18,6 +18,7 @@
 #include "fourfold/comm.h"      /* ff_coll, FF_NCOLL */
 #include "fourfold/grid.h"      /* ff_dims, ff_group_kind, FF_NGROUPS */
 #include "fourfold/layerplan.h" /* ff_layer_plan */
+#include "fourfold/unet.h"      /* ff_unet_config */
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,9 +26,16 @@ extern "C" {
 
 /* ---- models ---------------------------------------------------------------- */
 
-/* A GPT-2 shaped model (docs/design.md §4). */
+/* The kinds of model the planner knows (docs/planner.md, "The U-Net"). */
+typedef enum { FF_MODEL_GPT = 0, FF_MODEL_UNET = 1 } ff_model_kind;
+
+/* A GPT-2 shaped model (docs/design.md §4), or with kind FF_MODEL_UNET the
+ * U-Net of `unet` (include/fourfold/unet.h; the GPT's fields unused, the
+ * plan's batch in images, its seq unused). */
 typedef struct {
     char name[32];
+    ff_model_kind kind;
+    ff_unet_config unet;
     int layers;      /* L, transformer blocks */
     int heads;       /* NH */
     int64_t hidden;  /* C */
@@ -43,7 +51,9 @@ typedef struct {
 
 /* Presets: gpt-5b ... gpt-640b (table 5.1 of the dissertation), gpt2,
  * gpt2-medium, gpt2-large, gpt2-xl (also gpt2-124m, -350m, -774m, -1558m),
- * tiny, mini and mini-moe (mini with 4 experts in every second block).
+ * tiny, mini and mini-moe (mini with 4 experts in every second block);
+ * U-Nets: unet-NAME for each of ff_unet_preset's names (unet-tiny,
+ * unet-fmnist).
  * Returns FF_EINVAL (message listing the names) if unknown. */
 int ff_model_preset(const char *name, ff_model *out, char *err, size_t err_len);
 /* Makes m a mixture of E experts with the training program's defaults
@@ -291,7 +301,7 @@ typedef struct {
 void ff_plan_config_default(ff_plan_config *cfg);
 /* The precision cfg plans for (FF_PLAN_FP32 or FF_PLAN_BF16_MIXED): its
  * own, or if automatic the machine's with the full cost model and fp32
- * with the others. */
+ * with the others (and for a U-Net, which trains in fp32 only). */
 int ff_plan_precision(const ff_plan_config *cfg);
 
 /* The planner's groups: the grid's (grid.h) and a mixture of experts'

@@ -561,6 +561,14 @@ static int resolve(plan_opts *o)
         cfg->model.vocab = o->vocab;
     if (o->positions >= 0)
         cfg->model.max_seq = o->positions;
+    if (cfg->model.kind == FF_MODEL_UNET &&
+        (o->layers >= 0 || o->hidden >= 0 || o->heads >= 0 || o->vocab >= 0 || o->positions >= 0 ||
+         o->experts >= 0)) {
+        cli_error("--layers, --hidden, --heads, --vocab, --positions and --experts describe a "
+                  "GPT, not the U-Net %s",
+                  cfg->model.name);
+        return CLI_USAGE;
+    }
     if (o->model_name && (o->layers >= 0 || o->hidden >= 0 || o->heads >= 0 || o->vocab >= 0))
         snprintf(cfg->model.name, sizeof cfg->model.name, "%.20s*", o->model_name);
     /* experts: the preset's, or --experts with the training program's
@@ -634,9 +642,23 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
     const ff_model *md = &cfg->model;
     const ff_profile *p = &cfg->machine;
     char b1[32], b2[32], b3[32];
-    cli_print("model %s: L=%d C=%lld NH=%d V=%lld (padded %lld), %.3g parameters\n", md->name,
-              md->layers, (long long)md->hidden, md->heads, (long long)md->vocab,
-              (long long)ff_model_padded_vocab(md), (double)ff_model_params(md, cfg->seq));
+    const ff_unet_config *u = &md->unet;
+    if (md->kind == FF_MODEL_UNET) {
+        char mult[64] = "";
+        size_t used = 0;
+        for (int i = 0; i < u->levels && used < sizeof mult; i++)
+            used +=
+                (size_t)snprintf(mult + used, sizeof mult - used, "%s%d", i ? "," : "", u->mult[i]);
+        cli_print("model %s: a U-Net of %lldx%lld images, %d channels x %s, %d blocks per level, "
+                  "GroupNorm of %d channels, attention %s; %.3g parameters\n",
+                  md->name, (long long)u->image_size, (long long)u->image_size, u->base, mult,
+                  u->nres, u->group_channels, u->attn_head_channels ? "in the middle" : "none",
+                  (double)ff_model_params(md, cfg->seq));
+    } else {
+        cli_print("model %s: L=%d C=%lld NH=%d V=%lld (padded %lld), %.3g parameters\n", md->name,
+                  md->layers, (long long)md->hidden, md->heads, (long long)md->vocab,
+                  (long long)ff_model_padded_vocab(md), (double)ff_model_params(md, cfg->seq));
+    }
     if (md->experts) {
         char ge[16];
         snprintf(ge, sizeof ge, cfg->expert_parallel == FF_PLAN_AUTO ? "auto" : "%d",
@@ -668,9 +690,13 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
     else
         snprintf(mb, sizeof mb, "%d micro-batch%s", cfg->micro_batches,
                  cfg->micro_batches > 1 ? "es" : "");
-    cli_print("batch %lld sequences x %lld tokens, %s; %d ranks, %d per node; %s\n",
-              (long long)cfg->batch, (long long)cfg->seq, mb, cfg->ranks, p->ranks_per_node,
-              ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? "bf16-mixed precision" : "fp32");
+    if (md->kind == FF_MODEL_UNET)
+        cli_print("batch %lld images, %s; %d ranks, %d per node; fp32\n", (long long)cfg->batch, mb,
+                  cfg->ranks, p->ranks_per_node);
+    else
+        cli_print("batch %lld sequences x %lld tokens, %s; %d ranks, %d per node; %s\n",
+                  (long long)cfg->batch, (long long)cfg->seq, mb, cfg->ranks, p->ranks_per_node,
+                  ff_plan_precision(cfg) == FF_PLAN_BF16_MIXED ? "bf16-mixed precision" : "fp32");
     if (cfg->stages != 1) {
         if (cfg->stages == FF_PLAN_AUTO)
             snprintf(mb, sizeof mb, "every number of stages");
@@ -763,7 +789,9 @@ static void print_table(const ff_plan *plan, int top)
         cli_print("\nstep = compute + exposed communication; hidden = communication beside "
                   "compute (OAR/ORS/OAG/DP).\nAR X ... other: time of each collective kind "
                   "per step; ckpt: off, or c<N> = checkpointing with\nN blocks' gathered "
-                  "weights cached; FLOP/s: model FLOP/s per rank (6 N tokens + 6 L B T^2 C).\n");
+                  "weights cached; FLOP/s: model FLOP/s per rank (%s).\n",
+                  cfg->model.kind == FF_MODEL_UNET ? "the U-Net's products, forward and backward"
+                                                   : "6 N tokens + 6 L B T^2 C");
         if (piped)
             cli_print("With stages: grid is one stage's, then P<stages> M<micro-batches>; "
                       "compute ... other are the\nbusiest stage's, and bubble is the time it "
@@ -850,27 +878,32 @@ static void print_detail(const ff_plan_config *cfg, const ff_plan_result *r)
                           : 0.0);
         return;
     }
+    if (cfg->model.kind == FF_MODEL_UNET)
+        cli_print("per rank: %lld images; AG cache %d layers; no activation checkpointing\n",
+                  (long long)(cfg->batch / ((int64_t)r->grid.z * r->grid.d)), r->ag_cache);
     int64_t rows = cfg->batch / ((int64_t)r->grid.z * r->grid.d) * cfg->seq;
-    cli_print("per rank: %lld sequences x %lld tokens = %lld rows; ",
-              (long long)(cfg->batch / ((int64_t)r->grid.z * r->grid.d)), (long long)cfg->seq,
-              (long long)rows);
-    if (r->stages > 1 || cfg->micro_batches == FF_PLAN_AUTO)
-        cli_print("%d micro-batches; ", r->micro_batches);
-    if (cfg->layers) {
-        int ckpt = 0, cached = cfg->layers->head.ag_cache;
-        for (int l = 0; l < cfg->layers->layers; l++) {
-            ckpt += cfg->layers->blocks[l].checkpoint;
-            for (int i = 0; i < FF_BLOCK_LAYERS; i++)
-                cached += cfg->layers->blocks[l].layer[i].ag_cache;
+    if (cfg->model.kind != FF_MODEL_UNET) {
+        cli_print("per rank: %lld sequences x %lld tokens = %lld rows; ",
+                  (long long)(cfg->batch / ((int64_t)r->grid.z * r->grid.d)), (long long)cfg->seq,
+                  (long long)rows);
+        if (r->stages > 1 || cfg->micro_batches == FF_PLAN_AUTO)
+            cli_print("%d micro-batches; ", r->micro_batches);
+        if (cfg->layers) {
+            int ckpt = 0, cached = cfg->layers->head.ag_cache;
+            for (int l = 0; l < cfg->layers->layers; l++) {
+                ckpt += cfg->layers->blocks[l].checkpoint;
+                for (int i = 0; i < FF_BLOCK_LAYERS; i++)
+                    cached += cfg->layers->blocks[l].layer[i].ag_cache;
+            }
+            cli_print("per-layer plan: activation checkpointing in %d of %d blocks, AG cache %d of "
+                      "%d layers\n",
+                      ckpt, cfg->model.layers, cached, 4 * cfg->model.layers + 1);
+        } else if (r->checkpoint) {
+            cli_print("activation checkpointing, AG cache %d of %d blocks\n", r->ag_cache,
+                      cfg->model.layers);
+        } else {
+            cli_print("no activation checkpointing\n");
         }
-        cli_print("per-layer plan: activation checkpointing in %d of %d blocks, AG cache %d of "
-                  "%d layers\n",
-                  ckpt, cfg->model.layers, cached, 4 * cfg->model.layers + 1);
-    } else if (r->checkpoint) {
-        cli_print("activation checkpointing, AG cache %d of %d blocks\n", r->ag_cache,
-                  cfg->model.layers);
-    } else {
-        cli_print("no activation checkpointing\n");
     }
     cli_print("\n  group  size  inner  placement      alpha      bandwidth\n");
     for (int k = 0; k < FF_PLAN_NGROUPS; k++) {
@@ -943,8 +976,10 @@ static void print_detail(const ff_plan_config *cfg, const ff_plan_result *r)
                             : "the mask and the packed all-reduces' offsets and values",
                   fmt_bytes(t[0], 24, r->mem_mask));
     if (cfg->cost == FF_COST_FULL)
-        cli_print("\n  model FLOPs per step (6 N tokens + 6 L B T^2 C) %.4g; per rank %sFLOP/s, "
+        cli_print("\n  model FLOPs per step (%s) %.4g; per rank %sFLOP/s, "
                   "%.1f%% of the peak %sFLOP/s\n",
+                  cfg->model.kind == FF_MODEL_UNET ? "the U-Net's products"
+                                                   : "6 N tokens + 6 L B T^2 C",
                   r->model_flops, fmt_flops(t[0], 24, r->flops_per_rank_s), 100 * r->peak_fraction,
                   fmt_flops(t[1], 24, cfg->machine.peak_flops));
 }
@@ -1064,6 +1099,15 @@ static void print_json_head(FILE *f, const ff_plan_config *cfg)
         machine[--n] = '\0';
     fprintf(f, "{\"format\": \"fourfold-plan\", \"version\": 1,\n \"model\": {\"name\": ");
     json_string(f, md->name);
+    if (md->kind == FF_MODEL_UNET) { /* (a key added for the U-Net; GPTs unchanged) */
+        const ff_unet_config *u = &md->unet;
+        fprintf(f,
+                ", \"kind\": \"unet\", \"image_size\": %lld, \"base_channels\": %d, "
+                "\"levels\": %d, \"blocks_per_level\": %d, \"group_channels\": %d, "
+                "\"attention_head_channels\": %d",
+                (long long)u->image_size, u->base, u->levels, u->nres, u->group_channels,
+                u->attn_head_channels);
+    }
     fprintf(f,
             ", \"layers\": %d, \"hidden\": %lld, \"heads\": %d, \"vocab\": %lld, "
             "\"padded_vocab\": %lld, \"params\": %lld, \"experts\": %d, \"expert_every\": %d, "

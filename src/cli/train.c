@@ -413,6 +413,10 @@ static int model_config(const train_opts *o, ff_gpt_config *cfg)
         cli_error("%s", err);
         return CLI_USAGE;
     }
+    if (m.kind != FF_MODEL_GPT) { /* (a planner's U-Net preset: fourfold plan knows it) */
+        cli_error("model %s is a U-Net: fourfold train trains the GPT presets here", o->model);
+        return CLI_USAGE;
+    }
     memset(cfg, 0, sizeof *cfg);
     ff_gpt_config_moe(cfg, m.experts);
     const int moe_opts = o->expert_every > 0 || o->router_top_k > 0 || o->capacity_factor > 0 ||

@@ -1072,6 +1072,12 @@ int plan_play(const ff_plan_config *cfg, ff_dims g, plan_ops *ops, const ff_plan
     return rc;
 }
 
+int plan_count_traffic_at(const ff_plan_config *cfg, plan_ops *ops, ff_dims g, ff_dims coords,
+                          ff_plan_coll out[FF_PLAN_NGROUPS][FF_NCOLL])
+{
+    return count_traffic(cfg, ops, g, coords, out, NULL);
+}
+
 int plan_count_traffic(const ff_plan_config *cfg, plan_ops *ops, ff_dims g, ff_plan_result *r)
 {
     if (count_traffic(cfg, ops, g, (ff_dims){0, 0, 0, 0}, r->coll, &r->p2p))

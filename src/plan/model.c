@@ -44,10 +44,27 @@ static const preset presets[] = {
 /* clang-format on */
 enum { NPRESETS = sizeof presets / sizeof presets[0] };
 
-const char *ff_model_preset_name(size_t i) { return i < NPRESETS ? presets[i].name : NULL; }
+/* The U-Nets: "unet-" and a name of ff_unet_preset (src/nn/unet.c, the one
+ * table of U-Net shapes). */
+static const char *const unet_presets[] = {"tiny", "fmnist"};
+enum { NUNET = sizeof unet_presets / sizeof unet_presets[0] };
+
+const char *ff_model_preset_name(size_t i)
+{
+    static const char *const unet_names[NUNET] = {"unet-tiny", "unet-fmnist"};
+    return i < NPRESETS ? presets[i].name : i < NPRESETS + NUNET ? unet_names[i - NPRESETS] : NULL;
+}
 
 int ff_model_preset(const char *name, ff_model *out, char *err, size_t err_len)
 {
+    if (name && !strncmp(name, "unet-", 5)) {
+        memset(out, 0, sizeof *out);
+        if (ff_unet_preset(name + 5, &out->unet) == FF_OK) {
+            out->kind = FF_MODEL_UNET;
+            snprintf(out->name, sizeof out->name, "%s", name);
+            return FF_OK;
+        }
+    }
     for (size_t i = 0; name && i < NPRESETS; i++) {
         if (strcmp(name, presets[i].name) != 0)
             continue;
@@ -64,9 +81,9 @@ int ff_model_preset(const char *name, ff_model *out, char *err, size_t err_len)
     }
     char names[512] = "";
     size_t used = 0;
-    for (size_t i = 0; i < NPRESETS && used < sizeof names; i++)
+    for (size_t i = 0; ff_model_preset_name(i) && used < sizeof names; i++)
         used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
-                                 presets[i].name);
+                                 ff_model_preset_name(i));
     return ff_format_error(err, err_len, FF_EINVAL, "unknown model '%s' (known: %s)",
                            name ? name : "", names);
 }
@@ -95,6 +112,10 @@ int ff_model_axonn_min_tp(const ff_model *m)
 
 int ff_model_check(const ff_model *m, char *err, size_t err_len)
 {
+    if (m->kind == FF_MODEL_UNET)
+        return plan_unet_model_check(&m->unet, err, err_len);
+    if (m->kind != FF_MODEL_GPT)
+        return ff_format_error(err, err_len, FF_EINVAL, "unknown model kind %d", (int)m->kind);
     if (m->layers < 1 || m->layers > 100000)
         return ff_format_error(err, err_len, FF_EINVAL, "layers %d: expected 1 to 100000",
                                m->layers);
@@ -157,10 +178,15 @@ static int64_t params_with(const ff_model *m, int experts)
     return n;
 }
 
-int64_t ff_model_matmul_params(const ff_model *m) { return params_with(m, m->top_k); }
+int64_t ff_model_matmul_params(const ff_model *m)
+{
+    return m->kind == FF_MODEL_UNET ? plan_unet_params(&m->unet) : params_with(m, m->top_k);
+}
 
 int64_t ff_model_params(const ff_model *m, int64_t seq)
 {
+    if (m->kind == FF_MODEL_UNET)
+        return plan_unet_params(&m->unet);
     int64_t positions = m->max_seq > 0 ? m->max_seq : seq;
     return params_with(m, m->experts) + positions * m->hidden;
 }

@@ -52,6 +52,8 @@ int ff_plan_precision(const ff_plan_config *cfg)
 {
     if (cfg->precision != FF_PLAN_AUTO)
         return cfg->precision;
+    if (cfg->model.kind == FF_MODEL_UNET) /* (the U-Net trains in fp32 only) */
+        return FF_PLAN_FP32;
     return cfg->cost == FF_COST_FULL ? cfg->machine.precision : FF_PLAN_FP32;
 }
 
@@ -214,6 +216,22 @@ static int check_config_for(const ff_plan_config *cfg, int traffic_only, char *e
     int rc = ff_model_check(&cfg->model, err, len);
     if (rc != FF_OK)
         return rc;
+    if (cfg->model.kind == FF_MODEL_UNET) { /* the U-Net's own checks (unet.c) */
+        if ((rc = plan_unet_check(cfg, err, len)) != FF_OK)
+            return rc;
+        if (cfg->wire_bytes != 4 && cfg->wire_bytes != 2)
+            return ff_format_error(err, len, FF_EINVAL, "wire must be 4 (fp32) or 2 (bf16) bytes");
+        if (cfg->overlap > FF_OVERLAP_ALL)
+            return ff_format_error(err, len, FF_EINVAL, "unknown overlap bits 0x%x", cfg->overlap);
+        if (cfg->ag_cache < FF_PLAN_AUTO)
+            return ff_format_error(err, len, FF_EINVAL,
+                                   "AG cache must be a number of layers or automatic");
+        if (!ff_coll_model_ok(&cfg->coll))
+            return ff_format_error(err, len, FF_EINVAL,
+                                   "collective model: alphas, small_max and reduce_Bps must be "
+                                   ">= 0 and betas > 0, all finite");
+        return check_profile(&cfg->machine, err, len);
+    }
     if (cfg->batch < 1 || cfg->batch > ((int64_t)1 << 40))
         return ff_format_error(err, len, FF_EINVAL, "batch %lld: expected 1 to 2^40 sequences",
                                (long long)cfg->batch);
@@ -403,6 +421,14 @@ static int by_bound(const void *a, const void *b)
 static int evaluate(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *ops,
                     double *key, char *err, size_t len)
 {
+    if (cfg->model.kind == FF_MODEL_UNET) { /* one micro-batch, the full model (unet.c) */
+        memset(r, 0, sizeof *r);
+        r->grid = g;
+        r->stages = 1;
+        int rc = plan_unet_eval(cfg, g, r, ops, err, len);
+        *key = r->step_s;
+        return rc;
+    }
     if (cfg->micro_batches != FF_PLAN_AUTO)
         return evaluate_one(cfg, g, r, ops, key, err, len);
     ff_plan_config one = *cfg;
@@ -525,6 +551,8 @@ int ff_plan_traffic(const ff_plan_config *cfg, ff_dims grid, ff_dims coords,
         return rc;
     if ((rc = check_coords(grid, coords, err, err_len)))
         return rc;
+    if (cfg->model.kind == FF_MODEL_UNET)
+        return plan_unet_traffic(cfg, grid, coords, out, err, err_len);
     if (cfg->micro_batches == FF_PLAN_AUTO || cfg->expert_parallel == FF_PLAN_AUTO)
         return ff_format_error(err, err_len, FF_EINVAL,
                                "traffic is for a number of micro-batches and an expert "

@@ -117,6 +117,49 @@ typedef struct {
     int zero;       /* ZeRO over D in effect (ff_plan_config.zero with Gd > 1), else 0 */
 } plan_shape;
 
+/* ---- the list's builder for a second model (schedule.c; unet.c) ----
+ * A model other than the GPT lists its step through these: the linear
+ * layers' collectives, GEMMs and overlaps are the GPT's (one home). */
+typedef struct {
+    const plan_shape *s; /* only its options are read: g, overlap, wire, act, panel_rows,
+                            cmm, rs_cmm */
+    plan_ops *o;
+    int64_t gx, gy, gz, gd;
+    int gathers; /* Z all-gathers of weights listed so far */
+    int64_t m;   /* rows of the linear layers' products: the micro-batch's, or an expert's */
+} plan_sched;
+/* A linear layer (k x n; transposed: T) forward on c->m rows, after its
+ * weight's gather if do_gather; its backward (a gather first if
+ * do_gather; dinp 0: no input gradient, so no dI product and no
+ * all-reduce), its dW reduce-scatter over Z. */
+void plan_sched_linear_forward(plan_sched *c, int transposed, int64_t k, int64_t n, int do_gather,
+                               const ff_layer_opts *o);
+void plan_sched_linear_backward(plan_sched *c, int transposed, int64_t k, int64_t n, int do_gather,
+                                int dinp, const ff_layer_opts *o);
+/* A blocking fp32 collective of count elements on group g. */
+void plan_sched_coll(plan_sched *c, ff_group_kind g, ff_coll kind, int64_t count);
+void plan_sched_elem(plan_sched *c, double passes, double elems);
+void plan_sched_attention(plan_sched *c, double flops, int64_t tokens, int64_t head_dim);
+void plan_sched_optimizer(plan_sched *c, double n);
+/* Waits for every background collective (the end of a backward). */
+void plan_sched_finish(plan_sched *c);
+/* OAG: the gathers of the layers with it moved one gather earlier. */
+void plan_sched_prefetch(plan_ops *o);
+
+/* ---- the U-Net (unet.c) ---- */
+/* Its sizes in range (the run's refusals that do not depend on the grid). */
+int plan_unet_model_check(const ff_unet_config *u, char *err, size_t len);
+/* Its parameters (the canonical tensors' elements). */
+int64_t plan_unet_params(const ff_unet_config *u);
+int plan_unet_check(const ff_plan_config *cfg, char *err, size_t len);
+int plan_unet_eval(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *ops,
+                   char *err, size_t len);
+int plan_unet_traffic(const ff_plan_config *cfg, ff_dims g, ff_dims coords,
+                      ff_plan_coll out[FF_PLAN_NGROUPS][FF_NCOLL], char *err, size_t len);
+/* Play the list of ops (cost_full.c's timeline) and count its traffic at coords. */
+int plan_count_traffic_at(const ff_plan_config *cfg, plan_ops *ops, ff_dims g, ff_dims coords,
+                          ff_plan_coll out[FF_PLAN_NGROUPS][FF_NCOLL]);
+
 /* 1 if block l of the shape is a mixture of experts. */
 int plan_block_moe(const plan_shape *s, int64_t l);
 /* Rows local expert le computes on per micro-batch under balanced routing

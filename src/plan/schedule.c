@@ -26,13 +26,7 @@ enum { F32 = 4 }; /* statistics and losses stay fp32 */
  * reduces gradients in fp32 (docs/design.md §13) */
 static int grad_wire(const plan_shape *s, int wire) { return s->act == 2 ? F32 : wire; }
 
-typedef struct {
-    const plan_shape *s;
-    plan_ops *o;
-    int64_t gx, gy, gz, gd;
-    int gathers; /* Z all-gathers of weights listed so far */
-    int64_t m;   /* rows of the linear layers' products: the micro-batch's, or an expert's */
-} sched;
+typedef plan_sched sched; /* (plan_internal.h: the U-Net's schedule, unet.c, uses it too) */
 
 /* A linear layer O = I W, W of k x n (docs/design.md §3). */
 typedef struct {
@@ -318,7 +312,8 @@ static void scatter_gradient(sched *c, const linear *w, const ff_layer_opts *o, 
  * chunks' GEMMs), and all are waited after the dW GEMM (OAR) or before it.
  * `scatter` = 0 for the LM head, whose dW accumulates into the embedding's
  * gathered gradient. */
-static void linear_backward(sched *c, const linear *w, int scatter, const ff_layer_opts *o)
+static void linear_backward_of(sched *c, const linear *w, int scatter, int dinp,
+                               const ff_layer_opts *o)
 {
     const int64_t m = c->m, kl = k_local(c, w), nl = n_local(c, w);
     const ff_group_kind group = w->transposed ? FF_GROUP_Y : FF_GROUP_X;
@@ -331,7 +326,12 @@ static void linear_backward(sched *c, const linear *w, int scatter, const ff_lay
      * embedding's gradient instead */
     const int rs_sliced = scatter && c->gz > 1 && o->rs_cmm && nl % c->gz == 0;
     elem(c, 1, (double)(m * nl));
-    if (k == 1) {
+    if (!dinp) { /* no input gradient (a model's first layer): dW alone */
+        if (rs_sliced)
+            scatter_gradient(c, w, o, kl, nl, m);
+        else
+            weight_gradient(c, kl, nl, m);
+    } else if (k == 1) {
         gemm(c, m, kl, nl);
         coll(c, group, FF_COLL_ALLREDUCE, m * kl, o->wire_bytes, o->oar ? MODE_OAR : MODE_BLOCKING);
         if (rs_sliced)
@@ -357,6 +357,11 @@ static void linear_backward(sched *c, const linear *w, int scatter, const ff_lay
     if (scatter && c->gz > 1 && !rs_sliced)
         coll(c, FF_GROUP_Z, FF_COLL_REDUCE_SCATTER, shard(c, w), grad_wire(c->s, o->wire_bytes),
              o->ors ? MODE_BACKGROUND : MODE_BLOCKING);
+}
+
+static void linear_backward(sched *c, const linear *w, int scatter, const ff_layer_opts *o)
+{
+    linear_backward_of(c, w, scatter, 1, o);
 }
 
 /* LayerNorm on the residual (layout Y): the row statistics need the whole
@@ -1075,3 +1080,44 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
     zero_gathers(&c, wte_shard);
     plan_prefetch(o); /* the gathers of the layers with OAG */
 }
+
+/* ---- for a second model's schedule (unet.c; plan_internal.h) ---- */
+
+void plan_sched_linear_forward(plan_sched *c, int transposed, int64_t k, int64_t n, int do_gather,
+                               const ff_layer_opts *o)
+{
+    const linear w = {transposed, k, n};
+    linear_forward(c, &w, do_gather, o);
+}
+
+void plan_sched_linear_backward(plan_sched *c, int transposed, int64_t k, int64_t n, int do_gather,
+                                int dinp, const ff_layer_opts *o)
+{
+    const linear w = {transposed, k, n};
+    if (do_gather)
+        gather(c, shard(c, &w), o);
+    linear_backward_of(c, &w, 1, dinp, o);
+}
+
+void plan_sched_coll(plan_sched *c, ff_group_kind g, ff_coll kind, int64_t count)
+{
+    coll(c, g, kind, count, F32, MODE_BLOCKING);
+}
+
+void plan_sched_elem(plan_sched *c, double passes, double elems) { elem(c, passes, elems); }
+
+void plan_sched_attention(plan_sched *c, double flops, int64_t tokens, int64_t head_dim)
+{
+    plan_op *op = push(c->o);
+    if (!op)
+        return;
+    op->kind = OP_ATTN;
+    op->m = tokens, op->n = tokens, op->k = head_dim;
+    op->work = flops;
+}
+
+void plan_sched_optimizer(plan_sched *c, double n) { optimizer(c, n); }
+
+void plan_sched_finish(plan_sched *c) { wait_all(c); }
+
+void plan_sched_prefetch(plan_ops *o) { plan_prefetch(o); }

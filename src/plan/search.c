@@ -342,6 +342,9 @@ int plan_search(const ff_plan_config *cfg, ff_dims grid, int method, uint64_t se
 int ff_plan_per_layer(const ff_plan_config *cfg, ff_dims grid, int method, uint64_t seed,
                       ff_layer_plan *out, ff_plan_result *res, char *err, size_t err_len)
 {
+    if (cfg->model.kind == FF_MODEL_UNET)
+        return ff_format_error(err, err_len, FF_EUNSUPPORTED,
+                               "the planner's U-Net with a per-layer plan is not supported yet");
     plan_search_space sp;
     plan_search_space_default(&sp);
     return plan_search(cfg, grid, method, seed, &sp, out, res, NULL, err, err_len);
