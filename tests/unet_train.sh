@@ -7,10 +7,14 @@
 #     PNG are the uninterrupted run's, byte for byte;
 #  2. resumed on another grid (2x1x1x2 -> 1x1x2x2), every parameter of step 4
 #     is within the derived bound below of the uninterrupted run's;
-#  3. bad input: one message, the same exit code on every rank (cases.sh).
-#   usage: unet_train.sh FOURFOLD MPIEXEC
+#  3. `fourfold sample --png` on the step-4 checkpoint writes the run's own
+#     samples.png, byte for byte;
+#  4. bad input: one message, the same exit code on every rank (cases.sh).
+# The sanitizer build (third argument "sanitize") runs the bad-input cases
+# that reach the new checkpoint code only (each case is ~10 s there).
+#   usage: unet_train.sh FOURFOLD MPIEXEC [sanitize]
 set -u
-FF=$1 MPIEXEC=$2 NP=4
+FF=$1 MPIEXEC=$2 NP=4 QUICK=${3:-}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 failures=0
@@ -45,6 +49,12 @@ else
     echo "FAILED: the resumed run's step-4 checkpoint or samples differ"
     failures=$((failures + 1))
 fi
+# fourfold sample --png on the checkpoint: the run's own samples.png (the
+# same grid, seed and images)
+"$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" sample --grid 2x1x1x2 \
+    --checkpoint "$WORK/a/model_00000004.bin" --png "$WORK/s.png" --samples 8 > "$WORK/s.txt" 2>&1 &&
+    cmp -s "$WORK/s.png" "$WORK/a/samples.png" && echo "ok: sample --png is the run's samples.png" ||
+    { cat "$WORK/s.txt"; echo "FAILED: sample --png"; failures=$((failures + 1)); }
 grep -q '"type":"val"' "$WORK/a/log.jsonl" && [ -s "$WORK/a/loss.svg" ] ||
     { echo "FAILED: no validation in log.jsonl, or no loss.svg"; failures=$((failures + 1)); }
 
@@ -81,20 +91,24 @@ sys.exit(0 if (d <= bound).all() else 1)
 EOF
     { echo "FAILED: the run resumed on 1x1x2x2 is outside the bound"; failures=$((failures + 1)); }
 
-# 3. bad input
+# 4. bad input
 S="--model unet-tiny --batch 8 --steps 1 --val-every 0 --grid 1x1x2x2"
-case_ "fp32 only"                      1 train $S --precision bf16-mixed --out "$WORK/o1"
-case_ "cannot open"                    1 train $S --data "$WORK/missing.gz" --out "$WORK/o2"
-printf 'not an idx file' > "$WORK/bad.idx"
-case_ "bad.idx"                        1 train $S --data "$WORK/bad.idx" --out "$WORK/o3"
-case_ "the U-Net presets are"          2 train $S --model unet-huge --out "$WORK/o4"
-case_ "do not apply"                   2 train $S --layers 2 --out "$WORK/o5"
+if [ "$QUICK" != sanitize ]; then
+    case_ "fp32 only"                  1 train $S --precision bf16-mixed --out "$WORK/o1"
+    case_ "cannot open"                1 train $S --data "$WORK/missing.gz" --out "$WORK/o2"
+    printf 'not an idx file' > "$WORK/bad.idx"
+    case_ "bad.idx"                    1 train $S --data "$WORK/bad.idx" --out "$WORK/o3"
+    case_ "the U-Net presets are"      2 train $S --model unet-huge --out "$WORK/o4"
+    case_ "do not apply"               2 train $S --layers 2 --out "$WORK/o5"
+fi
 # a GPT checkpoint (an llm.c model file's header) in a U-Net run's folder
 mkdir -p "$WORK/g"
 "$PY" -c "import struct,sys; open(sys.argv[1],'wb').write(struct.pack('<256i', 20240326, 3, *[0]*254))" \
     "$WORK/g/model_00000002.bin"
 echo 2 > "$WORK/g/DONE_00000002"
 case_ "is a GPT checkpoint"            1 train $S --steps 4 --out "$WORK/g" --resume
+[ "$QUICK" = sanitize ] ||
+    case_ "is a GPT checkpoint"        1 sample --grid 1x1x2x2 --checkpoint "$WORK/g/model_00000002.bin" --png "$WORK/p.png"
 # a U-Net checkpoint given to a GPT run
 printf 'some words for a small corpus of a GPT run\n%.0s' $(seq 50) > "$WORK/text"
 "$FF" tokenize --out "$WORK/d" --val-fraction 0 "$WORK/text" > /dev/null

@@ -80,6 +80,13 @@ typedef struct {
  * describes the folder). */
 int ff_ckpt_commit(ff_ctx *ctx, const ff_net *net, const char *dir, ff_train_state *st, int keep);
 
+/* Samples of the model in a checkpoint file into png (the U-Net's
+ * `model_N.bin`: its configuration from the header, the parameters
+ * verified and loaded on this grid, n images of the reverse process drawn
+ * with seed; n a multiple of the grid's Gz Gd). FF_EINVAL for another
+ * model's file (a GPT's samples are text: ff_gpt_sample_next). */
+int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, uint64_t seed, const char *png);
+
 #ifdef __cplusplus
 }
 #endif

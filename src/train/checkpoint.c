@@ -562,8 +562,6 @@ int ff_ckpt_check_kind(ff_ctx *ctx, const char *path, int kind)
     if (kind == FF_NET_UNET && magic != FF_UNET_CKPT_MAGIC &&
         (magic == FF_GPT_MAGIC_MOE || magic == 20240326))
         return ff_set_error(ctx, FF_EINVAL,
-                            "'%s' is a GPT checkpoint (an llm.c model file); this run trains a "
-                            "U-Net",
-                            path);
+                            "'%s' is a GPT checkpoint (an llm.c model file), not a U-Net's", path);
     return FF_OK;
 }

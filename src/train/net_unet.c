@@ -305,12 +305,10 @@ static int read_checked(unet_net *m, const char *path, int32_t h[HEADER_INTS], f
     return rc;
 }
 
-static int unet_load(void *impl, const char *dir, int64_t step, ff_train_state *st)
+/* Checkpoint file path into the model (verified on rank 0 first). */
+static int load_file(unet_net *m, const char *path, ff_train_state *st)
 {
-    unet_net *m = impl;
     ff_ctx *ctx = m->ctx;
-    char path[4300];
-    ff_ckpt_path(path, sizeof path, dir, "model", step);
     int32_t h[HEADER_INTS];
     float *data = NULL;
     int rc = ff_ctx_agree(ctx, ff_ctx_rank(ctx) == 0 ? read_checked(m, path, h, &data) : FF_OK);
@@ -358,6 +356,13 @@ static int unet_load(void *impl, const char *dir, int64_t step, ff_train_state *
     a->weight_decay = getf(h, H_HYPER + 7);
     a->clip = getf(h, H_HYPER + 8);
     return FF_OK;
+}
+
+static int unet_load(void *impl, const char *dir, int64_t step, ff_train_state *st)
+{
+    char path[4300];
+    ff_ckpt_path(path, sizeof path, dir, "model", step);
+    return load_file(impl, path, st);
 }
 
 static double unet_flops(void *impl)
@@ -524,4 +529,74 @@ int ff_net_unet_create(ff_grid *grid, const ff_trainer_config *cfg, ff_net *out)
 ff_unet *ff_net_unet(const ff_net *net)
 {
     return net->ops && net->ops->kind == FF_NET_UNET ? ((unet_net *)net->impl)->u : NULL;
+}
+
+/* The configuration in a checkpoint's header (config_slots reversed). */
+static void config_from_slots(const int32_t *h, ff_unet_config *c)
+{
+    memset(c, 0, sizeof *c);
+    const int32_t *p = &h[H_CONFIG];
+    c->image_size = *p++;
+    c->img_channels = *p++;
+    c->img_channels_pad = *p++;
+    c->base = *p++;
+    c->levels = *p++;
+    for (int i = 0; i < FF_UNET_MAX_LEVELS; i++)
+        c->mult[i] = *p++;
+    c->nres = *p++;
+    c->group_channels = *p++;
+    c->temb_mult = *p++;
+    c->attn_head_channels = *p++;
+    c->timesteps = *p++;
+    c->schedule = (ff_schedule)*p++;
+    memcpy(&c->beta_first, &h[H_BETAS], sizeof(double));
+    memcpy(&c->beta_last, &h[H_BETAS + 2], sizeof(double));
+}
+
+int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, uint64_t seed, const char *png)
+{
+    ff_ctx *ctx = ff_grid_ctx(grid);
+    int32_t h[HEADER_INTS] = {0};
+    int io = FF_OK;
+    if (ff_ctx_rank(ctx) == 0) {
+        FILE *f = NULL;
+        io = ff_ckpt_check_kind(ctx, path, FF_NET_UNET);
+        if (io == FF_OK && !(f = ff_fopen_regular(path)))
+            io = ff_set_error(ctx, FF_EIO, "cannot open the checkpoint '%s': %s", path,
+                              ff_open_error(errno));
+        else if (io == FF_OK && (fread(h, sizeof(int32_t), HEADER_INTS, f) != HEADER_INTS ||
+                                 h[H_MAGIC] != FF_UNET_CKPT_MAGIC))
+            io = ff_set_error(ctx, FF_EINVAL,
+                              "'%s' is not a fourfold U-Net checkpoint (samples to a PNG are "
+                              "the U-Net's)",
+                              path);
+        if (f)
+            fclose(f);
+    }
+    int rc = ff_ctx_agree(ctx, io);
+    if (rc == FF_OK && MPI_Bcast(h, HEADER_INTS, MPI_INT32_T, 0, ff_ctx_comm(ctx)) != MPI_SUCCESS)
+        rc = ff_ctx_agree(ctx, ff_set_error(ctx, FF_EMPI, "MPI_Bcast failed"));
+    if (rc)
+        return rc;
+    unet_net *m = calloc(1, sizeof *m);
+    rc = ff_ctx_agree(ctx, m ? FF_OK : ff_set_error(ctx, FF_ENOMEM, "out of memory"));
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    m->ctx = ctx;
+    m->grid = grid;
+    config_from_slots(h, &m->cfg);
+    m->batch = n;
+    m->per = m->cfg.image_size * m->cfg.image_size * m->cfg.img_channels;
+    rc = ff_unet_create(grid, &m->cfg, NULL, n, &m->u);
+    ff_train_state st;
+    if (rc == FF_OK) {
+        ff_unet_images(m->u, &m->first, &m->count);
+        rc = load_file(m, path, &st);
+    }
+    if (rc == FF_OK)
+        rc = unet_samples(m, png, seed);
+    unet_destroy(m);
+    return rc;
 }
