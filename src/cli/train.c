@@ -779,12 +779,15 @@ static void print_event(const ff_train_event *ev, void *user)
         if (s->step % o->log_every != 0 && s->step != s->steps && s->step != 1)
             break;
         format_eta(s->eta_s, eta, sizeof eta);
+        /* (a model whose FLOPs are not known, the U-Net's: no FLOP/s) */
+        char flops[96] = "";
+        if (s->model_flops_per_s > 0)
+            snprintf(flops, sizeof flops, "%.2f GFLOP/s %4.1f%% of %s | ",
+                     s->model_flops_per_s * 1e-9, 100 * s->sgemm_fraction, o->peak_name);
         cli_print("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f %s | "
-                  "%.2f GFLOP/s %4.1f%% of %s | compute %.1f wait %.1f hidden %.1f ms | "
-                  "eta %s\n",
+                  "%scompute %.1f wait %.1f hidden %.1f ms | eta %s\n",
                   (long long)s->step, (long long)s->steps, s->loss, s->lr, s->grad_norm, s->ms,
-                  s->tokens_per_s, o->rate_unit ? o->rate_unit : "tok/s",
-                  s->model_flops_per_s * 1e-9, 100 * s->sgemm_fraction, o->peak_name, s->compute_ms,
+                  s->tokens_per_s, o->rate_unit ? o->rate_unit : "tok/s", flops, s->compute_ms,
                   s->wait_ms, s->hidden_ms, eta);
         if (o->moe_model)
             cli_print("           | load-balancing loss %.5f | dropped %.1f%% of token-expert "
