@@ -24,8 +24,10 @@
 
 #include "fourfold/gpt.h"
 #include "fourfold/grid.h"
+#include "fourfold/model.h"
 #include "fourfold/prune.h"
 #include "fourfold/train.h"
+#include "fourfold/unet.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,7 +39,7 @@ typedef struct {
     int64_t steps; /* the run's last step */
     float loss, lr, grad_norm;
     double ms;                  /* wall time of the step, data included */
-    double tokens_per_s;        /* whole grid */
+    double tokens_per_s;        /* whole grid (a U-Net: images per second) */
     double model_flops_per_s;   /* 6N + 12LCT per token (ff_gpt_flops_per_token) */
     double sgemm_fraction;      /* of the sgemm rate of every rank together */
     double compute_ms, wait_ms; /* ms = compute + blocked in collectives */
@@ -69,6 +71,13 @@ typedef struct {
 typedef void (*ff_train_hook)(const ff_train_event *ev, void *user);
 
 typedef struct {
+    /* the model (include/fourfold/model.h): FF_NET_GPT, the default (model,
+     * gpt and the token data below), or FF_NET_UNET (unet, on images: data
+     * and val_data are IDX files, NULL for Fashion-MNIST's training and test
+     * images; batch images per step, micro_batch = batch; seq unused).
+     * init_from, mask, pruning, SAMO and bf16-mixed are the GPT's only. */
+    ff_net_kind kind;
+    ff_unet_config unet;
     ff_gpt_config model; /* the shape (with init_from the file's; a mixture of experts
                             here, experts > 0, must match the file's experts and
                             expert_every, and its top_k, capacity_factor and
@@ -156,8 +165,17 @@ int ff_trainer_run(ff_trainer *t);
  * FF_EIO before the first step (nothing to plot). */
 int ff_trainer_write_loss_svg(ff_trainer *t, const char *path);
 
+/* Samples of the model into path (the U-Net: a PNG grid of DDPM samples of
+ * one batch, drawn with seed); FF_EUNSUPPORTED for a model without
+ * (the GPT: ff_gpt_sample_next). */
+int ff_trainer_write_samples(ff_trainer *t, const char *path, uint64_t seed);
+
 int64_t ff_trainer_steps_done(const ff_trainer *t);
+/* The model as the interface (include/fourfold/model.h). */
+const ff_net *ff_trainer_net(const ff_trainer *t);
+/* The GPT (NULL for another model) and the U-Net (NULL for another). */
 ff_gpt *ff_trainer_gpt(ff_trainer *t);
+ff_unet *ff_trainer_unet(ff_trainer *t);
 void ff_trainer_get_info(const ff_trainer *t, ff_trainer_info *info);
 /* Closes the log; frees everything (the grid stays the caller's). NULL is a no-op. */
 void ff_trainer_destroy(ff_trainer *t);

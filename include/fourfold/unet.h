@@ -48,6 +48,8 @@ extern "C" {
 #endif
 
 enum { FF_UNET_MAX_LEVELS = 6 };
+/* The U-Net's checkpoint file (docs/unet.md, "Checkpoints"). */
+enum { FF_UNET_CKPT_MAGIC = 20261128, FF_UNET_CKPT_VERSION = 1 };
 
 typedef enum { FF_SCHEDULE_LINEAR = 0, FF_SCHEDULE_COSINE } ff_schedule;
 
@@ -103,6 +105,13 @@ ff_unet_tensor_info ff_unet_tensor(const ff_unet *u, int i);
  * AdamW moments (2: m, 3: v; after a step) -> canonical, on rank 0 of the
  * grid (GroupNorm's: on every rank). */
 int ff_unet_scatter(ff_unet *u, int i, const float *canon);
+/* ff_unet_scatter into the parameters (which 0) or the AdamW moments (2: m,
+ * 3: v; allocated, zero, if no step made them yet): a checkpoint's load. */
+int ff_unet_scatter_to(ff_unet *u, int i, int which, const float *canon);
+/* AdamW's moments, zero, if no step or load made them yet. Collective. */
+int ff_unet_alloc_moments(ff_unet *u);
+/* The model's configuration (as created). */
+ff_unet_config ff_unet_get_config(const ff_unet *u);
 int ff_unet_gather(ff_unet *u, int i, int which, float *canon);
 /* Weights N(0, 1/fan_in) by canonical index (ff_linear_init), biases 0,
  * GroupNorm gains 1 and biases 0: the same on every grid. */

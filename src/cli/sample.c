@@ -166,8 +166,9 @@ int cli_generate_text(ff_gpt *g, const ff_bpe *bpe, const int32_t *prompt, int p
 
 typedef struct {
     cli_run_opts run;
-    const char *checkpoint, *prompt, *data, *bpe;
+    const char *checkpoint, *prompt, *data, *bpe, *png;
     long tokens, samples, seq, batch, batches, seed, top_k;
+    int samples_set;                     /* --samples given (--png's default is 16) */
     double temperature, capacity_factor; /* capacity_factor 0: the checkpoint's */
     ff_precision precision;
     ff_bf16_products bf16_products;
@@ -183,6 +184,8 @@ static const char help_sample[] =
     "scripts/setup.sh gpt2-vocab puts it); without one, token ids.\n\n"
     "options:\n"
     "  --checkpoint FILE  the model (e.g. out/model_00000200.bin)\n"
+    "  --png FILE         a U-Net checkpoint (fourfold train --model unet-...): --samples\n"
+    "                     images (default 16) of its reverse process as a PNG grid\n"
     "  --prompt TEXT      text to continue (default none); a BPE model encodes it with its\n"
     "                     vocabulary's encoder.json and vocab.bpe\n"
     "  --bpe DIR          the vocabulary: GPT-2's encoder.json and vocab.bpe, or llm.c's\n"
@@ -234,6 +237,8 @@ static int parse(int argc, char **argv, sample_opts *o, const char *command)
             return -1;
         else if (cli_is(&a, "checkpoint"))
             bad = !(o->checkpoint = cli_value(&a));
+        else if (cli_is(&a, "png") && !strcmp(command, "sample"))
+            bad = !(o->png = cli_value(&a));
         else if (cli_is(&a, "prompt"))
             bad = !(o->prompt = cli_value(&a));
         else if (cli_is(&a, "data"))
@@ -242,9 +247,10 @@ static int parse(int argc, char **argv, sample_opts *o, const char *command)
             bad = !(o->bpe = cli_value(&a));
         else if (cli_is(&a, "tokens"))
             bad = !(v = cli_value(&a)) || cli_parse_int("tokens", v, 1, 1 << 24, &o->tokens);
-        else if (cli_is(&a, "samples"))
+        else if (cli_is(&a, "samples")) {
             bad = !(v = cli_value(&a)) || cli_parse_int("samples", v, 1, 1 << 16, &o->samples);
-        else if (cli_is(&a, "seq"))
+            o->samples_set = 1;
+        } else if (cli_is(&a, "seq"))
             bad = !(v = cli_value(&a)) || cli_parse_int("seq", v, 1, 1 << 20, &o->seq);
         else if (cli_is(&a, "batch"))
             bad = !(v = cli_value(&a)) || cli_parse_int("batch", v, 1, 1 << 24, &o->batch);
@@ -409,6 +415,17 @@ static int run(int argc, char **argv, const char *command)
         return CLI_FAIL;
     ff_dims s = ff_grid_shape(grid);
     const long pairs = (long)s.z * s.d;
+    if (o.png) { /* a U-Net's images (docs/unet.md) */
+        long k = o.samples_set ? o.samples : 16;
+        int rc = ff_net_file_samples(grid, o.checkpoint, (k + pairs - 1) / pairs * pairs,
+                                     (uint64_t)o.seed, o.png);
+        if (rc == FF_OK)
+            cli_print("wrote %s: %ld DDPM samples of %s\n", o.png, (k + pairs - 1) / pairs * pairs,
+                      o.checkpoint);
+        else
+            cli_error("%s", ff_ctx_error(ctx));
+        return cli_teardown(&o.run, ctx, grid, rc ? CLI_FAIL : CLI_OK);
+    }
     long batch = eval ? (o.batch ? o.batch : pairs) : (o.samples + pairs - 1) / pairs * pairs;
     ff_gpt *g = NULL;
     ff_data *data = NULL;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "fourfold/image.h"
 #include "util/file.h"
 
 typedef struct {
@@ -22,6 +23,7 @@ typedef struct {
     float capacity_factor, aux_coef;
     int moe_model;         /* the model built has experts (print_event) */
     const char *peak_name; /* what the step's FLOP/s are a fraction of (print_event) */
+    const char *rate_unit; /* the step's samples per second (print_event): NULL tok/s */
     long batch, micro, micro_batches, seq, steps;
     const char *schedule, *stage_layers;
     int stage_split[1024]; /* --stage-layers, parsed */
@@ -45,7 +47,9 @@ static const char help[] =
     "model:\n"
     "  --model NAME      preset: mini (default: L=4 C=128 NH=4, byte vocabulary 257),\n"
     "                    mini-moe (mini with 4 experts in every second block), tiny,\n"
-    "                    gpt2-124m, gpt2-350m, ..., gpt-5b ... gpt-640b\n"
+    "                    gpt2-124m, gpt2-350m, ..., gpt-5b ... gpt-640b;\n"
+    "                    unet-tiny, unet-fmnist: the DDPM U-Net on Fashion-MNIST (fp32;\n"
+    "                    --data/--val-data IDX image files; OUT/samples.png; docs/unet.md)\n"
     "  --layers N --hidden N --heads N --vocab N --max-seq N   override the preset\n"
     "mixture of experts (docs/moe.md; override the preset):\n"
     "  --experts E       experts per MoE block (0 = a dense model)\n"
@@ -788,12 +792,16 @@ static void print_event(const ff_train_event *ev, void *user)
         if (s->step % o->log_every != 0 && s->step != s->steps && s->step != 1)
             break;
         format_eta(s->eta_s, eta, sizeof eta);
-        cli_print("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s | "
-                  "%.2f GFLOP/s %4.1f%% of %s | compute %.1f wait %.1f hidden %.1f ms | "
-                  "eta %s\n",
+        /* (a model whose FLOPs are not known, the U-Net's: no FLOP/s) */
+        char flops[96] = "";
+        if (s->model_flops_per_s > 0)
+            snprintf(flops, sizeof flops, "%.2f GFLOP/s %4.1f%% of %s | ",
+                     s->model_flops_per_s * 1e-9, 100 * s->sgemm_fraction, o->peak_name);
+        cli_print("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f %s | "
+                  "%scompute %.1f wait %.1f hidden %.1f ms | eta %s\n",
                   (long long)s->step, (long long)s->steps, s->loss, s->lr, s->grad_norm, s->ms,
-                  s->tokens_per_s, s->model_flops_per_s * 1e-9, 100 * s->sgemm_fraction,
-                  o->peak_name, s->compute_ms, s->wait_ms, s->hidden_ms, eta);
+                  s->tokens_per_s, o->rate_unit ? o->rate_unit : "tok/s", flops, s->compute_ms,
+                  s->wait_ms, s->hidden_ms, eta);
         if (o->moe_model)
             cli_print("           | load-balancing loss %.5f | dropped %.1f%% of token-expert "
                       "assignments\n",
@@ -835,6 +843,79 @@ static void note_plan_progress(ff_ctx *ctx, const char *path, const ff_layer_pla
                   path, cli_progress_name(plan->progress), cli_progress_name(mode));
 }
 
+/* --model unet-NAME: the U-Net (docs/unet.md) through the same trainer, on
+ * Fashion-MNIST (or --data/--val-data IDX files); OUT/samples.png at the
+ * end. The GPT's model, pipeline, MoE, pruning and plan options are refused. */
+static int train_unet(train_opts *o)
+{
+    ff_unet_config ucfg;
+    if (ff_unet_preset(o->model + 5, &ucfg) != FF_OK) {
+        cli_error("--model %s: the U-Net presets are unet-tiny and unet-fmnist", o->model);
+        return CLI_USAGE;
+    }
+    if (o->layers || o->hidden || o->heads || o->vocab || o->max_seq || o->experts >= 0 ||
+        o->init_from || o->mask || o->prune_to > 0 || o->samo || o->plan || o->micro != o->batch ||
+        o->schedule || o->stage_layers || o->sample_tokens > 0 || !strcmp(o->run.grid, "auto")) {
+        cli_error("--model %s is a U-Net: the GPT's options (--layers, --hidden, --heads, "
+                  "--vocab, --max-seq, --experts, --init-from, --mask, --prune-*, --samo, --plan, "
+                  "--micro-batch(es), pipelines, --sample, --grid auto) do not apply",
+                  o->model);
+        return CLI_USAGE;
+    }
+    ff_ctx *ctx;
+    ff_grid *grid;
+    if (cli_setup(&o->run, &ctx, &grid) != CLI_OK)
+        return CLI_FAIL;
+    ff_trainer_config tc;
+    ff_trainer_config_default(&tc);
+    tc.kind = FF_NET_UNET;
+    tc.unet = ucfg;
+    tc.gpt = o->gpt; /* (its precision: the trainer refuses bf16-mixed for a U-Net) */
+    tc.batch = tc.micro_batch = (int)o->batch;
+    tc.seq = 1;
+    tc.steps = (int)o->steps;
+    tc.hyper = o->hyper;
+    tc.seed = (uint64_t)o->seed;
+    tc.data = o->data;
+    tc.val_data = o->data ? o->val_data : NULL;
+    tc.val_every = (int)o->val_every;
+    tc.val_batches = (int)o->val_batches;
+    tc.out = o->out;
+    tc.save_every = (int)o->save_every;
+    tc.keep = (int)o->keep;
+    tc.overwrite = o->overwrite;
+    tc.resume_from = o->resume ? o->out : o->resume_from;
+    tc.hook = print_event;
+    tc.user = o;
+    o->peak_name = "sgemm";
+    o->rate_unit = "img/s";
+    ff_trainer *t = NULL;
+    int rc = ff_trainer_create(grid, &tc, &t);
+    if (rc == FF_OK) {
+        ff_dims s = ff_grid_shape(grid);
+        cli_print("model      %s: %lldx%lld images, C0=%d, %d levels, %d blocks each, T=%d, "
+                  "%zu parameters on this rank\n",
+                  o->model, (long long)ucfg.image_size, (long long)ucfg.image_size, ucfg.base,
+                  ucfg.levels, ucfg.nres, ucfg.timesteps, ff_unet_params_count(ff_trainer_unet(t)));
+        cli_print("data       %s%s\n", o->data ? o->data : FF_FASHION_MNIST_DIR,
+                  o->data && !o->val_data ? " (no validation)" : "");
+        cli_print("grid       %dx%dx%dx%d (X x Y x Z x D) on %d ranks; batch %ld images, %ld "
+                  "steps, lr %g, fp32\n",
+                  s.x, s.y, s.z, s.d, ff_ctx_size(ctx), o->batch, o->steps, o->hyper.lr);
+        rc = ff_trainer_run(t);
+    }
+    if (rc == FF_OK && o->out) {
+        char png[4300];
+        snprintf(png, sizeof png, "%s/samples.png", o->out);
+        if ((rc = ff_trainer_write_samples(t, png, (uint64_t)o->seed)) == FF_OK)
+            cli_print("samples: %s (%ld DDPM samples)\n", png, o->batch);
+    }
+    if (rc)
+        cli_error("%s", ff_ctx_error(ctx));
+    ff_trainer_destroy(t);
+    return cli_teardown(&o->run, ctx, grid, rc ? CLI_FAIL : CLI_OK);
+}
+
 int cmd_train(int argc, char **argv)
 {
     train_opts o;
@@ -846,6 +927,8 @@ int cmd_train(int argc, char **argv)
     }
     if (code != CLI_OK)
         return code;
+    if (!strncmp(o.model, "unet-", 5))
+        return train_unet(&o);
     ff_gpt_config cfg;
     if ((code = model_config(&o, &cfg)) != CLI_OK)
         return code;

@@ -535,13 +535,35 @@ static void part_rows(const unet_tensor *t, int p, float *part, float *canon, in
 
 int ff_unet_scatter(ff_unet *u, int i, const float *canon)
 {
+    return ff_unet_scatter_to(u, i, 0, canon);
+}
+
+int ff_unet_alloc_moments(ff_unet *u)
+{
+    if (!u->adam_m) {
+        u->adam_m = calloc(u->nparams ? u->nparams : 1, sizeof(float));
+        u->adam_v = calloc(u->nparams ? u->nparams : 1, sizeof(float));
+    }
+    return ff_ctx_agree(u->ctx,
+                        u->adam_m && u->adam_v
+                            ? FF_OK
+                            : ff_set_error(u->ctx, FF_ENOMEM, "out of memory for AdamW's moments"));
+}
+
+int ff_unet_scatter_to(ff_unet *u, int i, int which, const float *canon)
+{
     unet_tensor *t = &u->tensors[i];
     int rc = FF_OK;
+    if (which != 0 && which != 2 && which != 3)
+        return ff_set_error(u->ctx, FF_EINVAL, "U-Net: no such data to scatter to");
+    if (which && (rc = ff_unet_alloc_moments(u)))
+        return rc;
+    float *base = which == 0 ? u->params : which == 2 ? u->adam_m : u->adam_v;
     if (t->kind >= 2) {
         int64_t c0 = 0;
         for (int p = 0; p < t->parts; p++) {
             unet_gn *n = t->gn[p];
-            float *dst = u->params + n->off + (t->kind == 3 ? (size_t)n->cl : 0);
+            float *dst = base + n->off + (t->kind == 3 ? (size_t)n->cl : 0);
             memcpy(dst, canon + c0 + gn_rank(u, n) * n->cl, (size_t)n->cl * sizeof(float));
             c0 += n->C;
         }
@@ -560,8 +582,8 @@ int ff_unet_scatter(ff_unet *u, int i, const float *canon)
             memcpy(bc, canon, (size_t)L->cout * sizeof(float));
         if (!rc)
             rc = ff_linear_scatter(L->lin, wc, L->nb ? bc : NULL,
-                                   t->kind == 0 ? u->params + L->off_w : ws,
-                                   L->nb ? (t->kind == 1 ? u->params + L->off_b : bs) : NULL, 0);
+                                   t->kind == 0 ? base + L->off_w : ws,
+                                   L->nb ? (t->kind == 1 ? base + L->off_b : bs) : NULL, 0);
         free(wc), free(bc), free(ws), free(bs);
     }
     return rc;
@@ -633,3 +655,5 @@ int ff_unet_allreduce_grads(ff_unet *u)
     }
     return rc;
 }
+
+ff_unet_config ff_unet_get_config(const ff_unet *u) { return u->cfg; }

@@ -47,14 +47,7 @@ static void adamw_range(ff_unet *u, size_t a, size_t n, const adamw_job *j, floa
 int ff_unet_step(ff_unet *u, const float *x0, uint64_t seed, int step, const ff_adamw *h,
                  ff_unet_step_info *info)
 {
-    if (!u->adam_m) {
-        u->adam_m = calloc(u->nparams ? u->nparams : 1, sizeof(float));
-        u->adam_v = calloc(u->nparams ? u->nparams : 1, sizeof(float));
-    }
-    int rc = u->adam_m && u->adam_v
-                 ? FF_OK
-                 : ff_set_error(u->ctx, FF_ENOMEM, "out of memory for AdamW's moments");
-    rc = ff_ctx_agree(u->ctx, rc);
+    int rc = ff_unet_alloc_moments(u);
     float loss = 0, norm = 0;
     ff_unet_zero_grads(u);
     if (!rc)

@@ -11,9 +11,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fourfold/model.h"
 #include "fourfold/prune.h"
 #include "fourfold/train.h"
+#include "fourfold/unet.h"
 #include "nn/gpt_internal.h"
+#include "train/ckpt.h"
 #include "util/crc32.h"
 #include "util/file.h"
 
@@ -297,21 +300,45 @@ int ff_ckpt_clear(ff_ctx *ctx, const char *dir)
     return ff_ctx_agree(ctx, rc);
 }
 
-int ff_ckpt_save(ff_gpt *g, const char *dir, ff_train_state *st, int keep)
+/* A checkpoint of this step already complete: its DONE marker is withdrawn
+ * before its files are replaced, so a kill meanwhile cannot leave a marker
+ * over a mismatched pair. */
+static int ckpt_begin(ff_ctx *ctx, const char *dir, int64_t step)
+{
+    char done[4096];
+    ff_ckpt_path(done, sizeof done, dir, "done", step);
+    int rc = FF_OK;
+    if (ff_ctx_rank(ctx) == 0 && access(done, F_OK) == 0 &&
+        (remove(done) != 0 || sync_dir(dir) != 0))
+        rc = ff_set_error(ctx, FF_EIO, "cannot replace the checkpoint '%s'", done);
+    return ff_ctx_agree(ctx, rc);
+}
+
+/* The files written: the DONE marker completes the set, then the older
+ * checkpoints go. */
+static int ckpt_finish(ff_ctx *ctx, const char *dir, int64_t step, int keep)
+{
+    char done[4096];
+    ff_ckpt_path(done, sizeof done, dir, "done", step);
+    int io = FF_OK;
+    if (ff_ctx_rank(ctx) == 0) {
+        if (sync_dir(dir) != 0 || write_done(done, step) != 0 || sync_dir(dir) != 0)
+            io = ff_set_error(ctx, FF_EIO, "cannot complete the checkpoint '%s'", done);
+        else if (keep > 0)
+            prune(dir, keep, step);
+    }
+    return ff_ctx_agree(ctx, io);
+}
+
+int ff_ckpt_gpt_files(ff_gpt *g, const char *dir, ff_train_state *st)
 {
     ff_ctx *ctx = g->ctx;
     int root = ff_ctx_rank(ctx) == 0;
-    char model[4096], state[4096], done[4096];
+    char model[4096], state[4096];
     ff_ckpt_path(model, sizeof model, dir, "model", st->step);
     ff_ckpt_path(state, sizeof state, dir, "state", st->step);
-    ff_ckpt_path(done, sizeof done, dir, "done", st->step);
-    /* a checkpoint of this step already complete: withdraw its DONE marker
-     * before its files are replaced, so a kill meanwhile cannot leave a
-     * marker over a mismatched pair */
-    int rc = FF_OK;
-    if (root && access(done, F_OK) == 0 && (remove(done) != 0 || sync_dir(dir) != 0))
-        rc = ff_set_error(ctx, FF_EIO, "cannot replace the checkpoint '%s'", done);
-    if ((rc = ff_ctx_agree(ctx, rc)) || (rc = ff_gpt_save(g, FF_GPT_PARAMS, model)))
+    int rc = ff_gpt_save(g, FF_GPT_PARAMS, model);
+    if (rc)
         return rc;
     /* the state names the model file it belongs with */
     rc = ff_ctx_agree(ctx, root ? model_crc(ctx, model, &st->model_crc) : FF_OK);
@@ -326,16 +353,23 @@ int ff_ckpt_save(ff_gpt *g, const char *dir, ff_train_state *st, int keep)
         ff_ckpt_path(mask, sizeof mask, dir, "mask", st->step);
         rc = ff_gpt_save_mask(g, mask);
     }
-    if (rc)
-        return rc;
-    int io = FF_OK;
-    if (root) {
-        if (sync_dir(dir) != 0 || write_done(done, st->step) != 0 || sync_dir(dir) != 0)
-            io = ff_set_error(ctx, FF_EIO, "cannot complete the checkpoint '%s'", done);
-        else if (keep > 0)
-            prune(dir, keep, st->step);
-    }
-    return ff_ctx_agree(ctx, io);
+    return rc;
+}
+
+int ff_ckpt_save(ff_gpt *g, const char *dir, ff_train_state *st, int keep)
+{
+    int rc = ckpt_begin(g->ctx, dir, st->step);
+    if (rc == FF_OK)
+        rc = ff_ckpt_gpt_files(g, dir, st);
+    return rc ? rc : ckpt_finish(g->ctx, dir, st->step, keep);
+}
+
+int ff_ckpt_commit(ff_ctx *ctx, const ff_net *net, const char *dir, ff_train_state *st, int keep)
+{
+    int rc = ckpt_begin(ctx, dir, st->step);
+    if (rc == FF_OK)
+        rc = net->ops->save(net->impl, dir, st);
+    return rc ? rc : ckpt_finish(ctx, dir, st->step, keep);
 }
 
 int ff_ckpt_latest(ff_ctx *ctx, const char *dir, int64_t *step)
@@ -462,7 +496,9 @@ int ff_ckpt_load(ff_gpt *g, const char *dir, int64_t step, ff_train_state *st)
     float *canon = NULL;
     int io = FF_OK;
     if (root) {
-        io = ff_gpt_check_header(g, model);
+        io = ff_ckpt_check_kind(ctx, model, FF_NET_GPT);
+        if (io == FF_OK)
+            io = ff_gpt_check_header(g, model);
         if (io == FF_OK)
             io = open_state(g, state, h, &f);
         if (io == FF_OK && (io = model_crc(ctx, model, &mcrc)) == FF_OK) {
@@ -506,5 +542,26 @@ int ff_ckpt_load(ff_gpt *g, const char *dir, int64_t step, ff_train_state *st)
     if (MPI_Bcast(h, HEADER_INTS, MPI_INT32_T, 0, ff_ctx_comm(ctx)) != MPI_SUCCESS)
         return ff_ctx_agree(ctx, ff_set_error(ctx, FF_EMPI, "MPI_Bcast failed"));
     state_from_header(h, st);
+    return FF_OK;
+}
+
+int ff_ckpt_check_kind(ff_ctx *ctx, const char *path, int kind)
+{
+    int32_t magic = 0;
+    FILE *f = ff_fopen_regular(path);
+    int got = f && fread(&magic, sizeof magic, 1, f) == 1;
+    if (f)
+        fclose(f);
+    if (!got) /* the model's own reader names what is wrong */
+        return FF_OK;
+    if (kind == FF_NET_GPT && magic == FF_UNET_CKPT_MAGIC)
+        return ff_set_error(ctx, FF_EINVAL,
+                            "'%s' is a U-Net checkpoint; this run trains a GPT (--model "
+                            "unet-... trains the U-Net)",
+                            path);
+    if (kind == FF_NET_UNET && magic != FF_UNET_CKPT_MAGIC &&
+        (magic == FF_GPT_MAGIC_MOE || magic == 20240326))
+        return ff_set_error(ctx, FF_EINVAL,
+                            "'%s' is a GPT checkpoint (an llm.c model file), not a U-Net's", path);
     return FF_OK;
 }

@@ -19,6 +19,7 @@
 #include "../util/file.h"
 #include "../util/plot.h"
 #include "../util/text.h"
+#include "ckpt.h"
 #include "fourfold/prune.h"
 #include "peak.h"
 
@@ -38,7 +39,8 @@ struct ff_trainer {
     ff_trainer_config cfg;
     ff_grid *grid;
     ff_ctx *ctx;
-    ff_gpt *g;
+    ff_net net; /* the model (include/fourfold/model.h) */
+    ff_gpt *g;  /* the GPT's binding (below), NULL for another model */
     ff_gpt_config shape;
     ff_data *data, *val;
     int32_t *tok, *tgt;
@@ -198,6 +200,16 @@ static const char *check_config(const ff_trainer_config *c, int resume_in_out)
         return "mask \"auto\" is init_from's mask: it needs init_from";
     if (c->overwrite && resume_in_out)
         return "overwrite starts a new run; it cannot be combined with resuming in the same folder";
+    if (c->kind != FF_NET_GPT && c->kind != FF_NET_UNET)
+        return "the model kind is neither FF_NET_GPT nor FF_NET_UNET";
+    if (c->kind == FF_NET_UNET) {
+        if (c->init_from || c->mask || c->prune.sparsity > 0 || c->samo)
+            return "init_from, masks, pruning and SAMO are the GPT's; a U-Net run has none";
+        if (c->gpt.precision != FF_PRECISION_FP32)
+            return "the U-Net trains in fp32 only (bf16-mixed is the GPT's)";
+        if (c->micro_batch != c->batch)
+            return "the U-Net takes its batch in one micro-batch (micro_batch = batch)";
+    }
     return NULL;
 }
 
@@ -316,8 +328,10 @@ static int start_run(ff_trainer *t)
 {
     const ff_trainer_config *c = &t->cfg;
     int rc;
-    if (!c->resume_from)
-        return c->init_from ? ff_gpt_load(t->g, c->init_from) : ff_gpt_init(t->g, c->seed);
+    if (!c->resume_from) /* (the U-Net's binding initialised it from the seed) */
+        return !t->g          ? FF_OK
+               : c->init_from ? ff_gpt_load(t->g, c->init_from)
+                              : ff_gpt_init(t->g, c->seed);
     int64_t step;
     if ((rc = ff_ckpt_latest(t->ctx, c->resume_from, &step)))
         return rc;
@@ -331,7 +345,7 @@ static int start_run(ff_trainer *t)
      * passed over for the one before it (ff_ckpt_load checks all of a
      * checkpoint before any of it reaches the model); an error that is not
      * the files' (unreadable, out of memory) stops the resume */
-    while ((rc = ff_ckpt_load(t->g, c->resume_from, step, &t->st)) == FF_ECORRUPT) {
+    while ((rc = t->net.ops->load(t->net.impl, c->resume_from, step, &t->st)) == FF_ECORRUPT) {
         char why[FF_ERRMSG_LEN];
         snprintf(why, sizeof why, "%s", ff_ctx_error(t->ctx));
         int64_t older;
@@ -366,8 +380,92 @@ static int start_run(ff_trainer *t)
     if (t->st.step >= c->steps)
         note(t, "the checkpoint is at step %lld, the run ends at %d: nothing to train",
              (long long)t->st.step, c->steps);
-    return ff_ctx_agree(t->ctx, ff_data_seek(t->data, t->st.data));
+    return FF_OK;
 }
+
+/* ---- the GPT's binding of the model interface (fourfold/model.h) ----------
+ * Its handle is the trainer: the model t->g, its token data t->data and
+ * t->val, and the batch buffers. */
+
+static int gpt_step(void *impl, int64_t step, const ff_adamw *h, ff_net_step *info)
+{
+    ff_trainer *t = impl;
+    const ff_trainer_config *c = &t->cfg;
+    /* the batch read is agreed with the step's token check: one agreement */
+    int rc = ff_data_next(t->data, t->n_micro, c->micro_batch, c->seq, t->first, t->count,
+                          t->shape.V, t->tok, t->tgt);
+    ff_gpt_step_info gi;
+    rc = ff_gpt_step_agreed(t->g, rc, t->tok, t->tgt, t->n_micro, h, (int)step, &gi);
+    *info = (ff_net_step){.loss = gi.loss,
+                          .lr = gi.lr,
+                          .grad_norm = gi.grad_norm,
+                          .aux_loss = gi.aux_loss,
+                          .dropped = gi.dropped};
+    return rc;
+}
+
+static int gpt_eval(void *impl, int i, int n, float *loss)
+{
+    ff_trainer *t = impl;
+    const ff_trainer_config *c = &t->cfg;
+    /* a bad token may be on one rank's sequences only: agree first */
+    int rc = ff_ctx_agree(t->ctx, ff_data_seek(t->val, ff_data_spread(t->val, i, n)));
+    if (rc == FF_OK)
+        rc = ff_ctx_agree(t->ctx, ff_data_next(t->val, 1, c->micro_batch, c->seq, t->first,
+                                               t->count, t->shape.V, t->tok, t->tgt));
+    if (rc == FF_OK)
+        rc = ff_gpt_eval(t->g, t->tok, t->tgt, loss);
+    return rc;
+}
+
+static int gpt_has_val(void *impl) { return ((ff_trainer *)impl)->val != NULL; }
+
+static int gpt_save(void *impl, const char *dir, ff_train_state *st)
+{
+    ff_trainer *t = impl;
+    st->data = ff_data_tell(t->data);
+    return ff_ckpt_gpt_files(t->g, dir, st);
+}
+
+static int gpt_load(void *impl, const char *dir, int64_t step, ff_train_state *st)
+{
+    ff_trainer *t = impl;
+    int rc = ff_ckpt_load(t->g, dir, step, st);
+    return rc ? rc : ff_ctx_agree(t->ctx, ff_data_seek(t->data, st->data));
+}
+
+static double gpt_flops(void *impl)
+{
+    ff_trainer *t = impl;
+    return ff_gpt_flops_per_token(t->g, t->cfg.seq) * (double)t->cfg.batch * t->cfg.seq;
+}
+
+static void gpt_describe(void *impl, char *json, size_t jl, char *title, size_t tl)
+{
+    const ff_trainer *t = impl;
+    const ff_gpt_config *m = &t->shape;
+    snprintf(json, jl, "\"L\":%d,\"C\":%d,\"NH\":%d,\"V\":%d,\"maxT\":%d", m->L, m->C, m->NH, m->V,
+             m->maxT);
+    snprintf(title, tl, "L=%d C=%d NH=%d, %d x %d tokens per step", m->L, m->C, m->NH, t->cfg.batch,
+             t->cfg.seq);
+}
+
+static void gpt_destroy(void *impl) { (void)impl; /* the trainer's own fields */ }
+
+static const ff_net_ops gpt_ops = {
+    .kind = FF_NET_GPT,
+    .name = "gpt",
+    .loss_unit = "nats per token",
+    .step = gpt_step,
+    .eval = gpt_eval,
+    .has_val = gpt_has_val,
+    .save = gpt_save,
+    .load = gpt_load,
+    .flops_per_step = gpt_flops,
+    .describe = gpt_describe,
+    .write_samples = NULL, /* text: ff_gpt_sample_next, `fourfold sample` */
+    .destroy = gpt_destroy,
+};
 
 /* The empirical peak (docs/design.md §8): sgemm (or, for bf16-mixed
  * products on oneDNN, its bf16 matmul) on every rank at once, as the step
@@ -394,7 +492,7 @@ static void measure_sgemm(ff_trainer *t)
         if (!cu) {
             /* a bf16-mixed run's products on oneDNN: its bf16 matmul's rate */
             ff_bf16_gemm *bf16 = NULL;
-            if (ff_gpt_bf16_products(t->g, NULL, NULL) == FF_BF16_PRODUCTS_ONEDNN &&
+            if (t->g && ff_gpt_bf16_products(t->g, NULL, NULL) == FF_BF16_PRODUCTS_ONEDNN &&
                 ff_bf16_gemm_create(t->ctx, &bf16) != FF_OK)
                 bf16 = NULL; /* (created at the model's start: alike on every rank) */
             ff_sgemm_peak p = ff_sgemm_peak_measure(ff_ctx_comm(t->ctx), threads, 0.1, bf16);
@@ -431,26 +529,28 @@ static int open_log(ff_trainer *t)
             return ff_ctx_agree(t->ctx,
                                 ff_ctx_set_error(t->ctx, FF_EIO, "cannot write '%s'", path));
         ff_dims s = ff_grid_shape(t->grid);
-        const ff_gpt_config *m = &t->shape;
+        char model[1024], title[256];
+        t->net.ops->describe(t->net.impl, model, sizeof model, title, sizeof title);
         /* strings from outside (the BLAS's name, paths) escaped */
         char *core = json_string(ff_blas_core());
         /* (on oneDNN, sgemm_flops_per_rank is its bf16 matmul's rate) */
-        ff_bf16_products products = ff_gpt_bf16_products(t->g, NULL, NULL);
+        ff_bf16_products products =
+            t->g ? ff_gpt_bf16_products(t->g, NULL, NULL) : FF_BF16_PRODUCTS_AUTO;
         char *from = c->resume_from ? json_string(c->resume_from) : NULL;
         if (!core || (c->resume_from && !from)) {
             io = ff_ctx_set_error(t->ctx, FF_ENOMEM, "out of memory writing '%s'", path);
         } else {
             fprintf(t->log,
-                    "{\"type\":\"config\",\"grid\":\"%dx%dx%dx%d\",\"stages\":%d,\"L\":%d,"
-                    "\"C\":%d,\"NH\":%d,\"V\":%d,\"maxT\":%d,\"batch\":%d,\"micro_batch\":%d,"
+                    "{\"type\":\"config\",\"grid\":\"%dx%dx%dx%d\",\"stages\":%d,%s,"
+                    "\"batch\":%d,\"micro_batch\":%d,"
                     "\"seq\":%d,\"steps\":%d,\"lr\":%g,\"start_step\":%lld,"
                     "\"sgemm_flops_per_rank\":%.4g,\"sgemm_core_share\":%.4g,\"blas_core\":%s,"
                     "\"device\":\"%s\",\"ranks\":%d,\"precision\":\"%s\","
                     "\"bf16_products\":\"%s\"}\n",
-                    s.x, s.y, s.z, s.d, ff_grid_stages(t->grid), m->L, m->C, m->NH, m->V, m->maxT,
-                    c->batch, c->micro_batch, c->seq, c->steps, c->hyper.lr, (long long)t->st.step,
-                    t->sgemm_rate, t->sgemm_share, core, ff_ctx_cuda(t->ctx) ? "cuda" : "cpu",
-                    ff_ctx_size(t->ctx), ff_precision_name(c->gpt.precision),
+                    s.x, s.y, s.z, s.d, ff_grid_stages(t->grid), model, c->batch, c->micro_batch,
+                    c->seq, c->steps, c->hyper.lr, (long long)t->st.step, t->sgemm_rate,
+                    t->sgemm_share, core, ff_ctx_cuda(t->ctx) ? "cuda" : "cpu", ff_ctx_size(t->ctx),
+                    ff_precision_name(c->gpt.precision),
                     products == FF_BF16_PRODUCTS_AUTO ? "none" : ff_bf16_products_name(products));
             if (from)
                 fprintf(t->log, "{\"type\":\"resume\",\"step\":%lld,\"from\":%s}\n",
@@ -488,6 +588,40 @@ static int init_shape(ff_trainer *t, ff_gpt_config *shape)
     return FF_OK;
 }
 
+/* The GPT's model and its token data (the binding above). */
+static int gpt_create(ff_trainer *t)
+{
+    const ff_trainer_config *c = &t->cfg;
+    ff_grid *grid = t->grid;
+    ff_ctx *ctx = t->ctx;
+    int rc = open_data(t);
+    t->shape = c->model;
+    if (rc == FF_OK && c->init_from)
+        rc = init_shape(t, &t->shape);
+    if (rc == FF_OK && c->seq > t->shape.maxT)
+        rc = ff_ctx_agree(ctx, ff_ctx_set_error(ctx, FF_EINVAL,
+                                                "the sequence length %d is longer than the "
+                                                "%d positions of %s",
+                                                c->seq, t->shape.maxT,
+                                                c->init_from ? c->init_from : "the model"));
+    if (rc == FF_OK)
+        rc = ff_gpt_create(grid, &t->shape, &c->gpt, c->micro_batch, c->seq, &t->g);
+    if (rc == FF_OK) {
+        t->shape = ff_gpt_get_config(t->g);
+        t->n_micro = c->batch / c->micro_batch;
+        ff_gpt_local_sequences(t->g, &t->first, &t->count);
+        size_t n = (size_t)t->n_micro * t->count * c->seq;
+        t->tok = malloc(n * sizeof *t->tok);
+        t->tgt = malloc(n * sizeof *t->tgt);
+        rc = ff_ctx_agree(ctx, t->tok && t->tgt
+                                   ? FF_OK
+                                   : ff_ctx_set_error(ctx, FF_ENOMEM, "out of memory for a batch"));
+    }
+    if (rc == FF_OK)
+        t->net = (ff_net){&gpt_ops, t};
+    return rc;
+}
+
 int ff_trainer_create(ff_grid *grid, const ff_trainer_config *cfg, ff_trainer **out)
 {
     *out = NULL;
@@ -511,30 +645,10 @@ int ff_trainer_create(ff_grid *grid, const ff_trainer_config *cfg, ff_trainer **
     rc = bad ? fail(t, FF_EINVAL, bad) : FF_OK;
     if (rc == FF_OK && cfg->out)
         rc = claim_out(t);
-    if (rc == FF_OK)
-        rc = open_data(t);
-    t->shape = cfg->model;
-    if (rc == FF_OK && cfg->init_from)
-        rc = init_shape(t, &t->shape);
-    if (rc == FF_OK && cfg->seq > t->shape.maxT)
-        rc = ff_ctx_agree(ctx, ff_ctx_set_error(ctx, FF_EINVAL,
-                                                "the sequence length %d is longer than the "
-                                                "%d positions of %s",
-                                                cfg->seq, t->shape.maxT,
-                                                cfg->init_from ? cfg->init_from : "the model"));
-    if (rc == FF_OK)
-        rc = ff_gpt_create(grid, &t->shape, &cfg->gpt, cfg->micro_batch, cfg->seq, &t->g);
-    if (rc == FF_OK) {
-        t->shape = ff_gpt_get_config(t->g);
-        t->n_micro = cfg->batch / cfg->micro_batch;
-        ff_gpt_local_sequences(t->g, &t->first, &t->count);
-        size_t n = (size_t)t->n_micro * t->count * cfg->seq;
-        t->tok = malloc(n * sizeof *t->tok);
-        t->tgt = malloc(n * sizeof *t->tgt);
-        rc = ff_ctx_agree(ctx, t->tok && t->tgt
-                                   ? FF_OK
-                                   : ff_ctx_set_error(ctx, FF_ENOMEM, "out of memory for a batch"));
-    }
+    if (rc == FF_OK && cfg->kind == FF_NET_UNET)
+        rc = ff_net_unet_create(grid, cfg, &t->net);
+    else if (rc == FF_OK)
+        rc = gpt_create(t);
     if (rc == FF_OK)
         rc = start_run(t);
     if (rc == FF_OK && cfg->mask)
@@ -548,7 +662,7 @@ int ff_trainer_create(ff_grid *grid, const ff_trainer_config *cfg, ff_trainer **
         t->st.micro_batch = cfg->micro_batch;
         t->st.seq = cfg->seq;
         t->st.hyper = t->cfg.hyper;
-        t->flops_step = ff_gpt_flops_per_token(t->g, cfg->seq) * (double)cfg->batch * cfg->seq;
+        t->flops_step = t->net.ops->flops_per_step(t->net.impl);
         measure_sgemm(t);
         rc = open_log(t);
     }
@@ -572,7 +686,7 @@ static ff_group *step_group(ff_trainer *t, int k, const char **name)
         return ff_grid_group(t->grid, (ff_group_kind)k);
     }
     *name = k == FF_NGROUPS ? "EP" : "EDP";
-    return ff_gpt_expert_group(t->g, 0) ? ff_gpt_expert_group(t->g, k > FF_NGROUPS) : NULL;
+    return t->g && ff_gpt_expert_group(t->g, 0) ? ff_gpt_expert_group(t->g, k > FF_NGROUPS) : NULL;
 }
 
 static comm_totals totals(ff_trainer *tr)
@@ -690,11 +804,8 @@ int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
     double t0 = ff_now();
     if (step == t->start_step)
         t->run_t0 = t0;
-    /* the batch read is agreed with the step's token check: one agreement */
-    int rc = ff_data_next(t->data, t->n_micro, c->micro_batch, c->seq, t->first, t->count,
-                          t->shape.V, t->tok, t->tgt);
-    ff_gpt_step_info gi;
-    rc = ff_gpt_step_agreed(t->g, rc, t->tok, t->tgt, t->n_micro, &c->hyper, (int)step, &gi);
+    ff_net_step gi;
+    int rc = t->net.ops->step(t->net.impl, step, &c->hyper, &gi);
     double now = ff_now(), dt = now - t0;
     if (rc == FF_ENUMERIC) {
         /* the checkpoint of the previous step holds the parameters that
@@ -733,7 +844,7 @@ int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
         (now - t->run_t0) / (double)(step + 1 - t->start_step) * (double)(c->steps - step - 1);
     push(&t->loss, (double)(step + 1), gi.loss);
     char moe[96] = ""; /* a mixture of experts: the step's MoE figures too */
-    if (t->shape.experts > 0)
+    if (t->g && t->shape.experts > 0)
         snprintf(moe, sizeof moe, ",\"aux_loss\":%.9g,\"dropped\":%.6f", in.aux_loss, in.dropped);
     log_line(t,
              "{\"type\":\"step\",\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,"
@@ -759,19 +870,13 @@ int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
 int ff_trainer_eval(ff_trainer *t, float *val_loss)
 {
     const ff_trainer_config *c = &t->cfg;
-    if (!t->val)
+    if (!t->net.ops->has_val(t->net.impl))
         return fail(t, FF_EINVAL, "no validation data");
     int rc = FF_OK;
     double sum = 0;
     for (int i = 0; rc == FF_OK && i < c->val_batches; i++) {
         float l = 0;
-        /* a bad token may be on one rank's sequences only: agree first */
-        rc = ff_ctx_agree(t->ctx, ff_data_seek(t->val, ff_data_spread(t->val, i, c->val_batches)));
-        if (rc == FF_OK)
-            rc = ff_ctx_agree(t->ctx, ff_data_next(t->val, 1, c->micro_batch, c->seq, t->first,
-                                                   t->count, t->shape.V, t->tok, t->tgt));
-        if (rc == FF_OK)
-            rc = ff_gpt_eval(t->g, t->tok, t->tgt, &l);
+        rc = t->net.ops->eval(t->net.impl, i, c->val_batches, &l);
         sum += l;
     }
     if (rc)
@@ -794,8 +899,7 @@ int ff_trainer_save(ff_trainer *t)
     const ff_trainer_config *c = &t->cfg;
     if (!c->out)
         return fail(t, FF_EINVAL, "no output folder to save a checkpoint in");
-    t->st.data = ff_data_tell(t->data);
-    int rc = ff_ckpt_save(t->g, c->out, &t->st, c->keep);
+    int rc = ff_ckpt_commit(t->ctx, &t->net, c->out, &t->st, c->keep);
     if (rc)
         return rc;
     if (t->saved != t->st.step) /* a second save of one step keeps the older one */
@@ -838,7 +942,8 @@ int ff_trainer_run(ff_trainer *t)
          * bad token in its data) must not lose the steps trained */
         if (c->out && ((c->save_every && s % c->save_every == 0) || last))
             rc = ff_trainer_save(t);
-        if (rc == FF_OK && t->val && ((c->val_every && s % c->val_every == 0) || last))
+        if (rc == FF_OK && t->net.ops->has_val(t->net.impl) &&
+            ((c->val_every && s % c->val_every == 0) || last))
             rc = ff_trainer_eval(t, NULL);
     }
     if (rc == FF_OK)
@@ -857,10 +962,10 @@ int ff_trainer_write_loss_svg(ff_trainer *t, const char *path)
     int rc = FF_OK;
     if (ff_ctx_rank(t->ctx) == 0) {
         ff_dims s = ff_grid_shape(t->grid);
-        char title[256], err[512];
-        snprintf(title, sizeof title,
-                 "L=%d C=%d NH=%d, %d x %d tokens per step, grid %dx%dx%dx%d (nats per token)",
-                 t->shape.L, t->shape.C, t->shape.NH, t->cfg.batch, t->cfg.seq, s.x, s.y, s.z, s.d);
+        char title[512], model[1024], head[256], err[512];
+        t->net.ops->describe(t->net.impl, model, sizeof model, head, sizeof head);
+        snprintf(title, sizeof title, "%s, grid %dx%dx%dx%d (%s)", head, s.x, s.y, s.z, s.d,
+                 t->net.ops->loss_unit);
         ff_plot_series ser[2] = {
             {"training", "#1f77b4", t->loss.x, t->loss.y, t->loss.n, 0},
             {"validation", "#d62728", t->val_loss.x, t->val_loss.y, t->val_loss.n, 1},
@@ -876,11 +981,22 @@ int64_t ff_trainer_steps_done(const ff_trainer *t) { return t->st.step; }
 
 ff_gpt *ff_trainer_gpt(ff_trainer *t) { return t->g; }
 
+ff_unet *ff_trainer_unet(ff_trainer *t) { return ff_net_unet(&t->net); }
+
+const ff_net *ff_trainer_net(const ff_trainer *t) { return &t->net; }
+
+int ff_trainer_write_samples(ff_trainer *t, const char *path, uint64_t seed)
+{
+    if (!t->net.ops->write_samples)
+        return fail(t, FF_EUNSUPPORTED, "this model writes no samples to a file");
+    return t->net.ops->write_samples(t->net.impl, path, seed);
+}
+
 void ff_trainer_get_info(const ff_trainer *t, ff_trainer_info *info)
 {
     info->start_step = t->start_step;
     info->data = t->cfg.data;
-    info->val_data = t->val ? t->cfg.val_data : NULL;
+    info->val_data = t->net.ops && t->net.ops->has_val(t->net.impl) ? t->cfg.val_data : NULL;
     info->sgemm_rate = t->sgemm_rate;
     info->sgemm_core_share = t->sgemm_share;
     info->flops_per_step = t->flops_step;
@@ -900,6 +1016,8 @@ void ff_trainer_destroy(ff_trainer *t)
     ff_data_close(t->data);
     ff_data_close(t->val);
     ff_gpt_destroy(t->g);
+    if (t->net.ops && t->net.impl != t)
+        t->net.ops->destroy(t->net.impl);
     free(t->loss.x);
     free(t->loss.y);
     free(t->val_loss.x);

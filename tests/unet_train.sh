@@ -1,0 +1,124 @@
+#!/bin/sh
+# fourfold train --model unet-tiny through the library's trainer (the model
+# interface, include/fourfold/model.h; docs/unet.md, "Training"): on
+# Fashion-MNIST (pooled to 8x8), 4 steps of 8 images on 4 ranks.
+#  1. resumed at the checkpoint of step 2 on the same grid, the run's step-4
+#     checkpoint file (parameters, AdamW m and v, state; CRC) and its samples
+#     PNG are the uninterrupted run's, byte for byte;
+#  2. resumed on another grid (2x1x1x2 -> 1x1x2x2), every parameter of step 4
+#     is within the derived bound below of the uninterrupted run's;
+#  3. `fourfold sample --png` on the step-4 checkpoint writes the run's own
+#     samples.png, byte for byte;
+#  4. bad input: one message, the same exit code on every rank (cases.sh).
+# The sanitizer build (third argument "sanitize") runs the bad-input cases
+# that reach the new checkpoint code only (each case is ~10 s there).
+#   usage: unet_train.sh FOURFOLD MPIEXEC [sanitize]
+set -u
+FF=$1 MPIEXEC=$2 NP=4 QUICK=${3:-}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+. "$(dirname "$0")/cases.sh"
+PY=${PYTHON:-/usr/bin/python3}
+MNIST=/usr/share/datasets/fashion-mnist
+if [ ! -e "$MNIST/train-images-idx3-ubyte.gz" ]; then
+    echo "SKIP: Fashion-MNIST is not installed ($MNIST; scripts/setup.sh installs it)"
+    exit 77
+fi
+U="--model unet-tiny --batch 8 --steps 4 --save-every 2 --val-every 2 --val-batches 2"
+run() { # out grid [args]
+    out=$1 grid=$2
+    shift 2
+    "$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" train $U \
+        --grid "$grid" --out "$out" "$@" > "$out.txt" 2>&1 || {
+        cat "$out.txt"
+        echo "FAILED: the run of $out"
+        failures=$((failures + 1))
+    }
+}
+
+# 1. the uninterrupted run, and the same run stopped after step 2
+run "$WORK/a" 2x1x1x2
+mkdir -p "$WORK/b"
+cp "$WORK/a/model_00000002.bin" "$WORK/a/DONE_00000002" "$WORK/b/"
+run "$WORK/b" 2x1x1x2 --resume
+if cmp -s "$WORK/a/model_00000004.bin" "$WORK/b/model_00000004.bin" &&
+    cmp -s "$WORK/a/samples.png" "$WORK/b/samples.png"; then
+    echo "ok: resumed at step 2 on 2x1x1x2: step 4's checkpoint and samples are the same bytes"
+else
+    echo "FAILED: the resumed run's step-4 checkpoint or samples differ"
+    failures=$((failures + 1))
+fi
+# fourfold sample --png on the checkpoint: the run's own samples.png (the
+# same grid, seed and images)
+"$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" sample --grid 2x1x1x2 \
+    --checkpoint "$WORK/a/model_00000004.bin" --png "$WORK/s.png" --samples 8 > "$WORK/s.txt" 2>&1 &&
+    cmp -s "$WORK/s.png" "$WORK/a/samples.png" && echo "ok: sample --png is the run's samples.png" ||
+    { cat "$WORK/s.txt"; echo "FAILED: sample --png"; failures=$((failures + 1)); }
+grep -q '"type":"val"' "$WORK/a/log.jsonl" && [ -s "$WORK/a/loss.svg" ] ||
+    { echo "FAILED: no validation in log.jsonl, or no loss.svg"; failures=$((failures + 1)); }
+
+# 2. resumed on 1x1x2x2. Both runs start step 3 from the same canonical
+# parameters and moments (step 2's file). One AdamW step moves a parameter p
+# by lr_t (|m^_t| / (sqrt(v^_t) + eps) + wd |p|), and by Cauchy-Schwarz over
+# the gradients' weights in m and v, |m^_t| / sqrt(v^_t) <= R_t =
+# (1-b1) / sqrt(1-b2) * sqrt(sum_{k<t} (b1^2/b2)^k) * sqrt(1-b2^t) / (1-b1^t)
+# whatever the gradients (clipping included). So the two runs' step-4
+# parameters differ by at most 2 sum_{t=3,4} lr_t (R_t + wd (|p| + 2 lr_t
+# R_t))), a bound the rounding of another grid's sums stays far inside but
+# a parameter scattered to the wrong place (O(0.1)) does not.
+mkdir -p "$WORK/c"
+cp "$WORK/a/model_00000002.bin" "$WORK/a/DONE_00000002" "$WORK/c/"
+run "$WORK/c" 1x1x2x2 --resume
+"$PY" - "$WORK/a/model_00000004.bin" "$WORK/c/model_00000004.bin" "$WORK/a/log.jsonl" <<'EOF' ||
+import json, math, struct, sys
+import numpy as np
+a, c = (np.fromfile(p, dtype=np.float32) for p in sys.argv[1:3])
+h = a[:256].view(np.int32)
+n = int(h[52]) | int(h[53]) << 32
+pa, pc = a[256:256 + n].astype(np.float64), c[256:256 + n].astype(np.float64)
+b1, b2, wd = 0.9, 0.95, 0.1
+lrs = {r["step"]: r["lr"] for r in map(json.loads, open(sys.argv[3])) if r["type"] == "step"}
+bound = np.zeros(n)
+for t in (3, 4):
+    s = sum((b1 * b1 / b2) ** k for k in range(t))
+    R = (1 - b1) / math.sqrt(1 - b2) * math.sqrt(s) * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+    bound += 2 * lrs[t] * (R + wd * (np.abs(pa) + 2 * lrs[t] * R))
+d = np.abs(pa - pc)
+print("ok: resumed at step 2 on 1x1x2x2: max |dp| %.3g, bound %.3g..%.3g, identical %d of %d"
+      % (d.max(), bound.min(), bound.max(), int((d == 0).sum()), n))
+sys.exit(0 if (d <= bound).all() else 1)
+EOF
+    { echo "FAILED: the run resumed on 1x1x2x2 is outside the bound"; failures=$((failures + 1)); }
+
+# 4. bad input
+S="--model unet-tiny --batch 8 --steps 1 --val-every 0 --grid 1x1x2x2"
+if [ "$QUICK" != sanitize ]; then
+    case_ "fp32 only"                  1 train $S --precision bf16-mixed --out "$WORK/o1"
+    case_ "cannot open"                1 train $S --data "$WORK/missing.gz" --out "$WORK/o2"
+    printf 'not an idx file' > "$WORK/bad.idx"
+    case_ "bad.idx"                    1 train $S --data "$WORK/bad.idx" --out "$WORK/o3"
+    case_ "the U-Net presets are"      2 train $S --model unet-huge --out "$WORK/o4"
+    case_ "do not apply"               2 train $S --layers 2 --out "$WORK/o5"
+fi
+# a GPT checkpoint (an llm.c model file's header) in a U-Net run's folder
+mkdir -p "$WORK/g"
+"$PY" -c "import struct,sys; open(sys.argv[1],'wb').write(struct.pack('<256i', 20240326, 3, *[0]*254))" \
+    "$WORK/g/model_00000002.bin"
+echo 2 > "$WORK/g/DONE_00000002"
+case_ "is a GPT checkpoint"            1 train $S --steps 4 --out "$WORK/g" --resume
+[ "$QUICK" = sanitize ] ||
+    case_ "is a GPT checkpoint"        1 sample --grid 1x1x2x2 --checkpoint "$WORK/g/model_00000002.bin" --png "$WORK/p.png"
+# a U-Net checkpoint given to a GPT run
+printf 'some words for a small corpus of a GPT run\n%.0s' $(seq 50) > "$WORK/text"
+"$FF" tokenize --out "$WORK/d" --val-fraction 0 "$WORK/text" > /dev/null
+case_ "is a U-Net checkpoint"          1 train --layers 2 --hidden 64 --heads 4 --seq 16 --batch 4 \
+    --steps 4 --val-every 0 --grid 1x1x2x2 --data "$WORK/d_train.bin" --out "$WORK/c" --resume
+# a damaged U-Net checkpoint: its CRC, and no older one to fall back to
+mkdir -p "$WORK/x"
+cp "$WORK/a/model_00000002.bin" "$WORK/a/DONE_00000002" "$WORK/x/"
+printf '\377' | dd of="$WORK/x/model_00000002.bin" bs=1 seek=5000 conv=notrunc 2> /dev/null
+case_ "fails its checksum"             1 train $S --steps 4 --out "$WORK/x" --resume
+
+[ "$failures" = 0 ] && echo "all passed" || echo "$failures failed"
+[ "$failures" = 0 ]
