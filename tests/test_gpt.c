@@ -98,8 +98,9 @@
  * more per operand and 4 u_b of the sum of |terms| per product; and the
  * bf16 wire of the layers' all-reduces, which the serial run does not have
  * (groups of one send nothing), ((1 + u_b)^p - 1) of the sum (§7 of
- * docs/design.md), p <= the world's ranks. Hence
- *      tol = depth (2 gamma_{K_max} + 4 u_b + (1 + u_b)^p - 1),
+ * docs/design.md), p <= the world's ranks. Attention's products round
+ * their operands too (two per block on the forward's path), so
+ *      tol = depth (2 gamma_{K_max} + (1 + u_b)^p - 1) + (depth + 2L) 4 u_b,
  * a worst case far above what rounding does (the ratios printed show it);
  * with the bitwise checks and the PyTorch oracle it still catches a wrong
  * shard, a missing term or an operand left unrounded on some ranks.
@@ -476,7 +477,10 @@ static double tol_bound(const test_config *tc)
     double gamma = kmax * u / (1 - kmax * u), depth = 4.0 * tc->cfg.L + 4 + 2 * moe_blocks;
     if (mixed) { /* see the header */
         const double ub = ldexp(1.0, -8);
-        return depth * (2 * gamma + 4 * ub + pow(1 + ub, world_ranks) - 1);
+        /* the rounded operands: the depth's products and attention's two
+         * per block (S = Q K^T, O = P V; their backward mirrors them) */
+        return depth * (2 * gamma + pow(1 + ub, world_ranks) - 1) +
+               (depth + 2.0 * tc->cfg.L) * 4 * ub;
     }
     return 2 * depth * gamma;
 }
