@@ -952,22 +952,27 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
                 /* MoE: the same tokens dropped (a count: exact), the
                  * load-balancing loss as the loss */
                 double ae = fabs((double)r.aux[s] - ref->aux[s]) / fmax(fabs(ref->aux[s]), 1e-30);
-                /* bf16-mixed, where step 0 routed d tokens otherwise (each
-                 * within its bound, checked above): each moves at most 2k
-                 * assignments' counts, and the dropped count, a sum of
-                 * max(0, n_e - capacity), is 1-Lipschitz in each, so step
-                 * 0's fraction (of N k) moves by at most 2 d / N, plus the
-                 * float division's rounding. Later steps start from other
-                 * parameters (the flipped tokens' updates): their drops are
-                 * not compared (docs/moe.md, "In bf16-mixed"). */
+                /* bf16-mixed: step 0 starts from the serial parameters,
+                 * and where it routed d tokens otherwise (each within its
+                 * bound, checked above) each moves at most 2k assignments'
+                 * counts; the dropped count, a sum of max(0, n_e -
+                 * capacity), is 1-Lipschitz in each, so step 0's fraction
+                 * (of N k) moves by at most 2 d / N, plus the float
+                 * division's rounding. From step 1 the weights' bf16 copies
+                 * round apart where the masters differ in their last bits,
+                 * so tokens may route otherwise on any grid, unrecorded:
+                 * later steps' drops are not compared (docs/moe.md, "In
+                 * bf16-mixed"). */
                 int drop_ok = r.dropped[s] == ref->dropped[s];
-                if (mixed && differ0 > 0)
-                    drop_ok = s > 0 || fabs((double)r.dropped[s] - ref->dropped[s]) <=
-                                           2.0 * differ0 / tokens0 +
-                                               ldexp(1.0, -24) * (r.dropped[s] + ref->dropped[s]);
+                if (mixed && s > 0)
+                    drop_ok = 1;
+                else if (mixed && differ0 > 0)
+                    drop_ok = fabs((double)r.dropped[s] - ref->dropped[s]) <=
+                              2.0 * differ0 / tokens0 +
+                                  ldexp(1.0, -24) * (r.dropped[s] + ref->dropped[s]);
                 CHECK(drop_ok && ae <= loss_tol,
-                      "%s, %s: step %d dropped %.6f, serial %.6f (must be equal; in bf16-mixed at "
-                      "step 0 within 2d/N where d tokens routed otherwise); aux loss %.8f, "
+                      "%s, %s: step %d dropped %.6f, serial %.6f (must be equal; in bf16-mixed "
+                      "within 2d/N where d tokens routed otherwise at step 0); aux loss %.8f, "
                       "serial %.8f (rel %.2e > 1e-5) (if a token near a tie routed otherwise: "
                       "docs/moe.md, \"Routing across grids\")",
                       desc, variant_name(v), s, r.dropped[s], ref->dropped[s], r.aux[s],
@@ -1053,22 +1058,25 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
         int rc = run(grid, tc, &o, &r, 0, ref);
         CHECK(rc == FF_OK, "%s, expert parallelism %d: %s", desc, ge, ff_ctx_error(ctx));
         if (rc == FF_OK && rank == 0) {
-            /* 1e-5 as in fp32 where no bf16 wire rounds (no X or Y) and
-             * step 0 routed alike; else the bf16-mixed tolerance */
-            const double ep_tol =
-                mixed && (differ0 > 0 || shape.x > 1 || shape.y > 1) ? loss_tol : 1e-5;
             double lw = 0;
             for (int s = 0; s < STEPS; s++) {
                 double e = fabs((double)r.loss[s] - ref->loss[s]) / fabs((double)ref->loss[s]);
                 double ae = fabs((double)r.aux[s] - ref->aux[s]) / fmax(fabs(ref->aux[s]), 1e-30);
                 lw = fmax(lw, fmax(e, ae));
                 /* step 0 routes as the grid's variant 0 (the router's input
-                 * is the same bits): its flipped tokens bound the drops */
+                 * is the same bits), so the same rule for its drops; 1e-5
+                 * as in fp32 at step 0 where no bf16 wire rounds (no X or
+                 * Y) and no token routed otherwise, else the bf16-mixed
+                 * tolerance */
+                const double ep_tol =
+                    mixed && (s > 0 || differ0 > 0 || shape.x > 1 || shape.y > 1) ? loss_tol : 1e-5;
                 int drop_ok = r.dropped[s] == ref->dropped[s];
-                if (mixed && differ0 > 0)
-                    drop_ok = s > 0 || fabs((double)r.dropped[s] - ref->dropped[s]) <=
-                                           2.0 * differ0 / tokens0 +
-                                               ldexp(1.0, -24) * (r.dropped[s] + ref->dropped[s]);
+                if (mixed && s > 0)
+                    drop_ok = 1;
+                else if (mixed && differ0 > 0)
+                    drop_ok = fabs((double)r.dropped[s] - ref->dropped[s]) <=
+                              2.0 * differ0 / tokens0 +
+                                  ldexp(1.0, -24) * (r.dropped[s] + ref->dropped[s]);
                 CHECK(e <= ep_tol && ae <= ep_tol && drop_ok,
                       "%s, expert parallelism %d: step %d loss %.8f (serial %.8f), aux %.8f "
                       "(%.8f), dropped %.6f (%.6f)",
