@@ -271,10 +271,10 @@ static void attn_fwd_bf16(void *arg, int64_t k0, int64_t k1, int th)
 {
     const attn_job *j = arg;
     const int T = j->T, hs = j->hs;
-    const int64_t c = (int64_t)j->nh * hs, c3 = 3 * c, th_ = (int64_t)T * hs;
+    const int64_t c = (int64_t)j->nh * hs, c3 = 3 * c, head_n = (int64_t)T * hs;
     const float scale = 1.0f / sqrtf((float)hs);
-    float *qb = j->bf16 + th * FF_ATTN_BF16_SCRATCH(T, hs), *kb = qb + th_, *vb = kb + th_;
-    float *pb = vb + 2 * th_; /* (ATT_ROWS, keys) */
+    float *qb = j->bf16 + th * FF_ATTN_BF16_SCRATCH(T, hs), *kb = qb + head_n, *vb = kb + head_n;
+    float *pb = vb + 2 * head_n; /* (ATT_ROWS, keys) */
     for (int64_t k = k0; k < k1; k++) {
         const int64_t b = k / j->nh, h = k % j->nh;
         const float *q = j->qkv + b * T * c3 + h * hs;
@@ -306,11 +306,11 @@ static void attn_bwd_bf16(void *arg, int64_t k0, int64_t k1, int th)
 {
     const attn_job *j = arg;
     const int T = j->T, hs = j->hs;
-    const int64_t c = (int64_t)j->nh * hs, c3 = 3 * c, th_ = (int64_t)T * hs;
+    const int64_t c = (int64_t)j->nh * hs, c3 = 3 * c, head_n = (int64_t)T * hs;
     const float scale = 1.0f / sqrtf((float)hs);
     float *dp = j->scratch + (int64_t)th * T * T;
-    float *qb = j->bf16 + th * FF_ATTN_BF16_SCRATCH(T, hs), *kb = qb + th_, *vb = kb + th_;
-    float *gb = vb + th_, *pb = gb + th_; /* pb (T, ATT_ROWS) */
+    float *qb = j->bf16 + th * FF_ATTN_BF16_SCRATCH(T, hs), *kb = qb + head_n, *vb = kb + head_n;
+    float *gb = vb + head_n, *pb = gb + head_n; /* pb (T, ATT_ROWS) */
     for (int64_t k = k0; k < k1; k++) {
         const int64_t b = k / j->nh, h = k % j->nh, off = b * T * c3 + h * hs;
         const float *q = j->qkv + off;
