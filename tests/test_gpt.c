@@ -98,8 +98,9 @@
  * more per operand and 4 u_b of the sum of |terms| per product; and the
  * bf16 wire of the layers' all-reduces, which the serial run does not have
  * (groups of one send nothing), ((1 + u_b)^p - 1) of the sum (§7 of
- * docs/design.md), p <= the world's ranks. Hence
- *      tol = depth (2 gamma_{K_max} + 4 u_b + (1 + u_b)^p - 1),
+ * docs/design.md), p <= the world's ranks. Attention's products round
+ * their operands too (two per block on the forward's path), so
+ *      tol = depth (2 gamma_{K_max} + (1 + u_b)^p - 1) + (depth + 2L) 4 u_b,
  * a worst case far above what rounding does (the ratios printed show it);
  * with the bitwise checks and the PyTorch oracle it still catches a wrong
  * shard, a missing term or an operand left unrounded on some ranks.
@@ -476,7 +477,10 @@ static double tol_bound(const test_config *tc)
     double gamma = kmax * u / (1 - kmax * u), depth = 4.0 * tc->cfg.L + 4 + 2 * moe_blocks;
     if (mixed) { /* see the header */
         const double ub = ldexp(1.0, -8);
-        return depth * (2 * gamma + 4 * ub + pow(1 + ub, world_ranks) - 1);
+        /* the rounded operands: the depth's products and attention's two
+         * per block (S = Q K^T, O = P V; their backward mirrors them) */
+        return depth * (2 * gamma + pow(1 + ub, world_ranks) - 1) +
+               (depth + 2.0 * tc->cfg.L) * 4 * ub;
     }
     return 2 * depth * gamma;
 }
@@ -705,8 +709,20 @@ static const float *canon_tensor(ff_gpt *shape, const float *canon, const char *
     return NULL;
 }
 
-/* dz of MoE block l (the mo-th) at the parameters `init` (canonical). */
-static double routing_dz(const test_config *tc, ff_gpt *shape, const float *init, int l, int mo)
+/* dz of MoE block l (the mo-th) at the parameters `init` (canonical), on a
+ * grid whose larger X or Y group has p ranks. bf16-mixed adds, as a
+ * relative change of ln2_t, what one run rounds otherwise than the other
+ * (docs/moe.md, "In bf16-mixed"): each product's activation operand rounded
+ * to bf16 from values that already differ, 2 u_b (QKV, projection, MLP up
+ * and down or an expert's two, in every block before; QKV and projection in
+ * block l), attention's two products 4 u_b each (both operands are
+ * activations; S and O in every block up to l), and the grid's bf16 wire on
+ * each linear layer's output, (1 + u_b)^p - 1 when p > 1 (4 per block
+ * before, 2 in block l): 16 u_b + 4 w per block before, 12 u_b + 2 w in
+ * block l. The weights add nothing at step 0 (the same master, the same
+ * copy). */
+static double routing_dz(const test_config *tc, ff_gpt *shape, const float *init, int l, int mo,
+                         int p)
 {
     const double u = ldexp(1.0, -24);
     const int C = tc->cfg.C, E = tc->cfg.experts;
@@ -726,7 +742,12 @@ static double routing_dz(const test_config *tc, ff_gpt *shape, const float *init
             n += (double)wr[(size_t)e * C + c] * wr[(size_t)e * C + c];
         rmax = fmax(rmax, sqrt(n));
     }
-    return 2 * depth * gam * (wmax * sqrt((double)C) + sqrt(bn)) * rmax;
+    double rel = 2 * depth * gam;
+    if (mixed) {
+        const double ub = ldexp(1.0, -8), wire = p > 1 ? pow(1 + ub, p) - 1 : 0;
+        rel += l * (16 * ub + 4 * wire) + 12 * ub + 2 * wire;
+    }
+    return rel * (wmax * sqrt((double)C) + sqrt(bn)) * rmax;
 }
 
 /* Experts of one token in order of p (E), ties to the lower index: the
@@ -770,7 +791,7 @@ static long check_own_choices(const test_config *tc, const result *r, const char
 /* Step 0's routing of a grid (r) against the serial run's (ref), derived
  * above; *out collects the numbers. */
 static void compare_routing(const test_config *tc, ff_gpt *shape, const result *r,
-                            const result *ref, const char *desc, routing_cmp *out)
+                            const result *ref, const char *desc, int wire_p, routing_cmp *out)
 {
     const double u = ldexp(1.0, -24);
     const int E = tc->cfg.experts, k = tc->cfg.top_k, T = tc->T;
@@ -781,7 +802,7 @@ static void compare_routing(const test_config *tc, ff_gpt *shape, const result *
     for (int l = 0, mo = 0; l < tc->cfg.L; l++) {
         if (!ff_gpt_block_is_moe(&tc->cfg, l))
             continue;
-        const double dz = routing_dz(tc, shape, ref->init, l, mo);
+        const double dz = routing_dz(tc, shape, ref->init, l, mo, wire_p);
         for (int q = 0; q < MICRO * tc->B; q++) { /* sequences of the step */
             const size_t t0 = ((size_t)mo * MICRO * tc->B + (size_t)q) * T;
             int seq_alike = 1, drops_alike = 1;
@@ -897,6 +918,9 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
      * which change the dense layers only, are the dense models'); CAC: the
      * MoE model's */
     const int n_variants = tc->cfg.experts ? 3 : VARIANTS - 1;
+    /* MoE: the tokens of step 0 that chose unlike the serial run (variant 0;
+     * the others are its bits) */
+    long differ0 = 0, tokens0 = 1;
     for (int i = 0; i < n_variants; i++) {
         const int v = tc->cfg.experts && i == 2 ? 4 : i;
         ff_gpt_opts o;
@@ -906,7 +930,8 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
         CHECK(rc == FF_OK, "%s, %s: %s", desc, variant_name(v), ff_ctx_error(ctx));
         if (rc == FF_OK && rank == 0 && v == 0 && tc->cfg.experts) {
             routing_cmp c;
-            compare_routing(tc, tshape, &r, ref, desc, &c);
+            compare_routing(tc, tshape, &r, ref, desc, shape.x > shape.y ? shape.x : shape.y, &c);
+            differ0 = c.differ, tokens0 = c.tokens;
             printf("  %-40s routing at step 0: %ld of %ld tokens choose unlike the serial run; "
                    "router probabilities' change at most %.1e of its bound\n",
                    "", c.differ, c.tokens, c.max_err);
@@ -927,8 +952,27 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
                 /* MoE: the same tokens dropped (a count: exact), the
                  * load-balancing loss as the loss */
                 double ae = fabs((double)r.aux[s] - ref->aux[s]) / fmax(fabs(ref->aux[s]), 1e-30);
-                CHECK(r.dropped[s] == ref->dropped[s] && ae <= loss_tol,
-                      "%s, %s: step %d dropped %.6f, serial %.6f (must be equal); aux loss %.8f, "
+                /* bf16-mixed: step 0 starts from the serial parameters,
+                 * and where it routed d tokens otherwise (each within its
+                 * bound, checked above) each moves at most 2k assignments'
+                 * counts; the dropped count, a sum of max(0, n_e -
+                 * capacity), is 1-Lipschitz in each, so step 0's fraction
+                 * (of N k) moves by at most 2 d / N, plus the float
+                 * division's rounding. From step 1 the weights' bf16 copies
+                 * round apart where the masters differ in their last bits,
+                 * so tokens may route otherwise on any grid, unrecorded:
+                 * later steps' drops are not compared (docs/moe.md, "In
+                 * bf16-mixed"). */
+                int drop_ok = r.dropped[s] == ref->dropped[s];
+                if (mixed && s > 0)
+                    drop_ok = 1;
+                else if (mixed && differ0 > 0)
+                    drop_ok = fabs((double)r.dropped[s] - ref->dropped[s]) <=
+                              2.0 * differ0 / tokens0 +
+                                  ldexp(1.0, -24) * (r.dropped[s] + ref->dropped[s]);
+                CHECK(drop_ok && ae <= loss_tol,
+                      "%s, %s: step %d dropped %.6f, serial %.6f (must be equal; in bf16-mixed "
+                      "within 2d/N where d tokens routed otherwise at step 0); aux loss %.8f, "
                       "serial %.8f (rel %.2e > 1e-5) (if a token near a tie routed otherwise: "
                       "docs/moe.md, \"Routing across grids\")",
                       desc, variant_name(v), s, r.dropped[s], ref->dropped[s], r.aux[s],
@@ -1019,7 +1063,21 @@ static void run_grid(ff_ctx *ctx, ff_dims shape, const test_config *tc, const re
                 double e = fabs((double)r.loss[s] - ref->loss[s]) / fabs((double)ref->loss[s]);
                 double ae = fabs((double)r.aux[s] - ref->aux[s]) / fmax(fabs(ref->aux[s]), 1e-30);
                 lw = fmax(lw, fmax(e, ae));
-                CHECK(e <= 1e-5 && ae <= 1e-5 && r.dropped[s] == ref->dropped[s],
+                /* step 0 routes as the grid's variant 0 (the router's input
+                 * is the same bits), so the same rule for its drops; 1e-5
+                 * as in fp32 at step 0 where no bf16 wire rounds (no X or
+                 * Y) and no token routed otherwise, else the bf16-mixed
+                 * tolerance */
+                const double ep_tol =
+                    mixed && (s > 0 || differ0 > 0 || shape.x > 1 || shape.y > 1) ? loss_tol : 1e-5;
+                int drop_ok = r.dropped[s] == ref->dropped[s];
+                if (mixed && s > 0)
+                    drop_ok = 1;
+                else if (mixed && differ0 > 0)
+                    drop_ok = fabs((double)r.dropped[s] - ref->dropped[s]) <=
+                              2.0 * differ0 / tokens0 +
+                                  ldexp(1.0, -24) * (r.dropped[s] + ref->dropped[s]);
+                CHECK(e <= ep_tol && ae <= ep_tol && drop_ok,
                       "%s, expert parallelism %d: step %d loss %.8f (serial %.8f), aux %.8f "
                       "(%.8f), dropped %.6f (%.6f)",
                       desc, ge, s, r.loss[s], ref->loss[s], r.aux[s], ref->aux[s], r.dropped[s],

@@ -3,7 +3,7 @@
 --dtype float64 --ff DIR), against bounds derived from float32's unit
 roundoff (docs/testing.md, "The PyTorch oracle's bounds").
 
-  gpt_compare.py DIR [--plain PLAIN]
+  gpt_compare.py DIR [--plain PLAIN]...
 
 Reads from DIR (a = fourfold, from `test_gpt --dump DIR`; b = the oracle, in
 float64, following fourfold's trajectory):
@@ -40,10 +40,11 @@ they round apart, by at most one bf16 ulp, 2 u_b |x| (u_b = 2^-8), so each
 rounded operand on the way adds at most 2 u_b to a tensor's norm-wise
 error (the weights add nothing: both round the same float32 master). On
 the way to the logits and the loss: the 4L + 1 inputs of the products with
-weights; to the gradients, also the 4L + 1 output gradients of their
-backward:
-  logits, losses        + (4L + 1) 2 u_b
-  gradients             + (8L + 2) 2 u_b
+weights and attention's 4L operands (Q, K, P, V per layer); to the
+gradients, also the 4L + 1 output gradients of the products with weights
+and attention's 2L (dO and dS per layer):
+  logits, losses        + (8L + 1) 2 u_b
+  gradients             + (14L + 2) 2 u_b
 a worst case (every element rounded apart) that a run without rounding
 would meet too; so, with --plain PLAIN (the same oracle without the bf16
 rounding, --precision fp32, run on the same files in PLAIN), every step-0
@@ -187,8 +188,9 @@ def unflat(x, cfg):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir")
-    ap.add_argument("--plain", default=None,
-                    help="bf16-mixed: the oracle without rounding's directory")
+    ap.add_argument("--plain", action="append", default=[],
+                    help="bf16-mixed: an oracle with less rounding's directory (repeatable: "
+                         "the oracle without rounding, the one with attention in fp32)")
     a = ap.parse_args()
     D = a.dir
     p = lambda name: os.path.join(D, name)  # noqa: E731
@@ -236,24 +238,31 @@ def main():
     mixed = orj.get("precision", "fp32") == "bf16-mixed"
     if mixed:  # (the docstring derives it)
         UB = 2.0 ** -8
-        tau_logits += (4 * L + 1) * 2 * UB
-        tau_loss += (4 * L + 1) * 2 * UB
-        tau_grad += (8 * L + 2) * 2 * UB
+        tau_logits += (8 * L + 1) * 2 * UB
+        tau_loss += (8 * L + 1) * 2 * UB
+        tau_grad += (14 * L + 2) * 2 * UB
     print(f"norm-wise relative error ||ff - oracle|| / ||oracle|| per tensor; u = 2^-24, "
           f"K = max(Vp, B*T, 4C) + 8 = {K}, gamma_K = {gamma(K):.3e}")
     print(f"bounds: logits (11L+3) gamma_K = {tau_logits:.3e}, losses (11L+5) gamma_K = "
           f"{tau_loss:.3e}, gradients (22L+9) gamma_K = {tau_grad:.3e}"
-          + (", each + bf16-mixed's (4L+1) 2u_b, (4L+1) 2u_b, (8L+2) 2u_b" if mixed else ""))
-    plain = {}
-    if mixed and a.plain:
+          + (", each + bf16-mixed's (8L+1) 2u_b, (8L+1) 2u_b, (14L+2) 2u_b" if mixed else ""))
+    plains = []  # (label, step-0 gradients, directory)
+    for d in a.plain if mixed else []:
         try:
-            cp, plain = gt.read_checkpoint(os.path.join(a.plain, "oracle_grads_0.bin"), dtype="<f8")
-            if cp != cfg or load_json(os.path.join(a.plain, "oracle.json")).get(
-                    "precision", "fp32") != "fp32":
-                raise ValueError(f"{a.plain}: not the plain oracle of this model")
+            cp, pg = gt.read_checkpoint(os.path.join(d, "oracle_grads_0.bin"), dtype="<f8")
+            pj = load_json(os.path.join(d, "oracle.json"))
+            if pj.get("precision", "fp32") == "fp32":
+                label = "plain oracle"
+            elif pj.get("attention") == "fp32":
+                label = "fp32-attention oracle"
+            else:
+                label = None
+            if cp != cfg or label is None:
+                raise ValueError(f"{d}: not an oracle of this model with less rounding")
         except (OSError, ValueError) as e:
             print(f"FAIL: {e}")
             return 1
+        plains.append((label, pg, d))
 
     # fourfold's hyperparameters: the float32 values of the oracle's
     hp = {k: float(orj[k]) for k in ("lr", "min_lr_frac", "wd", "beta1", "beta2", "eps",
@@ -280,9 +289,9 @@ def main():
             if s == 0:
                 print(f"{name:<10} {str(ga[s][name].shape):<18} {norm(gb[s][name]):11.4e} "
                       f"{err:10.3e} {err / tau_grad:10.2e}  {ok}", end="")
-                if plain:
-                    ep = rel_err(ga[s][name], plain[name])
-                    print(f"  plain oracle {ep:.3e}: {check(err < ep, f'{name}: gradient nearer the oracle without bf16 rounding ({ep:.3e}) than the bf16 one ({err:.3e})')}", end="")
+                for label, pg, _ in plains:
+                    ep = rel_err(ga[s][name], pg[name])
+                    print(f"  {label} {ep:.3e}: {check(err < ep, f'{name}: gradient nearer the {label} ({ep:.3e}) than the bf16 one ({err:.3e})')}", end="")
                 print()
             if not err / tau_grad <= worst_grad[0]:
                 worst_grad = (err / tau_grad, name, s)
@@ -305,11 +314,11 @@ def main():
         logit_ratio = err / tau_logits
         print(f"logits {str((B, T, V)):<18} rel err {err:.3e}, {logit_ratio:.2e} of its bound  "
               f"{check(err <= tau_logits, f'logits: {err:.3e} > {tau_logits:.3e}')}")
-        if plain:
-            lp = np.fromfile(os.path.join(a.plain, "oracle_logits.bin"), dtype="<f8")
+        for label, _, d in plains:
+            lp = np.fromfile(os.path.join(d, "oracle_logits.bin"), dtype="<f8")
             ep = rel_err(la.reshape(B, T, Vp)[..., :V], lp.reshape(B, T, Vp)[..., :V])
-            print(f"logits against the plain oracle: rel err {ep:.3e}  "
-                  f"{check(err < ep, f'logits nearer the plain oracle ({ep:.3e}) than the bf16 one ({err:.3e})')}")
+            print(f"logits against the {label}: rel err {ep:.3e}  "
+                  f"{check(err < ep, f'logits nearer the {label} ({ep:.3e}) than the bf16 one ({err:.3e})')}")
     except (OSError, ValueError) as e:
         fails.append(f"logits: {e}")
 

@@ -5,7 +5,7 @@
       [--steps 10] [--lr 3e-3 --warmup 3 --min-lr-frac 0.1 --wd 0.1
        --beta1 0.9 --beta2 0.95 --eps 1e-8 --clip 1.0]
       [--dtype float32|float64] [--threads 1] [--ff FFDIR]
-      [--precision fp32|bf16-mixed]
+      [--precision fp32|bf16-mixed] [--attention bf16|fp32]
 
 Step s (0-based) trains on sequences [s*B, (s+1)*B) of the batch file, which
 must hold steps*B sequences (default B = N // steps).
@@ -44,7 +44,8 @@ elements), little-endian:
                         plus B, T, V, Vp, steps and the hyperparameters}
 
 --precision bf16-mixed: the model's products as fourfold's bf16-mixed ones
-(gpt_torch.GPT2's bf16): operands rounded to bf16, the arithmetic in --dtype.
+(gpt_torch.GPT2's bf16): operands rounded to bf16, the arithmetic in --dtype;
+attention's products too unless --attention fp32.
 
 Formats are described in gpt_torch.py.
 """
@@ -77,6 +78,9 @@ def main():
     ap.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--precision", choices=["fp32", "bf16-mixed"], default="fp32")
+    ap.add_argument("--attention", choices=["bf16", "fp32"], default="bf16",
+                    help="bf16-mixed: attention's products on bf16 operands (fourfold's) "
+                         "or in fp32 (the recipe before them; a check's foil)")
     ap.add_argument("--ff", default=None,
                     help="fourfold's dump directory: follow its trajectory")
     a = ap.parse_args()
@@ -101,7 +105,8 @@ def main():
     dtype = torch.float64 if a.dtype == "float64" else torch.float32
     fdt = "<f8" if a.dtype == "float64" else "<f4"
     out = lambda name: os.path.join(a.out, name)  # noqa: E731
-    model = gt.GPT2(cfg, tensors, dtype=dtype, bf16=a.precision == "bf16-mixed")
+    model = gt.GPT2(cfg, tensors, dtype=dtype, bf16=a.precision == "bf16-mixed",
+                    bf16_attention=a.attention == "bf16")
     opt = gt.make_optimizer(model, a.lr, a.wd, a.beta1, a.beta2, a.eps)
 
     def ff_file(name):
@@ -153,7 +158,7 @@ def main():
         gt.write_checkpoint(out(name), cfg, t, dtype=fdt)
     res = {"loss": losses[0], "losses": losses, "grad_norms": norms, "lrs": lrs,
            "dtype": a.dtype, "trajectory": "own" if a.ff is None else "fourfold",
-           "precision": a.precision,
+           "precision": a.precision, "attention": a.attention,
            "B": B, "T": T, "V": cfg["V"], "Vp": cfg["Vp"],
            "steps": a.steps, "lr": a.lr, "warmup": a.warmup,
            "min_lr_frac": a.min_lr_frac, "wd": a.wd, "beta1": a.beta1,

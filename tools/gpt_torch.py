@@ -232,6 +232,27 @@ class _Bf16Linear(torch.autograd.Function):
         return gx, gw, gb
 
 
+class _Bf16MatMul(torch.autograd.Function):
+    """alpha bf16(a) @ bf16(b) as fourfold's bf16-mixed attention products
+    (src/nn/gpt_ops.c, docs/design.md "Precision"): the operands rounded to
+    bf16, the backward's products on the output gradient rounded to bf16,
+    alpha applied to each product's sum; the arithmetic in the tensors'
+    dtype."""
+
+    @staticmethod
+    def forward(ctx, a, b, alpha):
+        ar, br = bf16_round(a), bf16_round(b)
+        ctx.save_for_backward(ar, br)
+        ctx.alpha = alpha
+        return (ar @ br) * alpha
+
+    @staticmethod
+    def backward(ctx, g):
+        ar, br = ctx.saved_tensors
+        gr = bf16_round(g)
+        return (gr @ br.transpose(-1, -2)) * ctx.alpha, (ar.transpose(-1, -2) @ gr) * ctx.alpha, None
+
+
 class GPT2:
     """GPT-2 from the 16 canonical tensors, written out op by op.
 
@@ -240,11 +261,12 @@ class GPT2:
     the first V logit columns).
     """
 
-    def __init__(self, cfg, tensors, dtype=torch.float32, bf16=False):
+    def __init__(self, cfg, tensors, dtype=torch.float32, bf16=False, bf16_attention=True):
         _check_cfg(cfg, "GPT2")
         self.cfg = dict(cfg)
         self.dtype = dtype
         self.bf16 = bf16
+        self.bf16_att = bf16 and bf16_attention
         self.params = {}
         for name, shape in param_shapes(cfg).items():
             t = torch.as_tensor(np.asarray(tensors[name])).to(dtype).clone()
@@ -282,10 +304,14 @@ class GPT2:
             q = q.reshape(B, T, NH, hs).transpose(1, 2)  # (B,NH,T,hs)
             k = k.reshape(B, T, NH, hs).transpose(1, 2)
             v = v.reshape(B, T, NH, hs).transpose(1, 2)
-            att = (q @ k.transpose(-1, -2)) * scale  # (B,NH,T,T)
+            if self.bf16_att:  # bf16 operands, fp32 sums; softmax on fp32 scores; P rounded for P V
+                att = _Bf16MatMul.apply(q, k.transpose(-1, -2), scale)
+            else:
+                att = (q @ k.transpose(-1, -2)) * scale  # (B,NH,T,T)
             att = att.masked_fill(~causal, float("-inf"))
             att = torch.softmax(att, dim=-1)
-            y = (att @ v).transpose(1, 2).reshape(B, T, C)
+            y = _Bf16MatMul.apply(att, v, 1.0) if self.bf16_att else att @ v
+            y = y.transpose(1, 2).reshape(B, T, C)
             x = x + linear(y, p["attprojw"][l], p["attprojb"][l])
             h = _layernorm(x, p["ln2w"][l], p["ln2b"][l])
             h = linear(h, p["fcw"][l], p["fcb"][l])

@@ -239,6 +239,7 @@ static int alloc_buffers(ff_gpt *g)
     A(g->dfch, m * g->fx, scr);
     const int64_t threads = ff_ctx_threads(g->ctx);
     A(g->att_scratch, T * T * threads, scr);
+    A(g->att_bf16, half ? FF_ATTN_BF16_SCRATCH(T, g->hs) * threads : 0, scr);
     A(g->ce_scratch, g->last ? 3 * m + (int64_t)g->gx * 3 * m + g->vx * threads : 0, scr);
     A(g->ln_scratch, FF_LN_SCRATCH(m, g->cy), scr);
     /* two floats hold each block's double */
@@ -890,11 +891,11 @@ void ff_gpt_destroy(ff_gpt *g)
     if (g->lnf == g->act32y)
         g->lnf = NULL;
     ff_fbuf_free(g->lnfh), ff_fbuf_free(g->act32y), ff_fbuf_free(g->act32x);
-    float *bufs[] = {g->lnf,        g->lnf_mean,    g->lnf_rstd,   g->logits,     g->losses,
-                     g->dres,       g->dln,         g->tmp,        g->dqkv,       g->datty,
-                     g->dfch,       g->att_scratch, g->ce_scratch, g->ln_scratch, g->moe_part,
-                     g->moe_gather, g->moe_stats,   g->moe_dO,     g->moe_dA,     g->moe_dX,
-                     g->moe_dgate,  g->moe_send,    g->moe_recv,   g->moe_gath};
+    float *bufs[] = {g->lnf,      g->lnf_mean,    g->lnf_rstd,  g->logits,     g->losses,
+                     g->dres,     g->dln,         g->tmp,       g->dqkv,       g->datty,
+                     g->dfch,     g->att_scratch, g->att_bf16,  g->ce_scratch, g->ln_scratch,
+                     g->moe_part, g->moe_gather,  g->moe_stats, g->moe_dO,     g->moe_dA,
+                     g->moe_dX,   g->moe_dgate,   g->moe_send,  g->moe_recv,   g->moe_gath};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         ff_fbuf_free(bufs[i]);
     ff_fbuf_free(g->norm_part);
@@ -1080,6 +1081,16 @@ static void keep_bf16(uint16_t *keep, const float *x, int64_t n)
         ff_bf16_pack(keep, x, (size_t)n);
 }
 
+/* The rank's heads: atty from qkv, in bf16-mixed on bf16 operands */
+static void attention_forward(ff_gpt *g, ff_gpt_acts *a)
+{
+    if (g->opt.precision == FF_PRECISION_BF16_MIXED)
+        ff_attention_forward_bf16(g->ctx, a->atty, a->att, a->qkv, g->Bl, g->T, (int)g->nhx,
+                                  (int)g->hs, g->att_bf16);
+    else
+        ff_attention_forward(g->ctx, a->atty, a->att, a->qkv, g->Bl, g->T, (int)g->nhx, (int)g->hs);
+}
+
 /* Block l from resid[l]: to resid[l + 1], or under recompute only as far as
  * the backward needs (the MLP down's input). */
 static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
@@ -1091,7 +1102,7 @@ static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
         ff_ln_apply(g->ctx, a->ln1, a->ln1_mean, a->ln1_rstd, h, g->pv.ln1w[l], g->pv.ln1b[l], m,
                     cy);
         keep_bf16(a->ln1h, a->ln1, m * cy);
-        ff_attention_forward(g->ctx, a->atty, a->att, a->qkv, g->Bl, g->T, (int)g->nhx, (int)g->hs);
+        attention_forward(g, a);
         keep_bf16(a->attyh, a->atty, m * g->cx);
         ff_ln_apply(g->ctx, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, g->pv.ln2w[l], g->pv.ln2b[l],
                     m, cy);
@@ -1113,7 +1124,7 @@ static int block_forward(ff_gpt *g, int l, ff_gpt_acts *a, int recompute)
         (rc = forward_keep(g->qkv[l], a->qkv, a->ln1, a->ln1h, m, NULL, NULL)))
         return rc;
     // atty (m, C/Gx): the rank's heads
-    ff_attention_forward(g->ctx, a->atty, a->att, a->qkv, g->Bl, g->T, (int)g->nhx, (int)g->hs);
+    attention_forward(g, a);
     // mid (m, C/Gy) = h + atty Wproj + b; ln2 = LayerNorm(mid), per chunk where it can
     rows_norm mid =
         norm_after(g, a->mid, h, a->ln2, a->ln2_mean, a->ln2_rstd, g->pv.ln2w[l], g->pv.ln2b[l]);
@@ -1175,8 +1186,12 @@ static int block_backward(ff_gpt *g, int l, ff_gpt_acts *a)
     // attention: datty (m, C/Gy) = dres Wproj^T; dqkv (m, 3C/Gx)
     if ((rc = backward_kept(g->attproj[l], g->datty, g->dres, a->atty, a->attyh, m)))
         return rc;
-    ff_attention_backward(g->ctx, g->dqkv, g->att_scratch, g->datty, a->qkv, a->att, g->Bl, g->T,
-                          (int)g->nhx, (int)g->hs);
+    if (g->opt.precision == FF_PRECISION_BF16_MIXED)
+        ff_attention_backward_bf16(g->ctx, g->dqkv, g->att_scratch, g->datty, a->qkv, a->att, g->Bl,
+                                   g->T, (int)g->nhx, (int)g->hs, g->att_bf16);
+    else
+        ff_attention_backward(g->ctx, g->dqkv, g->att_scratch, g->datty, a->qkv, a->att, g->Bl,
+                              g->T, (int)g->nhx, (int)g->hs);
     if ((rc = backward_kept(g->qkv[l], g->dln, g->dqkv, a->ln1, a->ln1h, m)))
         return rc;
     return ff_ln_backward(g->grp_y, g->dres, g->gv.ln1w[l], g->gv.ln1b[l], g->dln, resid_at(g, l),

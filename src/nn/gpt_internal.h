@@ -161,6 +161,7 @@ struct ff_gpt {
     uint16_t *lnfh;
     float *act32y, *act32x;
     float *dres, *dln, *tmp, *dqkv, *datty, *dfch, *att_scratch, *ce_scratch, *ln_scratch;
+    float *att_bf16;   /* bf16-mixed: attention's rounded operands (FF_ATTN_BF16_SCRATCH) */
     double *norm_part; /* the gradient norm's block sums (gpt_optim.c) */
     float *mask;       /* n_params: 1 kept, 0 pruned (prune.c), or NULL */
     /* with a mask, the data-parallel all-reduces send the kept entries only

@@ -255,11 +255,106 @@ static void attn_bwd(void *arg, int64_t k0, int64_t k1, int th)
     }
 }
 
+/* bf16-mixed: rows [0, n) of hs values at stride ld rounded to bf16 into
+ * dst (n, hs) */
+static void round_rows(float *dst, const float *src, int64_t ld, int n, int hs)
+{
+    for (int t = 0; t < n; t++)
+        ff_bf16_round_copy(dst + (int64_t)t * hs, src + t * ld, (size_t)hs);
+}
+
+/* attn_fwd with the products' operands rounded to bf16 (gpt_ops.h): the
+ * head's Q, K and V rounded once into the thread's scratch, a block's
+ * probabilities rounded into its end before O = P V; att keeps them in fp32
+ * for the softmax's backward. The same calls for any team size. */
+static void attn_fwd_bf16(void *arg, int64_t k0, int64_t k1, int th)
+{
+    const attn_job *j = arg;
+    const int T = j->T, hs = j->hs;
+    const int64_t c = (int64_t)j->nh * hs, c3 = 3 * c, head_n = (int64_t)T * hs;
+    const float scale = 1.0f / sqrtf((float)hs);
+    float *qb = j->bf16 + th * FF_ATTN_BF16_SCRATCH(T, hs), *kb = qb + head_n, *vb = kb + head_n;
+    float *pb = vb + 2 * head_n; /* (ATT_ROWS, keys) */
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t b = k / j->nh, h = k % j->nh;
+        const float *q = j->qkv + b * T * c3 + h * hs;
+        float *p = j->att + k * T * T, *o = j->out + b * T * c + h * hs;
+        round_rows(qb, q, c3, T, hs);
+        round_rows(kb, q + c, c3, T, hs);
+        round_rows(vb, q + 2 * c, c3, T, hs);
+        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+            const int r1 = r0 + ATT_ROWS < T ? r0 + ATT_ROWS : T, n = r1 - r0;
+            const int keys = j->causal ? r1 : T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, keys, hs, scale, qb + r0 * hs,
+                        hs, kb, hs, 0.0f, p + (int64_t)r0 * T, T);
+            for (int t = r0; t < r1; t++)
+                ff_softmax_causal_row(p + (int64_t)t * T, j->causal ? t : T - 1, T);
+            for (int t = 0; t < n; t++) /* P rounded, as autocast's P V */
+                ff_bf16_round_copy(pb + (int64_t)t * keys, p + (int64_t)(r0 + t) * T, (size_t)keys);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, keys, 1.0f, pb, keys, vb,
+                        hs, 0.0f, o + r0 * c, (int)c);
+        }
+        if (th == 0)
+            ff_poll(j->ctx);
+    }
+}
+
+/* attn_bwd with the products' operands rounded to bf16 (gpt_ops.h): dS
+ * rounded in place once the softmax's backward made it (only products read
+ * it), a column block of P rounded into the scratch's end for dV. */
+static void attn_bwd_bf16(void *arg, int64_t k0, int64_t k1, int th)
+{
+    const attn_job *j = arg;
+    const int T = j->T, hs = j->hs;
+    const int64_t c = (int64_t)j->nh * hs, c3 = 3 * c, head_n = (int64_t)T * hs;
+    const float scale = 1.0f / sqrtf((float)hs);
+    float *dp = j->scratch + (int64_t)th * T * T;
+    float *qb = j->bf16 + th * FF_ATTN_BF16_SCRATCH(T, hs), *kb = qb + head_n, *vb = kb + head_n;
+    float *gb = vb + head_n, *pb = gb + head_n; /* pb (T, ATT_ROWS) */
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t b = k / j->nh, h = k % j->nh, off = b * T * c3 + h * hs;
+        const float *q = j->qkv + off;
+        float *dq = j->dqkv + off, *dk = dq + c, *dv = dq + 2 * c;
+        const float *pa = j->patt + k * T * T;
+        round_rows(qb, q, c3, T, hs);
+        round_rows(kb, q + c, c3, T, hs);
+        round_rows(vb, q + 2 * c, c3, T, hs);
+        round_rows(gb, j->dout + b * T * c + h * hs, c, T, hs);
+        for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+            const int r1 = r0 + ATT_ROWS < T ? r0 + ATT_ROWS : T, n = r1 - r0;
+            const int keys = j->causal ? r1 : T;
+            float *dpr = dp + (int64_t)r0 * T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, keys, hs, 1.0f, gb + r0 * hs,
+                        hs, vb, hs, 0.0f, dpr, T);
+            for (int t = r0; t < r1; t++) {
+                ff_softmax_causal_back_row(dp + (int64_t)t * T, pa + (int64_t)t * T,
+                                           j->causal ? t : T - 1, T);
+                ff_bf16_round(dp + (int64_t)t * T, (size_t)keys);
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, keys, scale, dpr, T, kb,
+                        hs, 0.0f, dq + r0 * c3, (int)c3);
+        }
+        for (int c0 = 0; c0 < T; c0 += ATT_ROWS) {
+            const int q0 = j->causal ? c0 : 0;
+            const int c1 = c0 + ATT_ROWS < T ? c0 + ATT_ROWS : T, n = c1 - c0, rows = T - q0;
+            const int64_t at = (int64_t)q0 * T + c0;
+            for (int t = 0; t < rows; t++)
+                ff_bf16_round_copy(pb + (int64_t)t * n, pa + at + (int64_t)t * T, (size_t)n);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, 1.0f, pb, n,
+                        gb + q0 * hs, hs, 0.0f, dv + c0 * c3, (int)c3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, scale, dp + at, T,
+                        qb + q0 * hs, hs, 0.0f, dk + c0 * c3, (int)c3);
+        }
+        if (th == 0)
+            ff_poll(j->ctx);
+    }
+}
+
 /* Runs the pairs on the team with the BLAS on one thread meanwhile. */
 static void attn_run(attn_job *j, ff_team_fn fn, ff_pass_id id)
 {
-    if (j->causal && ff_dev_pass(j->ctx, id, (int64_t)j->B * j->nh, j))
-        return; /* (the device's kernels are causal only) */
+    if (j->causal && !j->bf16 && ff_dev_pass(j->ctx, id, (int64_t)j->B * j->nh, j))
+        return; /* (the device's kernels are causal only, fp32 only) */
     ff_team *team = j->ctx->team;
     int wide = ff_team_size(team) > 1;
     if (wide)
@@ -282,6 +377,41 @@ void ff_attention_forward(ff_ctx *ctx, float *out, float *att, const float *qkv,
                   .hs = hs,
                   .causal = 1};
     attn_run(&j, attn_fwd, FF_PASS_ATTN_FWD);
+}
+
+void ff_attention_forward_bf16(ff_ctx *ctx, float *out, float *att, const float *qkv, int B, int T,
+                               int nh, int hs, float *bscratch)
+{
+    attn_job j = {.ctx = ctx,
+                  .out = out,
+                  .att = att,
+                  .qkv = qkv,
+                  .B = B,
+                  .T = T,
+                  .nh = nh,
+                  .hs = hs,
+                  .causal = 1,
+                  .bf16 = bscratch};
+    attn_run(&j, attn_fwd_bf16, FF_PASS_ATTN_FWD);
+}
+
+void ff_attention_backward_bf16(ff_ctx *ctx, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *att, int B, int T, int nh, int hs,
+                                float *bscratch)
+{
+    attn_job j = {.ctx = ctx,
+                  .dqkv = dqkv,
+                  .scratch = scratch,
+                  .dout = dout,
+                  .qkv = qkv,
+                  .patt = att,
+                  .B = B,
+                  .T = T,
+                  .nh = nh,
+                  .hs = hs,
+                  .causal = 1,
+                  .bf16 = bscratch};
+    attn_run(&j, attn_bwd_bf16, FF_PASS_ATTN_BWD);
 }
 
 void ff_attention_full_forward(ff_ctx *ctx, float *out, float *att, const float *qkv, int B, int T,

@@ -45,6 +45,20 @@ void ff_attention_forward(ff_ctx *ctx, float *out, float *att, const float *qkv,
  * thread of the context. */
 void ff_attention_backward(ff_ctx *ctx, float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *att, int B, int T, int nh, int hs);
+/* bf16-mixed (docs/design.md §13): the same with every product's operands
+ * rounded to bf16 and fp32 sums: S = scale bf16(Q) bf16(K)^T, the softmax in
+ * fp32 (att keeps fp32 P), O = bf16(P) bf16(V); backward dP = bf16(dO)
+ * bf16(V)^T, dS by the softmax's backward in fp32 on fp32 P, dQ = scale
+ * bf16(dS) bf16(K), dK = scale bf16(dS)^T bf16(Q), dV = bf16(P)^T bf16(dO).
+ * The rounded copies go to bscratch, FF_ATTN_BF16_SCRATCH(T, hs) floats per
+ * thread of the context; the products stay on the BLAS on either product
+ * path (the exact emulation). */
+#define FF_ATTN_BF16_SCRATCH(T, hs) (4 * (int64_t)(T) * (hs) + (int64_t)FF_ATTENTION_ROWS * (T))
+void ff_attention_forward_bf16(ff_ctx *ctx, float *out, float *att, const float *qkv, int B, int T,
+                               int nh, int hs, float *bscratch);
+void ff_attention_backward_bf16(ff_ctx *ctx, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *att, int B, int T, int nh, int hs,
+                                float *bscratch);
 /* The same without the causal mask: every query sees every key (the U-Net's
  * attention over an image's pixels); on the CPU's team only. */
 void ff_attention_full_forward(ff_ctx *ctx, float *out, float *att, const float *qkv, int B, int T,

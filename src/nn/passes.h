@@ -60,6 +60,7 @@ typedef struct {
     const float *qkv, *dout, *patt;
     int B, T, nh, hs;
     int causal;
+    float *bf16; /* bf16-mixed: the rounded operands' scratch per thread; NULL: fp32 */
 } attn_job;
 
 /* the gradient norm's sums of squares, in blocks of FF_SUM_BLOCK */
