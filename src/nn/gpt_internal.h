@@ -297,6 +297,11 @@ float *ff_gpt_zero_master_at(const ff_gpt *g, float *base, size_t off, size_t n)
  * outcome agreed); ff_gpt_zero_master_slice keeps the rank's slices again,
  * after making the bf16 copy from the whole master where `changed`. */
 int ff_gpt_zero_master_whole(ff_gpt *g);
+/* Only the whole master's views, for a transfer of the gradients or
+ * moments, which needs their offsets, not the master's values: bound into
+ * the gradient buffer, nothing gathered or allocated; undone by
+ * ff_gpt_zero_master_slice. */
+int ff_gpt_zero_master_views(ff_gpt *g);
 void ff_gpt_zero_master_slice(ff_gpt *g, int changed);
 /* The dense AdamW pass over n entries of job (gpt_optim.c). */
 void ff_gpt_adamw_run(ff_gpt *g, const void *adamw_job, int64_t n);

@@ -494,8 +494,9 @@ static int scatter_flat(ff_gpt *g, ff_gpt_buffer which, float *flat, const float
  * dense copy made for the transfer (docs/samo.md: a checkpoint's moment),
  * and in bf16-mixed the master too: every transfer then runs on the dense
  * master's views, whose offsets are the dense buffers'. So does ZeRO's
- * sliced master in bf16-mixed (gpt_zero.c: gathered whole over D for the
- * transfer, sliced again after it). */
+ * sliced master in bf16-mixed (gpt_zero.c): gathered whole over D for a
+ * transfer of the parameters, sliced again after it; for the others only
+ * its views' offsets are needed, bound without the values. */
 static int gather_any(ff_gpt *g, ff_gpt_buffer which, float *canon, int root);
 static int scatter_any(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root);
 
@@ -505,7 +506,7 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
     if (rc == FF_OK)
         rc = ff_gpt_samo_master_dense(g);
     if (rc == FF_OK) /* (bf16-mixed ZeRO: the master's slices; the views are its) */
-        rc = ff_gpt_zero_master_whole(g);
+        rc = which == FF_GPT_PARAMS ? ff_gpt_zero_master_whole(g) : ff_gpt_zero_master_views(g);
     if (rc == FF_OK)
         rc = gather_any(g, which, canon, root);
     ff_gpt_zero_master_slice(g, 0);
@@ -519,7 +520,7 @@ int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
     if (rc == FF_OK)
         rc = ff_gpt_samo_master_dense(g);
     if (rc == FF_OK) /* (bf16-mixed ZeRO: the master's slices; the views are its) */
-        rc = ff_gpt_zero_master_whole(g);
+        rc = which == FF_GPT_PARAMS ? ff_gpt_zero_master_whole(g) : ff_gpt_zero_master_views(g);
     if (rc == FF_OK)
         rc = scatter_any(g, which, canon, root);
     ff_gpt_zero_master_slice(g, rc == FF_OK && which == FF_GPT_PARAMS);

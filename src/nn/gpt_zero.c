@@ -629,11 +629,35 @@ int ff_gpt_zero_master_whole(ff_gpt *g)
     return rc;
 }
 
+int ff_gpt_zero_master_views(ff_gpt *g)
+{
+    if (!ff_gpt_zero_master_sliced(g))
+        return FF_OK;
+    ff_gpt_zero *z = g->zr;
+    int rc = ff_ctx_agree(g->ctx, ff_gpt_zero_params_settle(g));
+    if (rc)
+        return rc;
+    /* a buffer of n_params floats to measure offsets in, never read through
+     * the views (a transfer reads and writes its own full buffer) */
+    z->sliced = g->params;
+    g->params = g->grads;
+    z->whole = 2;
+    ff_gpt_bind_views(g);
+    return FF_OK;
+}
+
 void ff_gpt_zero_master_slice(ff_gpt *g, int changed)
 {
     ff_gpt_zero *z = g->zr;
     if (!z || !z->whole)
         return;
+    if (z->whole == 2) { /* (views only) */
+        g->params = z->sliced;
+        z->sliced = NULL;
+        z->whole = 0;
+        ff_gpt_bind_views(g);
+        return;
+    }
     if (changed) /* (the copy from the whole master, before it goes) */
         ff_bf16_pack(g->wbf16, g->params, g->n_zsharded);
     move_state(z, g->params, z->sliced, 0);
