@@ -79,6 +79,7 @@ struct ff_gpt_zero {
      * the full buffer and the slices wait in `sliced` */
     int master, whole;
     float *sliced;
+    float *gkept; /* the gradients' slices while the whole master is the gradient buffer */
 };
 
 static size_t chunk_len(size_t n, int p, int i)
@@ -611,14 +612,27 @@ int ff_gpt_zero_master_whole(ff_gpt *g)
         return FF_OK; /* (the same on every rank) */
     ff_gpt_zero *z = g->zr;
     int rc = ff_gpt_zero_params_settle(g);
-    float *full = rc ? NULL : ff_fbuf_alloc(g->ctx, g->n_params);
-    rc = ff_ctx_agree(g->ctx, rc     ? rc
-                              : full ? FF_OK
-                                     : ff_set_error(g->ctx, FF_ENOMEM,
-                                                    "out of memory for the whole master weights"));
+    /* between steps the gradient buffer holds it (outside the rank's slices
+     * it holds partial sums nothing reads; the slices wait aside, as in a
+     * transfer): the state's size comes on top, not the parameters' */
+    float *full = NULL;
+    if (rc == FF_OK && z->reduced)
+        z->gkept = ff_fbuf_alloc(g->ctx, z->state);
+    else if (rc == FF_OK)
+        full = ff_fbuf_alloc(g->ctx, g->n_params);
+    const int got = full || z->gkept;
+    rc = ff_ctx_agree(g->ctx, rc    ? rc
+                              : got ? FF_OK
+                                    : ff_set_error(g->ctx, FF_ENOMEM,
+                                                   "out of memory for the whole master weights"));
     if (rc) {
-        ff_fbuf_free(full);
+        ff_fbuf_free(full), ff_fbuf_free(z->gkept);
+        z->gkept = NULL;
         return rc;
+    }
+    if (z->gkept) {
+        move_state(z, g->grads, z->gkept, 0);
+        full = g->grads;
     }
     move_state(z, full, g->params, 1);
     rc = ff_ctx_agree(g->ctx, gather_ranges(g, full));
@@ -661,7 +675,14 @@ void ff_gpt_zero_master_slice(ff_gpt *g, int changed)
     if (changed) /* (the copy from the whole master, before it goes) */
         ff_bf16_pack(g->wbf16, g->params, g->n_zsharded);
     move_state(z, g->params, z->sliced, 0);
-    ff_fbuf_free(g->params);
+    if (z->gkept) { /* the gradient buffer: its slices back */
+        move_state(z, g->grads, z->gkept, 1);
+        ff_fbuf_free(z->gkept);
+        z->gkept = NULL;
+        release_grads(g);
+    } else {
+        ff_fbuf_free(g->params);
+    }
     g->params = z->sliced;
     z->sliced = NULL;
     z->whole = 0;
