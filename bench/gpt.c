@@ -15,7 +15,7 @@
  *          --pass-ms E --slow-jitter 0|1]
  *          [--experts E --expert-every K --top-k 1|2 --capacity F --ep Ge --dtd 0|1
  *          --cac 0|1] [--precision fp32|bf16-mixed] [--bf16-products auto|emulated|onednn]
- *          [--sparsity P [--samo]] [--rss]
+ *          [--sparsity P [--samo]] [--rss] [--zero 0|1|2]
  * (--decompose: every linear layer's all-reduced products in K chunks;
  * --cmm, --rs-cmm: the collective matmuls of the weight gathers and of the
  * weight gradients' reduce-scatters (docs/linear.md); --oag, --ors: those
@@ -44,7 +44,8 @@
  * phase) at the start, around each step's forward and backward and around
  * its optimizer step (gradient norm, clipping, AdamW, the bf16 copy: what
  * the dissertation's §7.2 tiles), against ff_gpt_memory (docs/design.md
- * §13, "The optimizer step's memory"). */
+ * §13, "The optimizer step's memory"). --zero: ZeRO over D (docs/design.md
+ * "ZeRO over D"). */
 #include "fourfold/gpt.h"
 
 #include <cblas.h>
@@ -66,7 +67,7 @@ typedef struct {
     int micro, stages, limit, slow_stage, slow_ms, pass_ms, jitter;
     int experts, expert_every, top_k, capacity_pct, ep, dtd, cac;
     double sparsity;
-    int samo, rss;
+    int samo, rss, zero;
 } options;
 
 /* The groups a step communicates on, k < N_GROUPS: the grid's, then a
@@ -223,6 +224,8 @@ static int parse(int argc, char **argv, options *o)
             o->samo = 1;
         } else if (strcmp(a, "--rss") == 0) {
             o->rss = 1;
+        } else if (strcmp(a, "--zero") == 0 && v) {
+            o->zero = atoi(argv[++i]);
         } else if (strcmp(a, "--checkpoint") == 0)
             o->checkpoint = 1;
         else if (strcmp(a, "--gemm-report") == 0)
@@ -278,6 +281,7 @@ int main(int argc, char **argv)
     opts.checkpoint = o.checkpoint;
     opts.precision = o.precision;
     opts.bf16_products = o.bf16_products;
+    opts.zero = o.zero;
     opts.linear.decompose = o.decompose;
     opts.linear.cmm = o.cmm;
     opts.linear.oag = o.oag;

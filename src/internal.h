@@ -168,7 +168,7 @@ struct ff_request {
     int step;
     /* 0, or one half of the ring all-reduce (ff_iallreduce_half): 1 its
      * reduce phase, counted as a reduce-scatter, 2 its gather phase, counted
-     * as an all-gather */
+     * as an all-gather, 3 that phase on 2-byte values (ff_iallgather_half16) */
     int half;
     /* a fed reduce-scatter (ff_ireduce_scatter_fed): feeding 1, fed the
      * send blocks the caller has written, in the ring's reading order;

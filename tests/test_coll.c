@@ -18,7 +18,8 @@
  * but one in each phase (chunks of n/p, the first n mod p one larger). A group
  * of one counts nothing.
  *
- * Also: the ring all-reduce's two halves (ff_iallreduce_half) against it;
+ * Also: the ring all-reduce's two halves (ff_iallreduce_half) against it,
+ * and the gather phase on 2-byte values (ff_iallgather_half16);
  * all-reduce of lengths 1, p-1, p+1 and 1031 (empty and uneven chunks);
  * six mixed collectives in flight on one group, waited on in reverse order;
  * and, in poll mode, ring collectives driven to their last step by ff_poll()
@@ -333,6 +334,32 @@ static void run_halves(env *e, const char *grid_name, ff_group *g)
               (unsigned long long)want[1], (unsigned long long)want[2],
               (unsigned long long)want[3]);
         e->checks++;
+        /* the gather phase on 2-byte values (ff_iallgather_half16): chunk
+         * q of every rank is rank q's, the bits as they were; 2 bytes an
+         * element, the fp32 gather phase's elements */
+        uint16_t *h16 = malloc(n * sizeof *h16);
+        for (size_t i = 0; i < n; i++)
+            h16[i] = i >= c0 && i < c0 + cl ? (uint16_t)(0x8000u ^ (r * 7919u + i)) : 0x7fc1;
+        ff_group_counters_reset(g);
+        if (rc == FF_OK && (rc = ff_iallgather_half16(g, h16, n, &q)) == FF_OK)
+            rc = ff_wait(&q);
+        size_t bad = n;
+        for (size_t i = 0, owner = 0; rc == FF_OK && i < n && bad == n; i++) {
+            while (owner + 1 < (size_t)p &&
+                   i >= n / (size_t)p * (owner + 1) +
+                            (owner + 1 < n % (size_t)p ? owner + 1 : n % (size_t)p))
+                owner++;
+            if (h16[i] != (uint16_t)(0x8000u ^ (owner * 7919u + i)))
+                bad = i;
+        }
+        const ff_counters ag16 = ff_group_counters(g, FF_COLL_ALLGATHER);
+        CHECK(rc == FF_OK && bad == n && ag16.bytes_sent == want[2] / 2 &&
+                  ag16.bytes_recv == want[3] / 2 && ag16.calls == (p > 1),
+              "grid %s group %s n=%zu: the 2-byte gather phase wrong at %zu, or counted %llu/%llu "
+              "bytes (rc %d)",
+              grid_name, ff_group_name(g), n, bad, (unsigned long long)ag16.bytes_sent,
+              (unsigned long long)ag16.bytes_recv, rc);
+        free(h16);
         free(half), free(whole);
     }
     if (p > 1) { /* only the ring on the fp32 wire: refused alike on every rank */

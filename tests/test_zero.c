@@ -24,6 +24,11 @@
  * (parameters, moments) gathered and scattered into a zero 2 and a zero 0
  * model on another grid, which give back the same canonical state and then
  * take a bitwise equal step.
+ * In bf16-mixed (1x2x2x2 with experts over EP 2, 1x1x2x2 in two stages)
+ * the same, with the fp32 master sliced as the moments are (its bytes the
+ * formula's) and the gather over D moving the 2-byte copy (half the
+ * all-reduce's gather phase): a gather left out, or a copy made from a
+ * stale master, fails the losses.
  * With two stages (1x1x2x2, 2x1x1x2), each rank's counters of a zero 1 and
  * a zero 2 step equal ff_plan_traffic_stage exactly (AUTO's algorithms).
  * Refusals, on every rank: zero 3; ZeRO on the bf16 wire, with a forced
@@ -56,7 +61,7 @@ static size_t chunk_len(size_t n, int p, int i)
 /* The moments' floats under ZeRO by the test's reading of the layout: the
  * rank's ring chunk of each data-parallel range (block l's linear weight
  * shards together, wte's shard), the rest (n - nz) whole. */
-static size_t zero_state(ff_gpt *g, size_t n, ff_dims shape, ff_dims me, int ge)
+static size_t zero_state(ff_gpt *g, size_t n, ff_dims shape, ff_dims me, int ge, size_t *nz_out)
 {
     ff_linear_seq *s = ff_gpt_linear_seq(g);
     size_t range[64] = {0}, erange[64] = {0}, nz = 0, wte = 0;
@@ -74,6 +79,8 @@ static size_t zero_state(ff_gpt *g, size_t n, ff_dims shape, ff_dims me, int ge)
     }
     /* the experts' buckets over their replicas: D/Ge ranks, rank d/Ge */
     const int edp = shape.d / ge;
+    if (nz_out)
+        *nz_out = nz;
     size_t state = n - nz + chunk_len(wte, shape.d, me.d);
     for (int l = 0; l < 64; l++)
         state += chunk_len(range[l], shape.d, me.d) + chunk_len(erange[l], edp, me.d / ge);
@@ -123,6 +130,7 @@ static int same_state(ff_gpt *a, ff_gpt *b, int w, float *ba, float *bb, size_t 
 typedef struct {
     ff_dims shape;
     int stages, experts, ge;
+    int bf16; /* bf16-mixed: the fp32 master sliced too, the 2-byte copy gathered */
 } grid_case;
 
 static int run_grid(ff_ctx *ctx, const grid_case *gc, const char *desc)
@@ -141,6 +149,7 @@ static int run_grid(ff_ctx *ctx, const grid_case *gc, const char *desc)
         go.zero = z;
         go.expert_parallel = gc->ge;
         go.dp_overlap = z != 2; /* zero 2 posts its reduce-scatters after the backward */
+        go.precision = gc->bf16 ? FF_PRECISION_BF16_MIXED : FF_PRECISION_FP32;
         if ((rc = ff_gpt_create(grid, &cfg, &go, B, T, &g[z])) == FF_OK)
             rc = ff_gpt_init(g[z], 99);
     }
@@ -155,7 +164,15 @@ static int run_grid(ff_ctx *ctx, const grid_case *gc, const char *desc)
     ff_gpt_memory mem[3];
     for (int z = 0; z < 3; z++)
         ff_gpt_memory_report(g[z], &mem[z]);
-    const size_t n = mem[0].params / 4, want = zero_state(g[1], n, shape, me, gc->ge);
+    /* bf16-mixed: the master's bytes too are the moments' slices (and the
+     * 2-byte copy of the nz Z-sharded weights, in whole floats) */
+    size_t nz = 0, n = mem[0].grads / 4, want = zero_state(g[1], n, shape, me, gc->ge, &nz);
+    const size_t copy = gc->bf16 ? 4 * ((nz + 1) / 2) : 0;
+    CHECK(mem[0].params == 4 * n + copy && mem[1].params == (gc->bf16 ? 4 * want : 4 * n) + copy &&
+              mem[2].params == mem[1].params,
+          "%s rank d=%d: master and copy %zu %zu %zu bytes, want %zu and %zu", desc, me.d,
+          mem[0].params, mem[1].params, mem[2].params, 4 * n + copy,
+          (gc->bf16 ? 4 * want : 4 * n) + copy);
     CHECK(mem[0].adam == 8 * n && mem[1].adam == 8 * want && mem[2].adam == 8 * want &&
               mem[1].grads == 4 * n && mem[2].grads == 4 * n,
           "%s rank d=%d: moments %zu %zu %zu bytes, the formula %zu and 8 (n - nz + chunks) = "
@@ -183,8 +200,11 @@ static int run_grid(ff_ctx *ctx, const grid_case *gc, const char *desc)
             if (rc == FF_OK) /* (the step's gathers over D, in flight otherwise) */
                 rc = ff_gpt_sync(g[z]);
             ar[z] = (double)ff_group_counters(gd, FF_COLL_ALLREDUCE).bytes_sent;
+            /* (bf16-mixed: the gather moves the 2-byte copy, half the
+             * all-reduce's gather phase) */
             sent[z] = ar[z] + (double)ff_group_counters(gd, FF_COLL_REDUCE_SCATTER).bytes_sent +
-                      (double)ff_group_counters(gd, FF_COLL_ALLGATHER).bytes_sent;
+                      (gc->bf16 && z ? 2.0 : 1.0) *
+                          (double)ff_group_counters(gd, FF_COLL_ALLGATHER).bytes_sent;
         }
         if (rc)
             break;
@@ -475,26 +495,27 @@ int main(int argc, char **argv)
             continue;
         char desc[32];
         snprintf(desc, sizeof desc, "%dx%dx%dx%d", s.x, s.y, s.z, s.d);
-        run_grid(ctx, &(grid_case){s, 1, 0, 1}, desc);
+        run_grid(ctx, &(grid_case){s, 1, 0, 1, 0}, desc);
         ran++;
     }
     CHECK(ran > 0, "no grid with D > 1 ran");
     /* experts in block 1 (expert parallelism 1, 2, 4), two stages of 4 ranks */
-    const grid_case more[5] = {{{1, 1, 1, 8}, 1, 4, 1},
-                               {{1, 1, 2, 4}, 1, 4, 2},
-                               {{2, 1, 1, 4}, 1, 4, 4},
-                               {{1, 1, 2, 2}, 2, 0, 1},
-                               {{2, 1, 1, 2}, 2, 0, 1}};
-    for (int i = 0; world == 8 && i < 5; i++) {
+    /* and bf16-mixed (the master sliced, its copy gathered): Gz = 2 with
+     * experts over EP 2, two stages */
+    const grid_case more[7] = {{{1, 1, 1, 8}, 1, 4, 1, 0}, {{1, 1, 2, 4}, 1, 4, 2, 0},
+                               {{2, 1, 1, 4}, 1, 4, 4, 0}, {{1, 1, 2, 2}, 2, 0, 1, 0},
+                               {{2, 1, 1, 2}, 2, 0, 1, 0}, {{1, 2, 2, 2}, 1, 4, 2, 1},
+                               {{1, 1, 2, 2}, 2, 0, 1, 1}};
+    for (int i = 0; world == 8 && i < 7; i++) {
         const grid_case *c = &more[i];
         char desc[48];
-        snprintf(desc, sizeof desc, "%dx%dx%dx%d%s%s", c->shape.x, c->shape.y, c->shape.z,
+        snprintf(desc, sizeof desc, "%dx%dx%dx%d%s%s%s", c->shape.x, c->shape.y, c->shape.z,
                  c->shape.d,
                  c->experts ? (c->ge == 1   ? " E4"
                                : c->ge == 2 ? " E4 EP2"
                                             : " E4 EP4")
                             : "",
-                 c->stages > 1 ? " P2" : "");
+                 c->stages > 1 ? " P2" : "", c->bf16 ? " bf16" : "");
         run_grid(ctx, c, desc);
     }
     if (world == 8) {

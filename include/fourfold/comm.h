@@ -135,6 +135,11 @@ int ff_iallreduce(ff_group *g, const float *send, float *recv, size_t count,
  * FF_ALGO_RING; anything else is FF_EUNSUPPORTED). */
 int ff_iallreduce_half(ff_group *g, float *buf, size_t count, int gather, const ff_coll_opts *opt,
                        ff_request **req);
+/* The gather phase of ff_iallreduce_half (gather 1) on 2-byte values
+ * (bf16 bits, moved as they are): the same chunks, steps and messages, 2
+ * bytes an element on the wire; counted as an all-gather. ZeRO over D in
+ * bf16-mixed gathers the weights' bf16 copy with it (docs/design.md). */
+int ff_iallgather_half16(ff_group *g, uint16_t *buf, size_t count, ff_request **req);
 /* recv[r*count ..) on rank s = send[s*count ..) on rank r. Not in place. */
 int ff_ialltoall(ff_group *g, const float *send, float *recv, size_t count, const ff_coll_opts *opt,
                  ff_request **req);

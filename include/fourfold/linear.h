@@ -253,12 +253,14 @@ int ff_linear_seq_allreduce_grads(ff_linear_seq *s);
 
 /* Forwards run as collective matmuls (ff_linear_opts.cmm) since creation. */
 long ff_linear_seq_cmm_uses(const ff_linear_seq *s);
-/* Called before a layer's weight shard (the bound w_shard, n floats) is
- * read for a use: its all-gather over Z is posted, or, with Gz = 1, the
- * product reads it. ZeRO over D (src/nn/gpt_zero.c) waits there for the
- * post-AdamW gather of that shard still in flight. A nonzero return fails
- * the use. NULL: none. */
-typedef int (*ff_linear_weight_fn)(void *arg, const float *w_shard, size_t n);
+/* Called before a layer's weight shard (the bound w_shard, n floats, and
+ * its bound 2-byte copy w_bf16, either NULL where not bound) is read for a
+ * use: its all-gather over Z is posted, or, with Gz = 1, the product reads
+ * it. ZeRO over D (src/nn/gpt_zero.c) waits there for the post-AdamW
+ * gather of that shard still in flight. A nonzero return fails the use.
+ * NULL: none. */
+typedef int (*ff_linear_weight_fn)(void *arg, const float *w_shard, const uint16_t *w_bf16,
+                                   size_t n);
 void ff_linear_seq_set_weight_hook(ff_linear_seq *s, ff_linear_weight_fn fn, void *arg);
 /* Weight gradients computed by the reduce-scatter collective matmul
  * (ff_linear_opts.rs_cmm, ff_layer_opts.rs_cmm) since creation. */

@@ -375,16 +375,18 @@ static int post(ff_group *g, ff_coll coll, const float *send, float *recv, size_
         sb *= p;
     if (coll == FF_COLL_ALLTOALL)
         rb *= p;
+    if (half == 3) /* the gather phase on 2-byte values: sent as they are */
+        wire = FF_WIRE_BF16;
     if (half) { /* one buffer of count elements, cut as the ring all-reduce cuts it */
         if (algo != FF_ALGO_AUTO && algo != FF_ALGO_RING)
             return ff_set_error(ctx, FF_EUNSUPPORTED,
                                 "half an all-reduce on group %s: only the ring (not %s)", g->name,
                                 ff_algo_name(algo));
-        if (wire != FF_WIRE_FP32)
+        if (wire != FF_WIRE_FP32 && half != 3)
             return ff_set_error(ctx, FF_EUNSUPPORTED,
                                 "half an all-reduce on group %s: the fp32 wire only", g->name);
         algo = FF_ALGO_RING;
-        sb = rb = count * 4;
+        sb = rb = count * (half == 3 ? 2 : 4);
     }
     if (fed) { /* the ring alone reads its send blocks one at a time, in a known order */
         if (p == 1)
@@ -516,6 +518,14 @@ int ff_iallreduce_half(ff_group *g, float *buf, size_t count, int gather, const 
 {
     return post(g, gather ? FF_COLL_ALLGATHER : FF_COLL_REDUCE_SCATTER, buf, buf, count, opt,
                 gather ? 2 : 1, 0, req);
+}
+
+int ff_iallgather_half16(ff_group *g, uint16_t *buf, size_t count, ff_request **req)
+{
+    /* (the engine's buffers are floats: this one is read and written as
+     * 2-byte values only, ring.c) */
+    return post(g, FF_COLL_ALLGATHER, (const float *)(void *)buf, (float *)(void *)buf, count, NULL,
+                3, 0, req);
 }
 
 int ff_ialltoall(ff_group *g, const float *send, float *recv, size_t count, const ff_coll_opts *opt,

@@ -17,7 +17,8 @@
  *                   waits for the caller to write each before that step
  *   all-reduce      a reduce-scatter over p chunks of the vector, then an
  *                   all-gather of the chunks (2(p-1) steps); either phase
- *                   alone is ff_iallreduce_half (ZeRO over D)
+ *                   alone is ff_iallreduce_half (ZeRO over D); the gather
+ *                   phase also on 2-byte values, ff_iallgather_half16
  *   all-to-all      pairwise exchange: step s sends to r+s, receives from r-s;
  *                   up to FF_A2A_WINDOW steps are posted at once (below)
  *
@@ -211,6 +212,11 @@ static int ar_post_step(ff_request *req)
     int g = s - (p - 1); /* gather phase step */
     int sc = mod(r - g, p), rc_ = mod(r - g - 1, p);
     size_t sn = chunk_len(n, p, sc), rn = chunk_len(n, p, rc_);
+    if (req->half == 3) { /* ff_iallgather_half16: 2-byte values in place */
+        uint16_t *b16 = (uint16_t *)(void *)req->recv;
+        return post_pair(req, b16 + chunk_off(n, p, sc), sn, RIGHT(req), b16 + chunk_off(n, p, rc_),
+                         rn, LEFT(req));
+    }
     if (req->wire == FF_WIRE_BF16) {
         uint16_t *buf0 = req->scratch, *buf1 = buf0 + mc;
         uint16_t *sbuf = (g % 2) ? buf1 : buf0, *rbuf = (g % 2) ? buf0 : buf1;
@@ -243,7 +249,7 @@ static int ar_advance(ff_request *req)
             for (size_t i = 0; i < len; i++)
                 acc[i] = in[i] + own[i];
         }
-    } else if (req->wire == FF_WIRE_BF16) {
+    } else if (req->wire == FF_WIRE_BF16 && req->half != 3) {
         int g = s - (p - 1), b = mod(r - g - 1, p);
         uint16_t *buf0 = req->scratch, *buf1 = buf0 + mc;
         ff_bf16_unpack(req->recv + chunk_off(n, p, b), (g % 2) ? buf0 : buf1, chunk_len(n, p, b));
@@ -258,12 +264,13 @@ static int ar_advance(ff_request *req)
 static int ar_start(ff_request *req)
 {
     size_t mc = ar_max_chunk(req);
-    int rc = req->wire == FF_WIRE_BF16 ? ff_request_scratch(req, 2 * mc * sizeof(uint16_t))
-                                       : ff_request_scratch(req, mc * sizeof(float));
+    int rc = req->half == 3              ? FF_OK /* (in place, nothing staged) */
+             : req->wire == FF_WIRE_BF16 ? ff_request_scratch(req, 2 * mc * sizeof(uint16_t))
+                                         : ff_request_scratch(req, mc * sizeof(float));
     if (rc != FF_OK)
         return rc;
     req->advance = ar_advance;
-    if (req->half == 2) /* the gather phase alone: chunk r is this rank's already */
+    if (req->half >= 2) /* the gather phase alone: chunk r is this rank's already */
         req->step = P(req) - 1;
     return ar_post_step(req);
 }

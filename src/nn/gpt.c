@@ -293,9 +293,13 @@ void ff_gpt_lin_views(const ff_gpt *g, ff_gpt_views *v, int l, int i, float ***w
 }
 
 /* Entry `off` of a flat buffer (rest: off >= n_zsharded); with rest_only a
- * SAMO run's dense gradients, which hold [0, samo_zc0) and the rest. */
-static float *view_at(const ff_gpt *g, float *base, int rest_only, int rest, size_t off)
+ * SAMO run's dense gradients, which hold [0, samo_zc0) and the rest; with
+ * rest_only 2 ZeRO's sliced master (gpt_zero.c: NULL for a view of n
+ * entries in a range sliced over D). */
+static float *view_at(const ff_gpt *g, float *base, int rest_only, int rest, size_t off, size_t n)
 {
+    if (base && rest_only == 2)
+        return ff_gpt_zero_master_at(g, base, off, n);
     if (!base || !rest_only)
         return base ? base + off : NULL;
     if (rest)
@@ -318,7 +322,8 @@ static size_t layout(ff_gpt *g, float *base, int rest_only, ff_gpt_views *v)
     size_t off = 0;
     int rest = 0; /* past the Z-sharded weights */
     float **w, **b;
-#define VIEW(field, n) ((field) = view_at(g, base, rest_only, rest, off), off += (size_t)(n))
+#define VIEW(field, n)                                                                             \
+    ((field) = view_at(g, base, rest_only, rest, off, (size_t)(n)), off += (size_t)(n))
     if (g->wte) {
         g->woff[0] = off;
         VIEW(v->wte, ff_linear_local_sizes(g->wte).w_shard);
@@ -389,7 +394,7 @@ static size_t layout(ff_gpt *g, float *base, int rest_only, ff_gpt_views *v)
 
 void ff_gpt_bind_views(ff_gpt *g)
 {
-    layout(g, g->params, g->samo_p && !g->samo_dense, &g->pv);
+    layout(g, g->params, ff_gpt_zero_master_sliced(g) ? 2 : g->samo_p && !g->samo_dense, &g->pv);
     layout(g, g->grads, g->samo, &g->gv);
     int n = 0;
     for (int l = 0; l < g->nb; l++)
@@ -682,10 +687,13 @@ int ff_gpt_sync(ff_gpt *g) { return ff_gpt_zero_params_settle(g); }
 
 /* The linear layers' weight hook under ZeRO over D: a weight shard about
  * to be read waits for its range's gather after AdamW (gpt_zero.c). */
-static int zero_weight_ready(void *arg, const float *w_shard, size_t n)
+static int zero_weight_ready(void *arg, const float *w_shard, const uint16_t *w_bf16, size_t n)
 {
     ff_gpt *g = arg;
-    if (w_shard < g->params || w_shard >= g->params + g->n_params)
+    /* bf16-mixed: the copy's offset (the master may be sliced, w_shard NULL) */
+    if (g->wbf16 && w_bf16 >= g->wbf16 && w_bf16 < g->wbf16 + g->n_zsharded)
+        return ff_gpt_zero_params_wait(g, (size_t)(w_bf16 - g->wbf16), n);
+    if (!w_shard || w_shard < g->params || w_shard >= g->params + g->n_params)
         return FF_OK;
     return ff_gpt_zero_params_wait(g, (size_t)(w_shard - g->params), n);
 }
@@ -937,6 +945,8 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
     const ff_gpt_config *c = &g->cfg;
     const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * (float)c->L);
     int rc = ff_gpt_samo_master_dense(g); /* (bf16-mixed SAMO: written dense, then compressed) */
+    if (rc == FF_OK)                      /* (bf16-mixed ZeRO: written whole, then sliced) */
+        rc = ff_gpt_zero_master_whole(g);
     if (rc)
         return rc;
     if (g->wte)
@@ -980,6 +990,7 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
         if (g->samo)
             ff_gpt_samo_zero_pruned(g);
         ff_gpt_bf16_weights(g);
+        ff_gpt_zero_master_slice(g, 0); /* (the copy is made: from the whole master) */
     }
     return rc;
 }

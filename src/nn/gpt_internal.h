@@ -284,6 +284,26 @@ int ff_gpt_zero_params_settle(ff_gpt *g);
  * buffer itself, its slices kept aside meanwhile. */
 int ff_gpt_zero_transfer_begin(ff_gpt *g, ff_gpt_buffer which, int gather, float **full);
 void ff_gpt_zero_transfer_end(ff_gpt *g, ff_gpt_buffer which, float *full, int scattered);
+/* bf16-mixed: the fp32 master sliced over D as the moments are (g->params
+ * holds ff_gpt_zero_state floats; the products read the bf16 copy, which
+ * the gathers after AdamW move). 0 without ZeRO, in fp32, or while the
+ * master is whole for a reader (below). */
+int ff_gpt_zero_master_sliced(const ff_gpt *g);
+/* The view of n entries at flat offset off of the sliced master `base`,
+ * NULL where they lie in a range sliced over D (gpt.c's layout). */
+float *ff_gpt_zero_master_at(const ff_gpt *g, float *base, size_t off, size_t n);
+/* The whole master for a reader that needs it (init, gathers, scatters):
+ * the slices gathered over D into a full flat buffer that g->params then
+ * is (collective over D; FF_OK and nothing without a sliced master;
+ * outcome agreed); ff_gpt_zero_master_slice keeps the rank's slices again,
+ * after making the bf16 copy from the whole master where `changed`. */
+int ff_gpt_zero_master_whole(ff_gpt *g);
+/* Only the whole master's views, for a transfer of the gradients or
+ * moments, which needs their offsets, not the master's values: bound into
+ * the gradient buffer, nothing gathered or allocated; undone by
+ * ff_gpt_zero_master_slice. */
+int ff_gpt_zero_master_views(ff_gpt *g);
+void ff_gpt_zero_master_slice(ff_gpt *g, int changed);
 /* The dense AdamW pass over n entries of job (gpt_optim.c). */
 void ff_gpt_adamw_run(ff_gpt *g, const void *adamw_job, int64_t n);
 /* Data-parallel range r of the flat buffers (gpt.c): block l's bucket

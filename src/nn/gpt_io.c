@@ -155,7 +155,9 @@ void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m)
     /* under SAMO the Z-sharded weights' gradient and moments are compressed */
     const size_t state = ff_gpt_dense_state(g) + g->samo_k;
     /* the fp32 master (compressed in bf16-mixed SAMO) and bf16-mixed's 2-byte copy */
-    m->params = (ff_gpt_param_state(g) + ff_gpt_bf16_floats(g)) * sizeof(float);
+    m->params = ((ff_gpt_zero_master_sliced(g) ? ff_gpt_zero_state(g) : ff_gpt_param_state(g)) +
+                 ff_gpt_bf16_floats(g)) *
+                sizeof(float); /* (bf16-mixed ZeRO: the master's slices) */
     m->grads = state * sizeof(float);
     m->adam = 2 * (ff_gpt_moment_state(g) + g->samo_k) * sizeof(float); /* (ZeRO: slices) */
     const size_t packed = g->pack_idx ? g->pack_off[2 * g->nb + 1] : 0;
@@ -491,7 +493,10 @@ static int scatter_flat(ff_gpt *g, ff_gpt_buffer which, float *flat, const float
 /* Under SAMO the gradients and moments (and the mask) travel through a
  * dense copy made for the transfer (docs/samo.md: a checkpoint's moment),
  * and in bf16-mixed the master too: every transfer then runs on the dense
- * master's views, whose offsets are the dense buffers'. */
+ * master's views, whose offsets are the dense buffers'. So does ZeRO's
+ * sliced master in bf16-mixed (gpt_zero.c): gathered whole over D for a
+ * transfer of the parameters, sliced again after it; for the others only
+ * its views' offsets are needed, bound without the values. */
 static int gather_any(ff_gpt *g, ff_gpt_buffer which, float *canon, int root);
 static int scatter_any(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root);
 
@@ -500,8 +505,11 @@ int ff_gpt_gather(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
     int rc = ff_gpt_zero_params_settle(g); /* (ZeRO's gathers after AdamW) */
     if (rc == FF_OK)
         rc = ff_gpt_samo_master_dense(g);
+    if (rc == FF_OK) /* (bf16-mixed ZeRO: the master's slices; the views are its) */
+        rc = which == FF_GPT_PARAMS ? ff_gpt_zero_master_whole(g) : ff_gpt_zero_master_views(g);
     if (rc == FF_OK)
         rc = gather_any(g, which, canon, root);
+    ff_gpt_zero_master_slice(g, 0);
     ff_gpt_samo_master_compress(g, 0);
     return rc;
 }
@@ -511,8 +519,11 @@ int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
     int rc = ff_gpt_zero_params_settle(g); /* (ZeRO's gathers after AdamW) */
     if (rc == FF_OK)
         rc = ff_gpt_samo_master_dense(g);
+    if (rc == FF_OK) /* (bf16-mixed ZeRO: the master's slices; the views are its) */
+        rc = which == FF_GPT_PARAMS ? ff_gpt_zero_master_whole(g) : ff_gpt_zero_master_views(g);
     if (rc == FF_OK)
         rc = scatter_any(g, which, canon, root);
+    ff_gpt_zero_master_slice(g, rc == FF_OK && which == FF_GPT_PARAMS);
     ff_gpt_samo_master_compress(g, rc == FF_OK && which == FF_GPT_PARAMS);
     return rc;
 }

@@ -10,9 +10,10 @@
  *
  * The state is a list of segments of the flat buffers, in increasing
  * offset: the rank's chunk of each data-parallel range, whole runs between
- * them, and [n_zsharded, n_params). A sliced buffer (AdamW's moments now;
- * in bf16-mixed training the fp32 master weights too) holds the segments one
- * after another, ff_gpt_zero_state floats. */
+ * them, and [n_zsharded, n_params). A sliced buffer (AdamW's moments; in
+ * bf16-mixed training the fp32 master weights too, whose ranges then move
+ * over D as their bf16 copy) holds the segments one after another,
+ * ff_gpt_zero_state floats. */
 #define _DEFAULT_SOURCE /* madvise */
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 typedef struct {
     size_t off, len; /* in the flat buffers */
     size_t at;       /* in a sliced buffer */
+    int chunk;       /* the rank's chunk of a range (else a whole run) */
 } zero_seg;
 
 /* A data-parallel range (dp_range's, with its group) and this rank's chunk
@@ -33,6 +35,7 @@ typedef struct {
 typedef struct {
     ff_group *grp;
     size_t off, len, c_off, c_len;
+    size_t c_at; /* the chunk's place in a sliced buffer */
 } zero_range;
 
 /* A run of a region with one owner: the group rank whose chunk it is (0
@@ -71,6 +74,12 @@ struct ff_gpt_zero {
      * the range's first reader (ff_gpt_zero_params_wait); NULL: done */
     ff_request **gathers;
     float *kept; /* during a transfer: the gradients' slices (state floats) */
+    /* bf16-mixed: the fp32 master sliced too (g->params: state floats);
+     * while a reader has it whole (ff_gpt_zero_master_whole), g->params is
+     * the full buffer and the slices wait in `sliced` */
+    int master, whole;
+    float *sliced;
+    float *gkept; /* the gradients' slices while the whole master is the gradient buffer */
 };
 
 static size_t chunk_len(size_t n, int p, int i)
@@ -94,6 +103,7 @@ void ff_gpt_zero_destroy(ff_gpt *g)
         free(e->runs), free(e->blk_owner), free(e->blk_run), free(e->strad), free(e->part);
     }
     ff_gpt_zero_params_settle(g);
+    ff_gpt_zero_master_slice(g, 0);
     free(z->ranges), free(z->segs), free(z->gathers);
     free(z);
     g->zr = NULL;
@@ -180,6 +190,8 @@ static int build_blocks(zero_region *e)
     return FF_OK;
 }
 
+static void move_state(const ff_gpt_zero *z, float *full, float *sliced, int to_full);
+
 /* The state's segments: the rank's chunk of each range, whole runs
  * between, the rest. */
 static int build_segs(ff_gpt *g, ff_gpt_zero *z)
@@ -189,15 +201,16 @@ static int build_segs(ff_gpt *g, ff_gpt_zero *z)
     int k = 0;
     size_t at = 0, off = 0;
     for (int r = 0; r < z->n_ranges; r++) {
-        const zero_range *q = &z->ranges[r];
+        zero_range *q = &z->ranges[r];
         if (q->off > off)
-            z->segs[k++] = (zero_seg){off, q->off - off, at}, at += q->off - off;
+            z->segs[k++] = (zero_seg){off, q->off - off, at, 0}, at += q->off - off;
+        q->c_at = at;
         if (q->c_len)
-            z->segs[k++] = (zero_seg){q->c_off, q->c_len, at}, at += q->c_len;
+            z->segs[k++] = (zero_seg){q->c_off, q->c_len, at, 1}, at += q->c_len;
         off = q->off + q->len;
     }
     if (g->n_params > off)
-        z->segs[k++] = (zero_seg){off, g->n_params - off, at}, at += g->n_params - off;
+        z->segs[k++] = (zero_seg){off, g->n_params - off, at, 0}, at += g->n_params - off;
     z->n_segs = k;
     z->state = at;
     return FF_OK;
@@ -230,7 +243,7 @@ int ff_gpt_zero_setup(ff_gpt *g)
         zero_range *q = &z->ranges[z->n_ranges++];
         ff_group *grp = r % 2 && r < 2 * g->nb ? g->grp_edp : g->grp_d;
         const int p = ff_group_size(grp), me = ff_group_rank(grp);
-        *q = (zero_range){grp, off, len, off + ff_chunk_off(len, p, me), chunk_len(len, p, me)};
+        *q = (zero_range){grp, off, len, off + ff_chunk_off(len, p, me), chunk_len(len, p, me), 0};
     }
     qsort(z->ranges, (size_t)z->n_ranges, sizeof *z->ranges, cmp_range);
     /* the norm's parts (gpt_optim.c): the dense weights' from the tied
@@ -245,9 +258,19 @@ int ff_gpt_zero_setup(ff_gpt *g)
     for (int k = 0; k < 2 && rc == FF_OK; k++)
         if ((rc = build_runs(z, &z->reg[k])) == FF_OK)
             rc = build_blocks(&z->reg[k]);
-    if (rc) {
+    /* bf16-mixed: the products read the bf16 copy only, so the master is
+     * sliced as the moments are (docs/design.md "ZeRO over D") */
+    float *sliced = rc == FF_OK && g->wbf16 && !g->samo ? ff_fbuf_alloc(g->ctx, z->state) : NULL;
+    if (rc || (g->wbf16 && !g->samo && !sliced)) {
         ff_gpt_zero_destroy(g);
         return ff_set_error(g->ctx, FF_ENOMEM, "out of memory for ZeRO's layout");
+    }
+    if (sliced) {
+        move_state(z, g->params, sliced, 0);
+        ff_fbuf_free(g->params);
+        g->params = sliced;
+        z->master = 1;
+        ff_gpt_bind_views(g);
     }
     return FF_OK;
 }
@@ -384,7 +407,7 @@ static int wait_gather(ff_gpt *g, int r)
         return FF_OK;
     int rc = ff_wait(&z->gathers[r]);
     const zero_range *q = &z->ranges[r];
-    if (g->wbf16)
+    if (g->wbf16 && !z->master) /* (a sliced master's gather moved the copy itself) */
         ff_bf16_pack(g->wbf16 + q->off, g->params + q->off, q->len);
     return rc;
 }
@@ -425,6 +448,21 @@ static int post_gathers(ff_gpt *g)
 {
     ff_gpt_zero *z = g->zr;
     int rc = FF_OK;
+    if (z->master) { /* the sliced master: its chunks rounded, the copy gathered */
+        for (int r = 0; r < z->n_ranges && rc == FF_OK; r++) {
+            const zero_range *q = &z->ranges[r];
+            ff_bf16_pack(g->wbf16 + q->c_off, g->params + q->c_at, q->c_len);
+            rc = ff_iallgather_half16(q->grp, g->wbf16 + q->off, q->len, &z->gathers[r]);
+        }
+        for (int k = 0; k < z->n_segs && rc == FF_OK; k++) { /* the whole runs' copy */
+            const zero_seg *e = &z->segs[k];
+            if (!e->chunk && e->off < g->n_zsharded)
+                ff_bf16_pack(g->wbf16 + e->off, g->params + e->at,
+                             (e->off + e->len < g->n_zsharded ? e->off + e->len : g->n_zsharded) -
+                                 e->off);
+        }
+        return rc;
+    }
     for (int r = 0; r < z->n_ranges && rc == FF_OK; r++) {
         const zero_range *q = &z->ranges[r];
         rc = ff_iallreduce_half(q->grp, g->params + q->off, q->len, 1, NULL, &z->gathers[r]);
@@ -449,7 +487,7 @@ int ff_gpt_zero_adamw(ff_gpt *g, const void *job)
     for (int k = 0; k < z->n_segs; k++) {
         const zero_seg *s = &z->segs[k];
         adamw_job w = *j;
-        w.p = j->p + s->off, w.gr = j->gr + s->off;
+        w.p = j->p + (z->master ? s->at : s->off), w.gr = j->gr + s->off;
         w.m = j->m + s->at, w.v = j->v + s->at;
         w.n_decay = j->n_decay > s->off ? j->n_decay - s->off : 0;
         if (w.n_decay > s->len)
@@ -551,4 +589,102 @@ void ff_gpt_zero_reduced(ff_gpt *g, int reduced)
     g->zr->reduced = reduced;
     if (reduced)
         release_grads(g);
+}
+
+/* ---- bf16-mixed: the sliced master -------------------------------------------------- */
+
+int ff_gpt_zero_master_sliced(const ff_gpt *g) { return g->zr && g->zr->master && !g->zr->whole; }
+
+float *ff_gpt_zero_master_at(const ff_gpt *g, float *base, size_t off, size_t n)
+{
+    const ff_gpt_zero *z = g->zr;
+    for (int k = 0; k < z->n_segs; k++) {
+        const zero_seg *s = &z->segs[k];
+        if (off >= s->off && off + n <= s->off + s->len && (n == 0 || !s->chunk))
+            return base + s->at + (off - s->off);
+    }
+    return n == 0 ? base : NULL;
+}
+
+int ff_gpt_zero_master_whole(ff_gpt *g)
+{
+    if (!ff_gpt_zero_master_sliced(g))
+        return FF_OK; /* (the same on every rank) */
+    ff_gpt_zero *z = g->zr;
+    int rc = ff_gpt_zero_params_settle(g);
+    /* between steps the gradient buffer holds it (outside the rank's slices
+     * it holds partial sums nothing reads; the slices wait aside, as in a
+     * transfer): the state's size comes on top, not the parameters' */
+    float *full = NULL;
+    if (rc == FF_OK && z->reduced)
+        z->gkept = ff_fbuf_alloc(g->ctx, z->state);
+    else if (rc == FF_OK)
+        full = ff_fbuf_alloc(g->ctx, g->n_params);
+    const int got = full || z->gkept;
+    rc = ff_ctx_agree(g->ctx, rc    ? rc
+                              : got ? FF_OK
+                                    : ff_set_error(g->ctx, FF_ENOMEM,
+                                                   "out of memory for the whole master weights"));
+    if (rc) {
+        ff_fbuf_free(full), ff_fbuf_free(z->gkept);
+        z->gkept = NULL;
+        return rc;
+    }
+    if (z->gkept) {
+        move_state(z, g->grads, z->gkept, 0);
+        full = g->grads;
+    }
+    move_state(z, full, g->params, 1);
+    rc = ff_ctx_agree(g->ctx, gather_ranges(g, full));
+    z->sliced = g->params;
+    g->params = full;
+    z->whole = 1;
+    ff_gpt_bind_views(g);
+    return rc;
+}
+
+int ff_gpt_zero_master_views(ff_gpt *g)
+{
+    if (!ff_gpt_zero_master_sliced(g))
+        return FF_OK;
+    ff_gpt_zero *z = g->zr;
+    int rc = ff_ctx_agree(g->ctx, ff_gpt_zero_params_settle(g));
+    if (rc)
+        return rc;
+    /* a buffer of n_params floats to measure offsets in, never read through
+     * the views (a transfer reads and writes its own full buffer) */
+    z->sliced = g->params;
+    g->params = g->grads;
+    z->whole = 2;
+    ff_gpt_bind_views(g);
+    return FF_OK;
+}
+
+void ff_gpt_zero_master_slice(ff_gpt *g, int changed)
+{
+    ff_gpt_zero *z = g->zr;
+    if (!z || !z->whole)
+        return;
+    if (z->whole == 2) { /* (views only) */
+        g->params = z->sliced;
+        z->sliced = NULL;
+        z->whole = 0;
+        ff_gpt_bind_views(g);
+        return;
+    }
+    if (changed) /* (the copy from the whole master, before it goes) */
+        ff_bf16_pack(g->wbf16, g->params, g->n_zsharded);
+    move_state(z, g->params, z->sliced, 0);
+    if (z->gkept) { /* the gradient buffer: its slices back */
+        move_state(z, g->grads, z->gkept, 1);
+        ff_fbuf_free(z->gkept);
+        z->gkept = NULL;
+        release_grads(g);
+    } else {
+        ff_fbuf_free(g->params);
+    }
+    g->params = z->sliced;
+    z->sliced = NULL;
+    z->whole = 0;
+    ff_gpt_bind_views(g);
 }

@@ -558,7 +558,7 @@ void ff_linear_seq_set_weight_hook(ff_linear_seq *s, ff_linear_weight_fn fn, voi
 static int weight_ready(const ff_linear *l)
 {
     const ff_linear_seq *s = l->seq;
-    return s->weight_fn ? s->weight_fn(s->weight_arg, l->w, l->shard) : FF_OK;
+    return s->weight_fn ? s->weight_fn(s->weight_arg, l->w, l->w_bf16, l->shard) : FF_OK;
 }
 
 void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak)

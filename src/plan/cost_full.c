@@ -524,8 +524,10 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
     r->mem_params = 4 * params + (a == 2 ? 4 * (double)((zsharded + 1) / 2) : 0);
     r->mem_grads = 4 * params;
     r->mem_optimizer = 8 * params;
-    if (s->zero) /* the moments of the largest slices (the master is gathered whole) */
+    if (s->zero) /* the moments of the largest slices; in bf16-mixed the master's too */
         r->mem_optimizer = 8 * plan_optimizer_entries(s);
+    if (s->zero && a == 2)
+        r->mem_params = 4 * plan_optimizer_entries(s) + 4 * (double)((zsharded + 1) / 2);
     r->mem_mask = 0;
     if (s->keep < 1) {
         /* a pruned model (docs/samo.md): the blocks' matrices keep f of

@@ -705,14 +705,18 @@ int64_t plan_other_params(const plan_shape *s)
 
 /* A data-parallel bucket of n gradients over D: all-reduced, or under
  * ZeRO the ring all-reduce's reduce phase (ZERO_REDUCE) and, after the
- * optimizer, its gather phase for the parameters (ZERO_GATHER). */
+ * optimizer, its gather phase for the parameters (ZERO_GATHER; in
+ * bf16-mixed on their 2-byte copy, ff_iallgather_half16). */
 enum { DP_ALLREDUCE = 0, ZERO_REDUCE = 1, ZERO_GATHER = 2 };
 static int dp_coll(sched *c, ff_group_kind g, int64_t n, int phase, coll_mode mode)
 {
     if (!phase)
         return coll(c, g, FF_COLL_ALLREDUCE, n, c->s->wire, mode);
+    /* bf16-mixed: the gather moves the weights' 2-byte copy, the fp32
+     * master staying sliced (docs/design.md "ZeRO over D") */
+    const int wire = phase == ZERO_GATHER && c->s->act == 2 ? 2 : c->s->wire;
     plan_op *op = coll_op(c, g, phase == ZERO_GATHER ? FF_COLL_ALLGATHER : FF_COLL_REDUCE_SCATTER,
-                          n, c->s->wire, mode);
+                          n, wire, mode);
     if (op)
         op->half = (uint8_t)phase;
     return op ? op->tag : -1;
