@@ -41,19 +41,30 @@ enum {
     S_MOE = 34,   /* 34..35: experts, expert_every as in an MoE model's header; 0 dense */
 };
 
-static void put64(int32_t *h, int slot, uint64_t v) { memcpy(&h[slot], &v, sizeof v); }
-static uint64_t get64(const int32_t *h, int slot)
+void ff_ckpt_put_adamw(int32_t *h, int slot, const ff_adamw *a)
 {
-    uint64_t v;
-    memcpy(&v, &h[slot], sizeof v);
-    return v;
+    ff_slot_putf(h, slot + 0, a->lr);
+    ff_slot_putf(h, slot + 1, a->min_lr_frac);
+    h[slot + 2] = a->warmup;
+    h[slot + 3] = a->steps;
+    ff_slot_putf(h, slot + 4, a->beta1);
+    ff_slot_putf(h, slot + 5, a->beta2);
+    ff_slot_putf(h, slot + 6, a->eps);
+    ff_slot_putf(h, slot + 7, a->weight_decay);
+    ff_slot_putf(h, slot + 8, a->clip);
 }
-static void putf(int32_t *h, int slot, float v) { memcpy(&h[slot], &v, sizeof v); }
-static float getf(const int32_t *h, int slot)
+
+void ff_ckpt_get_adamw(const int32_t *h, int slot, ff_adamw *a)
 {
-    float v;
-    memcpy(&v, &h[slot], sizeof v);
-    return v;
+    a->lr = ff_slot_getf(h, slot + 0);
+    a->min_lr_frac = ff_slot_getf(h, slot + 1);
+    a->warmup = h[slot + 2];
+    a->steps = h[slot + 3];
+    a->beta1 = ff_slot_getf(h, slot + 4);
+    a->beta2 = ff_slot_getf(h, slot + 5);
+    a->eps = ff_slot_getf(h, slot + 6);
+    a->weight_decay = ff_slot_getf(h, slot + 7);
+    a->clip = ff_slot_getf(h, slot + 8);
 }
 
 void ff_ckpt_path(char *buf, size_t len, const char *dir, const char *kind, int64_t step)
@@ -101,49 +112,31 @@ static void state_header(const ff_gpt *g, const ff_train_state *st, int32_t h[HE
     memcpy(&h[S_SHAPE], &model[2], 6 * sizeof(int32_t));
     if (model[0] == FF_GPT_MAGIC_MOE)
         memcpy(&h[S_MOE], &model[8], 2 * sizeof(int32_t));
-    put64(h, S_STEP, (uint64_t)st->step);
-    put64(h, S_SEED, st->seed);
-    put64(h, S_SHARD, (uint64_t)st->data.shard);
-    put64(h, S_OFFSET, (uint64_t)st->data.offset);
-    put64(h, S_EPOCH, (uint64_t)st->data.epoch);
+    ff_slot_put64(h, S_STEP, (uint64_t)st->step);
+    ff_slot_put64(h, S_SEED, st->seed);
+    ff_slot_put64(h, S_SHARD, (uint64_t)st->data.shard);
+    ff_slot_put64(h, S_OFFSET, (uint64_t)st->data.offset);
+    ff_slot_put64(h, S_EPOCH, (uint64_t)st->data.epoch);
     h[S_BATCH] = st->batch;
     h[S_MICRO] = st->micro_batch;
     h[S_SEQ] = st->seq;
     memcpy(&h[S_MODEL_CRC], &st->model_crc, sizeof(uint32_t));
-    put64(h, S_COUNT, ff_gpt_canonical_size(g));
-    const ff_adamw *a = &st->hyper;
-    putf(h, S_LR + 0, a->lr);
-    putf(h, S_LR + 1, a->min_lr_frac);
-    h[S_LR + 2] = a->warmup;
-    h[S_LR + 3] = a->steps;
-    putf(h, S_LR + 4, a->beta1);
-    putf(h, S_LR + 5, a->beta2);
-    putf(h, S_LR + 6, a->eps);
-    putf(h, S_LR + 7, a->weight_decay);
-    putf(h, S_LR + 8, a->clip);
+    ff_slot_put64(h, S_COUNT, ff_gpt_canonical_size(g));
+    ff_ckpt_put_adamw(h, S_LR, &st->hyper);
 }
 
 static void state_from_header(const int32_t h[HEADER_INTS], ff_train_state *st)
 {
-    st->step = (int64_t)get64(h, S_STEP);
-    st->seed = get64(h, S_SEED);
-    st->data.shard = (int64_t)get64(h, S_SHARD);
-    st->data.offset = (int64_t)get64(h, S_OFFSET);
-    st->data.epoch = (int64_t)get64(h, S_EPOCH);
+    st->step = (int64_t)ff_slot_get64(h, S_STEP);
+    st->seed = ff_slot_get64(h, S_SEED);
+    st->data.shard = (int64_t)ff_slot_get64(h, S_SHARD);
+    st->data.offset = (int64_t)ff_slot_get64(h, S_OFFSET);
+    st->data.epoch = (int64_t)ff_slot_get64(h, S_EPOCH);
     st->batch = h[S_BATCH];
     st->micro_batch = h[S_MICRO];
     st->seq = h[S_SEQ];
     memcpy(&st->model_crc, &h[S_MODEL_CRC], sizeof(uint32_t));
-    ff_adamw *a = &st->hyper;
-    a->lr = getf(h, S_LR + 0);
-    a->min_lr_frac = getf(h, S_LR + 1);
-    a->warmup = h[S_LR + 2];
-    a->steps = h[S_LR + 3];
-    a->beta1 = getf(h, S_LR + 4);
-    a->beta2 = getf(h, S_LR + 5);
-    a->eps = getf(h, S_LR + 6);
-    a->weight_decay = getf(h, S_LR + 7);
-    a->clip = getf(h, S_LR + 8);
+    ff_ckpt_get_adamw(h, S_LR, &st->hyper);
 }
 
 /* The CRC a fourfold model file carries in its header (rank 0). */
@@ -432,11 +425,11 @@ static int open_state(ff_gpt *g, const char *path, int32_t h[HEADER_INTS], FILE 
                           "every %d, this one has %d (one block of every %d)",
                           path, h[S_MOE], h[S_MOE + 1], model[0] == FF_GPT_MAGIC_MOE ? model[8] : 0,
                           model[0] == FF_GPT_MAGIC_MOE ? model[9] : 0);
-    else if (get64(h, S_COUNT) != n)
+    else if (ff_slot_get64(h, S_COUNT) != n)
         rc = ff_set_error(ctx, FF_ECORRUPT,
                           "training state '%s' holds %llu floats per moment, "
                           "expected %zu",
-                          path, (unsigned long long)get64(h, S_COUNT), n);
+                          path, (unsigned long long)ff_slot_get64(h, S_COUNT), n);
     if (rc == FF_OK) {
         uint32_t want, crc = ff_crc32(0, h, (HEADER_INTS - 1) * sizeof(int32_t));
         memcpy(&want, &h[SLOT_CRC], sizeof want);

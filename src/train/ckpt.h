@@ -3,6 +3,9 @@
 #ifndef FF_TRAIN_CKPT_H
 #define FF_TRAIN_CKPT_H
 
+#include <stdint.h>
+#include <string.h>
+
 #include "fourfold/model.h"
 #include "fourfold/trainer.h"
 
@@ -13,6 +16,30 @@ int ff_ckpt_gpt_files(ff_gpt *g, const char *dir, ff_train_state *st);
  * model kind's checkpoint (a U-Net's given to a GPT or the reverse); FF_OK
  * otherwise (the model's own reader checks the rest). Local. */
 int ff_ckpt_check_kind(ff_ctx *ctx, const char *path, int kind);
+
+/* Header words (int32 slots) of the checkpoint files: a 64-bit value in two
+ * slots, a float in one; and AdamW's settings in nine from `slot` (lr,
+ * min_lr_frac, warmup, steps, beta1, beta2, eps, weight decay, clip), as
+ * both models' files keep them. */
+static inline void ff_slot_put64(int32_t *h, int slot, uint64_t v)
+{
+    memcpy(&h[slot], &v, sizeof v);
+}
+static inline uint64_t ff_slot_get64(const int32_t *h, int slot)
+{
+    uint64_t v;
+    memcpy(&v, &h[slot], sizeof v);
+    return v;
+}
+static inline void ff_slot_putf(int32_t *h, int slot, float v) { memcpy(&h[slot], &v, sizeof v); }
+static inline float ff_slot_getf(const int32_t *h, int slot)
+{
+    float v;
+    memcpy(&v, &h[slot], sizeof v);
+    return v;
+}
+void ff_ckpt_put_adamw(int32_t *h, int slot, const ff_adamw *a);
+void ff_ckpt_get_adamw(const int32_t *h, int slot, ff_adamw *a);
 
 /* The U-Net's binding: the model of cfg->unet on grid with its images
  * (cfg->data and cfg->val_data: IDX files; NULL: Fashion-MNIST's training

@@ -59,21 +59,6 @@ typedef struct {
     char train_path[4200];
 } unet_net;
 
-static void put64(int32_t *h, int slot, uint64_t v) { memcpy(&h[slot], &v, sizeof v); }
-static uint64_t get64(const int32_t *h, int slot)
-{
-    uint64_t v;
-    memcpy(&v, &h[slot], sizeof v);
-    return v;
-}
-static void putf(int32_t *h, int slot, float v) { memcpy(&h[slot], &v, sizeof v); }
-static float getf(const int32_t *h, int slot)
-{
-    float v;
-    memcpy(&v, &h[slot], sizeof v);
-    return v;
-}
-
 static void config_slots(const ff_unet_config *c, int32_t *h)
 {
     int32_t *p = &h[H_CONFIG];
@@ -165,23 +150,14 @@ static void header(const unet_net *m, const ff_train_state *st, int32_t h[HEADER
     h[H_MAGIC] = FF_UNET_CKPT_MAGIC;
     h[H_VERSION] = FF_UNET_CKPT_VERSION;
     config_slots(&m->cfg, h);
-    put64(h, H_STEP, (uint64_t)st->step);
-    put64(h, H_SEED, st->seed);
+    ff_slot_put64(h, H_STEP, (uint64_t)st->step);
+    ff_slot_put64(h, H_SEED, st->seed);
     h[H_BATCH] = st->batch;
     h[H_MICRO] = st->micro_batch;
     h[H_SEQ] = st->seq;
-    const ff_adamw *a = &st->hyper;
-    putf(h, H_HYPER + 0, a->lr);
-    putf(h, H_HYPER + 1, a->min_lr_frac);
-    h[H_HYPER + 2] = a->warmup;
-    h[H_HYPER + 3] = a->steps;
-    putf(h, H_HYPER + 4, a->beta1);
-    putf(h, H_HYPER + 5, a->beta2);
-    putf(h, H_HYPER + 6, a->eps);
-    putf(h, H_HYPER + 7, a->weight_decay);
-    putf(h, H_HYPER + 8, a->clip);
+    ff_ckpt_put_adamw(h, H_HYPER, &st->hyper);
     h[H_TENSORS] = ff_unet_tensors(m->u);
-    put64(h, H_COUNT, canonical_size(m->u));
+    ff_slot_put64(h, H_COUNT, canonical_size(m->u));
 }
 
 static int unet_save(void *impl, const char *dir, ff_train_state *st)
@@ -279,9 +255,9 @@ static int read_checked(unet_net *m, const char *path, int32_t h[HEADER_INTS], f
                           path, h[H_CONFIG], h[H_CONFIG], h[H_CONFIG + 3], h[H_CONFIG + 4],
                           h[H_CONFIG + 11], want[H_CONFIG], want[H_CONFIG], want[H_CONFIG + 3],
                           want[H_CONFIG + 4], want[H_CONFIG + 11]);
-    else if (get64(h, H_COUNT) != n)
+    else if (ff_slot_get64(h, H_COUNT) != n)
         rc = ff_set_error(ctx, FF_ECORRUPT, "checkpoint '%s' holds %llu parameters, expected %zu",
-                          path, (unsigned long long)get64(h, H_COUNT), n);
+                          path, (unsigned long long)ff_slot_get64(h, H_COUNT), n);
     else if (!(buf = malloc(3 * n * sizeof(float) + 1)))
         rc = ff_set_error(ctx, FF_ENOMEM, "out of memory reading '%s'", path);
     else if (fread(buf, sizeof(float), 3 * n, f) != 3 * n)
@@ -339,22 +315,13 @@ static int load_file(unet_net *m, const char *path, ff_train_state *st)
     if (rc)
         return rc;
     memset(st, 0, sizeof *st);
-    st->step = (int64_t)get64(h, H_STEP);
-    st->seed = get64(h, H_SEED);
+    st->step = (int64_t)ff_slot_get64(h, H_STEP);
+    st->seed = ff_slot_get64(h, H_SEED);
     st->batch = h[H_BATCH];
     st->micro_batch = h[H_MICRO];
     st->seq = h[H_SEQ];
     memcpy(&st->model_crc, &h[SLOT_CRC], sizeof(uint32_t));
-    ff_adamw *a = &st->hyper;
-    a->lr = getf(h, H_HYPER + 0);
-    a->min_lr_frac = getf(h, H_HYPER + 1);
-    a->warmup = h[H_HYPER + 2];
-    a->steps = h[H_HYPER + 3];
-    a->beta1 = getf(h, H_HYPER + 4);
-    a->beta2 = getf(h, H_HYPER + 5);
-    a->eps = getf(h, H_HYPER + 6);
-    a->weight_decay = getf(h, H_HYPER + 7);
-    a->clip = getf(h, H_HYPER + 8);
+    ff_ckpt_get_adamw(h, H_HYPER, &st->hyper);
     return FF_OK;
 }
 
