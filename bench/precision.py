@@ -123,6 +123,7 @@ def main():
             return
         js["maxrss_kib"] = rss
         log.write(json.dumps(js) + "\n")
+        log.flush()  # (a run cut short keeps what it measured)
         r = rows.setdefault(key, {"ms": [], "rss": [], "sent": None})
         r["ms"].append(js["median_ms"])
         if rss is not None:
