@@ -26,7 +26,8 @@ FF_RANKS=${FF_RANKS:-4}
 if [ "${1:-}" = unet ]; then
     shift
     set -- train --model unet-fmnist --grid 1x1x2x2 --batch 16 --steps 300 --lr 2e-3 \
-        --warmup 20 --val-every 100 --val-batches 4 --log-every 25 --out runs/unet --overwrite "$@"
+        --warmup 20 --val-every 100 --val-batches 4 --log-every 25 --sample-steps 100 \
+        --out runs/unet --overwrite "$@"
 elif [ $# -eq 0 ]; then
     set -- train --grid 1x1x2x2 --steps 4000 --lr 4e-3 --warmup 100 --val-every 500 \
         --val-batches 16 --log-every 250 --sample 400 --temperature 0.7 --out runs/fortunes \
