@@ -4,9 +4,17 @@
  * N = 200000 draws the sample mean must be within 5 standard errors of 0
  * (5/sqrt(N)), the variance within 5 standard errors of 1 (the variance of
  * the sample variance of a normal is 2/N), and the fraction beyond 1.96
- * within 5 binomial standard errors of 0.05. */
+ * within 5 binomial standard errors of 0.05.
+ * Permutations (ff_rng_permutation, the U-Net's epochs): every value once
+ * (n = 60000, Fashion-MNIST's training images, three keys), the same for
+ * the same key, another for another; and for n = 3 over K = 60000 keys each
+ * of the 6 orders within 5 binomial standard errors (sqrt(K/6 (5/6))) of
+ * K/6: a shuffle with j < i (Sattolo's, cycles only) or j drawn from all n
+ * (27 equally likely paths over 6 orders) is off by far more. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "fourfold/rng.h"
 
@@ -53,6 +61,51 @@ int main(void)
     if (ff_rng_normal(1, 0, 5) == ff_rng_normal(1, 1, 5) ||
         ff_rng_normal(1, 0, 5) == ff_rng_normal(2, 0, 5)) {
         printf("FAIL: stream or seed ignored\n");
+        failures++;
+    }
+    enum { NP = 60000 };
+    int64_t *perm = malloc(3 * NP * sizeof *perm);
+    char *seen = malloc(NP);
+    for (int key = 0; key < 3 && perm && seen; key++) {
+        ff_rng_permutation(51, 9, (uint64_t)key, NP, perm + key * NP);
+        memset(seen, 0, NP);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < NP; i++) {
+            int64_t v = perm[key * NP + i];
+            bad += v < 0 || v >= NP || seen[v];
+            if (v >= 0 && v < NP)
+                seen[v] = 1;
+        }
+        if (bad) {
+            printf("FAIL: permutation of key %d: %lld values out of range or repeated\n", key,
+                   (long long)bad);
+            failures++;
+        }
+    }
+    if (perm && seen) {
+        ff_rng_permutation(51, 9, 1, NP, perm + 2 * NP); /* key 1 again, over key 2's */
+        if (memcmp(perm + NP, perm + 2 * NP, NP * sizeof *perm) ||
+            !memcmp(perm, perm + NP, NP * sizeof *perm)) {
+            printf("FAIL: a permutation is not a function of its key\n");
+            failures++;
+        }
+    }
+    free(perm), free(seen);
+    enum { K = 60000 };
+    long count[6] = {0};
+    for (uint64_t key = 0; key < K; key++) {
+        int64_t p[3];
+        ff_rng_permutation(7, 9, key, 3, p);
+        count[p[0] * 2 + (p[1] > p[2])]++; /* the order's rank among the 6 */
+    }
+    double worst = 0, se = sqrt(K / 6.0 * (5.0 / 6.0));
+    for (int i = 0; i < 6; i++)
+        worst = fmax(worst, fabs(count[i] - K / 6.0) / se);
+    printf("permutations of 3 over %d keys: %ld %ld %ld %ld %ld %ld, worst %.2f standard errors "
+           "from %d\n",
+           K, count[0], count[1], count[2], count[3], count[4], count[5], worst, K / 6);
+    if (worst > 5) {
+        printf("FAIL: the orders of 3 are not equally likely\n");
         failures++;
     }
     printf("test_rng: %s (%d failed checks)\n", failures ? "FAILED" : "passed", failures);

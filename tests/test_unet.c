@@ -192,7 +192,7 @@ static int run_sample(ff_grid *grid, float *out_local)
     for (int i = 0; i < ntensors && !rc; i++)
         rc = ff_unet_scatter(u, i, params[i]);
     if (!rc)
-        rc = ff_unet_sample(u, SEED, out_local);
+        rc = ff_unet_sample(u, SEED, cfg_s.timesteps, out_local);
     if (rc)
         fprintf(stderr, "rank %d: %s\n", world_rank, ff_ctx_error(ff_grid_ctx(grid)));
     ff_unet_destroy(u);
@@ -344,7 +344,12 @@ static int write_all(FILE *f, const void *p, size_t bytes)
  * float32 fourfold's loss; per tensor float32 the parameters after one
  * AdamW step (below); int32 1000, float64 alpha_bar of the cosine and of
  * the linear (1e-4 .. 0.02) schedules at T = 1000; float32 x_T (B,S,S,ci)
- * and fourfold's sample of one reverse step (T = 1, beta 0.5). */
+ * and fourfold's sample of one reverse step (T = 1, beta 0.5); int32 the
+ * number of respaced schedules, each int32 T, schedule, K, float64
+ * beta_first, beta_last, int32 the K kept timesteps, float64 their betas
+ * (ff_ddpm_respace); int32 seed, T, K, stop, float64 beta_first, beta_last
+ * and float32 fourfold's images after the first step (t = 2 > 0, its noise
+ * added) of sampling in K = 2 of T = 3 steps (ff_unet_sample_partial). */
 static int dump(ff_ctx *self, const char *dir)
 {
     ff_grid *one;
@@ -416,6 +421,45 @@ static int dump(ff_ctx *self, const char *dir)
         ff_ddpm_sample_noise(&cfg_s, SEED, b, 1, xT + b * per);
     ok = ok && run_sample(one, smp) == FF_OK && write_all(f, xT, (size_t)(BATCH * per) * 4) &&
          write_all(f, smp, (size_t)(BATCH * per) * 4);
+    /* respaced schedules (improved DDPM's space_timesteps and betas) */
+    static const struct {
+        int T, schedule, K;
+        double b0, b1;
+    } rs[] = {
+        {1000, FF_SCHEDULE_LINEAR, 100, 1e-4, 0.02},  {1000, FF_SCHEDULE_COSINE, 50, 0, 0},
+        {1000, FF_SCHEDULE_LINEAR, 1000, 1e-4, 0.02}, {1000, FF_SCHEDULE_LINEAR, 1, 1e-4, 0.02},
+        {1000, FF_SCHEDULE_COSINE, 999, 0, 0},        {100, FF_SCHEDULE_LINEAR, 7, 1e-4, 0.2},
+        {10, FF_SCHEDULE_LINEAR, 4, 0.1, 0.2},        {1000, FF_SCHEDULE_LINEAR, 250, 1e-4, 0.02}};
+    int32_t nrs = (int32_t)(sizeof rs / sizeof rs[0]);
+    ok = ok && write_all(f, &nrs, 4);
+    for (int i = 0; i < nrs && ok; i++) {
+        ff_unet_config rcfg = cfg;
+        rcfg.timesteps = rs[i].T, rcfg.schedule = (ff_schedule)rs[i].schedule;
+        rcfg.beta_first = rs[i].b0, rcfg.beta_last = rs[i].b1;
+        int32_t head[3] = {rs[i].T, rs[i].schedule, rs[i].K}, *kept = malloc(1000 * 4);
+        double b[2] = {rs[i].b0, rs[i].b1}, *beta = malloc(1000 * 8);
+        int ts[1000];
+        ok = kept && beta && ff_ddpm_respace(&rcfg, rs[i].K, ts, beta) == FF_OK;
+        for (int j = 0; j < rs[i].K && ok; j++)
+            kept[j] = ts[j];
+        ok = ok && write_all(f, head, sizeof head) && write_all(f, b, sizeof b) &&
+             write_all(f, kept, (size_t)rs[i].K * 4) && write_all(f, beta, (size_t)rs[i].K * 8);
+        free(kept), free(beta);
+    }
+    /* the first step of sampling in 2 of 3 steps (kept 0 and 2): at t = 2,
+     * with its noise */
+    cfg_s = cfg;
+    cfg_s.timesteps = 3, cfg_s.beta_first = 0.1, cfg_s.beta_last = 0.3;
+    int32_t part[4] = {SEED, 3, 2, 1};
+    double pb[2] = {cfg_s.beta_first, cfg_s.beta_last};
+    ff_unet *u = NULL;
+    ok = ok && ff_unet_create(one, &cfg_s, NULL, BATCH, &u) == FF_OK;
+    for (int i = 0; i < ntensors && ok; i++)
+        ok = ff_unet_scatter(u, i, params[i]) == FF_OK;
+    ok = ok && ff_unet_sample_partial(u, SEED, 2, 1, smp) == FF_OK &&
+         write_all(f, part, sizeof part) && write_all(f, pb, sizeof pb) &&
+         write_all(f, smp, (size_t)(BATCH * per) * 4);
+    ff_unet_destroy(u);
     free(xT), free(smp);
     ok = fclose(f) == 0 && ok;
     free(noise);
@@ -447,9 +491,24 @@ int main(int argc, char **argv)
     double F = 6.0 * blocks + 8 + (cfg.attn_head_channels ? 7 : 0),
            K = BATCH * cfg.image_size * cfg.image_size + 8;
     gam_loss = (F + 1) * test_gamma(K), gam_grad = (2 * F + 1) * test_gamma(K);
+    /* step counts outside 1 .. T refused, naming the range */
+    float *none = test_floats((size_t)(BATCH * per));
+    int tsteps[2];
+    double tbeta[2];
+    for (int k = 0; k < 2; k++) {
+        int steps = k ? cfg.timesteps + 1 : 0, rc = ff_unet_sample(shape_model, SEED, steps, none);
+        char want[64];
+        snprintf(want, sizeof want, "so 1 .. %d steps", cfg.timesteps);
+        CHECK(rc == FF_EINVAL && strstr(ff_ctx_error(self), want),
+              "sampling in %d steps of T = %d gave %d '%s'", steps, cfg.timesteps, rc,
+              ff_ctx_error(self));
+        CHECK(ff_ddpm_respace(&cfg, steps, tsteps, tbeta) == FF_EINVAL,
+              "ff_ddpm_respace accepted %d steps of T = %d", steps, cfg.timesteps);
+    }
+    free(none);
     int code;
     if (argc == 3 && !strcmp(argv[1], "--dump")) {
-        code = world_size != 1 || dump(self, argv[2]);
+        code = world_size != 1 || dump(self, argv[2]) || test_failures;
     } else {
         ff_linear_opts serial_opts;
         ff_linear_opts_default(&serial_opts);

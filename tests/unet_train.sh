@@ -1,15 +1,24 @@
 #!/bin/sh
 # fourfold train --model unet-tiny through the library's trainer (the model
-# interface, include/fourfold/model.h; docs/unet.md, "Training"): on
-# Fashion-MNIST (pooled to 8x8), 4 steps of 8 images on 4 ranks.
+# interface, include/fourfold/model.h; docs/unet.md, "Training"): on the
+# first 12 of Fashion-MNIST's training images (pooled to 8x8; so the 32
+# images of the run span epochs 0, 1 and 2, a batch straddling two) and its
+# test images, 4 steps of 8 images on 4 ranks, samples in 10 of T = 100
+# reverse steps.
 #  1. resumed at the checkpoint of step 2 on the same grid, the run's step-4
 #     checkpoint file (parameters, AdamW m and v, state; CRC) and its samples
 #     PNG are the uninterrupted run's, byte for byte;
 #  2. resumed on another grid (2x1x1x2 -> 1x1x2x2), every parameter of step 4
 #     is within the derived bound below of the uninterrupted run's;
-#  3. `fourfold sample --png` on the step-4 checkpoint writes the run's own
-#     samples.png, byte for byte;
-#  4. bad input: one message, the same exit code on every rank (cases.sh).
+#  3. `fourfold sample --png --sample-steps 10` on the step-4 checkpoint
+#     writes the run's own samples.png, byte for byte, and in 1 step other
+#     bytes;
+#  4. with the test hooks (FF_TEST_HOOKS=1: the sanitizer build), the images
+#     each rank loaded: every position of the run one image on every rank,
+#     each full epoch a permutation of the 12 (shuffled: not in file order,
+#     epoch 1 not epoch 0's order), and the run resumed on 1x1x2x2 loading
+#     the uninterrupted run's images for steps 3 and 4;
+#  5. bad input: one message, the same exit code on every rank (cases.sh).
 # The sanitizer build (third argument "sanitize") runs the bad-input cases
 # that reach the new checkpoint code only (each case is ~10 s there).
 #   usage: unet_train.sh FOURFOLD MPIEXEC [sanitize]
@@ -25,7 +34,15 @@ if [ ! -e "$MNIST/train-images-idx3-ubyte.gz" ]; then
     echo "SKIP: Fashion-MNIST is not installed ($MNIST; scripts/setup.sh installs it)"
     exit 77
 fi
-U="--model unet-tiny --batch 8 --steps 4 --save-every 2 --val-every 2 --val-batches 2"
+# the first 12 training images as an IDX file of their own
+"$PY" - "$MNIST/train-images-idx3-ubyte.gz" "$WORK/train12.idx" <<'EOF'
+import gzip, struct, sys
+raw = gzip.open(sys.argv[1]).read()
+open(sys.argv[2], "wb").write(struct.pack(">iiii", 0x803, 12, 28, 28) + raw[16:16 + 12 * 784])
+EOF
+U="--model unet-tiny --batch 8 --steps 4 --save-every 2 --val-every 2 --val-batches 2
+   --data $WORK/train12.idx --val-data $MNIST/t10k-images-idx3-ubyte.gz --sample-steps 10"
+HOOKS=${FF_TEST_HOOKS:-0}
 run() { # out grid [args]
     out=$1 grid=$2
     shift 2
@@ -38,7 +55,10 @@ run() { # out grid [args]
 }
 
 # 1. the uninterrupted run, and the same run stopped after step 2
+mkdir -p "$WORK/ia" "$WORK/ic"
+export FF_TEST_UNET_IMAGES="$WORK/ia" # (read by test builds only)
 run "$WORK/a" 2x1x1x2
+unset FF_TEST_UNET_IMAGES
 mkdir -p "$WORK/b"
 cp "$WORK/a/model_00000002.bin" "$WORK/a/DONE_00000002" "$WORK/b/"
 run "$WORK/b" 2x1x1x2 --resume
@@ -52,9 +72,15 @@ fi
 # fourfold sample --png on the checkpoint: the run's own samples.png (the
 # same grid, seed and images)
 "$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" sample --grid 2x1x1x2 \
-    --checkpoint "$WORK/a/model_00000004.bin" --png "$WORK/s.png" --samples 8 > "$WORK/s.txt" 2>&1 &&
+    --checkpoint "$WORK/a/model_00000004.bin" --png "$WORK/s.png" --samples 8 --sample-steps 10 \
+    > "$WORK/s.txt" 2>&1 &&
     cmp -s "$WORK/s.png" "$WORK/a/samples.png" && echo "ok: sample --png is the run's samples.png" ||
     { cat "$WORK/s.txt"; echo "FAILED: sample --png"; failures=$((failures + 1)); }
+"$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" sample --grid 2x1x1x2 \
+    --checkpoint "$WORK/a/model_00000004.bin" --png "$WORK/s1.png" --samples 8 --sample-steps 1 \
+    > "$WORK/s.txt" 2>&1 && ! cmp -s "$WORK/s1.png" "$WORK/a/samples.png" &&
+    echo "ok: sample --png --sample-steps 1 gives other images" ||
+    { cat "$WORK/s.txt"; echo "FAILED: --sample-steps 1 (or not heeded)"; failures=$((failures + 1)); }
 grep -q '"type":"val"' "$WORK/a/log.jsonl" && [ -s "$WORK/a/loss.svg" ] ||
     { echo "FAILED: no validation in log.jsonl, or no loss.svg"; failures=$((failures + 1)); }
 
@@ -69,7 +95,9 @@ grep -q '"type":"val"' "$WORK/a/log.jsonl" && [ -s "$WORK/a/loss.svg" ] ||
 # a parameter scattered to the wrong place (O(0.1)) does not.
 mkdir -p "$WORK/c"
 cp "$WORK/a/model_00000002.bin" "$WORK/a/DONE_00000002" "$WORK/c/"
+export FF_TEST_UNET_IMAGES="$WORK/ic"
 run "$WORK/c" 1x1x2x2 --resume
+unset FF_TEST_UNET_IMAGES
 "$PY" - "$WORK/a/model_00000004.bin" "$WORK/c/model_00000004.bin" "$WORK/a/log.jsonl" <<'EOF' ||
 import json, math, struct, sys
 import numpy as np
@@ -91,7 +119,40 @@ sys.exit(0 if (d <= bound).all() else 1)
 EOF
     { echo "FAILED: the run resumed on 1x1x2x2 is outside the bound"; failures=$((failures + 1)); }
 
-# 4. bad input
+# 4. the images loaded (test builds)
+if [ "$HOOKS" = 1 ]; then
+    "$PY" - "$WORK/ia" "$WORK/ic" <<'EOF' ||
+import glob, sys
+def images(d):
+    at = {}
+    for path in glob.glob(d + "/images.*"):
+        for line in open(path):
+            p, img = map(int, line.split())
+            if at.setdefault(p, img) != img:
+                sys.exit(f"position {p}: images {at[p]} and {img} on different ranks ({d})")
+    return at
+a, c = images(sys.argv[1]), images(sys.argv[2])
+if sorted(a) != list(range(32)) or sorted(c) != list(range(16, 32)):
+    sys.exit(f"positions loaded: {sorted(a)}; resumed {sorted(c)}")
+epochs = [[a[p] for p in range(e * 12, e * 12 + 12)] for e in (0, 1)]
+for e, order in enumerate(epochs):
+    if sorted(order) != list(range(12)):
+        sys.exit(f"epoch {e} is not a permutation of the 12 images: {order}")
+if epochs[0] == list(range(12)) or epochs[0] == epochs[1]:
+    sys.exit(f"not shuffled: epoch 0 {epochs[0]}, epoch 1 {epochs[1]}")
+if len(set(a[p] for p in range(24, 32))) != 8:
+    sys.exit("epoch 2's first 8 images repeat")
+if any(c[p] != a[p] for p in c):
+    sys.exit("the run resumed on 1x1x2x2 loaded other images for steps 3 and 4")
+print(f"ok: images by position on every rank alike; epoch 0 {epochs[0]}, epoch 1 {epochs[1]}; "
+      "the resumed run's steps 3 and 4 the same")
+EOF
+        { echo "FAILED: the images loaded"; failures=$((failures + 1)); }
+else
+    echo "(the images each rank loads: test builds only, FF_TEST_HOOKS=1)"
+fi
+
+# 5. bad input
 S="--model unet-tiny --batch 8 --steps 1 --val-every 0 --grid 1x1x2x2"
 if [ "$QUICK" != sanitize ]; then
     case_ "fp32 only"                  1 train $S --precision bf16-mixed --out "$WORK/o1"
@@ -100,6 +161,10 @@ if [ "$QUICK" != sanitize ]; then
     case_ "bad.idx"                    1 train $S --data "$WORK/bad.idx" --out "$WORK/o3"
     case_ "the U-Net presets are"      2 train $S --model unet-huge --out "$WORK/o4"
     case_ "do not apply"               2 train $S --layers 2 --out "$WORK/o5"
+    case_ "--sample-steps"             2 train $S --sample-steps 0 --out "$WORK/o6"
+    case_ "T = 100 timesteps, so 1 .. 100" 2 train $S --sample-steps 101 --out "$WORK/o7"
+    case_ "T = 100 timesteps, so 1 .. 100" 1 sample --grid 1x1x2x2 --checkpoint \
+        "$WORK/a/model_00000004.bin" --png "$WORK/p.png" --sample-steps 101
 fi
 # a GPT checkpoint (an llm.c model file's header) in a U-Net run's folder
 mkdir -p "$WORK/g"

@@ -21,7 +21,13 @@ QKV, scores, softmax, P V, projection), K the
 batch's pixels (the longest reduction); and the parameters after one AdamW
 step on fourfold's gradients, torch.optim.AdamW's, element by element; the
 cosine and linear schedules' alpha_bar at T = 1000 within 1e-12; one
-reverse step of the sampler (T = 1) from fourfold's x_T.
+reverse step of the sampler (T = 1) from fourfold's x_T; improved DDPM's
+respacing (its space_timesteps for one section and the kept steps' betas,
+written here from the paper's code's definition) for several T and K: the
+kept timesteps exactly, the betas within their float64 bound; and the first
+step of sampling in 2 of 3 steps (at t = 2, its noise added), x_T and the
+noise drawn here by an independent Philox4x32-10 (Random123's
+definition, checked against its known-answer vectors) and Box-Muller.
 Exit status 1 on a failure."""
 import math
 import struct
@@ -31,7 +37,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-torch.set_default_dtype(torch.float64)
 U = 2.0 ** -24
 
 
@@ -71,8 +76,129 @@ class Reader:
 def timestep_embedding(t, dim):
     half = dim // 2
     freqs = torch.exp(-math.log(10000.0) * torch.arange(half) / half)
-    a = t[:, None].double() * freqs[None]
+    a = t[:, None].to(freqs.dtype) * freqs[None]
     return torch.cat([torch.cos(a), torch.sin(a)], dim=1)
+
+
+M0, M1, W0, W1, MASK = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85, 0xFFFFFFFF
+
+
+def philox(ctr, key):
+    """Philox4x32-10 (Salmon et al., SC'11; Random123's philox.h): ten
+    rounds of two 32x32 -> 64 products, the key bumped by the Weyl
+    constants between rounds."""
+    c, k = list(ctr), list(key)
+    for _ in range(10):
+        p0, p1 = M0 * c[0], M1 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k[0], p1 & MASK, (p0 >> 32) ^ c[3] ^ k[1], p0 & MASK]
+        k = [(k[0] + W0) & MASK, (k[1] + W1) & MASK]
+    return c
+
+
+def normal(seed, stream, index):
+    """include/fourfold/rng.h's ff_rng_normal: the block of counter (index
+    low, index high, stream, 0) and key (seed low, seed high); two uniforms
+    of 53 bits (the words' top bits, centred in (0, 1)); Box-Muller's cosine
+    in double, rounded to float32."""
+    r = philox([index & MASK, index >> 32, stream, 0], [seed & MASK, seed >> 32])
+    u1 = ((((r[0] << 32) | r[1]) >> 11) + 0.5) / 2.0 ** 53
+    u2 = ((((r[2] << 32) | r[3]) >> 11) + 0.5) / 2.0 ** 53
+    return float(np.float32(math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * u2)))
+
+
+def sample_noise(seed, g, t, T, per):
+    """The sampler's draws for image g at timestep t (x_T at t = T): stream
+    0xDD03, indices ((g (T + 1) + t) per + e) (include/fourfold/unet.h)."""
+    at = (g * (T + 1) + t) * per
+    return [normal(seed, 0xDD03, at + e) for e in range(per)]
+
+
+def space_timesteps(T, K):
+    """improved DDPM's respace.space_timesteps(T, [K]): one section of all
+    T steps, K of them at a fractional stride, Python's round."""
+    stride = 1 if K <= 1 else (T - 1) / (K - 1)
+    cur, taken = 0.0, []
+    for _ in range(K):
+        taken.append(round(cur))
+        cur += stride
+    return sorted(set(taken))
+
+
+def unet_model(P, S, ci, pad, base, levels, mult, nres, gch, tmult, hch, used=None, init=None):
+    """The U-Net of include/fourfold/unet.h as a function model(x_t, t) of
+    the parameter tensors P (PyTorch's state_dict names and shapes, each
+    checked against the model's), NCHW in P's dtype: improved DDPM's
+    layout, torch.cat for the skips. With init (a function of a name and a
+    shape), P starts empty and each tensor is init(name, shape) at its
+    first use (bench/unet_torch_bench.py). `used` collects the names read."""
+    used = set() if used is None else used
+    temb = base * tmult
+
+    def p(name, shape):
+        used.add(name)
+        if name not in P and init is not None:
+            P[name] = init(name, shape)
+        if tuple(P[name].shape) != tuple(shape):
+            raise ValueError(f"{name}: shape {tuple(P[name].shape)}, the model's {tuple(shape)}")
+        return P[name]
+
+    def gn(name, h):
+        C = h.shape[1]
+        return F.group_norm(h, C // gch, p(name + ".weight", (C,)), p(name + ".bias", (C,)),
+                            eps=1e-5)
+
+    def conv(name, h, cout, k):
+        return F.conv2d(h, p(name + ".weight", (cout, h.shape[1], k, k)),
+                        p(name + ".bias", (cout,)), padding=k // 2)
+
+    def linear(name, x, nout):
+        return F.linear(x, p(name + ".weight", (nout, x.shape[-1])), p(name + ".bias", (nout,)))
+
+    def res(name, h, cout, semb):
+        y = conv(name + ".conv1", F.silu(gn(name + ".norm1", h)), cout, 3)
+        y = y + linear(name + ".temb", semb, cout)[:, :, None, None]
+        y = conv(name + ".conv2", F.silu(gn(name + ".norm2", y)), cout, 3)
+        skip = conv(name + ".skip", h, cout, 1) if h.shape[1] != cout else h
+        return skip + y
+
+    def attn(name, h):
+        # x + proj(softmax(q k^T / sqrt(hs)) v) over the pixels, heads of hch
+        Bn, C, H, W = h.shape
+        y = gn(name + ".norm", h).reshape(Bn, C, H * W).transpose(1, 2)
+        qkv = linear(name + ".qkv", y, 3 * C)
+        q, k, v = (z.reshape(Bn, H * W, C // hch, hch).transpose(1, 2) for z in qkv.chunk(3, -1))
+        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hch), dim=-1)
+        o = (a @ v).transpose(1, 2).reshape(Bn, H * W, C)
+        o = linear(name + ".proj", o, C)
+        return h + o.transpose(1, 2).reshape(Bn, C, H, W)
+
+    def model(xt, t):
+        x = torch.cat([xt, xt.new_zeros(xt.shape[0], pad - ci, S, S)], dim=1)
+        emb = timestep_embedding(t, base).to(xt.dtype)
+        emb = linear("temb.lin2", F.silu(linear("temb.lin1", emb, temb)), temb)
+        semb = F.silu(emb)
+        h = conv("conv_in", x, base, 3)
+        hs = [h]
+        for i in range(levels):
+            for j in range(nres):
+                h = res(f"down{i}.res{j}", h, base * mult[i], semb)
+                hs.append(h)
+            if i != levels - 1:
+                h = F.avg_pool2d(h, 2)
+                hs.append(h)
+        for j in range(2):
+            h = res(f"mid.res{j}", h, base * mult[-1], semb)
+            if j == 0 and hch:
+                h = attn("mid.attn", h)
+        for i in reversed(range(levels)):
+            for j in range(nres + 1):
+                h = res(f"up{i}.res{j}", torch.cat([h, hs.pop()], dim=1), base * mult[i], semb)
+            if i != 0:
+                h = F.interpolate(h, scale_factor=2, mode="nearest")
+        out = conv("conv_out", F.silu(gn("norm_out", h)), pad, 3)
+        return out[:, :ci]
+
+    return model
 
 
 def alpha_bar(T, schedule, b0, b1):
@@ -111,64 +237,19 @@ def main(path):
     ff_abar = torch.tensor(r.doubles(2 * nT)).reshape(2, nT)
     xT = r.floats(B * S * S * ci).reshape(B, S, S, ci).permute(0, 3, 1, 2)
     ff_sample = r.floats(B * S * S * ci).reshape(B, S, S, ci).permute(0, 3, 1, 2)
+    (nrs,) = r.ints(1)
+    respaced = []
+    for _ in range(nrs):
+        rT, rsch, rK = r.ints(3)
+        rb = r.doubles(2)
+        respaced.append((rT, rsch, rK, rb, r.ints(rK), r.doubles(rK)))
+    pseed, pT, pK, pstop = r.ints(4)
+    pb = r.doubles(2)
+    ff_part = r.floats(B * S * S * ci).reshape(B, S, S, ci).permute(0, 3, 1, 2)
     r.done()
 
     used = set()
-
-    def p(name):
-        used.add(name)
-        return P[name]
-
-    def gn(name, h):
-        return F.group_norm(h, h.shape[1] // gch, p(name + ".weight"), p(name + ".bias"), eps=1e-5)
-
-    def conv(name, h, k):
-        return F.conv2d(h, p(name + ".weight"), p(name + ".bias"), padding=k // 2)
-
-    def res(name, h, cout, semb):
-        y = conv(name + ".conv1", F.silu(gn(name + ".norm1", h)), 3)
-        y = y + F.linear(semb, p(name + ".temb.weight"), p(name + ".temb.bias"))[:, :, None, None]
-        y = conv(name + ".conv2", F.silu(gn(name + ".norm2", y)), 3)
-        skip = conv(name + ".skip", h, 1) if h.shape[1] != cout else h
-        return skip + y
-
-    def model(xt, t):
-        x = torch.cat([xt, torch.zeros(B, pad - ci, S, S)], dim=1)
-        emb = timestep_embedding(t, base)
-        emb = F.linear(F.silu(F.linear(emb, p("temb.lin1.weight"), p("temb.lin1.bias"))),
-                       p("temb.lin2.weight"), p("temb.lin2.bias"))
-        semb = F.silu(emb)
-        h = conv("conv_in", x, 3)
-        hs = [h]
-        for i in range(levels):
-            for j in range(nres):
-                h = res(f"down{i}.res{j}", h, base * mult[i], semb)
-                hs.append(h)
-            if i != levels - 1:
-                h = F.avg_pool2d(h, 2)
-                hs.append(h)
-        for j in range(2):
-            h = res(f"mid.res{j}", h, base * mult[-1], semb)
-            if j == 0 and hch:
-                h = attn("mid.attn", h)
-        for i in reversed(range(levels)):
-            for j in range(nres + 1):
-                h = res(f"up{i}.res{j}", torch.cat([h, hs.pop()], dim=1), base * mult[i], semb)
-            if i != 0:
-                h = F.interpolate(h, scale_factor=2, mode="nearest")
-        out = conv("conv_out", F.silu(gn("norm_out", h)), 3)
-        return out[:, :ci]
-
-    def attn(name, h):
-        # x + proj(softmax(q k^T / sqrt(hs)) v) over the pixels, heads of hch
-        Bn, C, H, W = h.shape
-        y = gn(name + ".norm", h).reshape(Bn, C, H * W).transpose(1, 2)
-        qkv = F.linear(y, p(name + ".qkv.weight"), p(name + ".qkv.bias"))
-        q, k, v = (z.reshape(Bn, H * W, C // hch, hch).transpose(1, 2) for z in qkv.chunk(3, -1))
-        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hch), dim=-1)
-        o = (a @ v).transpose(1, 2).reshape(Bn, H * W, C)
-        o = F.linear(o, p(name + ".proj.weight"), p(name + ".proj.bias"))
-        return h + o.transpose(1, 2).reshape(Bn, C, H, W)
+    model = unet_model(P, S, ci, pad, base, levels, mult, nres, gch, tmult, hch, used=used)
 
     abar = alpha_bar(T, schedule, b0, b1)
     a = abar[t][:, None, None, None]
@@ -256,10 +337,70 @@ def main(path):
     if not rs <= 1:
         print("FAIL the reverse step")
         bad = 1
+
+    # This Philox against Random123's known-answer vectors (kat_vectors)
+    for ctr, key, want in [([0] * 4, [0, 0], [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]),
+                           ([MASK] * 4, [MASK] * 2, [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]),
+                           ([0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0],
+                            [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1])]:
+        if philox(ctr, key) != want:
+            print(f"FAIL the oracle's Philox on the known answer {want}")
+            bad = 1
+    # Respacing: the kept steps exactly; each beta_k = 1 - abar(t_k) /
+    # abar(t_{k-1}) within 2 (1e-12) abar(t_k)/abar(t_{k-1}) + 2^-52 of
+    # ours (each alpha_bar within 1e-12 relative, as checked above, and the
+    # division's and subtraction's roundings)
+    worst_b = 0
+    for rT, rsch, rK, (rb0, rb1), kept, betas in respaced:
+        want = space_timesteps(rT, rK)
+        ab = alpha_bar(rT, rsch, rb0, rb1).tolist()
+        if kept != want:
+            print(f"FAIL respacing T = {rT}, K = {rK}: kept {kept[:8]}..., want {want[:8]}...")
+            bad = 1
+            continue
+        prev = 1.0
+        for t, b in zip(want, betas):
+            ratio = ab[t] / prev
+            err = abs(b - (1 - ratio)) / (2e-12 * ratio + 2.0 ** -52)
+            worst_b = max(worst_b, err)
+            prev = ab[t]
+        print(f"respaced T = {rT} ({'cosine' if rsch else 'linear'}), K = {rK}: kept "
+              f"{want[:3]} ... {want[-2:]}, betas {betas[0]:.4g} .. {betas[-1]:.4g}")
+    print(f"respaced betas: worst {worst_b:.4f} of the bound")
+    if not worst_b <= 1:
+        print("FAIL the respaced betas")
+        bad = 1
+    # The first step of sampling in K = 2 of T = 3 steps (kept 0 and 2):
+    # at t = 2, alpha = abar_2 / abar_0, beta = 1 - alpha, x' = r (x_T - k
+    # eps(x_T, 2)) + sigma z, r = 1/sqrt(alpha), k = beta/sqrt(1 - abar_2),
+    # sigma = sqrt(beta), x_T and z drawn here. Bound as for the step
+    # above, plus the noise: r k (F-1) gamma |eps| + 3u (r |x_T| + r k |eps|
+    # + sigma |z|) (a draw one float ulp off: within the 3u terms).
+    per = S * S * ci
+    xs = torch.tensor([sample_noise(pseed, g, pT, pT, per) for g in range(B)])
+    zs = torch.tensor([sample_noise(pseed, g, 2, pT, per) for g in range(B)])
+    xs = xs.reshape(B, S, S, ci).permute(0, 3, 1, 2)
+    zs = zs.reshape(B, S, S, ci).permute(0, 3, 1, 2)
+    ab = alpha_bar(pT, 0, pb[0], pb[1])
+    with torch.no_grad():
+        eps = model(xs, torch.full((B,), 2, dtype=torch.long))
+    alpha = (ab[2] / ab[0]).item()
+    beta = 1 - alpha
+    rr, kk, sg = 1 / math.sqrt(alpha), beta / math.sqrt(1 - ab[2].item()), math.sqrt(beta)
+    ref = rr * (xs - kk * eps) + sg * zs
+    sb = rr * kk * (Fst - 1) * gamma(K) * eps.norm().item() + 3 * U * (
+        rr * xs.norm().item() + rr * kk * eps.norm().item() + sg * zs.norm().item())
+    rp = (ff_part - ref).norm().item() / sb
+    print(f"the step at t = 2 of sampling in 2 of 3 steps (beta {beta:.4f}, sigma {sg:.4f}): "
+          f"|err| {rp:.4f} of the bound {sb:.3g}")
+    if not rp <= 1:
+        print("FAIL the reverse step at t = 2")
+        bad = 1
     print(f"parameters after one AdamW step: worst {worst_p:.4f} of the bound "
           f"16u (|p| + lr (|r| + wd |p|)); {'FAILED' if bad else 'passed'}")
     return bad
 
 
 if __name__ == "__main__":
+    torch.set_default_dtype(torch.float64)
     sys.exit(main(sys.argv[1]))

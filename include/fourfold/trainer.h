@@ -78,6 +78,8 @@ typedef struct {
      * init_from, mask, pruning, SAMO and bf16-mixed are the GPT's only. */
     ff_net_kind kind;
     ff_unet_config unet;
+    int sample_steps;    /* the U-Net's samples: reverse steps, 1 .. T (improved DDPM's
+                            respacing, ff_unet_sample); 0: FF_UNET_SAMPLE_STEPS, or T if less */
     ff_gpt_config model; /* the shape (with init_from the file's; a mixture of experts
                             here, experts > 0, must match the file's experts and
                             expert_every, and its top_k, capacity_factor and

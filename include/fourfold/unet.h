@@ -48,6 +48,9 @@ extern "C" {
 #endif
 
 enum { FF_UNET_MAX_LEVELS = 6 };
+/* The reverse steps of a sample unless told (ff_unet_sample; T if less):
+ * docs/unet.md, "Sampling". */
+enum { FF_UNET_SAMPLE_STEPS = 100 };
 /* The U-Net's checkpoint file (docs/unet.md, "Checkpoints"). */
 enum { FF_UNET_CKPT_MAGIC = 20261128, FF_UNET_CKPT_VERSION = 1 };
 
@@ -139,13 +142,25 @@ int ff_ddpm_draw(const ff_unet_config *cfg, uint64_t seed, int64_t step, int64_t
  * gradients (ff_unet_zero_grads first). *loss: the batch's loss, the same on
  * every rank. Then ff_unet_allreduce_grads. */
 int ff_unet_ddpm_loss(ff_unet *u, const float *x0, uint64_t seed, int64_t step, float *loss);
-/* The reverse process (Ho et al., Algorithm 2) for this rank's images:
- * x_T ~ N(0, I); for t = T-1 .. 0, x_{t-1} = (x_t - beta_t / sqrt(1 -
- * abar_t) eps(x_t, t)) / sqrt(alpha_t) + sqrt(beta_t) z (z = 0 at t = 0).
- * The draws of image g (global) are pure functions of (seed, g, t): the same
- * images on every grid. out: this rank's images x_0 (images, S, S,
- * img_channels), every channel on every rank (an all-gather over X). */
-int ff_unet_sample(ff_unet *u, uint64_t seed, float *out);
+/* The reverse process (Ho et al., Algorithm 2) for this rank's images, on
+ * `steps` of the T timesteps (improved DDPM's respacing, ff_ddpm_respace:
+ * steps = T is DDPM's own): x_T ~ N(0, I); for i = steps-1 .. 0, at t =
+ * t_i, x' = (x - beta_i / sqrt(1 - abar_t) eps(x, t)) / sqrt(1 - beta_i) +
+ * sqrt(beta_i) z (z = 0 at i = 0), beta_i the kept step's. The draws of
+ * image g (global) are pure functions of (seed, g, t): the same images on
+ * every grid. out: this rank's images x_0 (images, S, S, img_channels),
+ * every channel on every rank (an all-gather over X). FF_EINVAL for steps
+ * outside 1 .. T. */
+int ff_unet_sample(ff_unet *u, uint64_t seed, int steps, float *out);
+/* ff_unet_sample stopped before step i = stop - 1: out is the images after
+ * steps steps-1 .. stop (stop = steps: x_T; 0: the samples). For tests. */
+int ff_unet_sample_partial(ff_unet *u, uint64_t seed, int steps, int stop, float *out);
+/* improved DDPM's respacing (its space_timesteps for one section): the
+ * `steps` kept timesteps t[k] = round(k (T-1)/(steps-1)) (from 0 to T-1,
+ * increasing) and their betas beta[k] = 1 - abar(t[k]) / abar(t[k-1])
+ * (abar(t[-1]) = 1), in double. FF_EINVAL for steps outside 1 .. T (no
+ * context: the caller reports), FF_ENOMEM. */
+int ff_ddpm_respace(const ff_unet_config *cfg, int steps, int *t, double *beta);
 /* The sampler's draws for image g: x_T (t = T) or the z of step t (S*S*
  * img_channels floats, NHWC). */
 void ff_ddpm_sample_noise(const ff_unet_config *cfg, uint64_t seed, int64_t g, int t, float *z);

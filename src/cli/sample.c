@@ -168,6 +168,7 @@ typedef struct {
     cli_run_opts run;
     const char *checkpoint, *prompt, *data, *bpe, *png;
     long tokens, samples, seq, batch, batches, seed, top_k;
+    long sample_steps;                   /* --png: reverse steps; 0: the default */
     int samples_set;                     /* --samples given (--png's default is 16) */
     double temperature, capacity_factor; /* capacity_factor 0: the checkpoint's */
     ff_precision precision;
@@ -186,6 +187,8 @@ static const char help_sample[] =
     "  --checkpoint FILE  the model (e.g. out/model_00000200.bin)\n"
     "  --png FILE         a U-Net checkpoint (fourfold train --model unet-...): --samples\n"
     "                     images (default 16) of its reverse process as a PNG grid\n"
+    "  --sample-steps K   with --png: K of the model's T reverse steps (improved DDPM's\n"
+    "                     respacing; default 100, or T if less)\n"
     "  --prompt TEXT      text to continue (default none); a BPE model encodes it with its\n"
     "                     vocabulary's encoder.json and vocab.bpe\n"
     "  --bpe DIR          the vocabulary: GPT-2's encoder.json and vocab.bpe, or llm.c's\n"
@@ -239,6 +242,9 @@ static int parse(int argc, char **argv, sample_opts *o, const char *command)
             bad = !(o->checkpoint = cli_value(&a));
         else if (cli_is(&a, "png") && !strcmp(command, "sample"))
             bad = !(o->png = cli_value(&a));
+        else if (cli_is(&a, "sample-steps") && !strcmp(command, "sample"))
+            bad = !(v = cli_value(&a)) ||
+                  cli_parse_int("sample-steps", v, 1, 0x7fffffffL, &o->sample_steps);
         else if (cli_is(&a, "prompt"))
             bad = !(o->prompt = cli_value(&a));
         else if (cli_is(&a, "data"))
@@ -409,6 +415,10 @@ static int run(int argc, char **argv, const char *command)
     }
     if (code != CLI_OK)
         return code;
+    if (o.sample_steps && !o.png) {
+        cli_error("--sample-steps is for a U-Net's images (--png FILE)");
+        return CLI_USAGE;
+    }
     ff_ctx *ctx;
     ff_grid *grid;
     if (cli_setup(&o.run, &ctx, &grid) != CLI_OK)
@@ -418,7 +428,7 @@ static int run(int argc, char **argv, const char *command)
     if (o.png) { /* a U-Net's images (docs/unet.md) */
         long k = o.samples_set ? o.samples : 16;
         int rc = ff_net_file_samples(grid, o.checkpoint, (k + pairs - 1) / pairs * pairs,
-                                     (uint64_t)o.seed, o.png);
+                                     (int)o.sample_steps, (uint64_t)o.seed, o.png);
         if (rc == FF_OK)
             cli_print("wrote %s: %ld DDPM samples of %s\n", o.png, (k + pairs - 1) / pairs * pairs,
                       o.checkpoint);

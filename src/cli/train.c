@@ -36,6 +36,7 @@ typedef struct {
     int resume, overwrite, grid_auto;
     long ag_cache_blocks; /* the planner's unit; -1: every layer, wte included */
     long seed, val_every, val_batches, save_every, keep, log_every, sample_tokens, top_k;
+    long sample_steps; /* a U-Net's samples.png: reverse steps; 0: the default */
     float temperature;
     ff_gpt_opts gpt;
 } train_opts;
@@ -50,6 +51,8 @@ static const char help[] =
     "                    gpt2-124m, gpt2-350m, ..., gpt-5b ... gpt-640b;\n"
     "                    unet-tiny, unet-fmnist: the DDPM U-Net on Fashion-MNIST (fp32;\n"
     "                    --data/--val-data IDX image files; OUT/samples.png; docs/unet.md)\n"
+    "  --sample-steps K  a U-Net's samples.png in K of its T reverse steps (improved\n"
+    "                    DDPM's respacing; default 100, or T if less)\n"
     "  --layers N --hidden N --heads N --vocab N --max-seq N   override the preset\n"
     "mixture of experts (docs/moe.md; override the preset):\n"
     "  --experts E       experts per MoE block (0 = a dense model)\n"
@@ -288,6 +291,7 @@ static int parse(int argc, char **argv, train_opts *o)
         {"prune-steps", 'l', &o->prune_steps, 1, 1 << 20},
         {"log-every", 'l', &o->log_every, 1, big},
         {"sample", 'l', &o->sample_tokens, 0, 1 << 20},
+        {"sample-steps", 'l', &o->sample_steps, 1, 0x7fffffff},
         {"temperature", 'f', &o->temperature, 0, 100},
         {"top-k", 'l', &o->top_k, 0, 1 << 24},
         {"ag-cache", 'l', &o->ag_cache_blocks, -1, 1 << 20},
@@ -853,6 +857,11 @@ static int train_unet(train_opts *o)
         cli_error("--model %s: the U-Net presets are unet-tiny and unet-fmnist", o->model);
         return CLI_USAGE;
     }
+    if (o->sample_steps > ucfg.timesteps) {
+        cli_error("--sample-steps %ld: %s has T = %d timesteps, so 1 .. %d", o->sample_steps,
+                  o->model, ucfg.timesteps, ucfg.timesteps);
+        return CLI_USAGE;
+    }
     if (o->layers || o->hidden || o->heads || o->vocab || o->max_seq || o->experts >= 0 ||
         o->init_from || o->mask || o->prune_to > 0 || o->samo || o->plan || o->micro != o->batch ||
         o->schedule || o->stage_layers || o->sample_tokens > 0 || !strcmp(o->run.grid, "auto")) {
@@ -876,6 +885,7 @@ static int train_unet(train_opts *o)
     tc.steps = (int)o->steps;
     tc.hyper = o->hyper;
     tc.seed = (uint64_t)o->seed;
+    tc.sample_steps = (int)o->sample_steps;
     tc.data = o->data;
     tc.val_data = o->data ? o->val_data : NULL;
     tc.val_every = (int)o->val_every;
@@ -906,9 +916,11 @@ static int train_unet(train_opts *o)
     }
     if (rc == FF_OK && o->out) {
         char png[4300];
+        long fewer = FF_UNET_SAMPLE_STEPS < ucfg.timesteps ? FF_UNET_SAMPLE_STEPS : ucfg.timesteps;
         snprintf(png, sizeof png, "%s/samples.png", o->out);
         if ((rc = ff_trainer_write_samples(t, png, (uint64_t)o->seed)) == FF_OK)
-            cli_print("samples: %s (%ld DDPM samples)\n", png, o->batch);
+            cli_print("samples: %s (%ld DDPM samples, %ld of %d reverse steps)\n", png, o->batch,
+                      o->sample_steps ? o->sample_steps : fewer, ucfg.timesteps);
     }
     if (rc)
         cli_error("%s", ff_ctx_error(ctx));
@@ -929,6 +941,11 @@ int cmd_train(int argc, char **argv)
         return code;
     if (!strncmp(o.model, "unet-", 5))
         return train_unet(&o);
+    if (o.sample_steps) {
+        cli_error("--sample-steps is for a U-Net's samples (--model unet-...); a GPT samples "
+                  "text: --sample N");
+        return CLI_USAGE;
+    }
     ff_gpt_config cfg;
     if ((code = model_config(&o, &cfg)) != CLI_OK)
         return code;

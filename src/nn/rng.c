@@ -55,3 +55,17 @@ float ff_rng_normal(uint64_t seed, uint32_t stream, uint64_t index)
     const double two_pi = 6.283185307179586476925286766559;
     return (float)(sqrt(-2.0 * log(u1)) * cos(two_pi * u2));
 }
+
+void ff_rng_permutation(uint64_t seed, uint32_t stream, uint64_t key, int64_t n, int64_t *perm)
+{
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(ff_rng_uniform(seed, stream, key * (uint64_t)n + (uint64_t)i) *
+                              (double)(i + 1));
+        if (j > i) /* (u < 1, so only by rounding) */
+            j = i;
+        int64_t v = perm[i];
+        perm[i] = perm[j], perm[j] = v;
+    }
+}

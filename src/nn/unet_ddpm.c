@@ -102,6 +102,41 @@ void ff_ddpm_sample_noise(const ff_unet_config *cfg, uint64_t seed, int64_t g, i
         z[e] = ff_rng_normal(seed, STREAM_SAMPLE, at + e);
 }
 
+/* improved DDPM's space_timesteps (Nichol and Dhariwal 2021, respace.py)
+ * for one section: K of the T steps, t_k = round(k (T-1)/(K-1)) with the
+ * stride added up in double and Python's rounding (half to even:
+ * nearbyint in the default mode), so t_0 = 0 and t_{K-1} = T-1; and the
+ * betas of the kept steps from their alpha_bar: beta_k = 1 - abar(t_k) /
+ * abar(t_{k-1}), abar(t_{-1}) = 1 (beta NULL: not wanted). */
+static int respace(const double *abar, int T, int K, int *t, double *beta)
+{
+    const double stride = K > 1 ? (double)(T - 1) / (double)(K - 1) : 1;
+    double at = 0, prev = 1;
+    for (int k = 0; k < K; k++, at += stride) {
+        t[k] = (int)nearbyint(at);
+        if (t[k] > T - 1 || (k && t[k] <= t[k - 1]))
+            return FF_EINVAL; /* (not for 1 <= K <= T: the stride is at least 1) */
+        if (beta)
+            beta[k] = 1 - abar[t[k]] / prev;
+        prev = abar[t[k]];
+    }
+    return FF_OK;
+}
+
+int ff_ddpm_respace(const ff_unet_config *cfg, int steps, int *t, double *beta)
+{
+    const int T = cfg->timesteps;
+    if (T < 1 || steps < 1 || steps > T)
+        return FF_EINVAL;
+    double *abar = malloc((size_t)T * sizeof *abar);
+    if (!abar)
+        return FF_ENOMEM;
+    ff_ddpm_alpha_bar(cfg, abar);
+    int rc = respace(abar, T, steps, t, beta);
+    free(abar);
+    return rc;
+}
+
 /* the program of a forward-only run: every layer's forward, in order */
 static int forward_program(ff_unet *u)
 {
@@ -116,42 +151,63 @@ static int forward_program(ff_unet *u)
     return rc;
 }
 
-int ff_unet_sample(ff_unet *u, uint64_t seed, float *out)
+int ff_unet_sample(ff_unet *u, uint64_t seed, int steps, float *out)
+{
+    return ff_unet_sample_partial(u, seed, steps, 0, out);
+}
+
+int ff_unet_sample_partial(ff_unet *u, uint64_t seed, int steps, int stop, float *out)
 {
     const ff_unet_config *cfg = &u->cfg;
     const int T = cfg->timesteps;
     const int64_t n = u->images, hw = cfg->image_size * cfg->image_size, ci = cfg->img_channels;
     const int64_t pl = cfg->img_channels_pad / u->g.x, c0 = u->c.x * pl; /* layout X */
+    if (steps < 1 || steps > T)
+        return ff_set_error(
+            u->ctx, FF_EINVAL,
+            "sampling in %d steps: the U-Net has T = %d timesteps, so 1 .. %d steps", steps, T, T);
+    if (stop < 0 || stop > steps)
+        return ff_set_error(u->ctx, FF_EINVAL, "sampling stopped at step %d of 0 .. %d", stop,
+                            steps);
+    int *ts = malloc((size_t)steps * sizeof *ts);
+    int rc = ts ? respace(u->abar, T, steps, ts, NULL)
+                : ff_set_error(u->ctx, FF_ENOMEM, "U-Net: out of memory");
     float *x = u->acts[0].x; /* x_t, (n, S, S, pad/Gx), zero beyond the data's channels */
     memset(x, 0, (size_t)(n * hw * pl) * sizeof(float));
-    for (int64_t b = 0; b < n; b++) {
+    for (int64_t b = 0; b < n && !rc; b++) {
         float *z = u->noise + b * hw * ci;
         ff_ddpm_sample_noise(cfg, seed, u->first + b, T, z);
         for (int64_t q = 0; q < hw; q++)
             for (int64_t j = 0; j < pl && c0 + j < ci; j++)
                 x[(b * hw + q) * pl + j] = z[q * ci + c0 + j];
     }
-    int rc = forward_program(u);
-    for (int t = T - 1; t >= 0 && !rc; t--) {
+    if (!rc)
+        rc = forward_program(u);
+    /* step i of the respaced process: DDPM's update (Ho et al., Algorithm 2)
+     * with the kept step's beta (respace's, 1 - alpha: alpha computed as
+     * DDPM's own at K = T), at the model's own timestep t = ts[i] */
+    for (int i = steps - 1; i >= stop && !rc; i--) {
+        const int t = ts[i];
         for (int64_t b = 0; b < n; b++)
             u->t[b] = t;
         rc = ff_unet_forward_(u);
         if (!rc)
             rc = ff_linear_seq_end(u->seq);
-        const double ab = u->abar[t], alpha = ab / (t ? u->abar[t - 1] : 1.0), beta = 1 - alpha;
-        const double k = beta / sqrt(1 - ab), r = 1 / sqrt(alpha), sigma = t ? sqrt(beta) : 0;
+        const double ab = u->abar[t], alpha = ab / (i ? u->abar[ts[i - 1]] : 1.0), beta = 1 - alpha;
+        const double k = beta / sqrt(1 - ab), r = 1 / sqrt(alpha), sigma = i ? sqrt(beta) : 0;
         for (int64_t b = 0; b < n && !rc; b++) {
             float *z = u->noise + b * hw * ci;
-            if (t)
+            if (i)
                 ff_ddpm_sample_noise(cfg, seed, u->first + b, t, z);
             for (int64_t q = 0; q < hw; q++)
                 for (int64_t j = 0; j < pl && c0 + j < ci; j++) {
-                    int64_t i = (b * hw + q) * pl + j;
-                    double zv = t ? z[q * ci + c0 + j] : 0.0;
-                    x[i] = (float)((x[i] - k * u->pred[i]) * r + sigma * zv);
+                    int64_t e = (b * hw + q) * pl + j;
+                    double zv = i ? z[q * ci + c0 + j] : 0.0;
+                    x[e] = (float)((x[e] - k * u->pred[e]) * r + sigma * zv);
                 }
         }
     }
+    free(ts);
     int rc2 = ff_linear_seq_program_standard(u->seq, 0);
     if (!rc)
         rc = rc2;

@@ -2,9 +2,12 @@
  * ff_unet with its images as the trainer's model. docs/unet.md, "The model
  * interface" and "Checkpoints".
  *
- * Data: the training batch of step s is images (s * batch + g) mod N of the
- * training file, g = 0 .. batch-1 the global index in the batch (rank
- * blocks as ff_unet_images), so the data position is the step itself and a
+ * Data: the training batch of step s is the images at positions p = s *
+ * batch + g of the shuffled training file, g = 0 .. batch-1 the global
+ * index in the batch (rank blocks as ff_unet_images): position p is image
+ * perm_e[p mod N] of epoch e = p / N, perm_e a permutation drawn from
+ * (seed, epoch) (ff_rng_permutation), so every image once an epoch, the
+ * same images on every grid, and the data position is the step itself: a
  * resumed run sees the batches of the uninterrupted one on any grid.
  * Validation batch i of n: images i * (N_val / n) + g of the test file,
  * with the DDPM draws of (seed ^ VAL_KEY, i): the same noise every time.
@@ -26,6 +29,7 @@
 #include "../util/file.h"
 #include "ckpt.h"
 #include "fourfold/image.h"
+#include "fourfold/rng.h"
 #include "fourfold/unet.h"
 
 enum { HEADER_INTS = 256, SLOT_CRC = 255 };
@@ -45,6 +49,7 @@ enum {
     H_COUNT = 52, /* canonical floats of the parameters (int64) */
 };
 static const uint64_t VAL_KEY = 0x76616c6964617465ull; /* "validate" */
+enum { STREAM_SHUFFLE = 0xDD10 }; /* the epochs' permutations (unet_ddpm.c has 0xDD01..03) */
 
 typedef struct {
     ff_ctx *ctx;
@@ -56,6 +61,8 @@ typedef struct {
     int64_t batch, first, count, per;
     float *x0, *padded; /* a batch; one image padded before pooling (fill) */
     uint64_t seed;
+    int64_t *order, epoch; /* the training images of epoch `epoch` in their order */
+    int sample_steps;      /* the reverse steps of samples */
     char train_path[4200];
 } unet_net;
 
@@ -87,7 +94,39 @@ static size_t canonical_size(const ff_unet *u)
     return n;
 }
 
-/* The images idx[(start + first + b) mod N], b < count, as floats into x0:
+/* For tests/unet_train.sh (test builds only, FF_TEST_HOOKS): with
+ * FF_TEST_UNET_IMAGES=DIR each rank appends "position image" of every
+ * training image it loads to DIR/images.RANK. */
+static void trace_image(unet_net *m, int64_t p, int64_t img)
+{
+#ifdef FF_TEST_HOOKS
+    const char *dir = getenv("FF_TEST_UNET_IMAGES");
+    char path[4200];
+    FILE *f;
+    if (dir && snprintf(path, sizeof path, "%s/images.%d", dir, ff_ctx_rank(m->ctx)) > 0 &&
+        (f = fopen(path, "a"))) {
+        fprintf(f, "%lld %lld\n", (long long)p, (long long)img);
+        fclose(f);
+    }
+#else
+    (void)m, (void)p, (void)img;
+#endif
+}
+
+/* Training position p: image perm_e[p mod N] of epoch e = p / N. */
+static int64_t train_image(unet_net *m, int64_t p)
+{
+    const int64_t n = m->train.dims[0], e = p / n;
+    if (e != m->epoch) {
+        ff_rng_permutation(m->seed, STREAM_SHUFFLE, (uint64_t)e, n, m->order);
+        m->epoch = e;
+    }
+    trace_image(m, p, m->order[p % n]);
+    return m->order[p % n];
+}
+
+/* The images idx[(start + first + b) mod N], b < count (of the training
+ * file: at positions start + first + b, train_image), as floats into x0:
  * each padded (black, centred) to f S pixels, f = ceil(max(h, w) / S) for
  * the model's size S, then averaged over f x f blocks (Fashion-MNIST's 28 x
  * 28: padded to 32, then as they are for S = 32 or pooled 4 x 4 for the
@@ -99,7 +138,8 @@ static int fill(unet_net *m, const ff_idx *x, int64_t start, float *x0)
     const int64_t f = (big + S - 1) / S, P = f * S;
     char err[512];
     for (int64_t b = 0; b < m->count; b++) {
-        int64_t img = (start + m->first + b) % n;
+        int64_t img =
+            x == &m->train ? train_image(m, start + m->first + b) : (start + m->first + b) % n;
         ff_idx one = {.ndims = 3,
                       .dims = {1, x->dims[1], x->dims[2]},
                       .count = hw,
@@ -366,7 +406,7 @@ static int unet_samples(void *impl, const char *path, uint64_t seed)
                                    ? FF_OK
                                    : ff_set_error(ctx, FF_ENOMEM, "out of memory for samples"));
     if (rc == FF_OK)
-        rc = ff_unet_sample(m->u, seed, mine);
+        rc = ff_unet_sample(m->u, seed, m->sample_steps, mine);
     if (rc == FF_OK && MPI_Gather(mine, (int)(cnt * per), MPI_FLOAT, all, (int)(cnt * per),
                                   MPI_FLOAT, 0, ff_ctx_comm(ctx)) != MPI_SUCCESS)
         rc = ff_ctx_agree(ctx, ff_set_error(ctx, FF_EMPI, "MPI_Gather failed"));
@@ -399,6 +439,7 @@ static void unet_destroy(void *impl)
     ff_idx_free(&m->val);
     free(m->x0);
     free(m->padded);
+    free(m->order);
     free(m);
 }
 
@@ -442,6 +483,21 @@ static int read_images(unet_net *m, const char *path, ff_idx *x)
     return ff_ctx_agree(m->ctx, rc);
 }
 
+/* The reverse steps of samples: `asked`, 1 .. T, or 0: FF_UNET_SAMPLE_STEPS
+ * (T if less). Agreed (every rank has the same configuration). */
+static int sample_steps(ff_ctx *ctx, const ff_unet_config *c, int asked, int *steps)
+{
+    *steps = asked                                 ? asked
+             : FF_UNET_SAMPLE_STEPS < c->timesteps ? FF_UNET_SAMPLE_STEPS
+                                                   : c->timesteps;
+    if (asked >= 0 && asked <= c->timesteps)
+        return FF_OK;
+    return ff_ctx_agree(ctx, ff_set_error(ctx, FF_EINVAL,
+                                          "%d reverse steps for samples: the U-Net has T = %d "
+                                          "timesteps, so 1 .. %d",
+                                          asked, c->timesteps, c->timesteps));
+}
+
 int ff_net_unet_create(ff_grid *grid, const ff_trainer_config *cfg, ff_net *out)
 {
     ff_ctx *ctx = ff_grid_ctx(grid);
@@ -457,11 +513,14 @@ int ff_net_unet_create(ff_grid *grid, const ff_trainer_config *cfg, ff_net *out)
     m->cfg = cfg->unet;
     m->batch = cfg->batch;
     m->seed = cfg->seed;
+    m->epoch = -1;
     m->per = m->cfg.image_size * m->cfg.image_size * m->cfg.img_channels;
     const char *train = cfg->data ? cfg->data : FF_FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz";
     const char *val = cfg->data ? cfg->val_data : FF_FASHION_MNIST_DIR "/t10k-images-idx3-ubyte.gz";
     snprintf(m->train_path, sizeof m->train_path, "%s", train);
-    rc = ff_unet_create(grid, &m->cfg, NULL, cfg->batch, &m->u);
+    rc = sample_steps(ctx, &m->cfg, cfg->sample_steps, &m->sample_steps);
+    if (rc == FF_OK)
+        rc = ff_unet_create(grid, &m->cfg, NULL, cfg->batch, &m->u);
     if (rc == FF_OK)
         rc = read_images(m, train, &m->train);
     if (rc == FF_OK && val && (rc = read_images(m, val, &m->val)) == FF_OK)
@@ -478,7 +537,8 @@ int ff_net_unet_create(ff_grid *grid, const ff_trainer_config *cfg, ff_net *out)
         }
         m->x0 = malloc((size_t)(m->count * m->per + 1) * sizeof(float));
         m->padded = malloc((size_t)(side * side) * sizeof(float));
-        rc = ff_ctx_agree(ctx, m->x0 && m->padded
+        m->order = malloc((size_t)(m->train.dims[0] + 1) * sizeof *m->order);
+        rc = ff_ctx_agree(ctx, m->x0 && m->padded && m->order
                                    ? FF_OK
                                    : ff_set_error(ctx, FF_ENOMEM, "out of memory for a batch"));
     }
@@ -520,7 +580,8 @@ static void config_from_slots(const int32_t *h, ff_unet_config *c)
     memcpy(&c->beta_last, &h[H_BETAS + 2], sizeof(double));
 }
 
-int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, uint64_t seed, const char *png)
+int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, int steps, uint64_t seed,
+                        const char *png)
 {
     ff_ctx *ctx = ff_grid_ctx(grid);
     int32_t h[HEADER_INTS] = {0};
@@ -556,7 +617,9 @@ int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, uint64_t see
     config_from_slots(h, &m->cfg);
     m->batch = n;
     m->per = m->cfg.image_size * m->cfg.image_size * m->cfg.img_channels;
-    rc = ff_unet_create(grid, &m->cfg, NULL, n, &m->u);
+    rc = sample_steps(ctx, &m->cfg, steps, &m->sample_steps);
+    if (rc == FF_OK)
+        rc = ff_unet_create(grid, &m->cfg, NULL, n, &m->u);
     ff_train_state st;
     if (rc == FF_OK) {
         ff_unet_images(m->u, &m->first, &m->count);
