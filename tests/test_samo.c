@@ -52,6 +52,11 @@
 
 enum { B = 8, T = 16, STEPS = 3, MICRO = 2, MAX_GRIDS = 32 };
 static const ff_gpt_config CFG = {.L = 2, .C = 32, .NH = 8, .V = 64, .Vp = 64, .maxT = 16};
+/* SAMO with ZeRO on 2x1x2x2: wide enough that a rank's chunk of a bucket
+ * spans more than one of the gradient norm's blocks (FF_SUM_BLOCK), so
+ * that blocks owned whole by one rank of D are summed, besides straddling
+ * ones (as zero_np8's C = 128) */
+static const ff_gpt_config ZCFG = {.L = 2, .C = 128, .NH = 8, .V = 64, .Vp = 64, .maxT = 16};
 
 static int32_t token_at(int64_t s, int64_t t)
 {
@@ -597,9 +602,9 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     ff_gpt_config mc = CFG;
     ff_gpt_config_moe(&mc, 4);
-    double kept[3] = {0, 0, 0};
-    uint64_t nk[3] = {0, 0, 0};
-    unsigned char *keep[3] = {NULL, NULL, NULL}; /* dense, dense with wte, MoE */
+    double kept[4] = {0, 0, 0, 0};
+    uint64_t nk[4] = {0, 0, 0, 0};
+    unsigned char *keep[4] = {NULL, NULL, NULL, NULL}; /* dense, dense with wte, MoE, ZCFG */
     if (rank == 0) {
         printf("model L=%d C=%d NH=%d V=%d, B=%d T=%d; %d AdamW steps of %d micro-batches, "
                "masked and SAMO with the global 0.8 mask, per grid\n",
@@ -607,11 +612,12 @@ int main(int argc, char **argv)
         keep[0] = make_mask(&CFG, 0, &kept[0], &nk[0]);
         keep[1] = make_mask(&CFG, 1, &kept[1], &nk[1]);
         keep[2] = make_mask(&mc, 0, &kept[2], &nk[2]);
+        keep[3] = make_mask(&ZCFG, 0, &kept[3], &nk[3]);
     }
-    MPI_Bcast(kept, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(kept, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     /* every rank counts its own kept entries from the masks */
-    MPI_Bcast(nk, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    for (int i = 0; i < 3; i++) {
+    MPI_Bcast(nk, 4, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    for (int i = 0; i < 4; i++) {
         const uint64_t n = nk[i];
         if (rank != 0)
             keep[i] = malloc(n ? n : 1);
@@ -673,8 +679,11 @@ int main(int argc, char **argv)
         if (grids[i].d < 2 || CFG.NH % grids[i].x || B % (grids[i].z * grids[i].d) || !named)
             continue;
         grid_case gc = {grids[i], 1, 1, 0, 0};
+        const int wide = !strcmp(desc, "2x1x2x2");
+        if (wide)
+            strcat(desc, " C=128");
         for (int p = 0; p < 2; p++, zwant++)
-            zran += run_zero_case(ctx, &gc, &CFG, keep[0],
+            zran += run_zero_case(ctx, &gc, wide ? &ZCFG : &CFG, keep[wide ? 3 : 0],
                                   p ? FF_PRECISION_BF16_MIXED : FF_PRECISION_FP32,
                                   1 + ((p + at) % 2), desc) == FF_OK;
         at++;
@@ -699,7 +708,7 @@ int main(int argc, char **argv)
             "live as it says, on every rank\n",
             ran, STEPS, kept[0]);
     CHECK(ran >= 52 || world != 8, "only %d grids of 8 (fp32 and bf16-mixed) passed", ran);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         free(keep[i]);
     ff_ctx_destroy(ctx);
     int code = test_finish("samo");

@@ -769,25 +769,26 @@ static void zero_gathers(sched *c, int64_t wte_shard)
 }
 
 /* ZeRO's gathers beside the next forward (s->zero_overlap; docs/planner.md,
- * "ZeRO's gathers"): the run posts them after AdamW, one per bucket, and
- * the next forward waits for a bucket's where it first reads the bucket
- * (a layer's weight hook, src/nn/gpt.c). In the timeline of one step, the
- * steady state's: the previous step's gathers posted on the background
- * channel at the step's start, in the run's order (the blocks' buckets,
- * each block's experts after it, wte's last), ahead of the forward's Z
- * gathers; tags[2 l], tags[2 l + 1] block l's and its experts', tags[2 L]
- * wte's (-1: none). The same collectives as zero_gathers(): the same bytes. */
+ * "ZeRO's gathers"): the run posts them after AdamW, one per range in the
+ * flat buffer's order (wte's, the blocks' buckets, then the blocks'
+ * experts': src/nn/gpt_zero.c), and the next forward waits for a range's
+ * where it first reads the range (a layer's weight hook, src/nn/gpt.c). In
+ * the timeline of one step, the steady state's: the previous step's
+ * gathers posted on the background channel at the step's start, in that
+ * order, ahead of the forward's Z gathers; tags[2 l], tags[2 l + 1] block
+ * l's and its experts', tags[2 L] wte's (-1: none). The same collectives
+ * as zero_gathers(): the same bytes. */
 static void zero_gathers_post(sched *c, int64_t wte_shard, int *tags)
 {
     const plan_shape *s = c->s;
-    for (int64_t l = s->l0; l < s->l0 + s->nb; l++) {
+    tags[2 * s->L] = dp_coll(c, FF_GROUP_D, wte_shard, ZERO_GATHER, MODE_BACKGROUND);
+    for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
         tags[2 * l] = dp_coll(c, FF_GROUP_D, bucket_entries(s, l, 0), ZERO_GATHER, MODE_BACKGROUND);
+    for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
         tags[2 * l + 1] = plan_block_moe(s, l)
                               ? dp_coll(c, experts_group(s), bucket_entries(s, l, 1), ZERO_GATHER,
                                         MODE_BACKGROUND)
                               : -1;
-    }
-    tags[2 * s->L] = dp_coll(c, FF_GROUP_D, wte_shard, ZERO_GATHER, MODE_BACKGROUND);
 }
 
 /* Block l's data-parallel all-reduces (its gradient shards, one bucket
