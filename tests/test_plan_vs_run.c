@@ -106,28 +106,32 @@ typedef struct {
     int mixed;  /* 1: bf16-mixed precision (its own wires: docs/design.md §13) */
     int zero;   /* ZeRO over D (ff_gpt_opts.zero): D's halves of the ring all-reduce */
     int rs_cmm; /* 1: the reduce-scatter collective matmul (the same Z reduce-scatters) */
+    int samo;   /* 1: SAMO with samo_mask's sparsity 3/4 (docs/samo.md "SAMO with ZeRO") */
 } variant;
 
 enum { PANEL = 4 };
 
 static const variant dense_variants[] = {
-    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0},
-    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0},
-    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0},
-    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0},
-    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0},
-    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0},
-    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 1, 1, 0, 0, 0, 0, 0},
-    {"checkpointing, CAC, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 1, 1, 1, 0, 0, 0, 0},
-    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 0, 0, 0},
-    {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1, 1, 1, 0, 0, 0, 0, 0},
-    {"bf16-mixed", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1, 0, 0},
+    {"plain", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0},
+    {"2 micro-batches", 2, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0},
+    {"checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0},
+    {"checkpointing, AG cache 1, 2 micro", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0},
+    {"checkpointing, no AG cache", 1, 1, 0, 1, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0},
+    {"no AG cache, overlaps off", 1, 0, 0, 0, 4, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0},
+    {"bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0},
+    {"checkpointing, CAC, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0},
+    {"per-layer plan, 2 micro", 2, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0},
+    {"per-layer plan, collective matmul", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0},
+    {"bf16-mixed", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0},
     {"bf16-mixed, checkpointing, AG cache 1, 2 micro, rs-cmm", 2, 1, 1, 1, 4, 0, 0, 1, 1, 0, 0, 1,
-     0, 1},
-    {"bf16-mixed, per-layer plan", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 1, 0, 0},
-    {"zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 1, 0},
-    {"zero 2, 2 micro, overlaps off, rs-cmm", 2, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 1, 1, 0, 0, 0, 2, 1},
-    {"bf16-mixed, zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1, 1, 0},
+     0, 1, 0},
+    {"bf16-mixed, per-layer plan", 1, 0, FF_PLAN_AUTO, 1, 4, 1, 0, 1, 1, 0, 0, 1, 0, 0, 0},
+    {"zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0},
+    {"zero 2, 2 micro, overlaps off, rs-cmm", 2, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 1, 1, 0, 0, 0, 2, 1,
+     0},
+    {"bf16-mixed, zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0},
+    {"samo, zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 0, 1, 0, 1},
+    {"bf16-mixed, samo, zero 2", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 0, 1, 2, 0, 1},
 };
 
 /* The MoE model (`moe`): block 1 of 2 holds E = 8 experts, top-2 routing,
@@ -136,20 +140,21 @@ static const variant dense_variants[] = {
  * DTD where Gx > 1 (one variant without); the CAC variant keeps the
  * collectives' outputs of the checkpointed blocks. */
 static const variant moe_variants[] = {
-    {"moe", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 0, 0},
-    {"moe, 2 micro, checkpointing, rs-cmm", 2, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 0, 1},
-    {"moe, EP=Gd", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0, 0},
-    {"moe, EP=2", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 2, 1, 0, 1.0f, 0, 0, 0},
-    {"moe, EP=Gd, DTD off, bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 0, 0, 0, 1.0f, 0, 0, 0},
-    {"moe, EP=Gd, checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0, 0},
-    {"moe, EP=Gd, checkpointing, CAC, no AG cache", 1, 1, 0, 1, 4, 0, 0, 0, 1, 1, 1.0f, 0, 0, 0},
-    {"moe, EP=Gd, checkpointing, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0, 0},
-    {"moe, EP=Gd, F 0.5, 2 micro, overlaps off, no AG cache", 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0.5f, 0,
-     0, 0},
-    {"moe, EP=Gd, checkpointing, bf16-mixed", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 1, 0,
+    {"moe", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 0, 0, 0},
+    {"moe, 2 micro, checkpointing, rs-cmm", 2, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 0, 1,
      0},
-    {"moe, zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 1, 0},
-    {"moe, EP=2, zero 2, overlaps off", 1, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 2, 1, 0, 1.0f, 0, 2, 0},
+    {"moe, EP=Gd", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0, 0, 0},
+    {"moe, EP=2", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 2, 1, 0, 1.0f, 0, 0, 0, 0},
+    {"moe, EP=Gd, DTD off, bf16 wire", 1, 0, FF_PLAN_AUTO, 1, 2, 0, 0, 0, 0, 0, 1.0f, 0, 0, 0, 0},
+    {"moe, EP=Gd, checkpointing", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0, 0, 0},
+    {"moe, EP=Gd, checkpointing, CAC, no AG cache", 1, 1, 0, 1, 4, 0, 0, 0, 1, 1, 1.0f, 0, 0, 0, 0},
+    {"moe, EP=Gd, checkpointing, AG cache 1", 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 1.0f, 0, 0, 0, 0},
+    {"moe, EP=Gd, F 0.5, 2 micro, overlaps off, no AG cache", 2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0.5f, 0,
+     0, 0, 0},
+    {"moe, EP=Gd, checkpointing, bf16-mixed", 1, 1, FF_PLAN_AUTO, 1, 4, 0, 0, 0, 1, 0, 1.0f, 1, 0,
+     0, 0},
+    {"moe, zero 1", 1, 0, FF_PLAN_AUTO, 1, 4, 0, 0, 1, 1, 0, 1.0f, 0, 1, 0, 0},
+    {"moe, EP=2, zero 2, overlaps off", 1, 0, FF_PLAN_AUTO, 0, 4, 0, 0, 2, 1, 0, 1.0f, 0, 2, 0, 0},
 };
 
 static const variant *variants = dense_variants;
@@ -270,6 +275,51 @@ static void plan_config(const variant *v, ff_plan_config *pc)
     pc->cac = v->cac;
     pc->precision = v->mixed ? FF_PLAN_BF16_MIXED : FF_PLAN_FP32;
     pc->zero = v->zero;
+    pc->sparsity = v->samo ? 0.75 : 0;
+    pc->samo = v->samo;
+}
+
+/* Canonical offset of tensor `name`. */
+static size_t tensor_off(ff_gpt *g, const char *name)
+{
+    size_t off = 0;
+    for (int i = 0; i < FF_GPT_NTENSORS && strcmp(ff_gpt_tensor_name(i), name); i++)
+        off += ff_gpt_tensor_size(g, i);
+    return off;
+}
+
+/* The SAMO variants' mask, sparsity 3/4: of each block matrix's shard on
+ * each rank every fourth entry kept (shard offsets 0, 4, 8, ...), wte kept
+ * whole, so that every bucket keeps round(f x shard) entries as the
+ * planner counts them (each layer's shard is a multiple of 4 here); each
+ * rank marks its shards' pruned canonical entries, a MAX over the world
+ * joins them (every replica marks the same). Then SAMO. */
+static int samo_mask(ff_gpt *g)
+{
+    const size_t n = ff_gpt_canonical_size(g), C = (size_t)model_cfg.C;
+    unsigned char *pruned = calloc(n, 1), *keep = malloc(n);
+    ff_linear_seq *sq = ff_gpt_linear_seq(g);
+    for (int i = 0; pruned && ff_linear_seq_layer(sq, i); i++) {
+        ff_linear *l = ff_linear_seq_layer(sq, i);
+        int blk = 0;
+        char what[16] = "";
+        if (sscanf(ff_linear_name(l), "h%d.%15s", &blk, what) != 2)
+            continue; /* (wte) */
+        const size_t base = !strcmp(what, "qkv")       ? tensor_off(g, "qkvw") + blk * 3 * C * C
+                            : !strcmp(what, "attproj") ? tensor_off(g, "attprojw") + blk * C * C
+                            : !strcmp(what, "fc")      ? tensor_off(g, "fcw") + blk * 4 * C * C
+                                                       : tensor_off(g, "fcprojw") + blk * 4 * C * C;
+        for (size_t x = 0; x < ff_linear_local_sizes(l).w_shard; x++)
+            pruned[base + (size_t)ff_linear_canonical_index(l, x)] = x % 4 != 0;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, pruned, (int)n, MPI_UNSIGNED_CHAR, MPI_MAX, MPI_COMM_WORLD);
+    for (size_t i = 0; keep && pruned && i < n; i++)
+        keep[i] = !pruned[i];
+    int rc = ff_gpt_set_mask(g, keep, 0);
+    if (rc == FF_OK)
+        rc = ff_gpt_samo(g);
+    free(pruned), free(keep);
+    return rc;
 }
 
 /* This rank's tokens for one step: n_micro micro-batches of its sequences. */
@@ -453,6 +503,9 @@ int main(int argc, char **argv)
         variants = moe_variants;
         n_variants = (int)(sizeof moe_variants / sizeof moe_variants[0]);
     }
+    /* `nosamo` (the sanitizer build): without the two SAMO variants, the last */
+    if (!moe && argc > 1 && !strcmp(argv[argc - 1], "nosamo"))
+        n_variants -= 2;
     if (size != 8 && size != 6) {
         if (rank == 0)
             fprintf(stderr, "test_plan_vs_run: run under mpirun -np 8 or 6 (got %d)\n", size);
@@ -540,7 +593,7 @@ int main(int argc, char **argv)
                         va->wire != prev->wire || va->plan != prev->plan || va->cmm != prev->cmm ||
                         ge != ge_of(prev, grids[i].d) || va->dtd != prev->dtd ||
                         va->cac != prev->cac || va->capacity != prev->capacity ||
-                        va->mixed != prev->mixed;
+                        va->mixed != prev->mixed || va->samo != prev->samo;
             prev = va;
             if (fresh) {
                 ff_gpt_destroy(g);
@@ -548,7 +601,7 @@ int main(int argc, char **argv)
                 model_opts(va, ge, &o);
                 model_cfg.capacity_factor = va->capacity;
                 if ((rc = ff_gpt_create(grid, &model_cfg, &o, batch, T, &g)) ||
-                    (rc = ff_gpt_init(g, 1234)))
+                    (rc = ff_gpt_init(g, 1234)) || (va->samo && (rc = samo_mask(g))))
                     die(ctx, "creating the model", rc);
                 step(ctx, g, va->micro, 0);
             }

@@ -52,6 +52,11 @@
 
 enum { B = 8, T = 16, STEPS = 3, MICRO = 2, MAX_GRIDS = 32 };
 static const ff_gpt_config CFG = {.L = 2, .C = 32, .NH = 8, .V = 64, .Vp = 64, .maxT = 16};
+/* SAMO with ZeRO on 2x1x2x2: wide enough that a rank's chunk of a bucket
+ * spans more than one of the gradient norm's blocks (FF_SUM_BLOCK), so
+ * that blocks owned whole by one rank of D are summed, besides straddling
+ * ones (as zero_np8's C = 128) */
+static const ff_gpt_config ZCFG = {.L = 2, .C = 128, .NH = 8, .V = 64, .Vp = 64, .maxT = 16};
 
 static int32_t token_at(int64_t s, int64_t t)
 {
@@ -123,7 +128,7 @@ static size_t tensor_off(ff_gpt *g, const char *name)
  * shard where nothing of it is pruned (*z0, kept dense), from the canonical
  * mask and each shard entry's canonical index. */
 static void rank_counts(ff_gpt *g, const ff_gpt_config *c, const unsigned char *keep, size_t *nz,
-                        size_t *k, size_t *z0)
+                        size_t *k, size_t *z0, size_t *kblk, size_t *kwte)
 {
     ff_linear_seq *s = ff_gpt_linear_seq(g);
     const size_t C = (size_t)c->C;
@@ -160,6 +165,11 @@ static void rank_counts(ff_gpt *g, const ff_gpt_config *c, const unsigned char *
         for (size_t x = 0; x < shard; x++)
             kept += keep[base + (size_t)ff_linear_canonical_index(l, x)];
         *nz += shard;
+        /* (for ZeRO's slices: each dense block's kept entries, wte's) */
+        if (kblk && !strcmp(name, "wte"))
+            *kwte = kept;
+        else if (kblk && strchr(name, '.') && !strstr(name, ".e"))
+            kblk[blk] += kept;
         if (!strcmp(name, "wte") && kept == shard)
             *z0 = shard;
         else
@@ -221,7 +231,7 @@ static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
     ff_gpt_memory_report(g[0], &md);
     ff_gpt_memory_report(g[1], &ms);
     size_t nz = 0, k = 0, z0 = 0, packed = 0;
-    rank_counts(g[1], cfg, keep, &nz, &k, &z0);
+    rank_counts(g[1], cfg, keep, &nz, &k, &z0, NULL, NULL);
     const size_t n = md.grads / 4, copy = bf16 ? (size_t)FF_BF16_COPY_BYTES * nz : 0;
     /* masked training packs the kept entries of every bucket it all-reduces
      * over D (without experts: all the Z-sharded weights) */
@@ -348,6 +358,155 @@ static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
     return rc;
 }
 
+/* Chunk q of n entries cut into p as the ring all-reduce cuts them: the
+ * first n mod p one longer. */
+static size_t chunk_of(size_t n, int p, int q)
+{
+    return n / (size_t)p + ((size_t)q < n % (size_t)p);
+}
+
+/* SAMO with ZeRO over D (docs/samo.md "SAMO with ZeRO"): a SAMO model with
+ * --zero 0 and one with `zero` from the same initialisation and mask
+ * train STEPS steps; after each the losses and norms, the parameters,
+ * gradients and both moments gathered, and on every rank the bf16 copies
+ * are bitwise equal; the bytes over D are the all-reduce's, as its
+ * reduce-scatter and all-gather halves (the gather of 2-byte values in
+ * bf16-mixed: half of them); each rank's state is the formula (without
+ * experts): the moments 8 (s0 + s1) with s0 = n - nz (+ the rank's chunk
+ * of wte's shard where it is dense) and s1 = the rank's chunk of each
+ * range's kept entries (the blocks', a pruned wte's), gradients 4 (n - nz
+ * + z0 + k) as --zero 0's, offsets 4 k, parameters 4 n + 4 k in fp32 (the
+ * dense weights and the staging vector of the gathers after AdamW) and
+ * 4 (s0 + s1) + c nz + 4 ceil(k / 2) in bf16-mixed (the master's slices,
+ * the copy, the 2-byte staging vector). */
+static int run_zero_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
+                         const unsigned char *keep, ff_precision prec, int zero, const char *desc0)
+{
+    const int root = ff_ctx_rank(ctx) == 0, bf16 = prec == FF_PRECISION_BF16_MIXED;
+    char desc[128];
+    snprintf(desc, sizeof desc, "%s zero %d%s", desc0, zero, bf16 ? " bf16-mixed" : "");
+    ff_grid *grid = NULL;
+    ff_gpt *g[2] = {NULL, NULL}; /* --zero 0, --zero `zero` */
+    int rc = gc->stages > 1 ? ff_grid_create_staged(ctx, gc->shape, gc->stages, &grid)
+                            : ff_grid_create(ctx, gc->shape, &grid);
+    for (int v = 0; v < 2 && rc == FF_OK; v++) {
+        ff_gpt_opts go;
+        ff_gpt_opts_default(&go);
+        go.expert_parallel = gc->ge;
+        go.precision = prec;
+        go.bf16_products = FF_BF16_PRODUCTS_EMULATED;
+        go.zero = v ? zero : 0;
+        if ((rc = ff_gpt_create(grid, cfg, &go, B, T, &g[v])) == FF_OK &&
+            (rc = ff_gpt_init(g[v], 1234)) == FF_OK &&
+            (rc = ff_gpt_set_mask(g[v], root ? keep : NULL, 0)) == FF_OK)
+            rc = ff_gpt_samo(g[v]);
+    }
+    if (rc) {
+        CHECK(0, "%s: %s", desc, ff_ctx_error(ctx));
+        ff_gpt_destroy(g[0]), ff_gpt_destroy(g[1]);
+        ff_grid_destroy(grid);
+        return rc;
+    }
+    const ff_dims me = ff_grid_coords(grid);
+    if (!gc->moe) { /* the state of the formula */
+        ff_gpt_memory m;
+        ff_gpt_memory_report(g[1], &m);
+        size_t nz = 0, k = 0, z0 = 0, kw = 0, kb[16] = {0};
+        rank_counts(g[1], cfg, keep, &nz, &k, &z0, kb, &kw);
+        const size_t n = g[1]->n_params, dense = n - nz + z0 + k;
+        const int p = gc->shape.d, q = me.d;
+        size_t s0 = n - nz + (z0 ? chunk_of(z0, p, q) : 0), s1 = 0, ranged = 0;
+        if (!z0 && kw) /* a pruned wte: a compressed range */
+            s1 += chunk_of(kw, p, q), ranged += kw;
+        for (int l = 0; l < cfg->L && l < 16; l++)
+            s1 += chunk_of(kb[l], p, q), ranged += kb[l];
+        s1 += k - ranged;
+        const size_t copy = bf16 ? (size_t)FF_BF16_COPY_BYTES * nz : 0;
+        const size_t params = bf16 ? 4 * (s0 + s1) + copy + 4 * ((k + 1) / 2) : 4 * n + 4 * k;
+        CHECK(m.params == params && m.grads == 4 * dense && m.adam == 8 * (s0 + s1) &&
+                  m.mask == 4 * k,
+              "%s rank %d: state params %zu grads %zu adam %zu offsets %zu bytes, the formula "
+              "%zu %zu %zu %zu (n %zu, nz %zu, wte dense %zu, k %zu, slices %zu + %zu)",
+              desc, ff_ctx_rank(ctx), m.params, m.grads, m.adam, m.mask, params, 4 * dense,
+              8 * (s0 + s1), 4 * k, n, nz, z0, k, s0, s1);
+    }
+    const size_t cn = ff_gpt_canonical_size(g[0]);
+    float *buf[2] = {root ? calloc(cn, sizeof(float)) : NULL,
+                     root ? calloc(cn, sizeof(float)) : NULL};
+    int first = 0, count = 0;
+    ff_gpt_local_sequences(g[0], &first, &count);
+    const int mrows = count * T;
+    int32_t *tok = malloc((size_t)MICRO * mrows * sizeof *tok);
+    int32_t *tgt = malloc((size_t)MICRO * mrows * sizeof *tgt);
+    ff_group *gd = ff_grid_group(grid, FF_GROUP_D);
+    ff_adamw h;
+    ff_adamw_default(&h);
+    h.lr = 3e-3f;
+    h.warmup = 1;
+    h.steps = STEPS;
+    const ff_gpt_buffer which[4] = {FF_GPT_PARAMS, FF_GPT_GRADS, FF_GPT_ADAM_M, FF_GPT_ADAM_V};
+    const char *names[4] = {"parameters", "gradients", "AdamW m", "AdamW v"};
+    for (int s = 0; s < STEPS && rc == FF_OK; s++) {
+        for (int u = 0; u < MICRO; u++)
+            for (int q = 0; q < count; q++)
+                for (int t = 0; t < T; t++) {
+                    int64_t seq = ((int64_t)s * MICRO + u) * B + first + q;
+                    tok[u * mrows + q * T + t] = token_at(seq, t);
+                    tgt[u * mrows + q * T + t] = token_at(seq, t + 1);
+                }
+        ff_gpt_step_info info[2];
+        /* over D: all-reduce (zero 0); reduce-scatter, all-gather, all-reduce */
+        double bytes[4] = {0, 0, 0, 0};
+        for (int v = 0; v < 2 && rc == FF_OK; v++) {
+            ff_group_counters_reset(gd);
+            if ((rc = ff_gpt_step(g[v], tok, tgt, MICRO, &h, s, &info[v])) == FF_OK)
+                rc = ff_gpt_sync(g[v]); /* (the gathers after AdamW: counted, the copy made) */
+            if (v == 0) {
+                bytes[0] = (double)ff_group_counters(gd, FF_COLL_ALLREDUCE).bytes_sent;
+            } else {
+                bytes[1] = (double)ff_group_counters(gd, FF_COLL_REDUCE_SCATTER).bytes_sent;
+                bytes[2] = (double)ff_group_counters(gd, FF_COLL_ALLGATHER).bytes_sent;
+                bytes[3] = (double)ff_group_counters(gd, FF_COLL_ALLREDUCE).bytes_sent;
+            }
+        }
+        if (rc)
+            break;
+        CHECK(!memcmp(&info[0].loss, &info[1].loss, sizeof(float)) &&
+                  !memcmp(&info[0].grad_norm, &info[1].grad_norm, sizeof(float)),
+              "%s step %d: loss %.9g norm %.9g with zero 0, %.9g %.9g", desc, s, info[0].loss,
+              info[0].grad_norm, info[1].loss, info[1].grad_norm);
+        double tot[4];
+        MPI_Allreduce(bytes, tot, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        /* the ring's two halves send the same floats; the gather's are 2
+         * bytes in bf16-mixed. What ZeRO does not slice stays all-reduced:
+         * the experts' biases, over D without expert parallelism (EDP is D) */
+        const double sliced = tot[0] - tot[3];
+        CHECK(sliced > 0 && tot[1] == sliced / 2 && tot[2] == sliced / (bf16 ? 4 : 2) &&
+                  (gc->moe || tot[3] == 0),
+              "%s step %d: bytes over D %.0f all-reduced with zero 0; reduce-scatter %.0f, "
+              "all-gather %.0f, all-reduce %.0f",
+              desc, s, tot[0], tot[1], tot[2], tot[3]);
+        CHECK(!bf16 || !memcmp(g[0]->wbf16, g[1]->wbf16, g[0]->n_zsharded * FF_BF16_COPY_BYTES),
+              "%s step %d rank %d: the bf16 copies differ", desc, s, ff_ctx_rank(ctx));
+        for (int w = 0; w < 4 && rc == FF_OK; w++) {
+            for (int v = 0; v < 2 && rc == FF_OK; v++)
+                rc = ff_gpt_gather(g[v], which[w], buf[v], 0);
+            size_t at = 0;
+            while (rc == FF_OK && root && at < cn && !memcmp(&buf[0][at], &buf[1][at], 4))
+                at++;
+            CHECK(rc || !root || at == cn, "%s step %d: %s differ at canonical %zu: %.9g, %.9g",
+                  desc, s, names[w], at, root && at < cn ? buf[0][at] : 0.0,
+                  root && at < cn ? buf[1][at] : 0.0);
+        }
+    }
+    if (rc)
+        CHECK(0, "%s: %s", desc, ff_ctx_error(ctx));
+    free(tok), free(tgt), free(buf[0]), free(buf[1]);
+    ff_gpt_destroy(g[0]), ff_gpt_destroy(g[1]);
+    ff_grid_destroy(grid);
+    return rc;
+}
+
 /* The refusals, each on every rank with the same code. */
 static void refusals(ff_ctx *ctx, const unsigned char *keep, ff_precision prec)
 {
@@ -443,9 +602,9 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     ff_gpt_config mc = CFG;
     ff_gpt_config_moe(&mc, 4);
-    double kept[3] = {0, 0, 0};
-    uint64_t nk[3] = {0, 0, 0};
-    unsigned char *keep[3] = {NULL, NULL, NULL}; /* dense, dense with wte, MoE */
+    double kept[4] = {0, 0, 0, 0};
+    uint64_t nk[4] = {0, 0, 0, 0};
+    unsigned char *keep[4] = {NULL, NULL, NULL, NULL}; /* dense, dense with wte, MoE, ZCFG */
     if (rank == 0) {
         printf("model L=%d C=%d NH=%d V=%d, B=%d T=%d; %d AdamW steps of %d micro-batches, "
                "masked and SAMO with the global 0.8 mask, per grid\n",
@@ -453,11 +612,12 @@ int main(int argc, char **argv)
         keep[0] = make_mask(&CFG, 0, &kept[0], &nk[0]);
         keep[1] = make_mask(&CFG, 1, &kept[1], &nk[1]);
         keep[2] = make_mask(&mc, 0, &kept[2], &nk[2]);
+        keep[3] = make_mask(&ZCFG, 0, &kept[3], &nk[3]);
     }
-    MPI_Bcast(kept, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(kept, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     /* every rank counts its own kept entries from the masks */
-    MPI_Bcast(nk, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    for (int i = 0; i < 3; i++) {
+    MPI_Bcast(nk, 4, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    for (int i = 0; i < 4; i++) {
         const uint64_t n = nk[i];
         if (rank != 0)
             keep[i] = malloc(n ? n : 1);
@@ -505,6 +665,41 @@ int main(int argc, char **argv)
                             more[i].desc) == FF_OK;
     for (int p = 0; world == 8 && p < 2; p++)
         refusals(ctx, keep[0], p ? FF_PRECISION_BF16_MIXED : FF_PRECISION_FP32);
+    /* SAMO with ZeRO: every grid with D > 1 (or those named: the sanitizer
+     * build's subset), fp32 with --zero 1 and bf16-mixed with --zero 2 on
+     * one grid, the other way on the next; then experts, stages and a
+     * pruned embedding */
+    int zran = 0, zwant = 0;
+    for (int i = 0, at = 0; i < ng && i < MAX_GRIDS; i++) {
+        char desc[64];
+        snprintf(desc, sizeof desc, "%dx%dx%dx%d", grids[i].x, grids[i].y, grids[i].z, grids[i].d);
+        int named = argc <= 1;
+        for (int a = 1; a < argc; a++)
+            named |= !strcmp(argv[a], desc);
+        if (grids[i].d < 2 || CFG.NH % grids[i].x || B % (grids[i].z * grids[i].d) || !named)
+            continue;
+        grid_case gc = {grids[i], 1, 1, 0, 0};
+        const int wide = !strcmp(desc, "2x1x2x2");
+        if (wide)
+            strcat(desc, " C=128");
+        for (int p = 0; p < 2; p++, zwant++)
+            zran += run_zero_case(ctx, &gc, wide ? &ZCFG : &CFG, keep[wide ? 3 : 0],
+                                  p ? FF_PRECISION_BF16_MIXED : FF_PRECISION_FP32,
+                                  1 + ((p + at) % 2), desc) == FF_OK;
+        at++;
+    }
+    for (size_t i = 0; world == 8 && argc <= 1 && i < sizeof more / sizeof *more; i++)
+        for (int p = 0; p < 2; p++, zwant++)
+            zran +=
+                run_zero_case(ctx, &more[i].gc, more[i].mask == 2 ? &mc : &CFG, keep[more[i].mask],
+                              p ? FF_PRECISION_BF16_MIXED : FF_PRECISION_FP32, 1 + p,
+                              more[i].desc) == FF_OK;
+    if (rank == 0)
+        printf("%d of %d cases: SAMO with ZeRO over D bitwise SAMO with --zero 0 (losses, norms, "
+               "parameters, gradients, moments, bf16 copies after each of %d steps), the "
+               "all-reduce's bytes as reduce-scatter and all-gather, the state of the formula\n",
+               zran, zwant, STEPS);
+    CHECK(zran == zwant && zwant > 0, "SAMO with ZeRO: %d of %d cases passed", zran, zwant);
     if (rank == 0)
         printf(
             "%d grids: SAMO bitwise masked training (losses, norms, parameters, gradients, "
@@ -513,7 +708,7 @@ int main(int argc, char **argv)
             "live as it says, on every rank\n",
             ran, STEPS, kept[0]);
     CHECK(ran >= 52 || world != 8, "only %d grids of 8 (fp32 and bf16-mixed) passed", ran);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         free(keep[i]);
     ff_ctx_destroy(ctx);
     int code = test_finish("samo");

@@ -164,6 +164,50 @@ compare "$WORK/zb0/log.jsonl" "$WORK/zb1/log.jsonl" 1 0 "bf16-mixed --zero 1 aga
     fail "bf16-mixed zero 1"
 same_files "$WORK/zb0" "$WORK/zb1"
 
+# 2d. SAMO with ZeRO (docs/samo.md "SAMO with ZeRO"): pruned to 0.8 after
+# step 2, SAMO from step 3, on 1x2x1x4 with the ring: --zero 1 gives
+# --zero 0's losses and checkpoint files (model, moments, mask) bit for bit;
+# its checkpoint of step 5 resumed with --zero 0 and with --zero 2 ends as
+# --zero 0's run, bit for bit; in bf16-mixed on 1x1x1x4, --zero 2 gives
+# --zero 0's files bit for bit
+same_masked() { # A B: same_files and the masks of step 10
+    same_files "$1" "$2"
+    cmp -s "$1/model_00000010.bin.mask" "$2/model_00000010.bin.mask" ||
+        fail "the masks of step 10 differ between $1 and $2"
+}
+resume_masked() { # DIR FROM: resume_from_5 with the mask
+    resume_from_5 "$1" "$2" && cp "$2"/model_00000005.bin.mask "$1"/
+}
+# (the release build only: on the sanitizer build samo_np8 runs a grid of it)
+if [ "${FF_SANITIZE_BUILD:-0}" != 1 ]; then
+ZS="--grid 1x2x1x4 $TRAIN --save-every 5 --keep 0 --prune-to 0.8 --prune-every 2 --prune-steps 1 --samo"
+FF_ALGO=ring run 8 train $ZS --out "$WORK/zs0" || { cat "$WORK/out"; fail "samo zero 0 run"; }
+FF_ALGO=ring run 8 train $ZS --zero 1 --out "$WORK/zs1" || { cat "$WORK/out"; fail "samo zero 1 run"; }
+grep -q "SAMO from step 2" "$WORK/out" && grep -q "ZeRO .* 1 over D" "$WORK/out" ||
+    fail "--samo --zero 1: no SAMO from step 2 or no ZeRO line"
+compare "$WORK/zs0/log.jsonl" "$WORK/zs1/log.jsonl" 1 0 "--samo --zero 1 against --zero 0 on 1x2x1x4" ||
+    fail "samo zero 1"
+same_masked "$WORK/zs0" "$WORK/zs1"
+for z in 0 2; do
+    resume_masked "$WORK/zs1r$z" "$WORK/zs1"
+    FF_ALGO=ring run 8 train $ZS --zero $z --out "$WORK/zs1r$z" --resume ||
+        { cat "$WORK/out"; fail "samo zero 1 resumed with zero $z"; }
+    resumed "$WORK/zs1r$z"
+    grep -q "SAMO from step 5" "$WORK/out" || fail "--samo --zero $z resumed: no SAMO from step 5"
+    compare "$WORK/zs0/log.jsonl" "$WORK/zs1r$z/log.jsonl" 6 0 \
+        "--samo --zero 1's step 5 resumed with --zero $z" || fail "samo zero 1 resumed with zero $z"
+    same_masked "$WORK/zs0" "$WORK/zs1r$z"
+done
+ZSB="--grid 1x1x1x4 $TRAIN --save-every 5 --keep 0 --prune-to 0.8 --prune-every 2 --prune-steps 1 --samo --precision bf16-mixed"
+FF_ALGO=ring run 4 train $ZSB --out "$WORK/zsb0" || { cat "$WORK/out"; fail "bf16-mixed samo zero 0 run"; }
+FF_ALGO=ring run 4 train $ZSB --zero 2 --out "$WORK/zsb2" || { cat "$WORK/out"; fail "bf16-mixed samo zero 2 run"; }
+compare "$WORK/zsb0/log.jsonl" "$WORK/zsb2/log.jsonl" 1 0 \
+    "bf16-mixed --samo --zero 2 against --zero 0 on 1x1x1x4" || fail "bf16-mixed samo zero 2"
+same_masked "$WORK/zsb0" "$WORK/zsb2"
+else
+    echo "skipped on the sanitizer build: SAMO with ZeRO's runs (2d)"
+fi
+
 # 3. a run killed (SIGKILL) while writing its second checkpoint keeps the
 # first, and resuming from it gives the reference run's losses
 # (FF_FAULT_KILL_IN_SAVE, a hook compiled only into test builds: FF_TEST_HOOKS)

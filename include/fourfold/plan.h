@@ -290,8 +290,15 @@ typedef struct {
      * gradients are released only after the step's reduce-scatter). The
      * full cost model only, without pruning (as the program); the
      * experts' buckets over their replicas (EDP, or D). Nothing changes
-     * with Gd = 1. */
+     * with Gd = 1. With SAMO (samo, sparsity) the buckets' kept entries
+     * (docs/samo.md "SAMO with ZeRO"); not with masked training. */
     int zero;
+    /* ZeRO's gathers of the updated parameters: 0 (default) posted after
+     * AdamW and waited for by the next forward where it first reads each
+     * bucket, as the run does (docs/planner.md, "ZeRO's gathers"); 1 timed
+     * as blocking after AdamW (their upper bound, for comparison). The
+     * bytes are the same. With pipeline stages they are timed blocking. */
+    int zero_blocking;
 } ff_plan_config;
 
 /* batch 8, seq 1024, 1 rank, machine "this", cost full, checkpoint, AG

@@ -58,7 +58,9 @@ static const char help[] =
     "                       pruned, trained masked (train --mask; docs/samo.md)\n"
     "  --samo               with --sparsity: SAMO's compressed states (train --samo)\n"
     "  --zero 0|1|2         ZeRO over D (train --zero): AdamW's moments sharded over the\n"
-    "                       data-parallel ranks (default 0)\n";
+    "                       data-parallel ranks (default 0)\n"
+    "  --zero-gather overlap|blocking  ZeRO's gathers after AdamW beside the next\n"
+    "                       forward, as the run does (default), or timed blocking\n";
 /* (in two: C99 promises string literals of 4095 characters) */
 static const char help_more[] =
     "pipeline stages (docs/pipeline.md):\n"
@@ -374,6 +376,14 @@ static int parse_args(int argc, char **argv, plan_opts *o)
                 return CLI_USAGE;
             }
             o->cfg.zero = v[0] - '0';
+        } else if (cli_is(&a, "zero-gather")) {
+            if (!(v = cli_value(&a)))
+                return CLI_USAGE;
+            if (strcmp(v, "overlap") && strcmp(v, "blocking")) {
+                cli_error("--zero-gather %s: expected overlap or blocking", v);
+                return CLI_USAGE;
+            }
+            o->cfg.zero_blocking = !strcmp(v, "blocking");
         } else if (cli_is(&a, "capacity-factor")) {
             char *end;
             if (!(v = cli_value(&a)))
@@ -684,6 +694,8 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
         cli_print("ZeRO %d over D: AdamW's moments%s sharded over the data-parallel ranks\n",
                   cfg->zero,
                   cfg->zero == 2 ? " and, after their reduce-scatter, the gradients" : "");
+    if (cfg->zero && cfg->zero_blocking)
+        cli_print("ZeRO's gathers after AdamW timed blocking (--zero-gather blocking)\n");
     char mb[48];
     if (cfg->micro_batches == FF_PLAN_AUTO)
         snprintf(mb, sizeof mb, "micro-batches the fastest per grid");

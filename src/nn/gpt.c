@@ -295,11 +295,18 @@ void ff_gpt_lin_views(const ff_gpt *g, ff_gpt_views *v, int l, int i, float ***w
 /* Entry `off` of a flat buffer (rest: off >= n_zsharded); with rest_only a
  * SAMO run's dense gradients, which hold [0, samo_zc0) and the rest; with
  * rest_only 2 ZeRO's sliced master (gpt_zero.c: NULL for a view of n
- * entries in a range sliced over D). */
+ * entries in a range sliced over D); with 3 a bf16-mixed SAMO run's dense
+ * rest of the master sliced by ZeRO (its offsets those of the dense
+ * gradients, then as 2). */
 static float *view_at(const ff_gpt *g, float *base, int rest_only, int rest, size_t off, size_t n)
 {
     if (base && rest_only == 2)
         return ff_gpt_zero_master_at(g, base, off, n);
+    if (base && rest_only == 3)
+        return rest || off < g->samo_zc0
+                   ? ff_gpt_zero_master_at(g, base, rest ? off - g->n_zsharded + g->samo_zc0 : off,
+                                           n)
+                   : NULL;
     if (!base || !rest_only)
         return base ? base + off : NULL;
     if (rest)
@@ -394,7 +401,12 @@ static size_t layout(ff_gpt *g, float *base, int rest_only, ff_gpt_views *v)
 
 void ff_gpt_bind_views(ff_gpt *g)
 {
-    layout(g, g->params, ff_gpt_zero_master_sliced(g) ? 2 : g->samo_p && !g->samo_dense, &g->pv);
+    const int samo_master = g->samo_p && !g->samo_dense;
+    layout(g, g->params,
+           ff_gpt_zero_master_sliced(g) ? 2
+           : samo_master                ? (ff_gpt_zero_samo_master(g) ? 3 : 1)
+                                        : 0,
+           &g->pv);
     layout(g, g->grads, g->samo, &g->gv);
     int n = 0;
     for (int l = 0; l < g->nb; l++)
@@ -983,7 +995,8 @@ int ff_gpt_init(ff_gpt *g, uint64_t seed)
     float *moments[4] = {g->adam_m, g->adam_v, g->samo_m, g->samo_v};
     for (int k = 0; k < 4; k++)
         if (moments[k])
-            memset(moments[k], 0, (k < 2 ? ff_gpt_moment_state(g) : g->samo_k) * sizeof(float));
+            memset(moments[k], 0,
+                   (k < 2 ? ff_gpt_moment_state(g) : ff_gpt_samo_state(g)) * sizeof(float));
     if (g->samo_dense) {
         ff_gpt_samo_master_compress(g, 1);
     } else {

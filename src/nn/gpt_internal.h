@@ -252,8 +252,31 @@ int ff_gpt_zero_check(const ff_gpt *g);
  * Gd = 1); FF_ENOMEM on this rank only. */
 int ff_gpt_zero_setup(ff_gpt *g);
 void ff_gpt_zero_destroy(ff_gpt *g);
-/* Floats of a sliced buffer (the moments). */
+/* Floats of a sliced buffer (the moments; under SAMO the dense ones). */
 size_t ff_gpt_zero_state(const ff_gpt *g);
+/* SAMO (docs/samo.md "SAMO with ZeRO"): floats of a sliced compressed
+ * buffer (samo_m, samo_v, in bf16-mixed samo_p); the floats of the staging
+ * vector of the gathers after AdamW (0 without SAMO); 1 if SAMO's master
+ * (samo_prest and samo_p) is sliced (bf16-mixed). */
+size_t ff_gpt_zero_samo_state(const ff_gpt *g);
+size_t ff_gpt_zero_stage_floats(const ff_gpt *g);
+int ff_gpt_zero_samo_master(const ff_gpt *g);
+/* Space sp's (0: the dense buffers, 1: SAMO's compressed ones) whole
+ * buffer `whole` from `src`, a sliced buffer (sliced 1) or a whole one
+ * whose rank's chunks are current: the other chunks gathered over D
+ * (collective over D, blocking). */
+int ff_gpt_zero_whole(ff_gpt *g, int sp, const float *src, int sliced, float *whole);
+/* The rank's slices of space sp taken from a dense flat buffer (SAMO:
+ * entry k of space 1 is flat samo_idx[k]). */
+void ff_gpt_zero_slice_flat(const ff_gpt *g, int sp, const float *flat, float *sliced);
+/* SAMO's switch (samo.c): the moments and master made whole and ZeRO's
+ * layout removed (collective over D, outcome agreed); ff_gpt_zero_setup
+ * afterwards builds SAMO's. */
+int ff_gpt_zero_unset(ff_gpt *g);
+/* A masked model with ZeRO asked for and not SAMO (its mask set removed
+ * ZeRO's layout, SAMO brings it back): FF_EUNSUPPORTED for a step, the
+ * same on every rank; FF_OK otherwise. */
+int ff_gpt_zero_masked_check(ff_gpt *g);
 /* The reduce-scatter of a data-parallel range of the gradients, in place:
  * the ring all-reduce's reduce phase (ff_iallreduce_half). */
 int ff_gpt_zero_reduce(ff_gpt *g, ff_group *grp, size_t off, size_t len, ff_request **req);
@@ -314,6 +337,11 @@ static inline size_t ff_gpt_moment_state(const ff_gpt *g)
 {
     return g->zr ? ff_gpt_zero_state(g) : ff_gpt_dense_state(g);
 }
+/* Floats of SAMO's compressed moments (and bf16-mixed master). */
+static inline size_t ff_gpt_samo_state(const ff_gpt *g)
+{
+    return g->zr && g->samo ? ff_gpt_zero_samo_state(g) : g->samo_k;
+}
 
 /* SAMO: the first compressed entry whose offset is at least off. */
 size_t ff_gpt_samo_lower(const ff_gpt *g, size_t off);
@@ -322,8 +350,10 @@ size_t ff_gpt_samo_lower(const ff_gpt *g, size_t off);
  * then the compressed ones), in the dense pass's blocks of FF_SUM_BLOCK
  * from a and their lanes, so *out gets the dense gradients' bits (samo.c). */
 void ff_gpt_samo_sumsq(ff_gpt *g, size_t a, size_t b, double *out);
-/* SAMO's AdamW on the compressed entries (samo.c); j as for the dense pass. */
-void ff_gpt_samo_adamw(ff_gpt *g, const void *adamw_job);
+/* SAMO's AdamW on the compressed entries [k0, k0 + n) (samo.c), their
+ * moments (and bf16-mixed master) at `at` of samo_m, samo_v (samo_p): the
+ * whole or, under ZeRO, a slice; j as for the dense pass. */
+void ff_gpt_samo_adamw(ff_gpt *g, const void *adamw_job, size_t k0, size_t n, size_t at);
 /* SAMO: the pruned weights set to +0 again (after the parameters were
  * written: ff_gpt_init, a scatter or a load). */
 void ff_gpt_samo_zero_pruned(ff_gpt *g);

@@ -155,11 +155,14 @@ void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m)
     /* under SAMO the Z-sharded weights' gradient and moments are compressed */
     const size_t state = ff_gpt_dense_state(g) + g->samo_k;
     /* the fp32 master (compressed in bf16-mixed SAMO) and bf16-mixed's 2-byte copy */
-    m->params = ((ff_gpt_zero_master_sliced(g) ? ff_gpt_zero_state(g) : ff_gpt_param_state(g)) +
-                 ff_gpt_bf16_floats(g)) *
-                sizeof(float); /* (bf16-mixed ZeRO: the master's slices) */
+    /* (bf16-mixed ZeRO: the master's slices; with SAMO its compressed and
+     * dense slices, and SAMO's staging vector of the gathers after AdamW) */
+    const size_t master = ff_gpt_zero_samo_master(g) ? ff_gpt_zero_state(g) + ff_gpt_samo_state(g)
+                          : ff_gpt_zero_master_sliced(g) ? ff_gpt_zero_state(g)
+                                                         : ff_gpt_param_state(g);
+    m->params = (master + ff_gpt_bf16_floats(g) + ff_gpt_zero_stage_floats(g)) * sizeof(float);
     m->grads = state * sizeof(float);
-    m->adam = 2 * (ff_gpt_moment_state(g) + g->samo_k) * sizeof(float); /* (ZeRO: slices) */
+    m->adam = 2 * (ff_gpt_moment_state(g) + (g->samo ? ff_gpt_samo_state(g) : 0)) * sizeof(float);
     const size_t packed = g->pack_idx ? g->pack_off[2 * g->nb + 1] : 0;
     m->mask = g->samo ? g->samo_k * sizeof(uint32_t)
                       : (g->mask ? g->n_params * sizeof(float) : 0) +
@@ -530,7 +533,8 @@ int ff_gpt_scatter(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
 
 static int gather_any(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 {
-    if (g->zr && which != FF_GPT_PARAMS && which != FF_GPT_MASK) { /* ZeRO: the slices gathered */
+    if (g->zr && !g->samo && which != FF_GPT_PARAMS &&
+        which != FF_GPT_MASK) { /* ZeRO: the slices gathered (SAMO's: samo.c) */
         float *flat = NULL, *full = NULL;
         int rc = ff_ctx_agree(g->ctx, buffer_ready(g, which, &flat));
         if (rc == FF_OK && (rc = ff_gpt_zero_transfer_begin(g, which, 1, &full)) == FF_OK)
@@ -551,7 +555,8 @@ static int gather_any(ff_gpt *g, ff_gpt_buffer which, float *canon, int root)
 
 static int scatter_any(ff_gpt *g, ff_gpt_buffer which, const float *canon, int root)
 {
-    if (g->zr && which != FF_GPT_PARAMS && which != FF_GPT_MASK) { /* ZeRO: the slices kept */
+    if (g->zr && !g->samo && which != FF_GPT_PARAMS &&
+        which != FF_GPT_MASK) { /* ZeRO: the slices kept (SAMO's: samo.c) */
         float *flat = NULL, *full = NULL;
         int rc = ff_ctx_agree(g->ctx, buffer_ready(g, which, &flat));
         if (rc == FF_OK && (rc = ff_gpt_zero_transfer_begin(g, which, 0, &full)) == FF_OK)

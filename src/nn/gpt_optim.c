@@ -109,7 +109,7 @@ int ff_gpt_adam_ensure(ff_gpt *g)
 {
     if (g->adam_m)
         return FF_OK;
-    const size_t n = ff_gpt_moment_state(g), k = g->samo ? g->samo_k : 0;
+    const size_t n = ff_gpt_moment_state(g), k = g->samo ? ff_gpt_samo_state(g) : 0;
     g->adam_m = ff_fbuf_alloc(g->ctx, n);
     g->adam_v = ff_fbuf_alloc(g->ctx, n);
     if (g->samo) {
@@ -179,7 +179,7 @@ int ff_gpt_adamw_update(ff_gpt *g, const ff_adamw *h, int step, float grad_scale
     }
     int64_t n = (int64_t)g->n_params;
     if (g->samo) { /* the compressed Z-sharded weights, wte's dense shard, then the rest */
-        ff_gpt_samo_adamw(g, &j);
+        ff_gpt_samo_adamw(g, &j, 0, g->samo_k, 0);
         const size_t z0 = g->samo_zc0;
         adamw_job w = j;
         w.n_decay = z0; /* (wte is decayed) */
@@ -219,6 +219,8 @@ int ff_gpt_grads(ff_gpt *g, const int32_t *tokens, const int32_t *targets, int n
 {
     int rc = n_micro > 0 ? ff_gpt_tokens_local(g, tokens, targets, n_micro * g->m)
                          : ff_set_error(g->ctx, FF_EINVAL, "%d micro-batches in a step", n_micro);
+    if (rc == FF_OK)
+        rc = ff_gpt_zero_masked_check(g);
     int rc0 = ff_gpt_zero_grad(g);
     if ((rc = ff_ctx_agree(g->ctx, rc0 ? rc0 : rc)) ||
         (rc = run_micro_batches(g, tokens, targets, n_micro)))
@@ -240,6 +242,8 @@ int ff_gpt_step_agreed(ff_gpt *g, int local_rc, const int32_t *tokens, const int
         local_rc = ff_set_error(g->ctx, FF_EINVAL, "%d micro-batches in a step", n_micro);
     if (local_rc == FF_OK)
         local_rc = ff_gpt_tokens_local(g, tokens, targets, n_micro * per);
+    if (local_rc == FF_OK)
+        local_rc = ff_gpt_zero_masked_check(g);
     int rc = ff_gpt_zero_grad(g);                  /* (waits for the last step's collectives) */
     rc = ff_ctx_agree(g->ctx, rc ? rc : local_rc); /* the step's one agreement */
     if (rc == FF_OK)

@@ -350,11 +350,6 @@ int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
     if (g->samo)                                      /* (the same on every rank) */
         return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EUNSUPPORTED,
                                                  "a SAMO run's mask is fixed: it cannot change"));
-    if (g->zr)
-        return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EUNSUPPORTED,
-                                                 "masked training with ZeRO (zero %d) is not "
-                                                 "supported yet",
-                                                 g->opt.zero));
     if (MPI_Bcast(&any, 1, MPI_INT, root, ff_ctx_comm(g->ctx)) != MPI_SUCCESS)
         return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EMPI, "MPI_Bcast failed"));
     if (!any) {
@@ -362,9 +357,14 @@ int ff_gpt_set_mask(ff_gpt *g, const unsigned char *keep, int root)
         g->mask = NULL;
         return ff_gpt_pack_build(g); /* (frees the packing) */
     }
+    /* ZeRO over D: the mask is set on the whole state, and ZeRO comes back
+     * with SAMO (ff_gpt_samo); a masked step before that is refused
+     * (ff_gpt_zero_masked_check; docs/samo.md "SAMO with ZeRO") */
+    int rc = ff_gpt_zero_unset(g);
+    if (rc)
+        return rc;
     const size_t n = ff_gpt_canonical_size(g);
     float *canon = NULL;
-    int rc = FF_OK;
     if (me == root && !(canon = malloc((n ? n : 1) * sizeof(float))))
         rc = ff_set_error(g->ctx, FF_ENOMEM, "out of memory for the mask");
     for (size_t i = 0; canon && i < n; i++)

@@ -77,28 +77,30 @@ void ff_gpt_samo_sumsq(ff_gpt *g, size_t a, size_t b, double *out)
 typedef struct {
     const ff_gpt *g;
     const adamw_job *j;
+    size_t k0, at; /* the first entry; its moments' (and master's) place */
 } adamw_samo_job;
 
-static void adamw_samo_range(void *arg, int64_t k0, int64_t k1, int th)
+static void adamw_samo_range(void *arg, int64_t i0, int64_t i1, int th)
 {
     (void)th;
     const adamw_samo_job *s = arg;
     const adamw_job *j = s->j;
-    const uint32_t *restrict idx = s->g->samo_idx;
-    float *restrict m = s->g->samo_m, *restrict v = s->g->samo_v, *restrict p = j->p;
-    const float *restrict gr = s->g->samo_g;
-    float *restrict pc = s->g->samo_p; /* bf16-mixed: the compressed master */
-    for (int64_t k = k0; k < k1; k++) {
+    const uint32_t *restrict idx = s->g->samo_idx + s->k0;
+    float *restrict m = s->g->samo_m + s->at, *restrict v = s->g->samo_v + s->at,
+                    *restrict p = j->p;
+    const float *restrict gr = s->g->samo_g + s->k0;
+    float *restrict pc = s->g->samo_p ? s->g->samo_p + s->at : NULL; /* bf16-mixed: the master */
+    for (int64_t k = i0; k < i1; k++) {
         const uint32_t i = idx[k];
         ff_adamw_at(pc ? &pc[k] : &p[i], &m[k], &v[k], gr[k] * j->grad_scale, j->b1, j->b2, j->bc1,
                     j->bc2, j->lr, j->eps, i < j->n_decay ? j->wd : 0.0f);
     }
 }
 
-void ff_gpt_samo_adamw(ff_gpt *g, const void *job)
+void ff_gpt_samo_adamw(ff_gpt *g, const void *job, size_t k0, size_t n, size_t at)
 {
-    adamw_samo_job s = {g, job};
-    ff_team_run(g->ctx->team, (int64_t)g->samo_k, 1 << 14, adamw_samo_range, &s);
+    adamw_samo_job s = {g, job, k0, at};
+    ff_team_run(g->ctx->team, (int64_t)n, 1 << 14, adamw_samo_range, &s);
 }
 
 /* ---- dense forms for files -------------------------------------------------------- */
@@ -112,11 +114,28 @@ static void parts(ff_gpt *g, ff_gpt_buffer which, float **comp, float **rest)
 
 float *ff_gpt_samo_expand(ff_gpt *g, ff_gpt_buffer which)
 {
-    if ((which == FF_GPT_ADAM_M || which == FF_GPT_ADAM_V) && ff_gpt_adam_ensure(g))
-        return NULL;
-    float *d = ff_fbuf_alloc(g->ctx, g->n_params), *comp, *rest;
-    if (!d) {
-        ff_set_error(g->ctx, FF_ENOMEM, "out of memory for a dense copy of the model's state");
+    /* under ZeRO the whole compressed and dense parts are made first, the
+     * other ranks' chunks gathered over D (the moments are sliced; of the
+     * gradients, reduced, only the rank's chunks are current) */
+    const int moments = which == FF_GPT_ADAM_M || which == FF_GPT_ADAM_V;
+    const int zr = g->zr && which != FF_GPT_MASK;
+    int rc = moments ? ff_gpt_adam_ensure(g) : FF_OK;
+    float *d = rc ? NULL : ff_fbuf_alloc(g->ctx, g->n_params);
+    float *wc = zr && d ? ff_fbuf_alloc(g->ctx, g->samo_k) : NULL;
+    float *wr = zr && d ? ff_fbuf_alloc(g->ctx, ff_gpt_dense_state(g)) : NULL;
+    if (rc == FF_OK && (!d || (zr && (!wc || !wr))))
+        rc = ff_set_error(g->ctx, FF_ENOMEM, "out of memory for a dense copy of the model's state");
+    float *comp = NULL, *rest = NULL;
+    if (which != FF_GPT_MASK)
+        parts(g, which, &comp, &rest);
+    if (zr && (rc = ff_ctx_agree(g->ctx, rc)) == FF_OK) {
+        rc = ff_gpt_zero_whole(g, 1, comp, which != FF_GPT_GRADS, wc);
+        int r2 = ff_gpt_zero_whole(g, 0, rest, which != FF_GPT_GRADS, wr);
+        rc = ff_ctx_agree(g->ctx, rc ? rc : r2);
+        comp = wc, rest = wr;
+    }
+    if (rc) {
+        ff_fbuf_free(d), ff_fbuf_free(wc), ff_fbuf_free(wr);
         return NULL;
     }
     const size_t nz = g->n_zsharded, z0 = g->samo_zc0;
@@ -128,11 +147,11 @@ float *ff_gpt_samo_expand(ff_gpt *g, ff_gpt_buffer which)
                 d[i] = 1.0f;
         return d;
     }
-    parts(g, which, &comp, &rest);
     for (size_t k = 0; k < g->samo_k; k++)
         d[g->samo_idx[k]] = comp[k];
     memcpy(d, rest, z0 * sizeof(float));
     memcpy(d + nz, rest + z0, (g->n_params - nz) * sizeof(float));
+    ff_fbuf_free(wc), ff_fbuf_free(wr);
     return d;
 }
 
@@ -141,6 +160,11 @@ void ff_gpt_samo_compress(ff_gpt *g, ff_gpt_buffer which, const float *d)
     float *comp, *rest;
     const size_t nz = g->n_zsharded, z0 = g->samo_zc0;
     parts(g, which, &comp, &rest);
+    if (g->zr && which != FF_GPT_GRADS) { /* ZeRO: the moments' slices */
+        ff_gpt_zero_slice_flat(g, 1, d, comp);
+        ff_gpt_zero_slice_flat(g, 0, d, rest);
+        return;
+    }
     for (size_t k = 0; k < g->samo_k; k++)
         comp[k] = d[g->samo_idx[k]];
     memcpy(rest, d, z0 * sizeof(float));
@@ -169,10 +193,16 @@ void ff_gpt_samo_zero_pruned(ff_gpt *g)
  * into its place; all of the copy is written. */
 enum { COPY_BLOCK = 1 << 16 };
 
+typedef struct {
+    ff_gpt *g;
+    const float *comp, *dense; /* the master: compressed (entry k), or dense (offset idx[k]) */
+} copy_job;
+
 static void copy_blocks(void *arg, int64_t b0, int64_t b1, int th)
 {
     (void)th;
-    ff_gpt *g = arg;
+    const copy_job *j = arg;
+    ff_gpt *g = j->g;
     const uint32_t *idx = g->samo_idx;
     for (int64_t bl = b0; bl < b1; bl++) {
         const size_t lo = g->samo_zc0 + (size_t)bl * COPY_BLOCK;
@@ -181,36 +211,53 @@ static void copy_blocks(void *arg, int64_t b0, int64_t b1, int th)
         for (size_t a = ff_gpt_samo_lower(g, lo), k1 = ff_gpt_samo_lower(g, hi), b; a < k1; a = b) {
             for (b = a + 1; b < k1 && idx[b] == idx[b - 1] + 1;)
                 b++;
-            ff_gpt_bf16_weights_at(g, idx[a], g->samo_p + a, b - a);
+            ff_gpt_bf16_weights_at(g, idx[a], j->comp ? j->comp + a : j->dense + idx[a], b - a);
         }
     }
 }
 
-void ff_gpt_samo_bf16_weights(ff_gpt *g)
+/* The copy from the whole master: compressed (comp, with the dense rest
+ * `rest`) or dense. */
+static void make_copy(ff_gpt *g, const float *comp, const float *rest, const float *dense)
 {
-    ff_gpt_bf16_weights_at(g, 0, g->params, g->samo_zc0); /* (params' first entries) */
+    ff_gpt_bf16_weights_at(g, 0, dense ? dense : rest, g->samo_zc0); /* (the first entries) */
     const size_t n = g->n_zsharded - g->samo_zc0;
-    ff_team_run(g->ctx->team, (int64_t)((n + COPY_BLOCK - 1) / COPY_BLOCK), 1, copy_blocks, g);
+    copy_job j = {g, comp, dense};
+    ff_team_run(g->ctx->team, (int64_t)((n + COPY_BLOCK - 1) / COPY_BLOCK), 1, copy_blocks, &j);
 }
+
+void ff_gpt_samo_bf16_weights(ff_gpt *g) { make_copy(g, g->samo_p, g->params, NULL); }
 
 int ff_gpt_samo_master_dense(ff_gpt *g)
 {
     if (!g->samo_p || g->samo_dense)
         return FF_OK; /* (the same on every rank) */
+    /* ZeRO: the whole compressed master and dense rest first, gathered over D */
+    const int zr = ff_gpt_zero_samo_master(g);
     float *d = ff_fbuf_alloc(g->ctx, g->n_params);
-    int rc = ff_ctx_agree(g->ctx, d ? FF_OK
-                                    : ff_set_error(g->ctx, FF_ENOMEM,
-                                                   "out of memory for a dense copy of the model's "
-                                                   "master weights"));
+    float *wc = zr && d ? ff_fbuf_alloc(g->ctx, g->samo_k) : NULL;
+    float *wr = zr && d ? ff_fbuf_alloc(g->ctx, ff_gpt_dense_state(g)) : NULL;
+    int rc = ff_ctx_agree(g->ctx, d && (!zr || (wc && wr))
+                                      ? FF_OK
+                                      : ff_set_error(g->ctx, FF_ENOMEM,
+                                                     "out of memory for a dense copy of the "
+                                                     "model's master weights"));
+    if (rc == FF_OK && zr) {
+        rc = ff_gpt_zero_whole(g, 1, g->samo_p, 1, wc);
+        int r2 = ff_gpt_zero_whole(g, 0, g->samo_prest, 1, wr);
+        rc = ff_ctx_agree(g->ctx, rc ? rc : r2);
+    }
     if (rc) {
-        ff_fbuf_free(d);
+        ff_fbuf_free(d), ff_fbuf_free(wc), ff_fbuf_free(wr);
         return rc;
     }
+    const float *pc = zr ? wc : g->samo_p, *pr = zr ? wr : g->samo_prest;
     const size_t nz = g->n_zsharded, z0 = g->samo_zc0;
-    memcpy(d, g->samo_prest, z0 * sizeof(float));
-    memcpy(d + nz, g->samo_prest + z0, (g->n_params - nz) * sizeof(float));
+    memcpy(d, pr, z0 * sizeof(float));
+    memcpy(d + nz, pr + z0, (g->n_params - nz) * sizeof(float));
     for (size_t k = 0; k < g->samo_k; k++) /* (the pruned ones: ff_fbuf_alloc's zeros) */
-        d[g->samo_idx[k]] = g->samo_p[k];
+        d[g->samo_idx[k]] = pc[k];
+    ff_fbuf_free(wc), ff_fbuf_free(wr);
     g->params = d;
     g->samo_dense = 1;
     ff_gpt_bind_views(g);
@@ -223,15 +270,23 @@ void ff_gpt_samo_master_compress(ff_gpt *g, int changed)
         return;
     float *d = g->params;
     const size_t nz = g->n_zsharded, z0 = g->samo_zc0;
-    for (size_t k = 0; k < g->samo_k; k++)
-        g->samo_p[k] = d[g->samo_idx[k]];
-    memcpy(g->samo_prest, d, z0 * sizeof(float));
-    memcpy(g->samo_prest + z0, d + nz, (g->n_params - nz) * sizeof(float));
+    const int zr = ff_gpt_zero_samo_master(g);
+    if (zr) { /* ZeRO: the rank's slices; the copy from the dense master's kept entries */
+        ff_gpt_zero_slice_flat(g, 1, d, g->samo_p);
+        ff_gpt_zero_slice_flat(g, 0, d, g->samo_prest);
+        if (changed)
+            make_copy(g, NULL, NULL, d);
+    } else {
+        for (size_t k = 0; k < g->samo_k; k++)
+            g->samo_p[k] = d[g->samo_idx[k]];
+        memcpy(g->samo_prest, d, z0 * sizeof(float));
+        memcpy(g->samo_prest + z0, d + nz, (g->n_params - nz) * sizeof(float));
+    }
     g->params = g->samo_prest;
     g->samo_dense = 0;
     ff_fbuf_free(d);
     ff_gpt_bind_views(g);
-    if (changed)
+    if (changed && !zr)
         ff_gpt_samo_bf16_weights(g);
 }
 
@@ -260,10 +315,6 @@ int ff_gpt_samo(ff_gpt *g)
 {
     if (g->samo)
         return FF_OK; /* (the same on every rank) */
-    if (g->zr)
-        return ff_ctx_agree(g->ctx, ff_set_error(g->ctx, FF_EUNSUPPORTED,
-                                                 "SAMO with ZeRO (zero %d) is not supported yet",
-                                                 g->opt.zero));
     int rc = ff_ctx_agree(g->ctx, samo_check(g));
     /* nothing in flight from here (ff_gpt_zero_grad's waits, without
      * touching the dense gradients about to be freed) */
@@ -273,6 +324,10 @@ int ff_gpt_samo(ff_gpt *g)
     for (int l = 0; l < g->nb; l++)
         ff_wait(&g->ebucket_req[l]);
     if (rc || (rc = ff_ctx_agree(g->ctx, rc0)))
+        return rc;
+    /* ZeRO over D: the switch works on whole moments and master, and SAMO's
+     * layout of the slices is built after it (docs/samo.md "SAMO with ZeRO") */
+    if ((rc = ff_gpt_zero_unset(g)))
         return rc;
     /* wte's shard (first in the buffer) stays dense when nothing of it is
      * pruned, as by default: compressing it would only add its offsets */
@@ -335,7 +390,7 @@ int ff_gpt_samo(ff_gpt *g)
     ff_gpt_pack_build(g); /* (frees the packing: the compressed ranges are packed) */
     ff_gpt_bind_views(g);
     ff_gpt_bf16_weights(g); /* (from the compressed master: the masked run's copy) */
-    return FF_OK;
+    return g->opt.zero && g->gd > 1 ? ff_ctx_agree(g->ctx, ff_gpt_zero_setup(g)) : FF_OK;
 }
 
 int ff_gpt_is_samo(const ff_gpt *g) { return g->samo; }

@@ -467,6 +467,7 @@ void plan_shape_init(const ff_plan_config *cfg, ff_dims g, plan_shape *s)
     s->keep = 1.0 - cfg->sparsity;
     s->samo = cfg->samo && cfg->sparsity > 0;
     s->zero = g.d > 1 ? cfg->zero : 0;
+    s->zero_overlap = s->zero && !cfg->zero_blocking && s->P == 1;
     s->fused_attn = cfg->machine.attention_fused != 0;
 }
 
@@ -545,6 +546,18 @@ void plan_memory(const plan_shape *s, ff_plan_result *r)
                              the uncompressed copy of the Z-sharded weights */
                 r->mem_params =
                     (double)FF_BF16_COPY_BYTES * (double)plan_zsharded_params(s) + 4 * kept;
+            }
+            if (s->zero) { /* docs/samo.md "SAMO with ZeRO": the kept entries
+                              bucket by bucket, the moments' (and bf16-mixed
+                              master's) largest slices, the staging vector of
+                              the gathers after AdamW (4 or 2 bytes an entry) */
+                const double k = (double)plan_samo_kept(s), e = plan_optimizer_entries(s);
+                r->mem_grads = 4 * (params - (double)plan_block_matrices(s) + k);
+                r->mem_optimizer = 8 * e;
+                r->mem_mask = 4 * k;
+                r->mem_params = a == 2 ? 4 * e + 4 * (double)((zsharded + 1) / 2) +
+                                             4 * (double)((plan_samo_kept(s) + 1) / 2)
+                                       : 4 * params + 4 * k;
             }
         } else { /* a mask of every parameter; the packed all-reduces' offsets and values */
             const double zk = (double)plan_zsharded_params(s) - (1 - s->keep) * matrices;

@@ -203,8 +203,9 @@ static int check_experts(const ff_plan_config *cfg, char *err, size_t len)
                                cfg->zero);
     const char *zwhy = !cfg->zero                  ? NULL
                        : cfg->cost != FF_COST_FULL ? "a cost model other than full"
-                       : cfg->sparsity > 0         ? "a pruned model"
-                                                   : NULL;
+                       : cfg->sparsity > 0 && !cfg->samo
+                           ? "masked training (a pruned model without SAMO)"
+                           : NULL;
     if (zwhy)
         return ff_format_error(err, len, FF_EUNSUPPORTED,
                                "ZeRO (zero %d) with %s is not supported yet", cfg->zero, zwhy);

@@ -113,8 +113,9 @@ typedef struct {
     double keep;
     int samo;
     int64_t cap, R, ch;
-    int fused_attn; /* the machine's attention_fused */
-    int zero;       /* ZeRO over D in effect (ff_plan_config.zero with Gd > 1), else 0 */
+    int fused_attn;   /* the machine's attention_fused */
+    int zero;         /* ZeRO over D in effect (ff_plan_config.zero with Gd > 1), else 0 */
+    int zero_overlap; /* its gathers beside the next forward (one stage, not zero_blocking) */
 } plan_shape;
 
 /* ---- the list's builder for a second model (schedule.c; unet.c) ----
@@ -213,6 +214,9 @@ int64_t plan_other_params(const plan_shape *s);
 int64_t plan_block_matrices(const plan_shape *s);
 /* The entries AdamW updates: every parameter, under SAMO the kept ones. */
 double plan_optimizer_entries(const plan_shape *s);
+/* A pruned model's kept entries of the blocks' buckets, round(f x shard)
+ * each (SAMO's compressed entries; the embedding is kept whole). */
+int64_t plan_samo_kept(const plan_shape *s);
 
 /* ---- placement and collective time (cost_full.c) ---- */
 

@@ -659,14 +659,33 @@ int64_t plan_zsharded_params(const plan_shape *s)
 /* The largest of n's ring chunks over p ranks (rank 0's). */
 static int64_t chunk0(int64_t n, int p) { return (n + p - 1) / p; }
 
+/* The entries of block l's bucket (a = 0) or its experts' (a = 1) that
+ * the data-parallel collectives carry: under a mask the kept ones, as
+ * round(f x shard) (docs/samo.md, "The planner"). */
+static int64_t bucket_entries(const plan_shape *s, int64_t l, int a)
+{
+    const int64_t n = a ? expert_shard_of(s, l) : block_shard_of(s, l);
+    return s->keep < 1 ? llround(s->keep * (double)n) : n;
+}
+
+int64_t plan_samo_kept(const plan_shape *s)
+{
+    int64_t k = 0;
+    for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
+        k += bucket_entries(s, l, 0) + bucket_entries(s, l, 1);
+    return k;
+}
+
 double plan_optimizer_entries(const plan_shape *s)
 {
-    if (s->zero) { /* the ring chunk of each bucket and of wte, the rest whole */
+    if (s->zero) { /* the ring chunk of each bucket and of wte, the rest whole
+                      (with SAMO of each bucket's kept entries: docs/samo.md) */
         const int64_t tp = (int64_t)s->g.x * s->g.y * s->g.z, edp = s->g.d / s->ge;
         int64_t n =
             plan_other_params(s) + (s->first || s->last) * chunk0(s->Vp * s->C / tp, s->g.d);
         for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
-            n += chunk0(block_shard_of(s, l), s->g.d) + chunk0(expert_shard_of(s, l), (int)edp);
+            n +=
+                chunk0(bucket_entries(s, l, 0), s->g.d) + chunk0(bucket_entries(s, l, 1), (int)edp);
         return (double)n;
     }
     double n = (double)(plan_zsharded_params(s) + plan_other_params(s));
@@ -740,12 +759,36 @@ static void zero_gathers(sched *c, int64_t wte_shard)
 {
     const plan_shape *s = c->s;
     for (int64_t l = s->l0; s->zero && l < s->l0 + s->nb; l++) {
-        dp_coll(c, FF_GROUP_D, block_shard_of(s, l), ZERO_GATHER, MODE_BLOCKING);
+        /* (with SAMO the kept entries, through its staging vector) */
+        dp_coll(c, FF_GROUP_D, bucket_entries(s, l, 0), ZERO_GATHER, MODE_BLOCKING);
         if (plan_block_moe(s, l))
-            dp_coll(c, experts_group(s), expert_shard_of(s, l), ZERO_GATHER, MODE_BLOCKING);
+            dp_coll(c, experts_group(s), bucket_entries(s, l, 1), ZERO_GATHER, MODE_BLOCKING);
     }
     if (s->zero)
         dp_coll(c, FF_GROUP_D, wte_shard, ZERO_GATHER, MODE_BLOCKING);
+}
+
+/* ZeRO's gathers beside the next forward (s->zero_overlap; docs/planner.md,
+ * "ZeRO's gathers"): the run posts them after AdamW, one per range in the
+ * flat buffer's order (wte's, the blocks' buckets, then the blocks'
+ * experts': src/nn/gpt_zero.c), and the next forward waits for a range's
+ * where it first reads the range (a layer's weight hook, src/nn/gpt.c). In
+ * the timeline of one step, the steady state's: the previous step's
+ * gathers posted on the background channel at the step's start, in that
+ * order, ahead of the forward's Z gathers; tags[2 l], tags[2 l + 1] block
+ * l's and its experts', tags[2 L] wte's (-1: none). The same collectives
+ * as zero_gathers(): the same bytes. */
+static void zero_gathers_post(sched *c, int64_t wte_shard, int *tags)
+{
+    const plan_shape *s = c->s;
+    tags[2 * s->L] = dp_coll(c, FF_GROUP_D, wte_shard, ZERO_GATHER, MODE_BACKGROUND);
+    for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
+        tags[2 * l] = dp_coll(c, FF_GROUP_D, bucket_entries(s, l, 0), ZERO_GATHER, MODE_BACKGROUND);
+    for (int64_t l = s->l0; l < s->l0 + s->nb; l++)
+        tags[2 * l + 1] = plan_block_moe(s, l)
+                              ? dp_coll(c, experts_group(s), bucket_entries(s, l, 1), ZERO_GATHER,
+                                        MODE_BACKGROUND)
+                              : -1;
 }
 
 /* Block l's data-parallel all-reduces (its gradient shards, one bucket
@@ -756,9 +799,9 @@ static void dp_buckets(sched *c, int64_t l, coll_mode mode)
     const plan_shape *s = c->s;
     /* a pruned model's buckets carry the kept entries (docs/samo.md) */
     const int phase = s->zero ? ZERO_REDUCE : DP_ALLREDUCE;
-    dp_coll(c, FF_GROUP_D, llround(s->keep * (double)block_shard_of(s, l)), phase, mode);
+    dp_coll(c, FF_GROUP_D, bucket_entries(s, l, 0), phase, mode);
     if (plan_block_moe(s, l))
-        dp_coll(c, experts_group(s), llround(s->keep * (double)expert_shard_of(s, l)), phase, mode);
+        dp_coll(c, experts_group(s), bucket_entries(s, l, 1), phase, mode);
 }
 
 /* After the backward: every parameter that is not Z-sharded, one
@@ -1010,10 +1053,16 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
      * layer", its default) */
     ff_layer_opts head_opts;
     plan_layer_opts(s, -1, 0, &head_opts);
+    /* ZeRO: the previous step's gathers, beside this forward */
+    int *ztag = s->zero_overlap ? malloc((size_t)(2 * s->L + 1) * sizeof *ztag) : NULL;
+    if (ztag)
+        zero_gathers_post(&c, wte_shard, ztag);
 
     for (int u = 0; u < s->micro; u++) {
         int last = u == s->micro - 1;
-        c.gathers = 0; /* a micro-batch is a run of the layers' program */
+        c.gathers = 0;      /* a micro-batch is a run of the layers' program */
+        if (ztag && u == 0) /* the lookup reads wte */
+            wait_for(&c, ztag[2 * s->L]);
         /* embedding: the gathered wte block serves the lookup and the LM
          * head; in the AG cache it stays from the lookup to the head's
          * backward (one gather per micro-batch), else the head gathers it
@@ -1023,8 +1072,11 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
         elem(&c, 4, y); /* lookup rows, zeros elsewhere, add positions */
         coll(&c, FF_GROUP_X, FF_COLL_ALLREDUCE, m * C / c.gy, F32,
              MODE_BLOCKING); /* exact in fp32 (one nonzero term per element) */
-        for (int64_t l = 0; l < s->L; l++)
+        for (int64_t l = 0; l < s->L; l++) {
+            if (ztag && u == 0) /* its first read of block l's bucket (and experts') */
+                wait_for(&c, ztag[2 * l]), wait_for(&c, ztag[2 * l + 1]);
             block_forward(&c, w, l, 0);
+        }
         layernorm(&c, 0); /* final LayerNorm */
         /* the logits: the LM head's forward (decomposed as the layer is; the
          * embedding's all-reduce above is not a linear forward), gathering
@@ -1081,7 +1133,9 @@ void plan_schedule(const plan_shape *s, plan_ops *o)
     /* AdamW reads parameter, gradient and two moments and writes three of
      * them; the gradients are zeroed: 8 passes */
     optimizer(&c, plan_optimizer_entries(s));
-    zero_gathers(&c, wte_shard);
+    if (!ztag) /* (blocking after AdamW: their upper bound) */
+        zero_gathers(&c, wte_shard);
+    free(ztag);
     plan_prefetch(o); /* the gathers of the layers with OAG */
 }
 
