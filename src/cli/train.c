@@ -913,7 +913,8 @@ static int train_unet(train_opts *o)
                   ucfg.levels, ucfg.nres, ucfg.timesteps, ff_unet_params_count(ff_trainer_unet(t)));
         ff_trainer_info ti;
         ff_trainer_get_info(t, &ti);
-        cli_print("data       %s, validation %s\n", ti.data, ti.val_data ? ti.val_data : "none");
+        cli_print("data       %s, validation %s\n", ti.data ? ti.data : "none",
+                  ti.val_data ? ti.val_data : "none");
         cli_print("grid       %dx%dx%dx%d (X x Y x Z x D) on %d ranks; batch %ld images, %ld "
                   "steps, lr %g, fp32\n",
                   s.x, s.y, s.z, s.d, ff_ctx_size(ctx), o->batch, o->steps, o->hyper.lr);

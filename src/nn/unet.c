@@ -691,19 +691,22 @@ int ff_unet_init(ff_unet *u, uint64_t seed)
     int64_t most = 1;
     for (int i = 0; i < u->ntensors; i++)
         most = u->tensors[i].info.numel > most ? u->tensors[i].info.numel : most;
-    float *canon = malloc((size_t)most * sizeof(float));
-    int rc = canon ? FF_OK : ff_set_error(u->ctx, FF_ENOMEM, "U-Net: out of memory");
+    float *canon = calloc((size_t)most, sizeof(float));
+    int rc = ff_ctx_agree(u->ctx,
+                          canon ? FF_OK : ff_set_error(u->ctx, FF_ENOMEM, "U-Net: out of memory"));
+    /* the scatter reads a layer's canonical tensors on rank 0 only
+     * (ff_linear_scatter's root), GroupNorm's on every rank */
+    const int root = ff_ctx_rank(u->ctx) == 0;
     for (int i = 0; i < u->ntensors && !rc; i++) {
         const unet_tensor *t = &u->tensors[i];
         const double bound = t->kind < 2 ? 1.0 / sqrt((double)t->fan_in) : 0;
-        for (int64_t e = 0; e < t->info.numel; e++)
-            canon[e] =
-                t->kind == 2 ? 1.0f /* GroupNorm: gain 1, bias 0 */
-                : t->kind == 3
-                    ? 0.0f
-                    : (float)((2 * ff_rng_uniform(seed, INIT_STREAM + (uint32_t)i, (uint64_t)e) -
-                               1) *
-                              bound);
+        for (int64_t e = 0; e < t->info.numel && (root || t->kind >= 2); e++) {
+            double r =
+                t->kind < 2 ? ff_rng_uniform(seed, INIT_STREAM + (uint32_t)i, (uint64_t)e) : 0;
+            canon[e] = t->kind == 2   ? 1.0f /* GroupNorm: gain 1, bias 0 */
+                       : t->kind == 3 ? 0.0f
+                                      : (float)((2 * r - 1) * bound);
+        }
         rc = ff_unet_scatter(u, i, canon);
     }
     free(canon);
