@@ -207,7 +207,7 @@ static const char help_sample[] =
 
 static const char help_eval[] =
     "usage: mpirun -np N fourfold eval --checkpoint FILE --data GLOB [options]\n"
-    "       mpirun -np N fourfold eval --checkpoint FILE --prompt TEXT [options]\n\n"
+    "       mpirun -np N fourfold eval --checkpoint FILE --prompt TEXT [options]\n"
     "       mpirun -np N fourfold eval --checkpoint UNET_FILE [--data IDX] [options]\n\n"
     "The mean cross-entropy loss of a checkpoint on the first batches of token\n"
     "shards, or on one text, on any grid. A U-Net checkpoint (fourfold train --model\n"
