@@ -9,11 +9,12 @@ padded to 8 channels, C0 32, mult 1,2,2, 2 blocks a level, GroupNorm of 8
 channels, attention of 8-channel heads at 8x8, 1,423,336 parameters) built
 by tools/unet_oracle.py's unet_model (imported, not copied: the model
 unet_oracle checks against fourfold's in float64, here in float32;
-torch.cat for the skips), weights N(0, 1/fan_in) as ff_unet_init's (biases
-0, GroupNorm gains 1), random images in [-1, 1]. Times complete training
-steps as fourfold's ff_unet_step: zero_grad, the DDPM objective (a timestep
-and noise per image, x_t = sqrt(abar) x0 + sqrt(1 - abar) eps, the mean
-squared error of the predicted noise), backward, clip_grad_norm_(1.0),
+torch.cat for the skips), weights and biases U(-1/sqrt(fan_in),
+1/sqrt(fan_in)) as ff_unet_init's (PyTorch's default; GroupNorm gains 1),
+random images in [-1, 1]. Times complete training steps as fourfold's
+ff_unet_step: zero_grad, the DDPM objective (a timestep and noise per
+image, x_t = sqrt(abar) x0 + sqrt(1 - abar) eps, the mean squared error of
+the predicted noise), backward, clip_grad_norm_(1.0),
 AdamW (lr 2e-3, betas 0.9/0.95, eps 1e-8, decay 0.1 on the convolutions'
 and linear layers' weights only).
 
@@ -65,11 +66,18 @@ def main():
     c = PRESETS[a.preset]
     B, S, ci = a.B, c["S"], c["ci"]
 
+    fans = {}
+
     def init(name, shape):
-        if len(shape) >= 2:  # a convolution's or linear layer's weight: N(0, 1/fan_in)
-            fan = math.prod(shape[1:])
-            return (torch.randn(shape) / math.sqrt(fan)).requires_grad_(True)
-        gain = "norm" in name and name.endswith(".weight")
+        # PyTorch's default of the unsplit layer, as ff_unet_init: weight and
+        # bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (the weight is made first)
+        layer = name.rsplit(".", 1)[0]
+        if len(shape) >= 2:
+            fans[layer] = math.prod(shape[1:])
+        if layer in fans:
+            bound = 1 / math.sqrt(fans[layer])
+            return ((torch.rand(shape) * 2 - 1) * bound).requires_grad_(True)
+        gain = name.endswith(".weight")  # a GroupNorm
         return (torch.ones(shape) if gain else torch.zeros(shape)).requires_grad_(True)
 
     P = {}

@@ -340,6 +340,11 @@ grep -q "parameters 40.5 KiB" "$WORK/unetg" || fail "unet-tiny --grid: $(grep 'm
 "$FF" plan --model unet-tiny --ranks 8 --json > "$WORK/unet.json" 2>&1 || fail "unet-tiny --json: exit $?"
 grep -q '"kind": "unet", "image_size": 8, "base_channels": 8' "$WORK/unet.json" ||
     fail "unet-tiny --json: no U-Net model keys"
+# a Table II preset (docs/unet.md, "The paper's presets"): its shape and
+# parameters (6,685 C0^2 at C0 512)
+"$FF" plan --model unet-1b --ranks 8 --batch 8 > "$WORK/unet1b" 2>&1 || fail "unet-1b: exit $?: $(tail -1 "$WORK/unet1b")"
+grep -q "^model unet-1b: a U-Net of 64x64 images, 512 channels x 1,2,3,4, 3 blocks per level, GroupNorm of 16 channels, attention in the middle and at 16x16, 8x8; 1.752e+09 parameters" "$WORK/unet1b" ||
+    fail "unet-1b: $(grep '^model' "$WORK/unet1b")"
 bad 2 "describe a GPT, not the U-Net unet-tiny"   --model unet-tiny --layers 3
 bad 2 "the planner's U-Net with a cost model other than full" --model unet-tiny --cost paper
 bad 2 "unknown model 'unet-huge'"                 --model unet-huge

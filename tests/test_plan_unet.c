@@ -131,8 +131,44 @@ int main(void)
     CHECK(r.mem_params == held && r.mem_grads == held && r.mem_optimizer == 2 * held,
           "1x1x2x1 memory: parameters %.0f, gradients %.0f, moments %.0f B; want %.0f, %.0f, %.0f",
           r.mem_params, r.mem_grads, r.mem_optimizer, held, held, 2 * held);
-    CHECK(r.step_s > 0 && r.model_flops > 0, "1x1x2x1: a step of %g s, %g FLOPs", r.step_s,
-          r.model_flops);
+    CHECK(r.step_s > 0, "1x1x2x1: a step of %g s", r.step_s);
+
+    /* FLOPs of a step (the trainer's step report, ff_plan_unet_flops): per
+     * image, each layer of the list above is a product of px pixel rows by
+     * k x n: 2 px k n forward, as much for dW, and as much again for dI
+     * where there is an input gradient (all but temb.lin1 and conv_in); the
+     * attention (8 heads of 2 channels over the 16 pixels of 4x4) 4 px^2
+     * head per head forward (QK^T, PV) and 8 backward. Images of 8x8 (px 64)
+     * at level 0, 4x4 (16) at level 1 and in the middle; the timestep
+     * projections one row per image. */
+    /* clang-format off */
+    static const struct {
+        int k, n, px, dinp;
+    } prods[] = {
+        {8, 32, 1, 0}, {32, 32, 1, 1}, {72, 8, 64, 0},                        /* temb, conv_in */
+        {72, 8, 64, 1}, {32, 8, 1, 1}, {72, 8, 64, 1},                        /* down0.res0 */
+        {72, 16, 16, 1}, {32, 16, 1, 1}, {144, 16, 16, 1}, {8, 16, 16, 1},    /* down1.res0 */
+        {144, 16, 16, 1}, {32, 16, 1, 1}, {144, 16, 16, 1},                   /* mid.res0 */
+        {16, 48, 16, 1}, {16, 16, 16, 1},                                     /* mid.attn */
+        {144, 16, 16, 1}, {32, 16, 1, 1}, {144, 16, 16, 1},                   /* mid.res1 */
+        {144, 16, 16, 1}, {144, 16, 16, 1}, {32, 16, 1, 1}, {144, 16, 16, 1},
+        {16, 16, 16, 1}, {16, 16, 16, 1},                                     /* up1.res0 */
+        {144, 16, 16, 1}, {72, 16, 16, 1}, {32, 16, 1, 1}, {144, 16, 16, 1},
+        {16, 16, 16, 1}, {8, 16, 16, 1},                                      /* up1.res1 */
+        {144, 8, 64, 1}, {72, 8, 64, 1}, {32, 8, 1, 1}, {72, 8, 64, 1},
+        {16, 8, 64, 1}, {8, 8, 64, 1},                                        /* up0.res0 */
+        {72, 8, 64, 1}, {72, 8, 64, 1}, {32, 8, 1, 1}, {72, 8, 64, 1},
+        {8, 8, 64, 1}, {8, 8, 64, 1},                                         /* up0.res1 */
+        {72, 8, 64, 1}};                                                      /* conv_out */
+    /* clang-format on */
+    double per_image = 12.0 * 8 * 16 * 16 * 2; /* the attention */
+    int nprods = (int)(sizeof prods / sizeof prods[0]);
+    for (int i = 0; i < nprods; i++)
+        per_image += (4.0 + 2.0 * prods[i].dinp) * prods[i].px * prods[i].k * prods[i].n;
+    CHECK(nprods == LAYERS, "the table lists %d layers, want %d", nprods, LAYERS);
+    CHECK(r.model_flops == 2 * per_image && ff_plan_unet_flops(&cfg.model.unet, 8) == 8 * per_image,
+          "FLOPs of a step: %.0f for 2 images, %.0f for 8; want %.0f per image", r.model_flops,
+          ff_plan_unet_flops(&cfg.model.unet, 8), per_image);
 
     /* rejected: 8 channels over X = 16; a batch of 2 over Gd = 4; the GPT's
      * options the U-Net does not have */
@@ -163,7 +199,7 @@ int main(void)
         CHECK(ff_model_preset(name, &m, err, sizeof err) == FF_OK && m.kind == FF_MODEL_UNET,
               "preset %s: %s", name, err);
     }
-    CHECK(unets == 2, "%d U-Net presets, want 2 (unet-tiny, unet-fmnist)", unets);
+    CHECK(unets == 8, "%d U-Net presets, want 8 (tiny, fmnist, 50m, 250m ... 4b)", unets);
     cfg.model.unet.image_size = 5; /* 2 levels halve it once */
     rc = ff_plan_evaluate(&cfg, (ff_dims){1, 1, 2, 1}, &r, err, sizeof err);
     CHECK(rc == FF_EDIVIDE, "5x5 images over 2 levels: %d, want FF_EDIVIDE", rc);

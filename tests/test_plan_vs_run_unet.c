@@ -1,7 +1,8 @@
 /* The planner's U-Net against a real training step (issue 51; docs/planner.md,
  * "The U-Net"): on every grid of 8 ranks (ff_plan_grids: 20; with `quick`,
  * the sanitizer build's, every fourth), each rank builds the tiny U-Net
- * (unet-tiny, 8 images per step), runs one step (ff_unet_step: the DDPM
+ * (unet-tiny with attention also after each block at 4x4, attn_levels;
+ * 8 images per step), runs one step (ff_unet_step: the DDPM
  * loss, the data-parallel all-reduces, the norm, AdamW), resets every
  * group's counters, runs one more and compares, for each group and
  * collective, the calls, bytes sent and bytes received with ff_plan_traffic
@@ -55,6 +56,7 @@ static int run(ff_ctx *ctx, ff_dims shape, int defaults)
     char err[256];
     if ((rc = ff_model_preset("unet-tiny", &pc.model, err, sizeof err)))
         die(NULL, err, rc);
+    pc.model.unet.attn_levels = 1 << 1; /* attention after each block at 4x4 too */
     pc.coll = run_model;
     pc.machine.ranks_per_node = run_per_node;
     pc.batch = BATCH;

@@ -6,11 +6,12 @@
  *                                  tools/unet_oracle.py, PyTorch in float64)
  *
  * The "tiny" preset (8x8 images, C0 8, two levels, 8 residual blocks, skip
- * concatenations, 1x1 skips), a batch of 8 images from the counter-based RNG
- * and parameters drawn per canonical tensor (GroupNorm gains and biases away
- * from 1 and 0), scattered on every grid; one step of the DDPM objective
- * (its timesteps and noise drawn per image, the same on every grid). Every
- * rank also runs the serial model (a 1x1x1x1 grid on MPI_COMM_SELF).
+ * concatenations, 1x1 skips, attention in the middle) with attention also
+ * after each of the 3 blocks at 4x4 (attn_levels, down and up), a batch of 8 images from the
+ * counter-based RNG and parameters drawn per canonical tensor (GroupNorm gains and biases away from
+ * 1 and 0), scattered on every grid; one step of the DDPM objective (its timesteps and noise drawn
+ * per image, the same on every grid). Every rank also runs the serial model (a 1x1x1x1 grid on
+ * MPI_COMM_SELF).
  *
  * Bound (docs/testing.md, "The bounds of the U-Net"), the GPT's model of
  * stages: a reduction of at most K terms and the elementwise roundings
@@ -72,6 +73,18 @@ static void make_params(ff_unet *u)
     }
 }
 
+/* The model's canonical parameters (which 0) or gradients (1) into out (rank
+ * 0) unless rc, a failure reported; the model destroyed. */
+static int gather_all(ff_grid *grid, ff_unet *u, int rc, int which, float **out)
+{
+    for (int i = 0; i < ntensors && !rc; i++)
+        rc = ff_unet_gather(u, i, which, out[i]);
+    if (rc)
+        fprintf(stderr, "rank %d: %s\n", world_rank, ff_ctx_error(ff_grid_ctx(grid)));
+    ff_unet_destroy(u);
+    return rc;
+}
+
 /* One step on grid: the loss and the canonical gradients (rank 0). */
 static int run(ff_grid *grid, const ff_linear_opts *opts, float *loss, float **grads)
 {
@@ -87,14 +100,17 @@ static int run(ff_grid *grid, const ff_linear_opts *opts, float *loss, float **g
     ff_unet_zero_grads(u);
     if (!rc)
         rc = ff_unet_ddpm_loss(u, x0 + first * per, SEED, 0, loss);
+    /* validation's forward-only loss of the same batch: the same bits, and
+     * the gradients (checked below) untouched */
+    float val = 0;
+    if (!rc)
+        rc = ff_unet_ddpm_eval(u, x0 + first * per, SEED, 0, &val);
+    if (!rc)
+        CHECK(!memcmp(&val, loss, sizeof val),
+              "rank %d: the forward-only loss %.9g is not the step's %.9g", world_rank, val, *loss);
     if (!rc)
         rc = ff_unet_allreduce_grads(u);
-    for (int i = 0; i < ntensors && !rc; i++)
-        rc = ff_unet_gather(u, i, 1, grads[i]);
-    if (rc)
-        fprintf(stderr, "rank %d: %s\n", world_rank, ff_ctx_error(ff_grid_ctx(grid)));
-    ff_unet_destroy(u);
-    return rc;
+    return gather_all(grid, u, rc, 1, grads);
 }
 
 static double norm2(const float *a, const float *b, int64_t n)
@@ -133,12 +149,7 @@ static int run_step(ff_grid *grid, float **after, float *norm)
         rc = ff_unet_step(u, x0 + first * cfg.image_size * cfg.image_size * cfg.img_channels, SEED,
                           0, &hyper, &info);
     *norm = info.grad_norm;
-    for (int i = 0; i < ntensors && !rc; i++)
-        rc = ff_unet_gather(u, i, 0, after[i]);
-    if (rc)
-        fprintf(stderr, "rank %d: %s\n", world_rank, ff_ctx_error(ff_grid_ctx(grid)));
-    ff_unet_destroy(u);
-    return rc;
+    return gather_all(grid, u, rc, 0, after);
 }
 
 static void check_step(const char *name, ff_grid *grid)
@@ -177,6 +188,19 @@ static void check_step(const char *name, ff_grid *grid)
     free(a);
 }
 
+/* The forward's stages (docs/testing.md, "The bounds of the U-Net"): 6 per
+ * residual block, 7 per self-attention (GroupNorm 2, QKV, scores, softmax,
+ * P V, projection), and 7 outside them (the embedding's three products,
+ * conv_in, the output GroupNorm and conv_out; the loss is the eighth). */
+static double stages(void)
+{
+    int blocks = cfg.levels * cfg.nres + 2 + cfg.levels * (cfg.nres + 1);
+    int attns = cfg.attn_head_channels ? 1 : 0;
+    for (int i = 0; i < cfg.levels; i++)
+        attns += ((cfg.attn_levels >> i) & 1) * (2 * cfg.nres + 1);
+    return 6.0 * blocks + 7 * attns + 7;
+}
+
 /* ---- sampling: one reverse step (T = 1, beta 0.5) -------------------------
  * out = r (x_T - k eps), r = 1/sqrt(alpha), k = beta/sqrt(1 - abar): eps
  * is the forward's output (F stages), so norm-wise per rank's images
@@ -208,9 +232,7 @@ static void check_sample(const char *name, ff_grid *grid)
     int rc = run_sample(grid, out);
     CHECK(rc == FF_OK, "grid %s: sampling failed", name);
     double ab = 1 - cfg_s.beta_first, r = 1 / sqrt(ab), k = cfg_s.beta_first / sqrt(1 - ab);
-    double x2 = 0, e2 = 0, d2 = 0,
-           F = 6.0 * (cfg.levels * cfg.nres + 2 + cfg.levels * (cfg.nres + 1)) + 7 +
-               (cfg.attn_head_channels ? 7 : 0);
+    double x2 = 0, e2 = 0, d2 = 0, F = stages();
     for (int64_t b = 0; b < n && rc == FF_OK; b++) {
         ff_ddpm_sample_noise(&cfg_s, SEED, first + b, 1, z);
         for (int64_t e = 0; e < per; e++) {
@@ -230,6 +252,48 @@ static void check_sample(const char *name, ff_grid *grid)
     free(out), free(z);
 }
 
+/* ---- initialisation ---------------------------------------------------------
+ * ff_unet_init (PyTorch's default of each unsplit layer, drawn by canonical
+ * index) on every grid gives the serial model's canonical tensors bit for
+ * bit; the serial tensors against the oracle's own draws and torch's fan-in
+ * (tools/unet_oracle.py, DIR/unet_init.bin). */
+static float **ser_init;
+
+static int run_init(ff_grid *grid, float **out)
+{
+    ff_unet *u;
+    int rc = ff_unet_create(grid, &cfg, NULL, BATCH, &u);
+    if (rc)
+        return rc;
+    return gather_all(grid, u, ff_unet_init(u, SEED), 0, out);
+}
+
+static float **tensor_buffers(void)
+{
+    float **a = calloc((size_t)(ntensors < 1 ? 1 : ntensors), sizeof *a);
+    for (int i = 0; i < ntensors; i++)
+        a[i] = test_floats((size_t)ff_unet_tensor(shape_model, i).numel);
+    return a;
+}
+
+static void free_tensors(float **a)
+{
+    for (int i = 0; a && i < ntensors; i++)
+        free(a[i]);
+    free(a);
+}
+
+static void check_init(const char *name, ff_grid *grid)
+{
+    float **a = tensor_buffers();
+    int rc = run_init(grid, a), same = 1;
+    CHECK(rc == FF_OK, "grid %s: ff_unet_init failed", name);
+    for (int i = 0; i < ntensors && rc == FF_OK && world_rank == 0; i++)
+        same &= !memcmp(a[i], ser_init[i], (size_t)ff_unet_tensor(shape_model, i).numel * 4);
+    CHECK(same, "grid %s: ff_unet_init's parameters are not the serial model's bits", name);
+    free_tensors(a);
+}
+
 /* Shapes the model refuses, each with one message naming the size (a
  * refusal after layers were added frees them: the sanitizer build). */
 static void refusals(const char *name, ff_grid *grid)
@@ -242,8 +306,8 @@ static void refusals(const char *name, ff_grid *grid)
         ff_unet_config c;
         int64_t batch;
         int applies;
-    } cases[5];
-    for (int i = 0; i < 5; i++)
+    } cases[6];
+    for (int i = 0; i < 6; i++)
         cases[i].c = cfg, cases[i].batch = BATCH, cases[i].applies = 1;
     cases[0].what = "image size 10 for 3 levels", cases[0].says = "cannot be halved";
     cases[0].c.image_size = 10, cases[0].c.levels = 3, cases[0].c.mult[2] = 2;
@@ -255,7 +319,9 @@ static void refusals(const char *name, ff_grid *grid)
     cases[3].c.group_channels = 3;
     cases[4].what = "20 blocks a level", cases[4].says = "more than";
     cases[4].c.nres = 20;
-    for (int i = 0; i < 5; i++) {
+    cases[5].what = "attention at a third level of 2", cases[5].says = "attention at levels 0x6";
+    cases[5].c.attn_levels = 6;
+    for (int i = 0; i < 6; i++) {
         if (!cases[i].applies)
             continue;
         int rc = ff_unet_create(grid, &cases[i].c, NULL, cases[i].batch, &u);
@@ -328,6 +394,7 @@ static void run_grid(const char *name, ff_grid *grid)
     free(g), free(g_off);
     check_step(name, grid);
     check_sample(name, grid);
+    check_init(name, grid);
     refusals(name, grid);
 }
 
@@ -338,15 +405,13 @@ static int write_all(FILE *f, const void *p, size_t bytes)
 
 /* For tools/unet_oracle.py, little-endian: int32 S, img_channels, pad, base,
  * levels, mult[levels], nres, group_channels, temb_mult, T, schedule,
- * batch, ntensors, attn_head_channels; float64 beta_first, beta_last; float32 x0 (B,S,S,ci);
- * int32 t (B); float32 noise (B,S,S,ci); per tensor int32 name length, the
- * name, int32 ndim, int32 shape, float32 values and fourfold's gradient;
- * float32 fourfold's loss; per tensor float32 the parameters after one
- * AdamW step (below); int32 1000, float64 alpha_bar of the cosine and of
- * the linear (1e-4 .. 0.02) schedules at T = 1000; float32 x_T (B,S,S,ci)
- * and fourfold's sample of one reverse step (T = 1, beta 0.5); int32 the
- * number of respaced schedules, each int32 T, schedule, K, float64
- * beta_first, beta_last, int32 the K kept timesteps, float64 their betas
+ * batch, ntensors, attn_head_channels, attn_levels; float64 beta_first, beta_last; float32 x0
+ * (B,S,S,ci); int32 t (B); float32 noise (B,S,S,ci); per tensor int32 name length, the name, int32
+ * ndim, int32 shape, float32 values and fourfold's gradient; float32 fourfold's loss; per tensor
+ * float32 the parameters after one AdamW step (below); int32 1000, float64 alpha_bar of the cosine
+ * and of the linear (1e-4 .. 0.02) schedules at T = 1000; float32 x_T (B,S,S,ci) and fourfold's
+ * sample of one reverse step (T = 1, beta 0.5); int32 the number of respaced schedules, each int32
+ * T, schedule, K, float64 beta_first, beta_last, int32 the K kept timesteps, float64 their betas
  * (ff_ddpm_respace); int32 seed, T, K, stop, float64 beta_first, beta_last
  * and float32 fourfold's images after the first step (t = 2 > 0, its noise
  * added) of sampling in K = 2 of T = 3 steps (ff_unet_sample_partial). */
@@ -370,7 +435,7 @@ static int dump(ff_ctx *self, const char *dir)
         h[k++] = cfg.mult[i];
     h[k++] = cfg.nres, h[k++] = cfg.group_channels, h[k++] = cfg.temb_mult;
     h[k++] = cfg.timesteps, h[k++] = (int32_t)cfg.schedule, h[k++] = BATCH, h[k++] = ntensors;
-    h[k++] = cfg.attn_head_channels;
+    h[k++] = cfg.attn_head_channels, h[k++] = cfg.attn_levels;
     double betas[2] = {cfg.beta_first, cfg.beta_last};
     const int64_t per = cfg.image_size * cfg.image_size * cfg.img_channels;
     int ok = write_all(f, h, (size_t)k * 4) && write_all(f, betas, sizeof betas) &&
@@ -462,6 +527,27 @@ static int dump(ff_ctx *self, const char *dir)
     ff_unet_destroy(u);
     free(xT), free(smp);
     ok = fclose(f) == 0 && ok;
+    /* DIR/unet_init.bin: int32 seed, ntensors; per tensor int32 name
+     * length, the name, int32 ndim, int32 shape, float32 ff_unet_init's
+     * values (the serial model's) */
+    snprintf(path, sizeof path, "%s/unet_init.bin", dir);
+    float **init = tensor_buffers();
+    ok = ok && run_init(one, init) == FF_OK && (f = fopen(path, "wb")) != NULL;
+    int32_t ih[2] = {SEED, ntensors};
+    if (ok) {
+        ok = write_all(f, ih, sizeof ih);
+        for (int i = 0; i < ntensors && ok; i++) {
+            ff_unet_tensor_info ti = ff_unet_tensor(shape_model, i);
+            int32_t len = (int32_t)strlen(ti.name), nd = ti.ndim, sh[4];
+            for (int d = 0; d < nd; d++)
+                sh[d] = (int32_t)ti.shape[d];
+            ok = write_all(f, &len, 4) && write_all(f, ti.name, (size_t)len) &&
+                 write_all(f, &nd, 4) && write_all(f, sh, (size_t)nd * 4) &&
+                 write_all(f, init[i], (size_t)ti.numel * 4);
+        }
+        ok = fclose(f) == 0 && ok;
+    }
+    free_tensors(init);
     free(noise);
     ff_grid_destroy(one);
     if (!ok)
@@ -477,6 +563,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     ff_unet_preset("tiny", &cfg);
+    cfg.attn_levels = 1 << 1; /* and after each block at 4x4, down and up */
     const int64_t per = cfg.image_size * cfg.image_size * cfg.img_channels;
     x0 = test_floats((size_t)(BATCH * per));
     for (int64_t e = 0; e < BATCH * per; e++)
@@ -487,9 +574,7 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     make_params(shape_model);
     /* the stages of the bound */
-    int blocks = cfg.levels * cfg.nres + 2 + cfg.levels * (cfg.nres + 1);
-    double F = 6.0 * blocks + 8 + (cfg.attn_head_channels ? 7 : 0),
-           K = BATCH * cfg.image_size * cfg.image_size + 8;
+    double F = stages() + 1, K = BATCH * cfg.image_size * cfg.image_size + 8;
     gam_loss = (F + 1) * test_gamma(K), gam_grad = (2 * F + 1) * test_gamma(K);
     /* step counts outside 1 .. T refused, naming the range */
     float *none = test_floats((size_t)(BATCH * per));
@@ -522,7 +607,9 @@ int main(int argc, char **argv)
         cfg_s = cfg;
         cfg_s.timesteps = 1, cfg_s.beta_first = 0.5;
         ser_sample = test_floats((size_t)(BATCH * per));
-        if (run_step(one, ser_after, &ser_norm) != FF_OK || run_sample(one, ser_sample) != FF_OK)
+        ser_init = tensor_buffers();
+        if (run_step(one, ser_after, &ser_norm) != FF_OK || run_sample(one, ser_sample) != FF_OK ||
+            run_init(one, ser_init) != FF_OK)
             MPI_Abort(MPI_COMM_WORLD, 1);
         test_run_grids(argc, argv, ctx, &worst_ratio,
                        "the DDPM loss, every gradient, an AdamW step and a reverse step against "
@@ -535,7 +622,7 @@ int main(int argc, char **argv)
         code = test_finish("test_unet");
         for (int i = 0; i < ntensors; i++)
             free(ser_after[i]);
-        free(ser_after), free(ser_sample);
+        free(ser_after), free(ser_sample), free_tensors(ser_init);
     }
     ff_unet_destroy(shape_model);
     ff_grid_destroy(one);

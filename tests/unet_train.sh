@@ -18,7 +18,10 @@
 #     each full epoch a permutation of the 12 (shuffled: not in file order,
 #     epoch 1 not epoch 0's order), and the run resumed on 1x1x2x2 loading
 #     the uninterrupted run's images for steps 3 and 4;
-#  5. bad input: one message, the same exit code on every rank (cases.sh).
+#  5. `fourfold eval` of the step-4 checkpoint: the run's validation loss
+#     at step 4 to the printed digits; the step records' model FLOP/s; a run
+#     without --data names Fashion-MNIST's files and prints GFLOP/s;
+#  6. bad input: one message, the same exit code on every rank (cases.sh).
 # The sanitizer build (third argument "sanitize") runs the bad-input cases
 # that reach the new checkpoint code only (each case is ~10 s there).
 #   usage: unet_train.sh FOURFOLD MPIEXEC [sanitize]
@@ -83,6 +86,31 @@ fi
     { cat "$WORK/s.txt"; echo "FAILED: --sample-steps 1 (or not heeded)"; failures=$((failures + 1)); }
 grep -q '"type":"val"' "$WORK/a/log.jsonl" && [ -s "$WORK/a/loss.svg" ] ||
     { echo "FAILED: no validation in log.jsonl, or no loss.svg"; failures=$((failures + 1)); }
+# the step reports the model's FLOP/s (ff_plan_unet_flops: plan_unet checks
+# the count by hand)
+grep -q '"type":"step".*"model_flops_per_s":[1-9]' "$WORK/a/log.jsonl" ||
+    { echo "FAILED: no model FLOP/s in the step records"; failures=$((failures + 1)); }
+# fourfold eval of the step-4 checkpoint on the run's grid: the run's last
+# validation loss (the same test images, batches, draws and grid; forward
+# only), to all the printed digits
+want=$(sed -n 's/.*"type":"val","step":4,"val_loss":\([^}]*\)}.*/\1/p' "$WORK/a/log.jsonl")
+"$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" eval --grid 2x1x1x2 \
+    --checkpoint "$WORK/a/model_00000004.bin" --batches 2 > "$WORK/e.txt" 2>&1 &&
+    [ -n "$want" ] && grep -q "^loss $want (" "$WORK/e.txt" &&
+    echo "ok: eval of the step-4 checkpoint: the run's validation loss $want" ||
+    { cat "$WORK/e.txt"; echo "FAILED: eval gave another loss than the run's $want"; failures=$((failures + 1)); }
+
+# without --data: Fashion-MNIST's files, named (ff_trainer_get_info), and
+# the step line's model FLOP/s as a fraction of the products' rate
+if [ "$QUICK" != sanitize ]; then
+    "$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" train --model unet-tiny \
+        --batch 8 --steps 1 --val-every 0 --val-batches 1 --grid 1x1x2x2 --sample-steps 1 \
+        --out "$WORK/def" > "$WORK/def.txt" 2>&1 &&
+        grep -q "^data  *$MNIST/train-images-idx3-ubyte.gz, validation $MNIST/t10k-images-idx3-ubyte.gz" \
+            "$WORK/def.txt" && grep -q "GFLOP/s.*% of sgemm" "$WORK/def.txt" &&
+        echo "ok: the default data named (validation on the test images); the step's GFLOP/s" ||
+        { cat "$WORK/def.txt"; echo "FAILED: the default data's names or the step's GFLOP/s"; failures=$((failures + 1)); }
+fi
 
 # 2. resumed on 1x1x2x2. Both runs start step 3 from the same canonical
 # parameters and moments (step 2's file). One AdamW step moves a parameter p
@@ -165,6 +193,8 @@ if [ "$QUICK" != sanitize ]; then
     case_ "T = 100 timesteps, so 1 .. 100" 2 train $S --sample-steps 101 --out "$WORK/o7"
     case_ "T = 100 timesteps, so 1 .. 100" 1 sample --grid 1x1x2x2 --checkpoint \
         "$WORK/a/model_00000004.bin" --png "$WORK/p.png" --sample-steps 101
+    case_ "bad.idx"                    1 eval --grid 1x1x2x2 --checkpoint "$WORK/a/model_00000004.bin" --data "$WORK/bad.idx"
+    case_ "a batch of 6 images over Gz*Gd = 4" 1 eval --grid 1x1x2x2 --checkpoint "$WORK/a/model_00000004.bin" --batch 6
 fi
 # a GPT checkpoint (an llm.c model file's header) in a U-Net run's folder
 mkdir -p "$WORK/g"
@@ -172,6 +202,7 @@ mkdir -p "$WORK/g"
     "$WORK/g/model_00000002.bin"
 echo 2 > "$WORK/g/DONE_00000002"
 case_ "is a GPT checkpoint"            1 train $S --steps 4 --out "$WORK/g" --resume
+case_ "--prompt is a GPT's option"     1 eval --grid 1x1x2x2 --checkpoint "$WORK/a/model_00000004.bin" --prompt hi
 [ "$QUICK" = sanitize ] ||
     case_ "is a GPT checkpoint"        1 sample --grid 1x1x2x2 --checkpoint "$WORK/g/model_00000002.bin" --png "$WORK/p.png"
 # a U-Net checkpoint given to a GPT run

@@ -16,8 +16,8 @@ the data's channels of conv_out enter the loss.
 
 Compared (docs/testing.md, "The bounds of the U-Net"): the loss within
 (F + 1) gamma_{K+8} of its value, every gradient tensor norm-wise within
-(2F + 1) gamma_{K+8} of its norm, F = 6 per residual block + 8 (+ 7 for the attention block: GroupNorm 2,
-QKV, scores, softmax, P V, projection), K the
+(2F + 1) gamma_{K+8} of its norm, F = 6 per residual block + 8 (+ 7 per
+attention block: GroupNorm 2, QKV, scores, softmax, P V, projection), K the
 batch's pixels (the longest reduction); and the parameters after one AdamW
 step on fourfold's gradients, torch.optim.AdamW's, element by element; the
 cosine and linear schedules' alpha_bar at T = 1000 within 1e-12; one
@@ -27,9 +27,12 @@ written here from the paper's code's definition) for several T and K: the
 kept timesteps exactly, the betas within their float64 bound; and the first
 step of sampling in 2 of 3 steps (at t = 2, its noise added), x_T and the
 noise drawn here by an independent Philox4x32-10 (Random123's
-definition, checked against its known-answer vectors) and Box-Muller.
+definition, checked against its known-answer vectors) and Box-Muller;
+ff_unet_init's parameters (DIR/unet_init.bin) against PyTorch's default
+initialisation of each unsplit layer, drawn by this Philox (check_init).
 Exit status 1 on a failure."""
 import math
+import os
 import struct
 import sys
 
@@ -124,13 +127,16 @@ def space_timesteps(T, K):
     return sorted(set(taken))
 
 
-def unet_model(P, S, ci, pad, base, levels, mult, nres, gch, tmult, hch, used=None, init=None):
+def unet_model(P, S, ci, pad, base, levels, mult, nres, gch, tmult, hch, used=None, init=None,
+               attn_levels=0):
     """The U-Net of include/fourfold/unet.h as a function model(x_t, t) of
     the parameter tensors P (PyTorch's state_dict names and shapes, each
     checked against the model's), NCHW in P's dtype: improved DDPM's
     layout, torch.cat for the skips. With init (a function of a name and a
     shape), P starts empty and each tensor is init(name, shape) at its
-    first use (bench/unet_torch_bench.py). `used` collects the names read."""
+    first use (bench/unet_torch_bench.py). `used` collects the names read.
+    attn_levels: bit i, every residual block of level i (down and up) is
+    followed by self-attention (improved DDPM's attention_resolutions)."""
     used = set() if used is None else used
     temb = base * tmult
 
@@ -182,6 +188,8 @@ def unet_model(P, S, ci, pad, base, levels, mult, nres, gch, tmult, hch, used=No
         for i in range(levels):
             for j in range(nres):
                 h = res(f"down{i}.res{j}", h, base * mult[i], semb)
+                if attn_levels >> i & 1:
+                    h = attn(f"down{i}.attn{j}", h)
                 hs.append(h)
             if i != levels - 1:
                 h = F.avg_pool2d(h, 2)
@@ -193,12 +201,64 @@ def unet_model(P, S, ci, pad, base, levels, mult, nres, gch, tmult, hch, used=No
         for i in reversed(range(levels)):
             for j in range(nres + 1):
                 h = res(f"up{i}.res{j}", torch.cat([h, hs.pop()], dim=1), base * mult[i], semb)
+                if attn_levels >> i & 1:
+                    h = attn(f"up{i}.attn{j}", h)
             if i != 0:
                 h = F.interpolate(h, scale_factor=2, mode="nearest")
         out = conv("conv_out", F.silu(gn("norm_out", h)), pad, 3)
         return out[:, :ci]
 
     return model
+
+
+def check_init(path):
+    """fourfold's ff_unet_init (DIR/unet_init.bin, the serial model's
+    canonical tensors) against PyTorch's default initialisation of each
+    unsplit layer (nn.Conv2d's and nn.Linear's reset_parameters: the weight
+    kaiming_uniform_ with a = sqrt(5), bound 1/sqrt(fan_in), the bias
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with the weight's fan_in; GroupNorm
+    1 and 0), fan_in by torch's own _calculate_fan_in_and_fan_out of the
+    whole (concatenated) weight. The draws: element e of tensor i is
+    (2 u - 1) / sqrt(fan_in), u the uniform of this Philox at (seed, stream
+    0xD000 + i, e): each value exactly, and within the bound."""
+    r = Reader(path)
+    seed, nt = r.ints(2)
+    tensors = []
+    for _ in range(nt):
+        (n,) = r.ints(1)
+        name = r.text(n)
+        (nd,) = r.ints(1)
+        shape = r.ints(nd)
+        tensors.append((name, shape, r.floats(int(np.prod(shape))).reshape(shape)))
+    r.done()
+    fans, bad, drawn = {}, 0, 0
+    for name, shape, w in tensors:
+        if name.endswith(".weight") and len(shape) >= 2:
+            fans[name[:-len(".weight")]] = torch.nn.init._calculate_fan_in_and_fan_out(w)[0]
+    for i, (name, shape, w) in enumerate(tensors):
+        layer = name.rsplit(".", 1)[0]
+        if layer not in fans:  # a GroupNorm
+            want = torch.ones(shape) if name.endswith(".weight") else torch.zeros(shape)
+        else:
+            bound = 1 / math.sqrt(fans[layer])
+            if not (w.abs() <= bound * (1 + U)).all():  # (a value rounded to float32)
+                print(f"FAIL init {name}: |w| {w.abs().max().item():.4g} above torch's bound "
+                      f"{bound:.4g} (fan_in {fans[layer]})")
+                bad = 1
+            vals = []
+            for e in range(w.numel()):
+                c = philox([e & MASK, e >> 32, 0xD000 + i, 0], [seed & MASK, seed >> 32])
+                u = ((((c[0] << 32) | c[1]) >> 11) + 0.5) / 2.0 ** 53
+                vals.append(float(np.float32((2 * u - 1) * bound)))
+            want = torch.tensor(vals).reshape(shape)
+            drawn += w.numel()
+        if not torch.equal(w, want):
+            print(f"FAIL init {name}: {(w != want).sum().item()} of {w.numel()} values are not "
+                  f"PyTorch's default initialisation's draws")
+            bad = 1
+    print(f"initialisation: {nt} tensors, {drawn} values drawn as PyTorch's default of the "
+          f"unsplit layers (fan_in of the whole weight), exactly: {'FAILED' if bad else 'passed'}")
+    return bad
 
 
 def alpha_bar(T, schedule, b0, b1):
@@ -215,7 +275,7 @@ def main(path):
     r = Reader(path)
     S, ci, pad, base, levels = r.ints(5)
     mult = r.ints(levels)
-    nres, gch, tmult, T, schedule, B, nt, hch = r.ints(8)
+    nres, gch, tmult, T, schedule, B, nt, hch, alv = r.ints(9)
     b0, b1 = r.doubles(2)
     x0 = r.floats(B * S * S * ci).reshape(B, S, S, ci).permute(0, 3, 1, 2)
     t = torch.tensor(r.ints(B))
@@ -249,7 +309,8 @@ def main(path):
     r.done()
 
     used = set()
-    model = unet_model(P, S, ci, pad, base, levels, mult, nres, gch, tmult, hch, used=used)
+    model = unet_model(P, S, ci, pad, base, levels, mult, nres, gch, tmult, hch, used=used,
+                       attn_levels=alv)
 
     abar = alpha_bar(T, schedule, b0, b1)
     a = abar[t][:, None, None, None]
@@ -264,7 +325,8 @@ def main(path):
               f"expected and missing {sorted(used - set(P))}")
         bad = 1
     blocks = levels * nres + 2 + levels * (nres + 1)
-    Fst, K = 6 * blocks + 8 + (7 if hch else 0), B * S * S + 8
+    attns = (1 if hch else 0) + sum(2 * nres + 1 for i in range(levels) if alv >> i & 1)
+    Fst, K = 6 * blocks + 8 + 7 * attns, B * S * S + 8
     gl, gg = (Fst + 1) * gamma(K), (2 * Fst + 1) * gamma(K)
     rl = abs(ff_loss - loss.item()) / (gl * loss.item())
     print(f"loss fourfold {ff_loss:.9g} torch {loss.item():.12g}: {rl:.4f} of the bound {gl:.3g}")
@@ -403,4 +465,6 @@ def main(path):
 
 if __name__ == "__main__":
     torch.set_default_dtype(torch.float64)
-    sys.exit(main(sys.argv[1]))
+    failed = main(sys.argv[1])
+    failed |= check_init(os.path.join(os.path.dirname(sys.argv[1]), "unet_init.bin"))
+    sys.exit(failed)

@@ -25,6 +25,9 @@ enum { FF_IDX_MAX_DIMS = 4, FF_IDX_UBYTE = 0x08 };
 
 /* Where Debian's dataset-fashion-mnist package installs its files. */
 #define FF_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+/* Its training (60000) and test (10000) images. */
+#define FF_FASHION_MNIST_TRAIN FF_FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz"
+#define FF_FASHION_MNIST_TEST  FF_FASHION_MNIST_DIR "/t10k-images-idx3-ubyte.gz"
 
 typedef struct {
     int ndims;                     /* 1 .. FF_IDX_MAX_DIMS */

@@ -88,6 +88,18 @@ int ff_ckpt_commit(ff_ctx *ctx, const ff_net *net, const char *dir, ff_train_sta
  * file (a GPT's samples are text: ff_gpt_sample_next) or steps beyond T. */
 int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, int steps, uint64_t seed,
                         const char *png);
+/* The validation loss of the U-Net in a checkpoint file, as its run's
+ * validation computes it (the mean of `batches` batches spread over the
+ * test images, the DDPM draws of the run's seed; forward only): images an
+ * IDX file (NULL: Fashion-MNIST's test images), n images per batch (0: the
+ * run's batch; a multiple of Gz Gd), *batch the batch used. The same on
+ * every rank; FF_EINVAL for another model's file. Collective. */
+int ff_net_file_eval(ff_grid *grid, const char *path, const char *images, int64_t n, int batches,
+                     float *loss, int64_t *batch);
+/* FF_NET_UNET if the file at path is a U-Net checkpoint (by its magic),
+ * else FF_NET_GPT (whose reader names what else is wrong). Collective: rank
+ * 0 reads, every rank gets its answer. */
+ff_net_kind ff_net_file_kind(ff_ctx *ctx, const char *path);
 
 #ifdef __cplusplus
 }

@@ -53,7 +53,7 @@ typedef struct {
  * gpt2-medium, gpt2-large, gpt2-xl (also gpt2-124m, -350m, -774m, -1558m),
  * tiny, mini and mini-moe (mini with 4 experts in every second block);
  * U-Nets: unet-NAME for each of ff_unet_preset's names (unet-tiny,
- * unet-fmnist).
+ * unet-fmnist, unet-50m, unet-250m, unet-500m, unet-1b, unet-2b, unet-4b).
  * Returns FF_EINVAL (message listing the names) if unknown. */
 int ff_model_preset(const char *name, ff_model *out, char *err, size_t err_len);
 /* Makes m a mixture of E experts with the training program's defaults
@@ -72,6 +72,11 @@ int64_t ff_model_padded_vocab(const ff_model *m);
  * excludes positions and counts the top_k experts a token runs through
  * (and the routers). */
 int64_t ff_model_params(const ff_model *m, int64_t seq);
+/* Model FLOPs of one training step of the U-Net c on `batch` images (the
+ * trainer's step report and the planner's): every convolution's and linear
+ * layer's products (2 k n per pixel row forward, twice that backward, once
+ * without an input gradient: conv_in, temb.lin1) and the attention's. */
+double ff_plan_unet_flops(const ff_unet_config *c, int64_t batch);
 int64_t ff_model_matmul_params(const ff_model *m);
 /* The minimum tensor-parallel degree AxoNN's tool requires for a preset of
  * the paper (gpt-20b: 16, ...); 1 for other models. */

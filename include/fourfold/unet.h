@@ -9,6 +9,8 @@
  *         (not after the last level) average down-sampling, pushed
  *   mid:  two residual blocks, with self-attention between them
  *         (attn_head_channels > 0)
+ *   (each residual block of a level in attn_levels, down and up, is
+ *   followed by self-attention: improved DDPM's attention_resolutions)
  *   up:   per level, from the last, nres + 1 residual blocks, each on
  *         concat(h, popped); then (not after level 0) nearest up-sampling
  *   out = conv_out(SiLU(GroupNorm(h)))                      (C0 -> Cpad)
@@ -68,6 +70,9 @@ typedef struct {
     int temb_mult;                /* the timestep embedding's width: base * temb_mult */
     int attn_head_channels;       /* self-attention between the two middle blocks, heads of
                                      this many channels; 0: none */
+    int attn_levels;              /* bit i: every residual block of level i (down and up, at
+                                     image_size >> i pixels) is followed by self-attention
+                                     (improved DDPM's attention_resolutions; needs heads) */
     int timesteps;                /* T of the diffusion */
     ff_schedule schedule;         /* betas: linear from beta_first to beta_last, or cosine */
     double beta_first, beta_last;
@@ -75,8 +80,13 @@ typedef struct {
 
 /* "tiny" (tests: 8x8 images, C0 8, levels 2, 1 block each, attention of
  * 8 heads of 2 channels) and "fmnist" (Fashion-MNIST padded to 32x32: C0
- * 32, mult 1,2,2, 2 blocks, attention of 8 heads of 8 at 8x8). FF_EINVAL
- * for another name (no context: the caller reports). */
+ * 32, mult 1,2,2, 2 blocks, attention of 8 heads of 8 at 8x8); the paper's:
+ * "50m" (Figure 8: improved DDPM's CIFAR-10 U-Net on Fashion-MNIST, C0 128,
+ * mult 1,2,2,2, 3 blocks, attention at 16x16 and 8x8) and Table II's
+ * "250m", "500m", "1b", "2b", "4b" (C0 256, 384, 512, 768, 1024 in improved
+ * DDPM's ImageNet-64 layout: 64x64 RGB, mult 1,2,3,4, 3 blocks, attention
+ * at 16x16 and 8x8), heads of 64 channels (docs/unet.md, "Presets").
+ * FF_EINVAL for another name (no context: the caller reports). */
 int ff_unet_preset(const char *name, ff_unet_config *cfg);
 
 typedef struct ff_unet ff_unet;
@@ -116,8 +126,11 @@ int ff_unet_alloc_moments(ff_unet *u);
 /* The model's configuration (as created). */
 ff_unet_config ff_unet_get_config(const ff_unet *u);
 int ff_unet_gather(ff_unet *u, int i, int which, float *canon);
-/* Weights N(0, 1/fan_in) by canonical index (ff_linear_init), biases 0,
- * GroupNorm gains 1 and biases 0: the same on every grid. */
+/* PyTorch's default initialisation of each layer as one unsplit layer:
+ * weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in the whole
+ * layer's inputs (a skip concatenation's parts together) times its taps,
+ * drawn by canonical index; GroupNorm gains 1 and biases 0: the same on
+ * every grid. Collective. */
 int ff_unet_init(ff_unet *u, uint64_t seed);
 /* This rank's flat parameters and gradients (ff_unet_params_count floats). */
 float *ff_unet_params(ff_unet *u);
@@ -142,6 +155,10 @@ int ff_ddpm_draw(const ff_unet_config *cfg, uint64_t seed, int64_t step, int64_t
  * gradients (ff_unet_zero_grads first). *loss: the batch's loss, the same on
  * every rank. Then ff_unet_allreduce_grads. */
 int ff_unet_ddpm_loss(ff_unet *u, const float *x0, uint64_t seed, int64_t step, float *loss);
+/* The same loss without the backward (a forward-only program of the
+ * layers): validation. The same bits as ff_unet_ddpm_loss's loss; the
+ * gradients are not touched. */
+int ff_unet_ddpm_eval(ff_unet *u, const float *x0, uint64_t seed, int64_t step, float *loss);
 /* The reverse process (Ho et al., Algorithm 2) for this rank's images, on
  * `steps` of the T timesteps (improved DDPM's respacing, ff_ddpm_respace:
  * steps = T is DDPM's own): x_T ~ N(0, I); for i = steps-1 .. 0, at t =

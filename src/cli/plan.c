@@ -659,11 +659,19 @@ static void print_header(const ff_plan_config *cfg, size_t grids, size_t accepte
         for (int i = 0; i < u->levels && used < sizeof mult; i++)
             used +=
                 (size_t)snprintf(mult + used, sizeof mult - used, "%s%d", i ? "," : "", u->mult[i]);
+        char att[128] = "none";
+        used = 0;
+        if (u->attn_head_channels)
+            used = (size_t)snprintf(att, sizeof att, "in the middle");
+        for (int i = 0, n = 0; u->attn_head_channels && i < u->levels && used < sizeof att; i++)
+            if ((u->attn_levels >> i) & 1)
+                used += (size_t)snprintf(att + used, sizeof att - used, "%s%lldx%lld",
+                                         n++ ? ", " : " and at ", (long long)u->image_size >> i,
+                                         (long long)u->image_size >> i);
         cli_print("model %s: a U-Net of %lldx%lld images, %d channels x %s, %d blocks per level, "
-                  "GroupNorm of %d channels, attention %s; %.3g parameters\n",
+                  "GroupNorm of %d channels, attention %s; %.4g parameters\n",
                   md->name, (long long)u->image_size, (long long)u->image_size, u->base, mult,
-                  u->nres, u->group_channels, u->attn_head_channels ? "in the middle" : "none",
-                  (double)ff_model_params(md, cfg->seq));
+                  u->nres, u->group_channels, att, (double)ff_model_params(md, cfg->seq));
     } else {
         cli_print("model %s: L=%d C=%lld NH=%d V=%lld (padded %lld), %.3g parameters\n", md->name,
                   md->layers, (long long)md->hidden, md->heads, (long long)md->vocab,

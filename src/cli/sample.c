@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "fourfold/image.h" /* FF_FASHION_MNIST_TEST */
 
 /* Prints token t of a sequence: its bytes through the vocabulary bpe, or
  * the byte itself for the byte-level vocabulary (end-of-text as a newline
@@ -206,17 +207,21 @@ static const char help_sample[] =
 
 static const char help_eval[] =
     "usage: mpirun -np N fourfold eval --checkpoint FILE --data GLOB [options]\n"
-    "       mpirun -np N fourfold eval --checkpoint FILE --prompt TEXT [options]\n\n"
+    "       mpirun -np N fourfold eval --checkpoint FILE --prompt TEXT [options]\n"
+    "       mpirun -np N fourfold eval --checkpoint UNET_FILE [--data IDX] [options]\n\n"
     "The mean cross-entropy loss of a checkpoint on the first batches of token\n"
-    "shards, or on one text, on any grid.\n\n"
+    "shards, or on one text, on any grid. A U-Net checkpoint (fourfold train --model\n"
+    "unet-...): its run's validation loss (the DDPM objective with the run's draws) on\n"
+    "--batches batches spread over test images (--data IDX; default Fashion-MNIST's).\n\n"
     "options:\n"
     "  --checkpoint FILE  the model\n"
-    "  --data GLOB        token shards (llm.c .bin)\n"
+    "  --data GLOB        token shards (llm.c .bin); a U-Net's: an IDX image file\n"
     "  --prompt TEXT      instead: the loss of predicting TEXT's tokens after end-of-text\n"
     "                     (a BPE model encodes it with its vocabulary, as sample does)\n"
     "  --bpe DIR          the vocabulary (as sample's; default: beside the checkpoint, or in\n"
     "                     ~/.cache/fourfold/gpt2); its size must be the model's\n"
-    "  --batch N          sequences per batch, whole grid (default: Gz*Gd)\n"
+    "  --batch N          sequences per batch, whole grid (default: Gz*Gd); a U-Net's:\n"
+    "                     images (default: its run's batch)\n"
     "  --seq N            tokens per sequence (default: the model's positions)\n"
     "  --batches N        batches averaged (default 1)\n"
     "  --capacity-factor F  an MoE model's expert capacity (default: the checkpoint's;\n"
@@ -285,9 +290,8 @@ static int parse(int argc, char **argv, sample_opts *o, const char *command)
         cli_error("%s needs --checkpoint FILE", command);
         return CLI_USAGE;
     }
-    if (!strcmp(command, "eval") && !o->data == !o->prompt) {
-        cli_error(o->data ? "eval takes --data GLOB or --prompt TEXT, not both"
-                          : "eval needs --data GLOB (or --prompt TEXT)");
+    if (!strcmp(command, "eval") && o->data && o->prompt) {
+        cli_error("eval takes --data GLOB or --prompt TEXT, not both");
         return CLI_USAGE;
     }
     return CLI_OK;
@@ -395,6 +399,39 @@ static int load_model(ff_ctx *ctx, ff_grid *grid, const sample_opts *o, const ff
     return ff_gpt_load(*g, o->checkpoint);
 }
 
+/* fourfold eval of a U-Net checkpoint (docs/unet.md, "Training"): its
+ * run's validation loss on test images. */
+static int eval_unet(ff_ctx *ctx, ff_grid *grid, const sample_opts *o)
+{
+    const char *gpt_only = o->prompt                                   ? "--prompt"
+                           : o->seq                                    ? "--seq"
+                           : o->bpe                                    ? "--bpe"
+                           : o->capacity_factor > 0                    ? "--capacity-factor"
+                           : o->precision != FF_PRECISION_FP32         ? "--precision bf16-mixed"
+                           : o->bf16_products != FF_BF16_PRODUCTS_AUTO ? "--bf16-products"
+                                                                       : NULL;
+    if (gpt_only) { /* the same on every rank */
+        cli_error("%s is a GPT's option; '%s' is a U-Net checkpoint (its eval takes --data "
+                  "IDX, --batch, --batches)",
+                  gpt_only, o->checkpoint);
+        return CLI_FAIL;
+    }
+    float loss = 0;
+    int64_t batch = 0;
+    int rc =
+        ff_net_file_eval(grid, o->checkpoint, o->data, o->batch, (int)o->batches, &loss, &batch);
+    if (rc) {
+        cli_error("%s", ff_ctx_error(ctx));
+        return CLI_FAIL;
+    }
+    ff_dims s = ff_grid_shape(grid);
+    cli_print("loss %.9g (the DDPM objective on %ld batches of %lld images of %s, grid "
+              "%dx%dx%dx%d, fp32)\n",
+              loss, o->batches, (long long)batch, o->data ? o->data : FF_FASHION_MNIST_TEST, s.x,
+              s.y, s.z, s.d);
+    return CLI_OK;
+}
+
 static int run(int argc, char **argv, const char *command)
 {
     sample_opts o;
@@ -423,6 +460,12 @@ static int run(int argc, char **argv, const char *command)
     ff_grid *grid;
     if (cli_setup(&o.run, &ctx, &grid) != CLI_OK)
         return CLI_FAIL;
+    if (eval && ff_net_file_kind(ctx, o.checkpoint) == FF_NET_UNET)
+        return cli_teardown(&o.run, ctx, grid, eval_unet(ctx, grid, &o));
+    if (eval && !o.data && !o.prompt) {
+        cli_error("eval needs --data GLOB (or --prompt TEXT)");
+        return cli_teardown(&o.run, ctx, grid, CLI_USAGE);
+    }
     ff_dims s = ff_grid_shape(grid);
     const long pairs = (long)s.z * s.d;
     if (o.png) { /* a U-Net's images (docs/unet.md) */

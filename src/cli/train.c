@@ -49,8 +49,9 @@ static const char help[] =
     "  --model NAME      preset: mini (default: L=4 C=128 NH=4, byte vocabulary 257),\n"
     "                    mini-moe (mini with 4 experts in every second block), tiny,\n"
     "                    gpt2-124m, gpt2-350m, ..., gpt-5b ... gpt-640b;\n"
-    "                    unet-tiny, unet-fmnist: the DDPM U-Net on Fashion-MNIST (fp32;\n"
-    "                    --data/--val-data IDX image files; OUT/samples.png; docs/unet.md)\n"
+    "                    unet-tiny, unet-fmnist, unet-50m: the DDPM U-Net on Fashion-MNIST\n"
+    "                    (fp32; --data/--val-data IDX image files; OUT/samples.png;\n"
+    "                    docs/unet.md); unet-250m ... unet-4b: Table II's, RGB (planner)\n"
     "  --sample-steps K  a U-Net's samples.png in K of its T reverse steps (improved\n"
     "                    DDPM's respacing; default 100, or T if less)\n"
     "  --layers N --hidden N --heads N --vocab N --max-seq N   override the preset\n"
@@ -797,7 +798,7 @@ static void print_event(const ff_train_event *ev, void *user)
         if (s->step % o->log_every != 0 && s->step != s->steps && s->step != 1)
             break;
         format_eta(s->eta_s, eta, sizeof eta);
-        /* (a model whose FLOPs are not known, the U-Net's: no FLOP/s) */
+        /* (a model whose FLOPs are not known: no FLOP/s) */
         char flops[96] = "";
         if (s->model_flops_per_s > 0)
             snprintf(flops, sizeof flops, "%.2f GFLOP/s %4.1f%% of %s | ",
@@ -855,7 +856,9 @@ static int train_unet(train_opts *o)
 {
     ff_unet_config ucfg;
     if (ff_unet_preset(o->model + 5, &ucfg) != FF_OK) {
-        cli_error("--model %s: the U-Net presets are unet-tiny and unet-fmnist", o->model);
+        cli_error("--model %s: the U-Net presets are unet-tiny, unet-fmnist, unet-50m, "
+                  "unet-250m, unet-500m, unet-1b, unet-2b and unet-4b",
+                  o->model);
         return CLI_USAGE;
     }
     if (o->sample_steps > ucfg.timesteps) {
@@ -908,8 +911,10 @@ static int train_unet(train_opts *o)
                   "%zu parameters on this rank\n",
                   o->model, (long long)ucfg.image_size, (long long)ucfg.image_size, ucfg.base,
                   ucfg.levels, ucfg.nres, ucfg.timesteps, ff_unet_params_count(ff_trainer_unet(t)));
-        cli_print("data       %s%s\n", o->data ? o->data : FF_FASHION_MNIST_DIR,
-                  o->data && !o->val_data ? " (no validation)" : "");
+        ff_trainer_info ti;
+        ff_trainer_get_info(t, &ti);
+        cli_print("data       %s, validation %s\n", ti.data ? ti.data : "none",
+                  ti.val_data ? ti.val_data : "none");
         cli_print("grid       %dx%dx%dx%d (X x Y x Z x D) on %d ranks; batch %ld images, %ld "
                   "steps, lr %g, fp32\n",
                   s.x, s.y, s.z, s.d, ff_ctx_size(ctx), o->batch, o->steps, o->hyper.lr);

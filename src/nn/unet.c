@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fourfold/rng.h"
 #include "gpt_ops.h" /* ff_qkv_permutation */
 #include "internal.h"
 #include "unet_internal.h"
@@ -30,7 +31,32 @@ int ff_unet_preset(const char *name, ff_unet_config *cfg)
         cfg->attn_head_channels = 8;
         return FF_OK;
     }
-    return FF_EINVAL;
+    /* The paper's U-Nets (docs/unet.md, "Presets"): Figure 8's ~50M one as
+     * improved DDPM's CIFAR-10 model (32x32, C0 128, mult 1,2,2,2, 3 blocks,
+     * attention at 16x16 and 8x8, 32 groups at C0; here Fashion-MNIST's one
+     * channel: 45,976,328 parameters), and Table II's, of which the paper
+     * gives only C0, in improved DDPM's ImageNet-64 layout (64x64 RGB, mult
+     * 1,2,3,4, 3 blocks, attention at 16x16 and 8x8, 32 groups at C0). Heads
+     * of 64 channels (4 at C0 128; guided diffusion's num_head_channels). */
+    static const struct {
+        const char *name;
+        int base;
+    } table2[] = {{"250m", 256}, {"500m", 384}, {"1b", 512}, {"2b", 768}, {"4b", 1024}};
+    const int fig8 = name && !strcmp(name, "50m");
+    int base = fig8 ? 128 : 0;
+    for (size_t i = 0; name && i < sizeof table2 / sizeof table2[0]; i++)
+        if (!strcmp(name, table2[i].name))
+            base = table2[i].base;
+    if (!base)
+        return FF_EINVAL;
+    static const int cifar[4] = {1, 2, 2, 2}, imagenet[4] = {1, 2, 3, 4};
+    cfg->image_size = fig8 ? 32 : 64, cfg->img_channels = fig8 ? 1 : 3;
+    cfg->base = base, cfg->levels = 4, cfg->nres = 3;
+    memcpy(cfg->mult, fig8 ? cifar : imagenet, sizeof cifar);
+    cfg->group_channels = base / 32, cfg->attn_head_channels = 64;
+    cfg->attn_levels = fig8 ? (1 << 1 | 1 << 2) : (1 << 2 | 1 << 3); /* 16x16 and 8x8 */
+    cfg->timesteps = 1000;
+    return FF_OK;
 }
 
 /* ---- building ------------------------------------------------------------ */
@@ -112,6 +138,8 @@ static void add_tensor(ff_unet *u, const char *name, int kind, unet_layer *l0, u
     t->parts = (l1 || n1) ? 2 : 1;
     ff_unet_tensor_info *i = &t->info;
     i->name = t->name;
+    if (l0)
+        t->fan_in = (l0->cin + (l1 ? l1->cin : 0)) * l0->taps;
     if (kind == 0) {
         int64_t cin = l0->cin + (l1 ? l1->cin : 0);
         i->numel = l0->cout * cin * l0->taps;
@@ -134,6 +162,7 @@ static void layer_tensors(ff_unet *u, const char *name, unet_layer *l0, unet_lay
     if (l0->nb) {
         snprintf(s, sizeof s, "%s.bias", name);
         add_tensor(u, s, 1, l0, NULL, NULL, NULL);
+        u->tensors[u->ntensors - 1].fan_in = u->tensors[u->ntensors - 2].fan_in; /* the layer's */
     }
 }
 
@@ -273,14 +302,25 @@ static int check_config(ff_ctx *ctx, const ff_unet_config *c, ff_dims g, int64_t
             return ff_set_error(
                 ctx, FF_EDIVIDE, "U-Net: %lldx%lld images cannot be halved %d times for %d levels",
                 (long long)c->image_size, (long long)c->image_size, c->levels - 1, c->levels);
-    const int64_t cmid = (int64_t)c->base * c->mult[c->levels - 1];
-    if (c->attn_head_channels < 0 || (c->attn_head_channels && cmid % c->attn_head_channels))
-        return ff_set_error(ctx, FF_EDIVIDE,
-                            "U-Net: attention heads of %d channels do not divide %lld channels",
-                            c->attn_head_channels, (long long)cmid);
-    if (c->attn_head_channels && (cmid / c->attn_head_channels) % g.x)
-        return ff_set_error(ctx, FF_EDIVIDE, "U-Net: %lld attention heads over X=%d do not divide",
-                            (long long)(cmid / c->attn_head_channels), g.x);
+    if (c->attn_head_channels < 0 || c->attn_levels < 0 || c->attn_levels >> c->levels ||
+        (c->attn_levels && !c->attn_head_channels))
+        return ff_set_error(ctx, FF_EINVAL,
+                            "U-Net: attention at levels 0x%x of %d levels, heads of %d channels "
+                            "(attention needs heads, at levels that exist)",
+                            (unsigned)c->attn_levels, c->levels, c->attn_head_channels);
+    for (int i = 0; i < c->levels && c->attn_head_channels; i++) {
+        const int64_t w = (int64_t)c->base * c->mult[i];
+        if (i != c->levels - 1 && !((c->attn_levels >> i) & 1))
+            continue; /* (the middle's: the last level's width) */
+        if (w % c->attn_head_channels)
+            return ff_set_error(ctx, FF_EDIVIDE,
+                                "U-Net: attention heads of %d channels do not divide %lld channels",
+                                c->attn_head_channels, (long long)w);
+        if ((w / c->attn_head_channels) % g.x)
+            return ff_set_error(ctx, FF_EDIVIDE,
+                                "U-Net: %lld attention heads over X=%d do not divide",
+                                (long long)(w / c->attn_head_channels), g.x);
+    }
     if (batch % ((int64_t)g.z * g.d))
         return ff_set_error(ctx, FF_EDIVIDE, "U-Net: a batch of %lld images over Gz*Gd = %d",
                             (long long)batch, g.z * g.d);
@@ -349,6 +389,10 @@ int ff_unet_create(ff_grid *grid, const ff_unet_config *cfg, const ff_linear_opt
         for (int r = 0; r < cfg->nres; r++) {
             snprintf(name, sizeof name, "down%d.res%d", i, r);
             h = add_block(u, name, &h, 1, C0 * cfg->mult[i], &rc);
+            if ((cfg->attn_levels >> i) & 1 && !rc) {
+                snprintf(name, sizeof name, "down%d.attn%d", i, r);
+                h = add_attn(u, name, h, &rc);
+            }
             stack[sp++] = h;
         }
         if (i != cfg->levels - 1 && !rc)
@@ -365,6 +409,10 @@ int ff_unet_create(ff_grid *grid, const ff_unet_config *cfg, const ff_linear_opt
             snprintf(name, sizeof name, "up%d.res%d", i, r);
             int parts[2] = {h, stack[--sp]};
             h = add_block(u, name, parts, 2, C0 * cfg->mult[i], &rc);
+            if ((cfg->attn_levels >> i) & 1 && !rc) {
+                snprintf(name, sizeof name, "up%d.attn%d", i, r);
+                h = add_attn(u, name, h, &rc);
+            }
         }
         if (i != 0 && !rc)
             h = add_resample(u, OP_UP, h, &rc);
@@ -628,20 +676,40 @@ int ff_unet_gather(ff_unet *u, int i, int which, float *canon)
     return rc;
 }
 
+/* PyTorch's default initialisation of the unsplit layer (torch.nn.Conv2d's
+ * and Linear's reset_parameters: kaiming_uniform_ with a = sqrt(5) for the
+ * weight, whose bound gain * sqrt(3 / fan_in) = sqrt(1/3) sqrt(3 / fan_in)
+ * is 1/sqrt(fan_in), and the bias U(-1/sqrt(fan_in), 1/sqrt(fan_in))),
+ * fan_in = in channels x taps of the whole layer: a split convolution's
+ * parts draw from the canonical tensor of the concatenation. Element e of
+ * canonical tensor i is (2 u - 1) / sqrt(fan_in), u = ff_rng_uniform(seed,
+ * INIT_STREAM + i, e), in double, rounded once; then scattered: the same on
+ * every grid (tools/unet_oracle.py draws the same values). */
+enum { INIT_STREAM = 0xD000 }; /* + the tensor index (the layers' own streams are 5100 + i) */
 int ff_unet_init(ff_unet *u, uint64_t seed)
 {
-    int rc = FF_OK;
-    for (int l = 0; l < u->nlayers && !rc; l++) {
-        unet_layer *L = &u->layers[l];
-        /* fan-in of the whole layer a part belongs to is not known here; a
-         * part's own fan-in is close enough for a starting point */
-        rc = ff_linear_init(L->lin, seed, (float)(1.0 / sqrt((double)(L->cin * L->taps))));
+    int64_t most = 1;
+    for (int i = 0; i < u->ntensors; i++)
+        most = u->tensors[i].info.numel > most ? u->tensors[i].info.numel : most;
+    float *canon = calloc((size_t)most, sizeof(float));
+    int rc = ff_ctx_agree(u->ctx,
+                          canon ? FF_OK : ff_set_error(u->ctx, FF_ENOMEM, "U-Net: out of memory"));
+    /* the scatter reads a layer's canonical tensors on rank 0 only
+     * (ff_linear_scatter's root), GroupNorm's on every rank */
+    const int root = ff_ctx_rank(u->ctx) == 0;
+    for (int i = 0; i < u->ntensors && !rc; i++) {
+        const unet_tensor *t = &u->tensors[i];
+        const double bound = t->kind < 2 ? 1.0 / sqrt((double)t->fan_in) : 0;
+        for (int64_t e = 0; e < t->info.numel && (root || t->kind >= 2); e++) {
+            double r =
+                t->kind < 2 ? ff_rng_uniform(seed, INIT_STREAM + (uint32_t)i, (uint64_t)e) : 0;
+            canon[e] = t->kind == 2   ? 1.0f /* GroupNorm: gain 1, bias 0 */
+                       : t->kind == 3 ? 0.0f
+                                      : (float)((2 * r - 1) * bound);
+        }
+        rc = ff_unet_scatter(u, i, canon);
     }
-    for (int i = 0; i < u->ngn; i++) {
-        unet_gn *n = &u->gns[i];
-        for (int64_t c = 0; c < n->cl; c++)
-            u->params[n->off + (size_t)c] = 1.0f, u->params[n->off + (size_t)(n->cl + c)] = 0.0f;
-    }
+    free(canon);
     return rc;
 }
 

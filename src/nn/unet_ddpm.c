@@ -50,48 +50,91 @@ int ff_ddpm_draw(const ff_unet_config *cfg, uint64_t seed, int64_t step, int64_t
     return t;
 }
 
-int ff_unet_ddpm_loss(ff_unet *u, const float *x0, uint64_t seed, int64_t step, float *loss)
+/* x_t of this rank's images x0 with the draws of `step` into acts[0].x
+ * (its block of the padded channels, layout X) and their timesteps into
+ * u->t; the noise into u->noise. */
+static void noised(ff_unet *u, const float *x0, uint64_t seed, int64_t step)
 {
     const ff_unet_config *cfg = &u->cfg;
-    const int64_t n = u->images, S = cfg->image_size, hw = S * S, ci = cfg->img_channels;
+    const int64_t n = u->images, hw = cfg->image_size * cfg->image_size, ci = cfg->img_channels;
     const int64_t pl = cfg->img_channels_pad / u->g.x, c0 = u->c.x * pl; /* layout X */
-    const double *abar = u->abar;
-    // x_t (n, S, S, pad/Gx): this rank's block of the padded channels
     float *xt = u->acts[0].x;
     memset(xt, 0, (size_t)(n * hw * pl) * sizeof(float));
     for (int64_t b = 0; b < n; b++) {
         float *eps = u->noise + b * hw * ci;
         u->t[b] = ff_ddpm_draw(cfg, seed, step, u->batch, u->first + b, eps);
-        double sa = sqrt(abar[u->t[b]]), sb = sqrt(1.0 - abar[u->t[b]]);
+        double sa = sqrt(u->abar[u->t[b]]), sb = sqrt(1.0 - u->abar[u->t[b]]);
         for (int64_t q = 0; q < hw; q++)
             for (int64_t j = 0; j < pl && c0 + j < ci; j++) {
                 int64_t e = (b * hw + q) * ci + c0 + j;
                 xt[(b * hw + q) * pl + j] = (float)(sa * x0[e] + sb * eps[e - b * hw * ci]);
             }
     }
-    int rc = ff_unet_forward_(u);
-    if (rc)
-        return rc;
-    // the mean over the batch's B*S*S*ci values of (pred - eps)^2 and its gradient
+}
+
+/* The sum over this rank's values of (pred - eps)^2 (the data channels of
+ * its layout-X block), and with grad its gradient 2 (pred - eps) / N into
+ * u->dpred, N the batch's values. */
+static double squared_error(ff_unet *u, int grad)
+{
+    const ff_unet_config *cfg = &u->cfg;
+    const int64_t n = u->images, hw = cfg->image_size * cfg->image_size, ci = cfg->img_channels;
+    const int64_t pl = cfg->img_channels_pad / u->g.x, c0 = u->c.x * pl;
     const double N = (double)u->batch * (double)(hw * ci);
     double sum = 0;
-    memset(u->dpred, 0, (size_t)(n * hw * pl) * sizeof(float));
+    if (grad)
+        memset(u->dpred, 0, (size_t)(n * hw * pl) * sizeof(float));
     for (int64_t b = 0; b < n; b++)
         for (int64_t q = 0; q < hw; q++)
             for (int64_t j = 0; j < pl && c0 + j < ci; j++) {
                 int64_t i = (b * hw + q) * pl + j;
                 float d = u->pred[i] - u->noise[(b * hw + q) * ci + c0 + j];
                 sum += (double)d * d;
-                u->dpred[i] = (float)(2.0 * d / N);
+                if (grad)
+                    u->dpred[i] = (float)(2.0 * d / N);
             }
-    rc = ff_unet_backward_(u);
+    return sum;
+}
+
+/* The batch's mean from each rank's sum: over X (the data channels'
+ * blocks), then ZD (the images). */
+static int mean_loss(ff_unet *u, double sum, float *loss)
+{
+    const double N =
+        (double)u->batch * (double)(u->cfg.image_size * u->cfg.image_size * u->cfg.img_channels);
     float s = (float)sum;
-    if (!rc)
-        rc = ff_allreduce(ff_grid_group(u->grid, FF_GROUP_X), &s, &s, 1, NULL);
+    int rc = ff_allreduce(ff_grid_group(u->grid, FF_GROUP_X), &s, &s, 1, NULL);
     if (!rc)
         rc = ff_allreduce(ff_grid_group(u->grid, FF_GROUP_ZD), &s, &s, 1, NULL);
     *loss = (float)(s / N);
     return rc;
+}
+
+int ff_unet_ddpm_loss(ff_unet *u, const float *x0, uint64_t seed, int64_t step, float *loss)
+{
+    noised(u, x0, seed, step);
+    int rc = ff_unet_forward_(u);
+    if (rc)
+        return rc;
+    double sum = squared_error(u, 1);
+    rc = ff_unet_backward_(u);
+    return rc ? rc : mean_loss(u, sum, loss);
+}
+
+static int forward_program(ff_unet *u);
+
+int ff_unet_ddpm_eval(ff_unet *u, const float *x0, uint64_t seed, int64_t step, float *loss)
+{
+    noised(u, x0, seed, step);
+    int rc = forward_program(u);
+    if (!rc)
+        rc = ff_unet_forward_(u);
+    if (!rc)
+        rc = ff_linear_seq_end(u->seq);
+    int rc2 = ff_linear_seq_program_standard(u->seq, 0);
+    if (!rc)
+        rc = rc2;
+    return rc ? rc : mean_loss(u, squared_error(u, 0), loss);
 }
 
 void ff_ddpm_sample_noise(const ff_unet_config *cfg, uint64_t seed, int64_t g, int t, float *z)

@@ -53,9 +53,9 @@ typedef struct {
 /* (a tensor is a layer's weight or bias or a GroupNorm's gain or bias:
  * the table cannot overflow) */
 enum {
-    UNET_MAX_OPS = 64,
-    UNET_MAX_LAYERS = 160,
-    UNET_MAX_GN = 96,
+    UNET_MAX_OPS = 96, /* (4 levels of 3 blocks with attention at two: 51) */
+    UNET_MAX_LAYERS = 256,
+    UNET_MAX_GN = 160,
     UNET_MAX_TENSORS = 2 * UNET_MAX_LAYERS + 2 * UNET_MAX_GN
 };
 
@@ -67,6 +67,7 @@ typedef struct {
     unet_layer *layer[2];
     unet_gn *gn[2];
     int parts;
+    int64_t fan_in; /* a weight's or bias's: the whole layer's (every part's) inputs x taps */
     ff_unet_tensor_info info;
 } unet_tensor;
 

@@ -46,12 +46,12 @@ enum { NPRESETS = sizeof presets / sizeof presets[0] };
 
 /* The U-Nets: "unet-" and a name of ff_unet_preset (src/nn/unet.c, the one
  * table of U-Net shapes). */
-static const char *const unet_presets[] = {"tiny", "fmnist"};
-enum { NUNET = sizeof unet_presets / sizeof unet_presets[0] };
+static const char *const unet_names[] = {"unet-tiny", "unet-fmnist", "unet-50m", "unet-250m",
+                                         "unet-500m", "unet-1b",     "unet-2b",  "unet-4b"};
+enum { NUNET = sizeof unet_names / sizeof unet_names[0] };
 
 const char *ff_model_preset_name(size_t i)
 {
-    static const char *const unet_names[NUNET] = {"unet-tiny", "unet-fmnist"};
     return i < NPRESETS ? presets[i].name : i < NPRESETS + NUNET ? unet_names[i - NPRESETS] : NULL;
 }
 

@@ -90,6 +90,17 @@ static void block(ulist *l, const ff_unet_config *c, const int64_t *cin, int par
     }
 }
 
+/* Self-attention on h channels of size x size pixels: GroupNorm, QKV,
+ * the heads, the projection. */
+static void attention(ulist *l, const ff_unet_config *c, int64_t h, int64_t size)
+{
+    gn(l, c, 0, h, size * size);
+    lin(l, 0, h, 3 * h, size * size, 1, 1);
+    add(l, (uop){U_ATTN, 0, 0, h, size * size, 0, 0, 0, h / c->attn_head_channels,
+                 c->attn_head_channels});
+    lin(l, 1, h, h, size * size, 1, 1);
+}
+
 /* The forward's operations in src/nn/unet.c's order (ff_unet_create). */
 static int build(const ff_unet_config *c, ulist *l)
 {
@@ -103,6 +114,8 @@ static int build(const ff_unet_config *c, ulist *l)
         for (int r = 0; r < c->nres; r++) {
             block(l, c, &h, 1, C0 * c->mult[i], size);
             stack[sp++] = h = C0 * c->mult[i];
+            if ((c->attn_levels >> i) & 1)
+                attention(l, c, h, size);
         }
         if (i != c->levels - 1)
             stack[sp++] = h, size /= 2;
@@ -110,19 +123,16 @@ static int build(const ff_unet_config *c, ulist *l)
     for (int r = 0; r < 2; r++) {
         block(l, c, &h, 1, C0 * c->mult[c->levels - 1], size);
         h = C0 * c->mult[c->levels - 1];
-        if (r == 0 && c->attn_head_channels) {
-            gn(l, c, 0, h, size * size);
-            lin(l, 0, h, 3 * h, size * size, 1, 1);
-            add(l, (uop){U_ATTN, 0, 0, h, size * size, 0, 0, 0, h / c->attn_head_channels,
-                         c->attn_head_channels});
-            lin(l, 1, h, h, size * size, 1, 1);
-        }
+        if (r == 0 && c->attn_head_channels)
+            attention(l, c, h, size);
     }
     for (int i = c->levels - 1; i >= 0; i--) {
         for (int r = 0; r < c->nres + 1; r++) {
             int64_t parts[2] = {h, stack[--sp]};
             block(l, c, parts, 2, C0 * c->mult[i], size);
             h = C0 * c->mult[i];
+            if ((c->attn_levels >> i) & 1)
+                attention(l, c, h, size);
         }
         if (i != 0)
             size *= 2;
@@ -153,11 +163,19 @@ int plan_unet_model_check(const ff_unet_config *c, char *err, size_t len)
             return ff_format_error(
                 err, len, FF_EDIVIDE, "U-Net: %lldx%lld images cannot be halved %d times",
                 (long long)c->image_size, (long long)c->image_size, c->levels - 1);
-    const int64_t cmid = (int64_t)c->base * c->mult[c->levels - 1];
-    if (c->attn_head_channels && cmid % c->attn_head_channels)
-        return ff_format_error(err, len, FF_EDIVIDE,
-                               "U-Net: attention heads of %d channels do not divide %lld channels",
-                               c->attn_head_channels, (long long)cmid);
+    if (c->attn_levels < 0 || c->attn_levels >> c->levels ||
+        (c->attn_levels && !c->attn_head_channels))
+        return ff_format_error(err, len, FF_EINVAL,
+                               "U-Net: attention at levels 0x%x of %d levels, heads of %d "
+                               "channels (attention needs heads, at levels that exist)",
+                               (unsigned)c->attn_levels, c->levels, c->attn_head_channels);
+    for (int i = 0; i < c->levels && c->attn_head_channels; i++)
+        if ((i == c->levels - 1 || (c->attn_levels >> i) & 1) &&
+            (int64_t)c->base * c->mult[i] % c->attn_head_channels)
+            return ff_format_error(
+                err, len, FF_EDIVIDE,
+                "U-Net: attention heads of %d channels do not divide %lld channels",
+                c->attn_head_channels, (long long)c->base * c->mult[i]);
     /* every GroupNorm's width (each part of a concatenation) */
     int64_t widths[FF_UNET_MAX_LEVELS + 1];
     widths[0] = c->base;
@@ -191,7 +209,6 @@ static int fits_grid(const ff_plan_config *cfg, const ulist *l, ff_dims g, ff_pl
 {
     const ff_unet_config *c = &cfg->model.unet;
     const int64_t gx = g.x, gy = g.y;
-    const int64_t cmid = (int64_t)c->base * c->mult[c->levels - 1];
     if (cfg->batch % ((int64_t)g.z * g.d))
         plan_reject(r, "a batch of %lld images does not divide over Gz*Gd = %d",
                     (long long)cfg->batch, g.z * g.d);
@@ -206,9 +223,11 @@ static int fits_grid(const ff_plan_config *cfg, const ulist *l, ff_dims g, ff_pl
                         g.y);
             break;
         }
-    if (c->attn_head_channels && (cmid / c->attn_head_channels) % gx)
-        plan_reject(r, "%lld attention heads do not divide over X=%d",
-                    (long long)(cmid / c->attn_head_channels), g.x);
+    for (int i = 0; i < c->levels && c->attn_head_channels && !r->rejected; i++) {
+        const int64_t heads = (int64_t)c->base * c->mult[i] / c->attn_head_channels;
+        if ((i == c->levels - 1 || (c->attn_levels >> i) & 1) && heads % gx)
+            plan_reject(r, "%lld attention heads do not divide over X=%d", (long long)heads, g.x);
+    }
     for (int i = 0; !r->rejected && i < l->n; i++) {
         const uop *u = &l->op[i];
         if (u->kind == U_LIN &&
@@ -454,13 +473,14 @@ static int evaluate(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, pla
 }
 
 /* FLOPs of one step: every product of the list (forward, backward, the
- * attention) times the ranks that compute distinct rows: 2 k n per row of a
- * product, the dI product only where a layer has an input gradient. */
-static double step_flops(const ff_plan_config *cfg)
+ * attention) per image, 2 k n per row of a product, the dI product only
+ * where a layer has an input gradient; the attention's QK^T and PV, 4 px^2
+ * head per head forward and twice that backward. */
+double ff_plan_unet_flops(const ff_unet_config *c, int64_t batch)
 {
     ulist l = {0};
     double f = 0;
-    if (build(&cfg->model.unet, &l) == FF_OK)
+    if (build(c, &l) == FF_OK)
         for (int i = 0; i < l.n; i++) {
             const uop *u = &l.op[i];
             if (u->kind == U_LIN)
@@ -469,14 +489,14 @@ static double step_flops(const ff_plan_config *cfg)
                 f += 12.0 * (double)u->heads * (double)u->px * (double)u->px * (double)u->head;
         }
     free(l.op);
-    return f * (double)cfg->batch;
+    return f * (double)batch;
 }
 
 int plan_unet_eval(const ff_plan_config *cfg, ff_dims g, ff_plan_result *r, plan_ops *ops,
                    char *err, size_t len)
 {
     int rc = evaluate(cfg, g, r, ops, (ff_dims){0, 0, 0, 0}, NULL, err, len);
-    r->model_flops = step_flops(cfg);
+    r->model_flops = ff_plan_unet_flops(&cfg->model.unet, cfg->batch);
     if (rc == FF_OK && !r->rejected && r->step_s > 0) {
         r->flops_per_rank_s = r->model_flops / plan_group_size(g, FF_GROUP_WORLD) / r->step_s;
         r->peak_fraction = r->flops_per_rank_s / cfg->machine.peak_flops;

@@ -45,6 +45,9 @@ void ff_ckpt_get_adamw(const int32_t *h, int slot, ff_adamw *a);
  * (cfg->data and cfg->val_data: IDX files; NULL: Fashion-MNIST's training
  * and test images), initialised from cfg->seed. Collective. */
 int ff_net_unet_create(ff_grid *grid, const ff_trainer_config *cfg, ff_net *out);
+/* The image files a U-Net run of cfg reads: cfg->data and cfg->val_data,
+ * or without data Fashion-MNIST's training and test images. */
+void ff_net_unet_data(const ff_trainer_config *cfg, const char **train, const char **val);
 /* The U-Net of a binding (NULL for another model's). */
 struct ff_unet *ff_net_unet(const ff_net *net);
 

@@ -29,6 +29,7 @@
 #include "../util/file.h"
 #include "ckpt.h"
 #include "fourfold/image.h"
+#include "fourfold/plan.h"
 #include "fourfold/rng.h"
 #include "fourfold/unet.h"
 
@@ -37,7 +38,8 @@ enum {
     H_MAGIC = 0,
     H_VERSION = 1,
     H_CONFIG = 2, /* 2..: image_size, img_channels, pad, base, levels, mult[6], nres,
-                     group_channels, temb_mult, attn_head_channels, timesteps, schedule */
+                     group_channels, temb_mult, attn_head_channels, timesteps, schedule,
+                     attn_levels (slot 19) */
     H_BETAS = 24, /* 24..27: beta_first, beta_last (doubles) */
     H_STEP = 32,
     H_SEED = 34,
@@ -82,6 +84,7 @@ static void config_slots(const ff_unet_config *c, int32_t *h)
     *p++ = c->attn_head_channels;
     *p++ = c->timesteps;
     *p++ = (int32_t)c->schedule;
+    *p++ = c->attn_levels; /* (0 in the files of before it: the same model) */
     memcpy(&h[H_BETAS], &c->beta_first, sizeof(double));
     memcpy(&h[H_BETAS + 2], &c->beta_last, sizeof(double));
 }
@@ -175,10 +178,8 @@ static int unet_eval(void *impl, int i, int n, float *loss)
     unet_net *m = impl;
     const int64_t nval = m->val.dims[0];
     int rc = ff_ctx_agree(m->ctx, fill(m, &m->val, (int64_t)i * (nval / n), m->x0));
-    ff_unet_zero_grads(m->u);
     if (rc == FF_OK)
-        rc = ff_unet_ddpm_loss(m->u, m->x0, m->seed ^ VAL_KEY, i, loss);
-    ff_unet_zero_grads(m->u); /* the step zeroes them too; nothing left behind */
+        rc = ff_unet_ddpm_eval(m->u, m->x0, m->seed ^ VAL_KEY, i, loss);
     return rc;
 }
 
@@ -374,8 +375,8 @@ static int unet_load(void *impl, const char *dir, int64_t step, ff_train_state *
 
 static double unet_flops(void *impl)
 {
-    (void)impl;
-    return 0; /* the planner's U-Net is not built yet (docs/unet.md, "What is left") */
+    const unet_net *m = impl;
+    return ff_plan_unet_flops(&m->cfg, m->batch); /* the planner's count: one home */
 }
 
 static void unet_describe(void *impl, char *json, size_t jl, char *title, size_t tl)
@@ -498,6 +499,34 @@ static int sample_steps(ff_ctx *ctx, const ff_unet_config *c, int asked, int *st
                                           asked, c->timesteps, c->timesteps));
 }
 
+/* A batch's buffers: x0, one image padded before pooling (fill: the
+ * largest of the loaded files'), the epochs' order of the training file.
+ * Collective. */
+static int batch_buffers(unet_net *m)
+{
+    const int64_t S = m->cfg.image_size;
+    const ff_idx *files[2] = {&m->train, &m->val};
+    int64_t side = 1;
+    for (int k = 0; k < 2; k++)
+        if (files[k]->ndims == 3) {
+            int64_t big =
+                files[k]->dims[1] > files[k]->dims[2] ? files[k]->dims[1] : files[k]->dims[2];
+            side = (big + S - 1) / S * S > side ? (big + S - 1) / S * S : side;
+        }
+    m->x0 = malloc((size_t)(m->count * m->per + 1) * sizeof(float));
+    m->padded = malloc((size_t)(side * side) * sizeof(float));
+    m->order = malloc((size_t)(m->train.dims[0] + 1) * sizeof *m->order);
+    return ff_ctx_agree(m->ctx, m->x0 && m->padded && m->order
+                                    ? FF_OK
+                                    : ff_set_error(m->ctx, FF_ENOMEM, "out of memory for a batch"));
+}
+
+void ff_net_unet_data(const ff_trainer_config *cfg, const char **train, const char **val)
+{
+    *train = cfg->data ? cfg->data : FF_FASHION_MNIST_TRAIN;
+    *val = cfg->data ? cfg->val_data : FF_FASHION_MNIST_TEST;
+}
+
 int ff_net_unet_create(ff_grid *grid, const ff_trainer_config *cfg, ff_net *out)
 {
     ff_ctx *ctx = ff_grid_ctx(grid);
@@ -515,8 +544,8 @@ int ff_net_unet_create(ff_grid *grid, const ff_trainer_config *cfg, ff_net *out)
     m->seed = cfg->seed;
     m->epoch = -1;
     m->per = m->cfg.image_size * m->cfg.image_size * m->cfg.img_channels;
-    const char *train = cfg->data ? cfg->data : FF_FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz";
-    const char *val = cfg->data ? cfg->val_data : FF_FASHION_MNIST_DIR "/t10k-images-idx3-ubyte.gz";
+    const char *train, *val;
+    ff_net_unet_data(cfg, &train, &val);
     snprintf(m->train_path, sizeof m->train_path, "%s", train);
     rc = sample_steps(ctx, &m->cfg, cfg->sample_steps, &m->sample_steps);
     if (rc == FF_OK)
@@ -527,20 +556,7 @@ int ff_net_unet_create(ff_grid *grid, const ff_trainer_config *cfg, ff_net *out)
         m->has_val = 1;
     if (rc == FF_OK) {
         ff_unet_images(m->u, &m->first, &m->count);
-        const int64_t big =
-            m->train.dims[1] > m->train.dims[2] ? m->train.dims[1] : m->train.dims[2];
-        int64_t side = (big + m->cfg.image_size - 1) / m->cfg.image_size * m->cfg.image_size;
-        if (m->has_val) {
-            int64_t vb = m->val.dims[1] > m->val.dims[2] ? m->val.dims[1] : m->val.dims[2];
-            int64_t vs = (vb + m->cfg.image_size - 1) / m->cfg.image_size * m->cfg.image_size;
-            side = vs > side ? vs : side;
-        }
-        m->x0 = malloc((size_t)(m->count * m->per + 1) * sizeof(float));
-        m->padded = malloc((size_t)(side * side) * sizeof(float));
-        m->order = malloc((size_t)(m->train.dims[0] + 1) * sizeof *m->order);
-        rc = ff_ctx_agree(ctx, m->x0 && m->padded && m->order
-                                   ? FF_OK
-                                   : ff_set_error(ctx, FF_ENOMEM, "out of memory for a batch"));
+        rc = batch_buffers(m);
     }
     if (rc == FF_OK)
         rc = ff_unet_init(m->u, cfg->seed);
@@ -576,16 +592,23 @@ static void config_from_slots(const int32_t *h, ff_unet_config *c)
     c->attn_head_channels = *p++;
     c->timesteps = *p++;
     c->schedule = (ff_schedule)*p++;
+    c->attn_levels = *p++;
     memcpy(&c->beta_first, &h[H_BETAS], sizeof(double));
     memcpy(&c->beta_last, &h[H_BETAS + 2], sizeof(double));
 }
 
-int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, int steps, uint64_t seed,
-                        const char *png)
+/* The U-Net of a checkpoint file on grid for batches of n images (0: the
+ * file's batch): its configuration from the header (rank 0 reads and
+ * checks it, every rank agrees), the model created, the file verified and
+ * loaded (*st its training state). `what` ends the message for another
+ * model's file. Collective; *out NULL on failure. */
+static int open_file(ff_grid *grid, const char *path, int64_t n, const char *what, unet_net **out,
+                     ff_train_state *st)
 {
     ff_ctx *ctx = ff_grid_ctx(grid);
     int32_t h[HEADER_INTS] = {0};
     int io = FF_OK;
+    *out = NULL;
     if (ff_ctx_rank(ctx) == 0) {
         FILE *f = NULL;
         io = ff_ckpt_check_kind(ctx, path, FF_NET_UNET);
@@ -594,10 +617,8 @@ int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, int steps, u
                               ff_open_error(errno));
         else if (io == FF_OK && (fread(h, sizeof(int32_t), HEADER_INTS, f) != HEADER_INTS ||
                                  h[H_MAGIC] != FF_UNET_CKPT_MAGIC))
-            io = ff_set_error(ctx, FF_EINVAL,
-                              "'%s' is not a fourfold U-Net checkpoint (samples to a PNG are "
-                              "the U-Net's)",
-                              path);
+            io = ff_set_error(ctx, FF_EINVAL, "'%s' is not a fourfold U-Net checkpoint (%s)", path,
+                              what);
         if (f)
             fclose(f);
     }
@@ -614,19 +635,71 @@ int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, int steps, u
     }
     m->ctx = ctx;
     m->grid = grid;
+    m->epoch = -1;
     config_from_slots(h, &m->cfg);
-    m->batch = n;
+    m->batch = n ? n : h[H_BATCH];
     m->per = m->cfg.image_size * m->cfg.image_size * m->cfg.img_channels;
-    rc = sample_steps(ctx, &m->cfg, steps, &m->sample_steps);
-    if (rc == FF_OK)
-        rc = ff_unet_create(grid, &m->cfg, NULL, n, &m->u);
-    ff_train_state st;
+    rc = ff_unet_create(grid, &m->cfg, NULL, m->batch, &m->u);
     if (rc == FF_OK) {
         ff_unet_images(m->u, &m->first, &m->count);
-        rc = load_file(m, path, &st);
+        rc = load_file(m, path, st);
     }
+    if (rc)
+        unet_destroy(m);
+    else
+        *out = m;
+    return rc;
+}
+
+int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, int steps, uint64_t seed,
+                        const char *png)
+{
+    unet_net *m = NULL;
+    ff_train_state st;
+    int rc = open_file(grid, path, n, "samples to a PNG are the U-Net's", &m, &st);
+    if (rc == FF_OK)
+        rc = sample_steps(m->ctx, &m->cfg, steps, &m->sample_steps);
     if (rc == FF_OK)
         rc = unet_samples(m, png, seed);
     unet_destroy(m);
     return rc;
+}
+
+int ff_net_file_eval(ff_grid *grid, const char *path, const char *images, int64_t n, int batches,
+                     float *loss, int64_t *batch)
+{
+    unet_net *m = NULL;
+    ff_train_state st;
+    int rc = open_file(grid, path, n, "the GPT's loss is on token shards", &m, &st);
+    if (rc == FF_OK) {
+        m->seed = st.seed; /* the run's validation draws */
+        *batch = m->batch;
+        rc = read_images(m, images ? images : FF_FASHION_MNIST_TEST, &m->val);
+    }
+    if (rc == FF_OK)
+        rc = batch_buffers(m);
+    double sum = 0;
+    for (int i = 0; i < batches && rc == FF_OK; i++) {
+        float l = 0;
+        rc = unet_eval(m, i, batches, &l);
+        sum += l;
+    }
+    if (rc == FF_OK)
+        *loss = (float)(sum / batches); /* as ff_trainer_eval's */
+    unet_destroy(m);
+    return rc;
+}
+
+ff_net_kind ff_net_file_kind(ff_ctx *ctx, const char *path)
+{
+    int32_t magic = 0;
+    if (ff_ctx_rank(ctx) == 0) {
+        FILE *f = ff_fopen_regular(path);
+        if (!f || fread(&magic, sizeof magic, 1, f) != 1)
+            magic = 0;
+        if (f)
+            fclose(f);
+    }
+    MPI_Bcast(&magic, 1, MPI_INT32_T, 0, ff_ctx_comm(ctx));
+    return magic == FF_UNET_CKPT_MAGIC ? FF_NET_UNET : FF_NET_GPT;
 }

@@ -645,9 +645,10 @@ int ff_trainer_create(ff_grid *grid, const ff_trainer_config *cfg, ff_trainer **
     rc = bad ? fail(t, FF_EINVAL, bad) : FF_OK;
     if (rc == FF_OK && cfg->out)
         rc = claim_out(t);
-    if (rc == FF_OK && cfg->kind == FF_NET_UNET)
+    if (rc == FF_OK && cfg->kind == FF_NET_UNET) {
         rc = ff_net_unet_create(grid, cfg, &t->net);
-    else if (rc == FF_OK)
+        ff_net_unet_data(cfg, &t->cfg.data, &t->cfg.val_data); /* named in ff_trainer_info */
+    } else if (rc == FF_OK)
         rc = gpt_create(t);
     if (rc == FF_OK)
         rc = start_run(t);
