@@ -15,8 +15,8 @@ enum { ELEM_GRAIN = 4096, PIXEL_GRAIN = 64 };
 
 /* ---- GroupNorm ---------------------------------------------------------------
  * Per image, the rank's channels ch = 0..cl-1 are canonical channels c0 + ch,
- * of group (c0 + ch) / cg. Sums run over pixels in order, then channels in
- * order, in double, and are rounded to float once. */
+ * of group (c0 + ch) / cg. Sums run over pixels in order per channel, then
+ * over channels in order, in double, and are rounded to float once. */
 
 typedef struct {
     int64_t images, hw, cl, C, G, cg, c0;
@@ -40,18 +40,11 @@ static int gn_shape_of(ff_group *gs, gn_shape *s, int64_t images, int64_t hw, in
     return FF_OK;
 }
 
-/* The first and one past the last group this rank holds channels of, and
- * the local channels [lo, hi) of group g. */
+/* The first and one past the last group this rank holds channels of. */
 static void gn_groups(const gn_shape *s, int64_t *g0, int64_t *g1)
 {
     *g0 = s->c0 / s->cg;
     *g1 = (s->c0 + s->cl - 1) / s->cg + 1;
-}
-
-static void gn_channels(const gn_shape *s, int64_t g, int64_t *lo, int64_t *hi)
-{
-    *lo = g * s->cg - s->c0, *hi = *lo + s->cg;
-    *lo = *lo < 0 ? 0 : *lo, *hi = *hi > s->cl ? s->cl : *hi;
 }
 
 typedef struct {
@@ -59,34 +52,6 @@ typedef struct {
     float *out, *dinp, *dw, *db, *sums, *sums2;
     const float *inp, *dout, *w, *b, *mean, *rstd;
 } gn_job;
-
-/* per image: sums (images, G) of x over each group's values here, or of
- * (x - mean)^2 when j->mean is set */
-static void gn_sums(void *arg, int64_t i0, int64_t i1, int th)
-{
-    (void)th;
-    const gn_job *j = arg;
-    const gn_shape *s = j->s;
-    int64_t g0, g1;
-    gn_groups(s, &g0, &g1);
-    for (int64_t i = i0; i < i1; i++) {
-        memset(j->sums + i * s->G, 0, (size_t)s->G * sizeof(float));
-        for (int64_t g = g0; g < g1; g++) {
-            int64_t lo, hi;
-            gn_channels(s, g, &lo, &hi);
-            double acc = 0;
-            float m = j->mean ? j->mean[i * s->G + g] : 0.0f;
-            for (int64_t p = 0; p < s->hw; p++) {
-                const float *x = j->inp + (i * s->hw + p) * s->cl;
-                for (int64_t ch = lo; ch < hi; ch++) {
-                    double d = j->mean ? (double)(x[ch] - m) : x[ch];
-                    acc += j->mean ? d * d : d;
-                }
-            }
-            j->sums[i * s->G + g] = (float)acc;
-        }
-    }
-}
 
 /* GN_BLOCK channels at a time, with each channel's statistics of one image
  * gathered first (the elementwise passes then vectorise over channels; a
@@ -103,6 +68,65 @@ static void gn_gather(const gn_shape *s, int64_t i, int64_t cb, int64_t nc, int 
         int64_t k = i * s->G + (s->c0 + cb + ch) / s->cg;
         for (int a = 0; a < n; a++)
             dst[a][ch] = src[a][k];
+    }
+}
+
+/* Adds acc[0..nc) (the channels [cb, cb + nc) of image i) into the groups'
+ * running sums in channel order: *g is the group being summed (-1: none
+ * yet), *run its sum; a finished group goes to out[i*G + group]. */
+static void gn_fold(const gn_shape *s, int64_t i, int64_t cb, int64_t nc, const double *acc,
+                    int64_t *g, double *run, float *out)
+{
+    for (int64_t ch = 0; ch < nc; ch++) {
+        int64_t gc = (s->c0 + cb + ch) / s->cg;
+        if (gc != *g) {
+            if (*g >= 0)
+                out[i * s->G + *g] = (float)*run;
+            *g = gc, *run = 0;
+        }
+        *run += acc[ch];
+    }
+}
+
+/* per image: sums (images, G) of x over each group's values here, or of
+ * (x - mean)^2 when j->mean is set: per channel over the pixels in order
+ * (vectorised over channels), then over the group's channels in order */
+static void gn_sums(void *arg, int64_t i0, int64_t i1, int th)
+{
+    (void)th;
+    const gn_job *j = arg;
+    const gn_shape *s = j->s;
+    const float *stats[1] = {j->mean};
+    float st[1][GN_BLOCK];
+    double acc[GN_BLOCK];
+    for (int64_t i = i0; i < i1; i++) {
+        memset(j->sums + i * s->G, 0, (size_t)s->G * sizeof(float));
+        int64_t g = -1;
+        double run = 0;
+        for (int64_t cb = 0; cb < s->cl; cb += GN_BLOCK) {
+            const int64_t nc = s->cl - cb < GN_BLOCK ? s->cl - cb : GN_BLOCK;
+            for (int64_t ch = 0; ch < nc; ch++)
+                acc[ch] = 0;
+            if (j->mean) {
+                gn_gather(s, i, cb, nc, 1, stats, st);
+                for (int64_t p = 0; p < s->hw; p++) {
+                    const float *x = j->inp + (i * s->hw + p) * s->cl + cb;
+                    for (int64_t ch = 0; ch < nc; ch++) {
+                        double d = (double)(x[ch] - st[0][ch]);
+                        acc[ch] += d * d;
+                    }
+                }
+            } else {
+                for (int64_t p = 0; p < s->hw; p++) {
+                    const float *x = j->inp + (i * s->hw + p) * s->cl + cb;
+                    for (int64_t ch = 0; ch < nc; ch++)
+                        acc[ch] += x[ch];
+                }
+            }
+            gn_fold(s, i, cb, nc, acc, &g, &run, j->sums);
+        }
+        if (g >= 0)
+            j->sums[i * s->G + g] = (float)run;
     }
 }
 
@@ -162,30 +186,41 @@ int ff_gn_forward(ff_group *gs, float *out, float *mean, float *rstd, const floa
     return FF_OK;
 }
 
-/* per image and group: s1 = sum g, s2 = sum g xhat, g = dout w */
+/* per image and group: s1 = sum g, s2 = sum g xhat, g = dout w (per
+ * channel over the pixels in order, then over the group's channels) */
 static void gn_back_sums(void *arg, int64_t i0, int64_t i1, int th)
 {
     (void)th;
     const gn_job *j = arg;
     const gn_shape *s = j->s;
-    int64_t g0, g1;
-    gn_groups(s, &g0, &g1);
+    const float *stats[2] = {j->mean, j->rstd};
+    float st[2][GN_BLOCK];
+    double a1[GN_BLOCK], a2[GN_BLOCK];
     for (int64_t i = i0; i < i1; i++) {
         memset(j->sums + i * s->G, 0, (size_t)s->G * sizeof(float));
         memset(j->sums2 + i * s->G, 0, (size_t)s->G * sizeof(float));
-        for (int64_t g = g0; g < g1; g++) {
-            int64_t lo, hi, k = i * s->G + g;
-            gn_channels(s, g, &lo, &hi);
-            double a1 = 0, a2 = 0;
-            for (int64_t p = 0; p < s->hw; p++)
-                for (int64_t ch = lo; ch < hi; ch++) {
-                    int64_t e = (i * s->hw + p) * s->cl + ch;
-                    float xhat = (j->inp[e] - j->mean[k]) * j->rstd[k], gr = j->dout[e] * j->w[ch];
-                    a1 += gr;
-                    a2 += (double)gr * xhat;
+        int64_t g1 = -1, g2 = -1;
+        double run1 = 0, run2 = 0;
+        for (int64_t cb = 0; cb < s->cl; cb += GN_BLOCK) {
+            const int64_t nc = s->cl - cb < GN_BLOCK ? s->cl - cb : GN_BLOCK;
+            const float *w = j->w + cb;
+            for (int64_t ch = 0; ch < nc; ch++)
+                a1[ch] = a2[ch] = 0;
+            gn_gather(s, i, cb, nc, 2, stats, st);
+            for (int64_t p = 0; p < s->hw; p++) {
+                const int64_t e = (i * s->hw + p) * s->cl + cb;
+                const float *x = j->inp + e, *dy = j->dout + e;
+                for (int64_t ch = 0; ch < nc; ch++) {
+                    float xhat = (x[ch] - st[0][ch]) * st[1][ch], gr = dy[ch] * w[ch];
+                    a1[ch] += gr;
+                    a2[ch] += (double)gr * xhat;
                 }
-            j->sums[k] = (float)a1, j->sums2[k] = (float)a2;
+            }
+            gn_fold(s, i, cb, nc, a1, &g1, &run1, j->sums);
+            gn_fold(s, i, cb, nc, a2, &g2, &run2, j->sums2);
         }
+        if (g1 >= 0)
+            j->sums[i * s->G + g1] = (float)run1, j->sums2[i * s->G + g2] = (float)run2;
     }
 }
 
@@ -241,8 +276,8 @@ static void gn_back_input(void *arg, int64_t r0, int64_t r1, int th)
             float *dx = j->dinp + e;
             for (int64_t ch = 0; ch < nc; ch++) {
                 float xhat = (x[ch] - st[0][ch]) * st[1][ch];
-                dx[ch] += st[1][ch] *
-                          (dy[ch] * w[ch] - st[2][ch] * inv_n - xhat * st[3][ch] * inv_n);
+                dx[ch] +=
+                    st[1][ch] * (dy[ch] * w[ch] - st[2][ch] * inv_n - xhat * st[3][ch] * inv_n);
             }
         }
     }
