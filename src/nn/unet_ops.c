@@ -15,8 +15,8 @@ enum { ELEM_GRAIN = 4096, PIXEL_GRAIN = 64 };
 
 /* ---- GroupNorm ---------------------------------------------------------------
  * Per image, the rank's channels ch = 0..cl-1 are canonical channels c0 + ch,
- * of group (c0 + ch) / cg. Sums run over pixels in order, then channels in
- * order, in double, and are rounded to float once. */
+ * of group (c0 + ch) / cg. Sums run over pixels in order per channel, then
+ * over channels in order, in double, and are rounded to float once. */
 
 typedef struct {
     int64_t images, hw, cl, C, G, cg, c0;
@@ -40,18 +40,11 @@ static int gn_shape_of(ff_group *gs, gn_shape *s, int64_t images, int64_t hw, in
     return FF_OK;
 }
 
-/* The first and one past the last group this rank holds channels of, and
- * the local channels [lo, hi) of group g. */
+/* The first and one past the last group this rank holds channels of. */
 static void gn_groups(const gn_shape *s, int64_t *g0, int64_t *g1)
 {
     *g0 = s->c0 / s->cg;
     *g1 = (s->c0 + s->cl - 1) / s->cg + 1;
-}
-
-static void gn_channels(const gn_shape *s, int64_t g, int64_t *lo, int64_t *hi)
-{
-    *lo = g * s->cg - s->c0, *hi = *lo + s->cg;
-    *lo = *lo < 0 ? 0 : *lo, *hi = *hi > s->cl ? s->cl : *hi;
 }
 
 typedef struct {
@@ -60,31 +53,80 @@ typedef struct {
     const float *inp, *dout, *w, *b, *mean, *rstd;
 } gn_job;
 
+/* GN_BLOCK channels at a time, with each channel's statistics of one image
+ * gathered first (the elementwise passes then vectorise over channels; a
+ * group's index per element made them 10 % of the U-Net's step, issue 51).
+ * The arithmetic of each element is unchanged, and so are its bits. */
+enum { GN_BLOCK = 64 };
+
+/* dst[n][ch] = src[n][k] for the channels [cb, cb + nc) of image i,
+ * k = i*G + group of the channel, for the n arrays given */
+static void gn_gather(const gn_shape *s, int64_t i, int64_t cb, int64_t nc, int n,
+                      const float *const *src, float (*dst)[GN_BLOCK])
+{
+    for (int64_t ch = 0; ch < nc; ch++) {
+        int64_t k = i * s->G + (s->c0 + cb + ch) / s->cg;
+        for (int a = 0; a < n; a++)
+            dst[a][ch] = src[a][k];
+    }
+}
+
+/* Adds acc[0..nc) (the channels [cb, cb + nc) of image i) into the groups'
+ * running sums in channel order: *g is the group being summed (-1: none
+ * yet), *run its sum; a finished group goes to out[i*G + group]. */
+static void gn_fold(const gn_shape *s, int64_t i, int64_t cb, int64_t nc, const double *acc,
+                    int64_t *g, double *run, float *out)
+{
+    for (int64_t ch = 0; ch < nc; ch++) {
+        int64_t gc = (s->c0 + cb + ch) / s->cg;
+        if (gc != *g) {
+            if (*g >= 0)
+                out[i * s->G + *g] = (float)*run;
+            *g = gc, *run = 0;
+        }
+        *run += acc[ch];
+    }
+}
+
 /* per image: sums (images, G) of x over each group's values here, or of
- * (x - mean)^2 when j->mean is set */
+ * (x - mean)^2 when j->mean is set: per channel over the pixels in order
+ * (vectorised over channels), then over the group's channels in order */
 static void gn_sums(void *arg, int64_t i0, int64_t i1, int th)
 {
     (void)th;
     const gn_job *j = arg;
     const gn_shape *s = j->s;
-    int64_t g0, g1;
-    gn_groups(s, &g0, &g1);
+    const float *stats[1] = {j->mean};
+    float st[1][GN_BLOCK];
+    double acc[GN_BLOCK];
     for (int64_t i = i0; i < i1; i++) {
         memset(j->sums + i * s->G, 0, (size_t)s->G * sizeof(float));
-        for (int64_t g = g0; g < g1; g++) {
-            int64_t lo, hi;
-            gn_channels(s, g, &lo, &hi);
-            double acc = 0;
-            float m = j->mean ? j->mean[i * s->G + g] : 0.0f;
-            for (int64_t p = 0; p < s->hw; p++) {
-                const float *x = j->inp + (i * s->hw + p) * s->cl;
-                for (int64_t ch = lo; ch < hi; ch++) {
-                    double d = j->mean ? (double)(x[ch] - m) : x[ch];
-                    acc += j->mean ? d * d : d;
+        int64_t g = -1;
+        double run = 0;
+        for (int64_t cb = 0; cb < s->cl; cb += GN_BLOCK) {
+            const int64_t nc = s->cl - cb < GN_BLOCK ? s->cl - cb : GN_BLOCK;
+            for (int64_t ch = 0; ch < nc; ch++)
+                acc[ch] = 0;
+            if (j->mean) {
+                gn_gather(s, i, cb, nc, 1, stats, st);
+                for (int64_t p = 0; p < s->hw; p++) {
+                    const float *x = j->inp + (i * s->hw + p) * s->cl + cb;
+                    for (int64_t ch = 0; ch < nc; ch++) {
+                        double d = (double)(x[ch] - st[0][ch]);
+                        acc[ch] += d * d;
+                    }
+                }
+            } else {
+                for (int64_t p = 0; p < s->hw; p++) {
+                    const float *x = j->inp + (i * s->hw + p) * s->cl + cb;
+                    for (int64_t ch = 0; ch < nc; ch++)
+                        acc[ch] += x[ch];
                 }
             }
-            j->sums[i * s->G + g] = (float)acc;
+            gn_fold(s, i, cb, nc, acc, &g, &run, j->sums);
         }
+        if (g >= 0)
+            j->sums[i * s->G + g] = (float)run;
     }
 }
 
@@ -93,13 +135,18 @@ static void gn_normalize(void *arg, int64_t r0, int64_t r1, int th)
     (void)th;
     const gn_job *j = arg;
     const gn_shape *s = j->s;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *x = j->inp + r * s->cl;
-        float *y = j->out + r * s->cl;
-        int64_t i = r / s->hw;
-        for (int64_t ch = 0; ch < s->cl; ch++) {
-            int64_t k = i * s->G + (s->c0 + ch) / s->cg;
-            y[ch] = (x[ch] - j->mean[k]) * j->rstd[k] * j->w[ch] + j->b[ch];
+    const float *stats[2] = {j->mean, j->rstd};
+    float st[2][GN_BLOCK];
+    for (int64_t cb = 0; cb < s->cl; cb += GN_BLOCK) {
+        const int64_t nc = s->cl - cb < GN_BLOCK ? s->cl - cb : GN_BLOCK;
+        const float *w = j->w + cb, *b = j->b + cb;
+        for (int64_t r = r0, i = -1; r < r1; r++) {
+            if (r / s->hw != i)
+                gn_gather(s, i = r / s->hw, cb, nc, 2, stats, st);
+            const float *x = j->inp + r * s->cl + cb;
+            float *y = j->out + r * s->cl + cb;
+            for (int64_t ch = 0; ch < nc; ch++)
+                y[ch] = (x[ch] - st[0][ch]) * st[1][ch] * w[ch] + b[ch];
         }
     }
 }
@@ -139,53 +186,74 @@ int ff_gn_forward(ff_group *gs, float *out, float *mean, float *rstd, const floa
     return FF_OK;
 }
 
-/* per image and group: s1 = sum g, s2 = sum g xhat, g = dout w */
+/* per image and group: s1 = sum g, s2 = sum g xhat, g = dout w (per
+ * channel over the pixels in order, then over the group's channels) */
 static void gn_back_sums(void *arg, int64_t i0, int64_t i1, int th)
 {
     (void)th;
     const gn_job *j = arg;
     const gn_shape *s = j->s;
-    int64_t g0, g1;
-    gn_groups(s, &g0, &g1);
+    const float *stats[2] = {j->mean, j->rstd};
+    float st[2][GN_BLOCK];
+    double a1[GN_BLOCK], a2[GN_BLOCK];
     for (int64_t i = i0; i < i1; i++) {
         memset(j->sums + i * s->G, 0, (size_t)s->G * sizeof(float));
         memset(j->sums2 + i * s->G, 0, (size_t)s->G * sizeof(float));
-        for (int64_t g = g0; g < g1; g++) {
-            int64_t lo, hi, k = i * s->G + g;
-            gn_channels(s, g, &lo, &hi);
-            double a1 = 0, a2 = 0;
-            for (int64_t p = 0; p < s->hw; p++)
-                for (int64_t ch = lo; ch < hi; ch++) {
-                    int64_t e = (i * s->hw + p) * s->cl + ch;
-                    float xhat = (j->inp[e] - j->mean[k]) * j->rstd[k], gr = j->dout[e] * j->w[ch];
-                    a1 += gr;
-                    a2 += (double)gr * xhat;
+        int64_t g1 = -1, g2 = -1;
+        double run1 = 0, run2 = 0;
+        for (int64_t cb = 0; cb < s->cl; cb += GN_BLOCK) {
+            const int64_t nc = s->cl - cb < GN_BLOCK ? s->cl - cb : GN_BLOCK;
+            const float *w = j->w + cb;
+            for (int64_t ch = 0; ch < nc; ch++)
+                a1[ch] = a2[ch] = 0;
+            gn_gather(s, i, cb, nc, 2, stats, st);
+            for (int64_t p = 0; p < s->hw; p++) {
+                const int64_t e = (i * s->hw + p) * s->cl + cb;
+                const float *x = j->inp + e, *dy = j->dout + e;
+                for (int64_t ch = 0; ch < nc; ch++) {
+                    float xhat = (x[ch] - st[0][ch]) * st[1][ch], gr = dy[ch] * w[ch];
+                    a1[ch] += gr;
+                    a2[ch] += (double)gr * xhat;
                 }
-            j->sums[k] = (float)a1, j->sums2[k] = (float)a2;
+            }
+            gn_fold(s, i, cb, nc, a1, &g1, &run1, j->sums);
+            gn_fold(s, i, cb, nc, a2, &g2, &run2, j->sums2);
         }
+        if (g1 >= 0)
+            j->sums[i * s->G + g1] = (float)run1, j->sums2[i * s->G + g2] = (float)run2;
     }
 }
 
 /* per channel: dw += sum dout xhat, db += sum dout, over images and pixels
- * in order */
+ * in order (a block of channels at a time, reading rows) */
 static void gn_back_params(void *arg, int64_t c0, int64_t c1, int th)
 {
     (void)th;
     const gn_job *j = arg;
     const gn_shape *s = j->s;
-    for (int64_t ch = c0; ch < c1; ch++) {
-        double aw = 0, ab = 0;
+    const float *stats[2] = {j->mean, j->rstd};
+    float st[2][GN_BLOCK];
+    double aw[GN_BLOCK], ab[GN_BLOCK];
+    for (int64_t cb = c0; cb < c1; cb += GN_BLOCK) {
+        const int64_t nc = c1 - cb < GN_BLOCK ? c1 - cb : GN_BLOCK;
+        for (int64_t ch = 0; ch < nc; ch++)
+            aw[ch] = ab[ch] = 0;
         for (int64_t i = 0; i < s->images; i++) {
-            int64_t k = i * s->G + (s->c0 + ch) / s->cg;
+            gn_gather(s, i, cb, nc, 2, stats, st);
             for (int64_t p = 0; p < s->hw; p++) {
-                int64_t e = (i * s->hw + p) * s->cl + ch;
-                float xhat = (j->inp[e] - j->mean[k]) * j->rstd[k];
-                aw += (double)j->dout[e] * xhat;
-                ab += j->dout[e];
+                const int64_t e = (i * s->hw + p) * s->cl + cb;
+                const float *x = j->inp + e, *dy = j->dout + e;
+                for (int64_t ch = 0; ch < nc; ch++) {
+                    float xhat = (x[ch] - st[0][ch]) * st[1][ch];
+                    aw[ch] += (double)dy[ch] * xhat;
+                    ab[ch] += dy[ch];
+                }
             }
         }
-        j->dw[ch] += (float)aw;
-        j->db[ch] += (float)ab;
+        for (int64_t ch = 0; ch < nc; ch++) {
+            j->dw[cb + ch] += (float)aw[ch];
+            j->db[cb + ch] += (float)ab[ch];
+        }
     }
 }
 
@@ -195,13 +263,22 @@ static void gn_back_input(void *arg, int64_t r0, int64_t r1, int th)
     const gn_job *j = arg;
     const gn_shape *s = j->s;
     const float inv_n = 1.0f / (float)(s->hw * s->cg);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i = r / s->hw;
-        for (int64_t ch = 0; ch < s->cl; ch++) {
-            int64_t k = i * s->G + (s->c0 + ch) / s->cg, e = r * s->cl + ch;
-            float xhat = (j->inp[e] - j->mean[k]) * j->rstd[k];
-            j->dinp[e] += j->rstd[k] *
-                          (j->dout[e] * j->w[ch] - j->sums[k] * inv_n - xhat * j->sums2[k] * inv_n);
+    const float *stats[4] = {j->mean, j->rstd, j->sums, j->sums2};
+    float st[4][GN_BLOCK];
+    for (int64_t cb = 0; cb < s->cl; cb += GN_BLOCK) {
+        const int64_t nc = s->cl - cb < GN_BLOCK ? s->cl - cb : GN_BLOCK;
+        const float *w = j->w + cb;
+        for (int64_t r = r0, i = -1; r < r1; r++) {
+            if (r / s->hw != i)
+                gn_gather(s, i = r / s->hw, cb, nc, 4, stats, st);
+            const int64_t e = r * s->cl + cb;
+            const float *x = j->inp + e, *dy = j->dout + e;
+            float *dx = j->dinp + e;
+            for (int64_t ch = 0; ch < nc; ch++) {
+                float xhat = (x[ch] - st[0][ch]) * st[1][ch];
+                dx[ch] +=
+                    st[1][ch] * (dy[ch] * w[ch] - st[2][ch] * inv_n - xhat * st[3][ch] * inv_n);
+            }
         }
     }
 }
@@ -244,21 +321,62 @@ typedef struct {
     float scale;
 } elem_job;
 
+/* e^t in a form the compiler vectorises (libm's expf is a call per element,
+ * which made SiLU's passes 11 % of the U-Net's step, issue 51). t = n ln2 + r,
+ * |r| <= ln2/2, with ln2 in two parts (n ln2_hi and t - n ln2_hi exact); e^r
+ * by its Taylor polynomial of degree 7 (truncation r^8/8! < 0.1 u) in
+ * Horner's form; e^t = e^r 2^(n-1) 2, exact scalings (the result is normal
+ * or overflows). Relative error at most 3 u (u = 2^-24: 0.4 u from the
+ * reduction, 2.5 u from Horner's roundings with the polynomial in
+ * [0.70, 1.42]), against libm's 1 u: SiLU's bound (docs/testing.md, "exp,
+ * an addition, a division" within gamma_8) holds. Below -86 it returns 0,
+ * where 1 + e^t rounds to 1 (e^t < 2^-124), the only use here; above
+ * ln(FLT_MAX) infinity, as expf; NaN gives NaN. No contraction (ISO C
+ * mode): the vector and scalar loops give the same bits, so the result
+ * does not depend on where a thread's range starts. */
+static inline float exp_silu(float t)
+{
+    const float hi = 88.72283f, lo = -86.0f, shift = 12582912.0f; /* 1.5 * 2^23 */
+    float tc = t > hi ? hi : t < lo ? lo : t;
+    float z = tc * 1.44269504f + shift; /* round(tc / ln2) in its low bits */
+    float n = z - shift;
+    int32_t zi;
+    memcpy(&zi, &z, sizeof zi);
+    int32_t bits = (zi - 0x4B400000 - 1 + 127) << 23; /* 2^(n-1), n-1 in [-125, 127] */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float r = (tc - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = 1.0f / 5040;
+    p = p * r + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    float e = p * scale * 2.0f;
+    return t > hi ? INFINITY : t < lo ? 0.0f : e;
+}
+
 static void silu_fwd(void *arg, int64_t i0, int64_t i1, int th)
 {
     (void)th;
     const elem_job *j = arg;
+    const float *x = j->src;
+    float *y = j->dst;
     for (int64_t i = i0; i < i1; i++)
-        j->dst[i] = j->src[i] / (1.0f + expf(-j->src[i]));
+        y[i] = x[i] / (1.0f + exp_silu(-x[i]));
 }
 
 static void silu_bwd(void *arg, int64_t i0, int64_t i1, int th)
 {
     (void)th;
     const elem_job *j = arg;
+    const float *x = j->src, *dy = j->dout;
+    float *dx = j->dst;
     for (int64_t i = i0; i < i1; i++) {
-        float sg = 1.0f / (1.0f + expf(-j->src[i]));
-        j->dst[i] = j->dout[i] * sg * (1.0f + j->src[i] * (1.0f - sg));
+        float sg = 1.0f / (1.0f + exp_silu(-x[i]));
+        dx[i] = dy[i] * sg * (1.0f + x[i] * (1.0f - sg));
     }
 }
 
