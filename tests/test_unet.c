@@ -197,7 +197,8 @@ static int run_sample(ff_grid *grid, float *out_local, float *eps_local)
     for (int i = 0; i < ntensors && !rc; i++)
         rc = ff_unet_scatter(u, i, params[i]);
     if (!rc)
-        rc = ff_unet_sample_partial(u, SEED, cfg_s.timesteps, 0, out_local, eps_local);
+        rc = ff_unet_sample_partial(u, SEED, cfg_s.timesteps, FF_UNET_DDPM, 0, out_local,
+                                    eps_local);
     if (rc)
         fprintf(stderr, "rank %d: %s\n", world_rank, ff_ctx_error(ff_grid_ctx(grid)));
     ff_unet_destroy(u);
@@ -357,7 +358,8 @@ static int write_all(FILE *f, const void *p, size_t bytes)
  * beta_last and float32 fourfold's images before and after each step of
  * sampling in K = 4 of the preset's T = 100 steps (kept 0, 33, 66, 99), K + 1
  * of them: x_T, then after the steps at t = 99, 66, 33 (its noise added) and
- * 0 (ff_unet_sample_partial stopped at K .. 0). */
+ * 0 (ff_unet_sample_partial stopped at K .. 0); then the same K + 1 images of
+ * DDIM's chain (FF_UNET_DDIM, eta = 0). */
 static int dump(ff_ctx *self, const char *dir)
 {
     ff_grid *one;
@@ -462,9 +464,11 @@ static int dump(ff_ctx *self, const char *dir)
     for (int i = 0; i < ntensors && ok; i++)
         ok = ff_unet_scatter(u, i, params[i]) == FF_OK;
     ok = ok && write_all(f, chain, sizeof chain) && write_all(f, betas, sizeof betas);
-    for (int stop = CHAIN_K; stop >= 0 && ok; stop--)
-        ok = ff_unet_sample_partial(u, SEED, CHAIN_K, stop, smp, NULL) == FF_OK &&
-             write_all(f, smp, (size_t)(BATCH * per) * 4);
+    for (int ddim = 0; ddim < 2; ddim++)
+        for (int stop = CHAIN_K; stop >= 0 && ok; stop--)
+            ok = ff_unet_sample_partial(u, SEED, CHAIN_K, ddim ? FF_UNET_DDIM : FF_UNET_DDPM, stop,
+                                        smp, NULL) == FF_OK &&
+                 write_all(f, smp, (size_t)(BATCH * per) * 4);
     ff_unet_destroy(u);
     free(xT), free(smp);
     ok = fclose(f) == 0 && ok;
@@ -502,7 +506,8 @@ int main(int argc, char **argv)
     int tsteps[2];
     double tbeta[2];
     for (int k = 0; k < 2; k++) {
-        int steps = k ? cfg.timesteps + 1 : 0, rc = ff_unet_sample(shape_model, SEED, steps, none);
+        int steps = k ? cfg.timesteps + 1 : 0,
+            rc = ff_unet_sample(shape_model, SEED, steps, FF_UNET_DDPM, none);
         char want[64];
         snprintf(want, sizeof want, "so 1 .. %d steps", cfg.timesteps);
         CHECK(rc == FF_EINVAL && strstr(ff_ctx_error(self), want),

@@ -213,7 +213,7 @@ def alpha_bar(T, schedule, b0, b1):
     return torch.cumprod(1 - betas, 0)
 
 
-def reverse_steps(what, model, states, abar, kept, draws, Fst, K):
+def reverse_steps(what, model, states, abar, kept, draws, Fst, K, ddim=False):
     """Improved DDPM's sampler (Nichol and Dhariwal 2021, its
     gaussian_diffusion.py: p_mean_variance with clip_denoised and the
     FIXED_SMALL variance, on the betas respaced to the kept timesteps) step
@@ -224,7 +224,12 @@ def reverse_steps(what, model, states, abar, kept, draws, Fst, K):
     - sqrt(1/abar - 1) eps clamped to [-1, 1]; the posterior mean coef1
     pred_xstart + coef2 x, coef1 = beta sqrt(abar_prev)/(1 - abar), coef2 =
     (1 - abar_prev) sqrt(1 - beta)/(1 - abar); the variance beta (1 -
-    abar_prev)/(1 - abar), its noise draws[k] (none at k = 0).
+    abar_prev)/(1 - abar), its noise draws[k] (none at k = 0). With ddim,
+    DDIM's step (Song et al. 2021, eq. 12, eta = 0, as improved DDPM's
+    ddim_sample): the noise of the clipped pred_xstart, eps' = (x/sqrt(abar)
+    - pred_xstart)/sqrt(1/abar - 1), and sqrt(abar_prev) pred_xstart +
+    sqrt(1 - abar_prev) eps', no noise; coef1 and coef2 below are then its
+    derivatives in pred_xstart (|.|) and x.
 
     Bound, norm-wise over the batch: fourfold's eps is within (F-1) gamma_K
     |eps| of the exact (the forward's stages), the clip is 1-Lipschitz, so
@@ -243,6 +248,10 @@ def reverse_steps(what, model, states, abar, kept, draws, Fst, K):
     beta = 1 - ab / prev
     coef1, coef2 = beta * prev.sqrt() / (1 - ab), (1 - prev) * (1 - beta).sqrt() / (1 - ab)
     var = beta * (1 - prev) / (1 - ab)
+    if ddim:
+        coef1 = (prev.sqrt() - (1 - prev).sqrt() / (1 / ab - 1).sqrt()).abs()
+        coef2 = (1 - prev).sqrt() / ab.sqrt() / (1 / ab - 1).sqrt()
+        var = torch.zeros_like(var)
     bad = 0
     for j, k in enumerate(reversed(range(len(kept)))):
         x, t = states[j], kept[k]
@@ -250,9 +259,13 @@ def reverse_steps(what, model, states, abar, kept, draws, Fst, K):
             eps = model(x, torch.full((x.shape[0],), t, dtype=torch.long))
         raw = x / ab[k].sqrt() - (1 / ab[k] - 1).sqrt() * eps
         x0 = raw.clamp(-1, 1)
-        z = draws[k] if k > 0 else torch.zeros_like(x)
+        z = draws[k] if k > 0 and draws is not None else torch.zeros_like(x)
         sg = var[k].sqrt() if k > 0 else torch.tensor(0.0)
-        ref = coef1[k] * x0 + coef2[k] * x + sg * z
+        if ddim:
+            e2 = (x / ab[k].sqrt() - x0) / (1 / ab[k] - 1).sqrt()
+            ref = prev[k].sqrt() * x0 + (1 - prev[k]).sqrt() * e2
+        else:
+            ref = coef1[k] * x0 + coef2[k] * x + sg * z
         sb = (coef1[k] * (1 / ab[k] - 1).sqrt() * (Fst - 1) * gamma(K) * eps.norm()
               + coef1[k] * 2e-12 * (x.norm() / ab[k].sqrt() + (1 / ab[k] - 1).sqrt() * eps.norm())
               + 2 * U * (coef1[k] * x0.norm() + coef2[k] * x.norm() + sg * z.norm())
@@ -310,6 +323,8 @@ def main(path):
     cb = r.doubles(2)
     ff_chain = [r.floats(B * S * S * ci).reshape(B, S, S, ci).permute(0, 3, 1, 2)
                 for _ in range(cK + 1)]
+    ff_ddim = [r.floats(B * S * S * ci).reshape(B, S, S, ci).permute(0, 3, 1, 2)
+               for _ in range(cK + 1)]
     r.done()
 
     used = set()
@@ -434,6 +449,12 @@ def main(path):
         bad = 1
     bad |= reverse_steps(f"sampling in {cK} of T = {cT} steps", model, ff_chain,
                          alpha_bar(cT, csch, cb[0], cb[1]), kept, draws, Fst, K)
+    # DDIM's chain (eta = 0) from the same x_T, no noise after it
+    if not torch.equal(ff_ddim[0], ff_chain[0]):
+        print("FAIL DDIM's x_T is not DDPM's")
+        bad = 1
+    bad |= reverse_steps(f"DDIM in {cK} of T = {cT} steps", model, ff_ddim,
+                         alpha_bar(cT, csch, cb[0], cb[1]), kept, None, Fst, K, ddim=True)
     print(f"parameters after one AdamW step: worst {worst_p:.4f} of the bound "
           f"16u (|p| + lr (|r| + wd |p|)); {'FAILED' if bad else 'passed'}")
     return bad

@@ -151,27 +151,32 @@ static int forward_program(ff_unet *u)
     return rc;
 }
 
-int ff_unet_sample(ff_unet *u, uint64_t seed, int steps, float *out)
+int ff_unet_sample(ff_unet *u, uint64_t seed, int steps, ff_unet_sampler sampler, float *out)
 {
-    return ff_unet_sample_partial(u, seed, steps, 0, out, NULL);
+    return ff_unet_sample_partial(u, seed, steps, sampler, 0, out, NULL);
 }
 
 /* One reverse step's coefficients from the kept steps' alpha_bar (improved
  * DDPM, Nichol and Dhariwal 2021, its gaussian_diffusion.py on the respaced
  * betas; Ho et al. 2020 eqs. 6-7 and 15 for the posterior q(x_{t-1} | x_t,
  * x_0)): abar the kept step's, prev its predecessor's (1 at the first),
- * beta = 1 - abar/prev the respaced beta. */
+ * beta = 1 - abar/prev the respaced beta. DDIM (Song et al. 2021, eq. 12
+ * with sigma = 0; improved DDPM's ddim_sample, whose eps is x0^'s):
+ * sqrt(prev) x0^ + sqrt(1 - prev) (rsa x_t - x0^)/rsb, the same form. */
 typedef struct {
     double rsa, rsb; /* x0^ = rsa x_t - rsb eps: 1/sqrt(abar), sqrt(1/abar - 1) */
     double c1, c2;   /* the posterior mean c1 clip(x0^) + c2 x_t */
     double sigma;    /* sqrt of the posterior variance beta~ = beta (1 - prev)/(1 - abar) */
 } reverse_coefs;
 
-static reverse_coefs reverse_step_coefs(double abar, double prev)
+static reverse_coefs reverse_step_coefs(ff_unet_sampler sampler, double abar, double prev)
 {
     reverse_coefs c = {1 / sqrt(abar), sqrt(1 / abar - 1), 0, 1, 0};
     const double alpha = abar / prev, beta = 1 - alpha;
-    if (1 - abar > 0) { /* (abar = 1: no noise up to this step, which is then x_t itself) */
+    if (1 - abar > 0 && sampler == FF_UNET_DDIM) {
+        c.c1 = sqrt(prev) - sqrt(1 - prev) / c.rsb;
+        c.c2 = sqrt(1 - prev) * c.rsa / c.rsb;
+    } else if (1 - abar > 0) { /* (abar = 1: no noise up to this step, which is then x_t itself) */
         c.c1 = beta * sqrt(prev) / (1 - abar);
         c.c2 = (1 - prev) * sqrt(alpha) / (1 - abar);
         c.sigma = sqrt(beta * (1 - prev) / (1 - abar));
@@ -202,7 +207,8 @@ static int gather_images(ff_unet *u, const float *x, float *out)
     return FF_OK;
 }
 
-int ff_unet_sample_partial(ff_unet *u, uint64_t seed, int steps, int stop, float *out, float *eps)
+int ff_unet_sample_partial(ff_unet *u, uint64_t seed, int steps, ff_unet_sampler sampler, int stop,
+                           float *out, float *eps)
 {
     const ff_unet_config *cfg = &u->cfg;
     const int T = cfg->timesteps;
@@ -233,8 +239,8 @@ int ff_unet_sample_partial(ff_unet *u, uint64_t seed, int steps, int stop, float
      * (improved DDPM's p_sample with clip_denoised and the fixed small
      * variance): x0^ from the predicted noise, clipped to the data's
      * [-1, 1], the posterior mean from it and x_t, and the posterior's
-     * variance beta~ (docs/unet.md, "Sampling"). All in double, rounded
-     * once. */
+     * variance beta~; or DDIM's step, without noise (docs/unet.md,
+     * "Sampling"). All in double, rounded once. */
     for (int i = steps - 1; i >= stop && !rc; i--) {
         const int t = ts[i];
         for (int64_t b = 0; b < n; b++)
@@ -242,17 +248,18 @@ int ff_unet_sample_partial(ff_unet *u, uint64_t seed, int steps, int stop, float
         rc = ff_unet_forward_(u);
         if (!rc)
             rc = ff_linear_seq_end(u->seq);
-        const reverse_coefs k = reverse_step_coefs(u->abar[t], i ? u->abar[ts[i - 1]] : 1.0);
+        const reverse_coefs k =
+            reverse_step_coefs(sampler, u->abar[t], i ? u->abar[ts[i - 1]] : 1.0);
         for (int64_t b = 0; b < n && !rc; b++) {
             float *z = u->noise + b * hw * ci;
-            if (i)
+            if (k.sigma > 0)
                 ff_ddpm_sample_noise(cfg, seed, u->first + b, t, z);
             for (int64_t q = 0; q < hw; q++)
                 for (int64_t j = 0; j < pl && c0 + j < ci; j++) {
                     int64_t e = (b * hw + q) * pl + j;
                     double x0 = k.rsa * x[e] - k.rsb * u->pred[e];
                     x0 = x0 < -1 ? -1 : x0 > 1 ? 1 : x0;
-                    double zv = i ? z[q * ci + c0 + j] : 0.0;
+                    double zv = k.sigma > 0 ? z[q * ci + c0 + j] : 0.0;
                     x[e] = (float)(k.c1 * x0 + k.c2 * x[e] + k.sigma * zv);
                 }
         }

@@ -63,6 +63,7 @@ typedef struct {
     uint64_t seed;
     int64_t *order, epoch; /* the training images of epoch `epoch` in their order */
     int sample_steps;      /* the reverse steps of samples */
+    ff_unet_sampler sampler; /* their update (the trainer's: DDPM) */
     char train_path[4200];
 } unet_net;
 
@@ -406,7 +407,7 @@ static int unet_samples(void *impl, const char *path, uint64_t seed)
                                    ? FF_OK
                                    : ff_set_error(ctx, FF_ENOMEM, "out of memory for samples"));
     if (rc == FF_OK)
-        rc = ff_unet_sample(m->u, seed, m->sample_steps, mine);
+        rc = ff_unet_sample(m->u, seed, m->sample_steps, m->sampler, mine);
     if (rc == FF_OK && MPI_Gather(mine, (int)(cnt * per), MPI_FLOAT, all, (int)(cnt * per),
                                   MPI_FLOAT, 0, ff_ctx_comm(ctx)) != MPI_SUCCESS)
         rc = ff_ctx_agree(ctx, ff_set_error(ctx, FF_EMPI, "MPI_Gather failed"));
@@ -580,8 +581,8 @@ static void config_from_slots(const int32_t *h, ff_unet_config *c)
     memcpy(&c->beta_last, &h[H_BETAS + 2], sizeof(double));
 }
 
-int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, int steps, uint64_t seed,
-                        const char *png)
+int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, int steps,
+                        ff_unet_sampler sampler, uint64_t seed, const char *png)
 {
     ff_ctx *ctx = ff_grid_ctx(grid);
     int32_t h[HEADER_INTS] = {0};
@@ -617,6 +618,7 @@ int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, int steps, u
     config_from_slots(h, &m->cfg);
     m->batch = n;
     m->per = m->cfg.image_size * m->cfg.image_size * m->cfg.img_channels;
+    m->sampler = sampler;
     rc = sample_steps(ctx, &m->cfg, steps, &m->sample_steps);
     if (rc == FF_OK)
         rc = ff_unet_create(grid, &m->cfg, NULL, n, &m->u);
