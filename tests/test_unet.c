@@ -197,8 +197,8 @@ static int run_sample(ff_grid *grid, float *out_local, float *eps_local)
     for (int i = 0; i < ntensors && !rc; i++)
         rc = ff_unet_scatter(u, i, params[i]);
     if (!rc)
-        rc = ff_unet_sample_partial(u, SEED, cfg_s.timesteps, FF_UNET_DDPM, 0, out_local,
-                                    eps_local);
+        rc =
+            ff_unet_sample_partial(u, SEED, cfg_s.timesteps, FF_UNET_DDPM, 0, out_local, eps_local);
     if (rc)
         fprintf(stderr, "rank %d: %s\n", world_rank, ff_ctx_error(ff_grid_ctx(grid)));
     ff_unet_destroy(u);
@@ -532,7 +532,8 @@ int main(int argc, char **argv)
             ser_after[i] = test_floats((size_t)ff_unet_tensor(shape_model, i).numel);
         cfg_s = cfg;
         cfg_s.timesteps = 1, cfg_s.beta_first = 0.5;
-        ser_sample = test_floats((size_t)(BATCH * per)), ser_eps = test_floats((size_t)(BATCH * per));
+        ser_sample = test_floats((size_t)(BATCH * per)),
+        ser_eps = test_floats((size_t)(BATCH * per));
         if (run_step(one, ser_after, &ser_norm) != FF_OK ||
             run_sample(one, ser_sample, ser_eps) != FF_OK)
             MPI_Abort(MPI_COMM_WORLD, 1);

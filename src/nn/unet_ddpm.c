@@ -193,8 +193,8 @@ static int gather_images(ff_unet *u, const float *x, float *out)
     const int64_t pl = cfg->img_channels_pad / u->g.x;
     const float *all = x;
     if (u->g.x > 1) {
-        int rc = ff_allgather(ff_grid_group(u->grid, FF_GROUP_X), x, u->full,
-                              (size_t)(n * hw * pl), NULL);
+        int rc = ff_allgather(ff_grid_group(u->grid, FF_GROUP_X), x, u->full, (size_t)(n * hw * pl),
+                              NULL);
         if (rc)
             return rc;
         all = u->full;

@@ -63,7 +63,8 @@ typedef struct {
     uint64_t seed;
     int64_t *order, epoch; /* the training images of epoch `epoch` in their order */
     int sample_steps;      /* the reverse steps of samples */
-    ff_unet_sampler sampler; /* their update (the trainer's: DDPM) */
+    /* their update (the trainer's: DDPM) */
+    ff_unet_sampler sampler;
     char train_path[4200];
 } unet_net;
 
