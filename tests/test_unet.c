@@ -202,21 +202,27 @@ static double stages(void)
 }
 
 /* ---- sampling: one reverse step (T = 1, beta 0.5) -------------------------
- * out = r (x_T - k eps), r = 1/sqrt(alpha), k = beta/sqrt(1 - abar): eps
- * is the forward's output (F stages), so norm-wise per rank's images
- * |d out| <= 2 r k F gamma |eps| + 6u r (|x_T| + k |eps|), eps recovered
- * from the serial sample. */
+ * At t = 0 improved DDPM's posterior mean is x0^ itself: out = clip(r x_T -
+ * k eps), r = 1/sqrt(abar), k = sqrt(1/abar - 1), clip to [-1, 1] (active:
+ * r = 1.41 on x_T ~ N(0, 1)). eps is the forward's output (F stages), the
+ * clip is 1-Lipschitz, and the update is computed in double (two products
+ * and a difference: within 3 2^-53 (r|x_T| + k|eps|)) and rounded once to
+ * float (u|out|), so norm-wise per rank's images |d out| <= 2 k F gamma
+ * |eps| + 2u |out| + 6 2^-53 (r |x_T| + k |eps|), the two runs' bounds
+ * added, eps the serial run's (ff_unet_sample_partial gives it back), x_T
+ * the sampler's draws. */
 static ff_unet_config cfg_s;
-static float *ser_sample;
+static float *ser_sample, *ser_eps;
 
-static int run_sample(ff_grid *grid, float *out_local)
+static int run_sample(ff_grid *grid, float *out_local, float *eps_local)
 {
     ff_unet *u;
     int rc = ff_unet_create(grid, &cfg_s, NULL, BATCH, &u);
     for (int i = 0; i < ntensors && !rc; i++)
         rc = ff_unet_scatter(u, i, params[i]);
     if (!rc)
-        rc = ff_unet_sample(u, SEED, cfg_s.timesteps, out_local);
+        rc =
+            ff_unet_sample_partial(u, SEED, cfg_s.timesteps, FF_UNET_DDPM, 0, out_local, eps_local);
     if (rc)
         fprintf(stderr, "rank %d: %s\n", world_rank, ff_ctx_error(ff_grid_ctx(grid)));
     ff_unet_destroy(u);
@@ -229,20 +235,21 @@ static void check_sample(const char *name, ff_grid *grid)
     const int64_t per = cfg.image_size * cfg.image_size * cfg.img_channels;
     const int64_t n = BATCH / (g.z * g.d), first = (c.z + (int64_t)g.z * c.d) * n;
     float *out = test_floats((size_t)(n * per)), *z = test_floats((size_t)per);
-    int rc = run_sample(grid, out);
+    int rc = run_sample(grid, out, NULL);
     CHECK(rc == FF_OK, "grid %s: sampling failed", name);
-    double ab = 1 - cfg_s.beta_first, r = 1 / sqrt(ab), k = cfg_s.beta_first / sqrt(1 - ab);
-    double x2 = 0, e2 = 0, d2 = 0, F = stages();
+    double ab = 1 - cfg_s.beta_first, r = 1 / sqrt(ab), k = sqrt(1 / ab - 1);
+    double x2 = 0, o2 = 0, e2 = 0, d2 = 0, F = stages();
     for (int64_t b = 0; b < n && rc == FF_OK; b++) {
         ff_ddpm_sample_noise(&cfg_s, SEED, first + b, 1, z);
         for (int64_t e = 0; e < per; e++) {
-            double s = ser_sample[(first + b) * per + e], eps = (z[e] - s / r) / k;
+            double s = ser_sample[(first + b) * per + e], eps = ser_eps[(first + b) * per + e];
             double d = (double)out[b * per + e] - s;
-            x2 += (double)z[e] * z[e], e2 += eps * eps, d2 += d * d;
+            x2 += (double)z[e] * z[e], o2 += s * s, e2 += eps * eps, d2 += d * d;
         }
     }
     const double u = 1.0 / 16777216.0, K = BATCH * cfg.image_size * cfg.image_size + 8;
-    double bound = 2 * r * k * F * test_gamma(K) * sqrt(e2) + 6 * u * r * (sqrt(x2) + k * sqrt(e2));
+    double bound = 2 * k * F * test_gamma(K) * sqrt(e2) + 2 * u * sqrt(o2) +
+                   6 * ldexp(1, -53) * (r * sqrt(x2) + k * sqrt(e2));
     if (rc == FF_OK) {
         CHECK(sqrt(d2) <= bound, "grid %s rank %d: the samples differ by %.3g, bound %.3g", name,
               world_rank, sqrt(d2), bound);
@@ -411,10 +418,14 @@ static int write_all(FILE *f, const void *p, size_t bytes)
  * float32 the parameters after one AdamW step (below); int32 1000, float64 alpha_bar of the cosine
  * and of the linear (1e-4 .. 0.02) schedules at T = 1000; float32 x_T (B,S,S,ci) and fourfold's
  * sample of one reverse step (T = 1, beta 0.5); int32 the number of respaced schedules, each int32
- * T, schedule, K, float64 beta_first, beta_last, int32 the K kept timesteps, float64 their betas
- * (ff_ddpm_respace); int32 seed, T, K, stop, float64 beta_first, beta_last
- * and float32 fourfold's images after the first step (t = 2 > 0, its noise
- * added) of sampling in K = 2 of T = 3 steps (ff_unet_sample_partial). */
+ * T, schedule, K, float64
+ * beta_first, beta_last, int32 the K kept timesteps, float64 their betas
+ * (ff_ddpm_respace); int32 seed, T, K, schedule, float64 beta_first,
+ * beta_last and float32 fourfold's images before and after each step of
+ * sampling in K = 4 of the preset's T = 100 steps (kept 0, 33, 66, 99), K + 1
+ * of them: x_T, then after the steps at t = 99, 66, 33 (its noise added) and
+ * 0 (ff_unet_sample_partial stopped at K .. 0); then the same K + 1 images of
+ * DDIM's chain (FF_UNET_DDIM, eta = 0). */
 static int dump(ff_ctx *self, const char *dir)
 {
     ff_grid *one;
@@ -484,7 +495,7 @@ static int dump(ff_ctx *self, const char *dir)
     float *xT = test_floats((size_t)(BATCH * per)), *smp = test_floats((size_t)(BATCH * per));
     for (int b = 0; b < BATCH; b++)
         ff_ddpm_sample_noise(&cfg_s, SEED, b, 1, xT + b * per);
-    ok = ok && run_sample(one, smp) == FF_OK && write_all(f, xT, (size_t)(BATCH * per) * 4) &&
+    ok = ok && run_sample(one, smp, NULL) == FF_OK && write_all(f, xT, (size_t)(BATCH * per) * 4) &&
          write_all(f, smp, (size_t)(BATCH * per) * 4);
     /* respaced schedules (improved DDPM's space_timesteps and betas) */
     static const struct {
@@ -511,19 +522,19 @@ static int dump(ff_ctx *self, const char *dir)
              write_all(f, kept, (size_t)rs[i].K * 4) && write_all(f, beta, (size_t)rs[i].K * 8);
         free(kept), free(beta);
     }
-    /* the first step of sampling in 2 of 3 steps (kept 0 and 2): at t = 2,
-     * with its noise */
-    cfg_s = cfg;
-    cfg_s.timesteps = 3, cfg_s.beta_first = 0.1, cfg_s.beta_last = 0.3;
-    int32_t part[4] = {SEED, 3, 2, 1};
-    double pb[2] = {cfg_s.beta_first, cfg_s.beta_last};
+    /* sampling in 4 of the T = 100 steps, each state of the chain */
+    enum { CHAIN_K = 4 };
+    int32_t chain[4] = {SEED, (int32_t)cfg.timesteps, CHAIN_K, (int32_t)cfg.schedule};
     ff_unet *u = NULL;
-    ok = ok && ff_unet_create(one, &cfg_s, NULL, BATCH, &u) == FF_OK;
+    ok = ok && ff_unet_create(one, &cfg, NULL, BATCH, &u) == FF_OK;
     for (int i = 0; i < ntensors && ok; i++)
         ok = ff_unet_scatter(u, i, params[i]) == FF_OK;
-    ok = ok && ff_unet_sample_partial(u, SEED, 2, 1, smp) == FF_OK &&
-         write_all(f, part, sizeof part) && write_all(f, pb, sizeof pb) &&
-         write_all(f, smp, (size_t)(BATCH * per) * 4);
+    ok = ok && write_all(f, chain, sizeof chain) && write_all(f, betas, sizeof betas);
+    for (int ddim = 0; ddim < 2; ddim++)
+        for (int stop = CHAIN_K; stop >= 0 && ok; stop--)
+            ok = ff_unet_sample_partial(u, SEED, CHAIN_K, ddim ? FF_UNET_DDIM : FF_UNET_DDPM, stop,
+                                        smp, NULL) == FF_OK &&
+                 write_all(f, smp, (size_t)(BATCH * per) * 4);
     ff_unet_destroy(u);
     free(xT), free(smp);
     ok = fclose(f) == 0 && ok;
@@ -581,7 +592,8 @@ int main(int argc, char **argv)
     int tsteps[2];
     double tbeta[2];
     for (int k = 0; k < 2; k++) {
-        int steps = k ? cfg.timesteps + 1 : 0, rc = ff_unet_sample(shape_model, SEED, steps, none);
+        int steps = k ? cfg.timesteps + 1 : 0,
+            rc = ff_unet_sample(shape_model, SEED, steps, FF_UNET_DDPM, none);
         char want[64];
         snprintf(want, sizeof want, "so 1 .. %d steps", cfg.timesteps);
         CHECK(rc == FF_EINVAL && strstr(ff_ctx_error(self), want),
@@ -607,9 +619,10 @@ int main(int argc, char **argv)
         cfg_s = cfg;
         cfg_s.timesteps = 1, cfg_s.beta_first = 0.5;
         ser_sample = test_floats((size_t)(BATCH * per));
+        ser_eps = test_floats((size_t)(BATCH * per));
         ser_init = tensor_buffers();
-        if (run_step(one, ser_after, &ser_norm) != FF_OK || run_sample(one, ser_sample) != FF_OK ||
-            run_init(one, ser_init) != FF_OK)
+        if (run_step(one, ser_after, &ser_norm) != FF_OK ||
+            run_sample(one, ser_sample, ser_eps) != FF_OK || run_init(one, ser_init) != FF_OK)
             MPI_Abort(MPI_COMM_WORLD, 1);
         test_run_grids(argc, argv, ctx, &worst_ratio,
                        "the DDPM loss, every gradient, an AdamW step and a reverse step against "
@@ -622,7 +635,7 @@ int main(int argc, char **argv)
         code = test_finish("test_unet");
         for (int i = 0; i < ntensors; i++)
             free(ser_after[i]);
-        free(ser_after), free(ser_sample), free_tensors(ser_init);
+        free(ser_after), free(ser_sample), free(ser_eps), free_tensors(ser_init);
     }
     ff_unet_destroy(shape_model);
     ff_grid_destroy(one);

@@ -12,7 +12,7 @@
 #     is within the derived bound below of the uninterrupted run's;
 #  3. `fourfold sample --png --sample-steps 10` on the step-4 checkpoint
 #     writes the run's own samples.png, byte for byte, and in 1 step other
-#     bytes;
+#     bytes, and so does `--sampler ddim` (DDIM's images, not DDPM's);
 #  4. with the test hooks (FF_TEST_HOOKS=1: the sanitizer build), the images
 #     each rank loaded: every position of the run one image on every rank,
 #     each full epoch a permutation of the 12 (shuffled: not in file order,
@@ -84,6 +84,12 @@ fi
     > "$WORK/s.txt" 2>&1 && ! cmp -s "$WORK/s1.png" "$WORK/a/samples.png" &&
     echo "ok: sample --png --sample-steps 1 gives other images" ||
     { cat "$WORK/s.txt"; echo "FAILED: --sample-steps 1 (or not heeded)"; failures=$((failures + 1)); }
+"$MPIEXEC" -np "$NP" --oversubscribe --mca mpi_yield_when_idle 1 "$FF" sample --grid 2x1x1x2 \
+    --checkpoint "$WORK/a/model_00000004.bin" --png "$WORK/d.png" --samples 8 --sample-steps 10 \
+    --sampler ddim > "$WORK/s.txt" 2>&1 && grep -q "8 DDIM samples" "$WORK/s.txt" &&
+    [ -s "$WORK/d.png" ] && ! cmp -s "$WORK/d.png" "$WORK/a/samples.png" &&
+    echo "ok: sample --png --sampler ddim gives other images than DDPM's" ||
+    { cat "$WORK/s.txt"; echo "FAILED: --sampler ddim (or not heeded)"; failures=$((failures + 1)); }
 grep -q '"type":"val"' "$WORK/a/log.jsonl" && [ -s "$WORK/a/loss.svg" ] ||
     { echo "FAILED: no validation in log.jsonl, or no loss.svg"; failures=$((failures + 1)); }
 # the step reports the model's FLOP/s (ff_plan_unet_flops: plan_unet checks
@@ -195,6 +201,8 @@ if [ "$QUICK" != sanitize ]; then
         "$WORK/a/model_00000004.bin" --png "$WORK/p.png" --sample-steps 101
     case_ "bad.idx"                    1 eval --grid 1x1x2x2 --checkpoint "$WORK/a/model_00000004.bin" --data "$WORK/bad.idx"
     case_ "a batch of 6 images over Gz*Gd = 4" 1 eval --grid 1x1x2x2 --checkpoint "$WORK/a/model_00000004.bin" --batch 6
+    case_ "--sampler fast: ddpm or ddim" 2 sample --grid 1x1x2x2 --checkpoint \
+        "$WORK/a/model_00000004.bin" --png "$WORK/p.png" --sampler fast
 fi
 # a GPT checkpoint (an llm.c model file's header) in a U-Net run's folder
 mkdir -p "$WORK/g"

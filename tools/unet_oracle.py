@@ -24,10 +24,12 @@ cosine and linear schedules' alpha_bar at T = 1000 within 1e-12; one
 reverse step of the sampler (T = 1) from fourfold's x_T; improved DDPM's
 respacing (its space_timesteps for one section and the kept steps' betas,
 written here from the paper's code's definition) for several T and K: the
-kept timesteps exactly, the betas within their float64 bound; and the first
-step of sampling in 2 of 3 steps (at t = 2, its noise added), x_T and the
-noise drawn here by an independent Philox4x32-10 (Random123's
-definition, checked against its known-answer vectors) and Box-Muller;
+kept timesteps exactly, the betas within their float64 bound; and each step
+of sampling in 4 of T = 100 steps (improved DDPM's sampler: x0^ clipped,
+the posterior mean and variance of the respaced process, written here from
+its definition), x_T and the noise drawn here by an independent
+Philox4x32-10 (Random123's definition, checked against its known-answer
+vectors) and Box-Muller;
 ff_unet_init's parameters (DIR/unet_init.bin) against PyTorch's default
 initialisation of each unsplit layer, drawn by this Philox (check_init).
 Exit status 1 on a failure."""
@@ -271,6 +273,80 @@ def alpha_bar(T, schedule, b0, b1):
     return torch.cumprod(1 - betas, 0)
 
 
+def reverse_steps(what, model, states, abar, kept, draws, Fst, K, ddim=False):
+    """Improved DDPM's sampler (Nichol and Dhariwal 2021, its
+    gaussian_diffusion.py: p_mean_variance with clip_denoised and the
+    FIXED_SMALL variance, on the betas respaced to the kept timesteps) step
+    by step: states[0] is x_T and states[j + 1] fourfold's image after step
+    i = K-1-j, which is checked against the step applied here to states[j].
+    The respaced process: abar_k = abar[kept[k]], abar_prev_k = abar_{k-1}
+    (1 at k = 0), beta_k = 1 - abar_k/abar_prev_k; pred_xstart = x/sqrt(abar)
+    - sqrt(1/abar - 1) eps clamped to [-1, 1]; the posterior mean coef1
+    pred_xstart + coef2 x, coef1 = beta sqrt(abar_prev)/(1 - abar), coef2 =
+    (1 - abar_prev) sqrt(1 - beta)/(1 - abar); the variance beta (1 -
+    abar_prev)/(1 - abar), its noise draws[k] (none at k = 0). With ddim,
+    DDIM's step (Song et al. 2021, eq. 12, eta = 0, as improved DDPM's
+    ddim_sample): the noise of the clipped pred_xstart, eps' = (x/sqrt(abar)
+    - pred_xstart)/sqrt(1/abar - 1), and sqrt(abar_prev) pred_xstart +
+    sqrt(1 - abar_prev) eps', no noise; coef1 and coef2 below are then its
+    derivatives in pred_xstart (|.|) and x.
+
+    Bound, norm-wise over the batch: fourfold's eps is within (F-1) gamma_K
+    |eps| of the exact (the forward's stages), the clip is 1-Lipschitz, so
+    the mean is within coef1 sqrt(1/abar - 1) (F-1) gamma_K |eps|; x0^
+    before the clip within 2e-12 (|x|/sqrt(abar) + sqrt(1/abar - 1) |eps|)
+    (alpha_bar's 1e-12 relative, checked above at T = 1000, and three double
+    roundings); the rest of the double arithmetic (the coefficients: 1 -
+    abar_prev within 1e-12 abar_prev, at most 1e-8 of itself here) within u
+    (coef1 |x0^| + coef2 |x| + sigma |z|), the rounding to float32 as much
+    again, a draw one float ulp off 2u sigma |z|. The clip must be active (some |x0^| > 1) at every step,
+    or the check could not see its absence; printed: how far from this step
+    the step without the clip and the step with the variance beta (improved
+    DDPM's fixed large) are, in bounds."""
+    ab = abar[kept]
+    prev = torch.cat([ab.new_ones(1), ab[:-1]])
+    beta = 1 - ab / prev
+    coef1, coef2 = beta * prev.sqrt() / (1 - ab), (1 - prev) * (1 - beta).sqrt() / (1 - ab)
+    var = beta * (1 - prev) / (1 - ab)
+    if ddim:
+        coef1 = (prev.sqrt() - (1 - prev).sqrt() / (1 / ab - 1).sqrt()).abs()
+        coef2 = (1 - prev).sqrt() / ab.sqrt() / (1 / ab - 1).sqrt()
+        var = torch.zeros_like(var)
+    bad = 0
+    for j, k in enumerate(reversed(range(len(kept)))):
+        x, t = states[j], kept[k]
+        with torch.no_grad():
+            eps = model(x, torch.full((x.shape[0],), t, dtype=torch.long))
+        raw = x / ab[k].sqrt() - (1 / ab[k] - 1).sqrt() * eps
+        x0 = raw.clamp(-1, 1)
+        z = draws[k] if k > 0 and draws is not None else torch.zeros_like(x)
+        sg = var[k].sqrt() if k > 0 else torch.tensor(0.0)
+        if ddim:
+            e2 = (x / ab[k].sqrt() - x0) / (1 / ab[k] - 1).sqrt()
+            ref = prev[k].sqrt() * x0 + (1 - prev[k]).sqrt() * e2
+        else:
+            ref = coef1[k] * x0 + coef2[k] * x + sg * z
+        sb = (coef1[k] * (1 / ab[k] - 1).sqrt() * (Fst - 1) * gamma(K) * eps.norm()
+              + coef1[k] * 2e-12 * (x.norm() / ab[k].sqrt() + (1 / ab[k] - 1).sqrt() * eps.norm())
+              + 2 * U * (coef1[k] * x0.norm() + coef2[k] * x.norm() + sg * z.norm())
+              + 2 * U * sg * z.norm()).item()
+        err = (states[j + 1] - ref).norm().item() / sb
+        clipped = int((raw.abs() > 1).sum())
+        noclip = (coef1[k] * (raw - x0)).norm().item() / sb
+        large = ((beta[k].sqrt() - sg) * z).norm().item() / sb
+        print(f"{what}: t = {t} (beta {beta[k]:.4g}, sigma {sg:.4g}, coef1 {coef1[k]:.4g}, "
+              f"coef2 {coef2[k]:.4g}): |err| {err:.4f} of the bound {sb:.3g}; x0^ clipped in "
+              f"{clipped} of {raw.numel()} values (without the clip {noclip:.3g} bounds away, "
+              f"with beta for beta~ {large:.3g})")
+        if not err <= 1:
+            print(f"FAIL {what} at t = {t}")
+            bad = 1
+        if clipped == 0:
+            print(f"FAIL {what} at t = {t}: the clip is not active, the check cannot see it")
+            bad = 1
+    return bad
+
+
 def main(path):
     r = Reader(path)
     S, ci, pad, base, levels = r.ints(5)
@@ -303,9 +379,12 @@ def main(path):
         rT, rsch, rK = r.ints(3)
         rb = r.doubles(2)
         respaced.append((rT, rsch, rK, rb, r.ints(rK), r.doubles(rK)))
-    pseed, pT, pK, pstop = r.ints(4)
-    pb = r.doubles(2)
-    ff_part = r.floats(B * S * S * ci).reshape(B, S, S, ci).permute(0, 3, 1, 2)
+    cseed, cT, cK, csch = r.ints(4)
+    cb = r.doubles(2)
+    ff_chain = [r.floats(B * S * S * ci).reshape(B, S, S, ci).permute(0, 3, 1, 2)
+                for _ in range(cK + 1)]
+    ff_ddim = [r.floats(B * S * S * ci).reshape(B, S, S, ci).permute(0, 3, 1, 2)
+               for _ in range(cK + 1)]
     r.done()
 
     used = set()
@@ -381,25 +460,10 @@ def main(path):
         if not rel <= 1e-12:
             print(f"FAIL alpha_bar {name}")
             bad = 1
-    # One reverse step from fourfold's x_T (T = 1, beta 0.5: alpha = abar =
-    # 0.5): x_0 = r (x_T - k eps(x_T, 0)), r = 1/sqrt(alpha), k = beta /
-    # sqrt(1 - abar); fourfold's eps within F gamma of its norm (F stages of
-    # the forward), the update's three operations within 3u:
-    # |d out| <= r k F gamma |eps| + 3u r (|x_T| + k |eps|), norm-wise.
-    with torch.no_grad():
-        eps = model(xT, torch.zeros(B, dtype=torch.long))
-        beta = 0.5
-        ab = alpha_bar(1, 0, beta, beta)[0].item()
-        rr, kk = 1 / math.sqrt(1 - beta), beta / math.sqrt(1 - ab)
-        ref = rr * (xT - kk * eps)
-        sb = rr * kk * (Fst - 1) * gamma(K) * eps.norm().item() + \
-            3 * U * rr * (xT.norm().item() + kk * eps.norm().item())
-        rs = (ff_sample - ref).norm().item() / sb
-    print(f"one reverse step: |err| {rs:.4f} of the bound {sb:.3g}")
-    if not rs <= 1:
-        print("FAIL the reverse step")
-        bad = 1
-
+    # One reverse step from fourfold's x_T (T = 1, beta 0.5): improved
+    # DDPM's last step, whose posterior mean is the clipped x0^ itself
+    bad |= reverse_steps("one reverse step (T = 1, beta 0.5)", model, [xT, ff_sample],
+                         alpha_bar(1, 0, 0.5, 0.5), [0], None, Fst, K)
     # This Philox against Random123's known-answer vectors (kat_vectors)
     for ctr, key, want in [([0] * 4, [0, 0], [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]),
                            ([MASK] * 4, [MASK] * 2, [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]),
@@ -432,32 +496,27 @@ def main(path):
     if not worst_b <= 1:
         print("FAIL the respaced betas")
         bad = 1
-    # The first step of sampling in K = 2 of T = 3 steps (kept 0 and 2):
-    # at t = 2, alpha = abar_2 / abar_0, beta = 1 - alpha, x' = r (x_T - k
-    # eps(x_T, 2)) + sigma z, r = 1/sqrt(alpha), k = beta/sqrt(1 - abar_2),
-    # sigma = sqrt(beta), x_T and z drawn here. Bound as for the step
-    # above, plus the noise: r k (F-1) gamma |eps| + 3u (r |x_T| + r k |eps|
-    # + sigma |z|) (a draw one float ulp off: within the 3u terms).
+    # Sampling in K = 4 of the T = 100 steps of the test's schedule, each
+    # step from fourfold's state before it, x_T and every z drawn here
     per = S * S * ci
-    xs = torch.tensor([sample_noise(pseed, g, pT, pT, per) for g in range(B)])
-    zs = torch.tensor([sample_noise(pseed, g, 2, pT, per) for g in range(B)])
-    xs = xs.reshape(B, S, S, ci).permute(0, 3, 1, 2)
-    zs = zs.reshape(B, S, S, ci).permute(0, 3, 1, 2)
-    ab = alpha_bar(pT, 0, pb[0], pb[1])
-    with torch.no_grad():
-        eps = model(xs, torch.full((B,), 2, dtype=torch.long))
-    alpha = (ab[2] / ab[0]).item()
-    beta = 1 - alpha
-    rr, kk, sg = 1 / math.sqrt(alpha), beta / math.sqrt(1 - ab[2].item()), math.sqrt(beta)
-    ref = rr * (xs - kk * eps) + sg * zs
-    sb = rr * kk * (Fst - 1) * gamma(K) * eps.norm().item() + 3 * U * (
-        rr * xs.norm().item() + rr * kk * eps.norm().item() + sg * zs.norm().item())
-    rp = (ff_part - ref).norm().item() / sb
-    print(f"the step at t = 2 of sampling in 2 of 3 steps (beta {beta:.4f}, sigma {sg:.4f}): "
-          f"|err| {rp:.4f} of the bound {sb:.3g}")
-    if not rp <= 1:
-        print("FAIL the reverse step at t = 2")
+    kept = space_timesteps(cT, cK)
+    draws = [torch.tensor([sample_noise(cseed, g, t, cT, per) for g in range(B)])
+             .reshape(B, S, S, ci).permute(0, 3, 1, 2) for t in kept + [cT]]
+    # x_T: fourfold's draws are this Philox's and Box-Muller's, each within
+    # one float32 ulp (2u |z|: libm's log and cos against Python's)
+    dx = ((ff_chain[0] - draws[-1]).abs() - 2 * U * draws[-1].abs()).max().item()
+    print(f"x_T of the chain: the oracle's draws, worst excess over one ulp {max(dx, 0):.3g}")
+    if dx > 0:
+        print("FAIL x_T of the chain")
         bad = 1
+    bad |= reverse_steps(f"sampling in {cK} of T = {cT} steps", model, ff_chain,
+                         alpha_bar(cT, csch, cb[0], cb[1]), kept, draws, Fst, K)
+    # DDIM's chain (eta = 0) from the same x_T, no noise after it
+    if not torch.equal(ff_ddim[0], ff_chain[0]):
+        print("FAIL DDIM's x_T is not DDPM's")
+        bad = 1
+    bad |= reverse_steps(f"DDIM in {cK} of T = {cT} steps", model, ff_ddim,
+                         alpha_bar(cT, csch, cb[0], cb[1]), kept, None, Fst, K, ddim=True)
     print(f"parameters after one AdamW step: worst {worst_p:.4f} of the bound "
           f"16u (|p| + lr (|r| + wd |p|)); {'FAILED' if bad else 'passed'}")
     return bad

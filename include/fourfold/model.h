@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "fourfold/train.h"
+#include "fourfold/unet.h" /* ff_unet_sampler */
 
 #ifdef __cplusplus
 extern "C" {
@@ -83,11 +84,12 @@ int ff_ckpt_commit(ff_ctx *ctx, const ff_net *net, const char *dir, ff_train_sta
 /* Samples of the model in a checkpoint file into png (the U-Net's
  * `model_N.bin`: its configuration from the header, the parameters
  * verified and loaded on this grid, n images of the reverse process in
- * `steps` steps (1 .. T; 0: FF_UNET_SAMPLE_STEPS, or T if less) drawn with
- * seed; n a multiple of the grid's Gz Gd). FF_EINVAL for another model's
- * file (a GPT's samples are text: ff_gpt_sample_next) or steps beyond T. */
-int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, int steps, uint64_t seed,
-                        const char *png);
+ * `steps` steps (1 .. T; 0: FF_UNET_SAMPLE_STEPS, or T if less) of the
+ * sampler's update (ff_unet_sample) drawn with seed; n a multiple of the
+ * grid's Gz Gd). FF_EINVAL for another model's file (a GPT's samples are
+ * text: ff_gpt_sample_next) or steps beyond T. */
+int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, int steps,
+                        ff_unet_sampler sampler, uint64_t seed, const char *png);
 /* The validation loss of the U-Net in a checkpoint file, as its run's
  * validation computes it (the mean of `batches` batches spread over the
  * test images, the DDPM draws of the run's seed; forward only): images an

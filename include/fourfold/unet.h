@@ -159,19 +159,32 @@ int ff_unet_ddpm_loss(ff_unet *u, const float *x0, uint64_t seed, int64_t step, 
  * layers): validation. The same bits as ff_unet_ddpm_loss's loss; the
  * gradients are not touched. */
 int ff_unet_ddpm_eval(ff_unet *u, const float *x0, uint64_t seed, int64_t step, float *loss);
-/* The reverse process (Ho et al., Algorithm 2) for this rank's images, on
- * `steps` of the T timesteps (improved DDPM's respacing, ff_ddpm_respace:
- * steps = T is DDPM's own): x_T ~ N(0, I); for i = steps-1 .. 0, at t =
- * t_i, x' = (x - beta_i / sqrt(1 - abar_t) eps(x, t)) / sqrt(1 - beta_i) +
- * sqrt(beta_i) z (z = 0 at i = 0), beta_i the kept step's. The draws of
- * image g (global) are pure functions of (seed, g, t): the same images on
- * every grid. out: this rank's images x_0 (images, S, S, img_channels),
- * every channel on every rank (an all-gather over X). FF_EINVAL for steps
- * outside 1 .. T. */
-int ff_unet_sample(ff_unet *u, uint64_t seed, int steps, float *out);
+/* The update of a reverse step (ff_unet_sample): improved DDPM's ancestral
+ * step, or DDIM's deterministic one (Song et al. 2021, eta = 0). */
+typedef enum { FF_UNET_DDPM = 0, FF_UNET_DDIM } ff_unet_sampler;
+/* The reverse process for this rank's images (improved DDPM's sampler,
+ * Nichol and Dhariwal 2021, with the fixed small variance), on `steps` of
+ * the T timesteps (improved DDPM's respacing, ff_ddpm_respace: steps = T is
+ * DDPM's own): x_T ~ N(0, I); for i = steps-1 .. 0, at t = t_i, with abar
+ * the kept step's and abar' its predecessor's (1 at i = 0), beta_i = 1 -
+ * abar/abar': x0^ = (x - sqrt(1 - abar) eps(x, t)) / sqrt(abar) clipped to
+ * [-1, 1], x' = beta_i sqrt(abar') / (1 - abar) x0^ + (1 - abar')
+ * sqrt(1 - beta_i) / (1 - abar) x + sqrt(beta_i (1 - abar') / (1 - abar)) z
+ * (the posterior q(x_{t'} | x_t, x0^); z = 0 at i = 0, where x' = x0^).
+ * FF_UNET_DDIM instead: x' = sqrt(abar') x0^ + sqrt(1 - abar') eps^, eps^ =
+ * (x/sqrt(abar) - x0^) / sqrt(1/abar - 1) the noise of the clipped x0^, no
+ * draws after x_T (DDIM with eta = 0, as improved DDPM's ddim_sample).
+ * The draws of image g (global) are pure functions of (seed, g, t): the
+ * same images on every grid. out: this rank's images x_0 (images, S, S,
+ * img_channels), every channel on every rank (an all-gather over X).
+ * FF_EINVAL for steps outside 1 .. T. */
+int ff_unet_sample(ff_unet *u, uint64_t seed, int steps, ff_unet_sampler sampler, float *out);
 /* ff_unet_sample stopped before step i = stop - 1: out is the images after
- * steps steps-1 .. stop (stop = steps: x_T; 0: the samples). For tests. */
-int ff_unet_sample_partial(ff_unet *u, uint64_t seed, int steps, int stop, float *out);
+ * steps steps-1 .. stop (stop = steps: x_T; 0: the samples); eps (NULL: not
+ * wanted) the model's predicted noise at the last step taken (stop < steps),
+ * laid out as out. For tests. */
+int ff_unet_sample_partial(ff_unet *u, uint64_t seed, int steps, ff_unet_sampler sampler, int stop,
+                           float *out, float *eps);
 /* improved DDPM's respacing (its space_timesteps for one section): the
  * `steps` kept timesteps t[k] = round(k (T-1)/(steps-1)) (from 0 to T-1,
  * increasing) and their betas beta[k] = 1 - abar(t[k]) / abar(t[k-1])

@@ -170,6 +170,7 @@ typedef struct {
     const char *checkpoint, *prompt, *data, *bpe, *png;
     long tokens, samples, seq, batch, batches, seed, top_k;
     long sample_steps;                   /* --png: reverse steps; 0: the default */
+    const char *unet_sampler;            /* --png: ddpm or ddim; NULL: ddpm */
     int samples_set;                     /* --samples given (--png's default is 16) */
     double temperature, capacity_factor; /* capacity_factor 0: the checkpoint's */
     ff_precision precision;
@@ -190,6 +191,8 @@ static const char help_sample[] =
     "                     images (default 16) of its reverse process as a PNG grid\n"
     "  --sample-steps K   with --png: K of the model's T reverse steps (improved DDPM's\n"
     "                     respacing; default 100, or T if less)\n"
+    "  --sampler S        with --png: ddpm (improved DDPM's, default) or ddim (DDIM,\n"
+    "                     eta = 0: no noise after x_T; docs/unet.md)\n"
     "  --prompt TEXT      text to continue (default none); a BPE model encodes it with its\n"
     "                     vocabulary's encoder.json and vocab.bpe\n"
     "  --bpe DIR          the vocabulary: GPT-2's encoder.json and vocab.bpe, or llm.c's\n"
@@ -250,7 +253,13 @@ static int parse(int argc, char **argv, sample_opts *o, const char *command)
         else if (cli_is(&a, "sample-steps") && !strcmp(command, "sample"))
             bad = !(v = cli_value(&a)) ||
                   cli_parse_int("sample-steps", v, 1, 0x7fffffffL, &o->sample_steps);
-        else if (cli_is(&a, "prompt"))
+        else if (cli_is(&a, "sampler") && !strcmp(command, "sample")) {
+            bad = !(o->unet_sampler = cli_value(&a));
+            if (!bad && strcmp(o->unet_sampler, "ddpm") && strcmp(o->unet_sampler, "ddim")) {
+                cli_error("--sampler %s: ddpm or ddim", o->unet_sampler);
+                bad = 1;
+            }
+        } else if (cli_is(&a, "prompt"))
             bad = !(o->prompt = cli_value(&a));
         else if (cli_is(&a, "data"))
             bad = !(o->data = cli_value(&a));
@@ -452,8 +461,9 @@ static int run(int argc, char **argv, const char *command)
     }
     if (code != CLI_OK)
         return code;
-    if (o.sample_steps && !o.png) {
-        cli_error("--sample-steps is for a U-Net's images (--png FILE)");
+    if ((o.sample_steps || o.unet_sampler) && !o.png) {
+        cli_error("%s is for a U-Net's images (--png FILE)",
+                  o.sample_steps ? "--sample-steps" : "--sampler");
         return CLI_USAGE;
     }
     ff_ctx *ctx;
@@ -470,11 +480,13 @@ static int run(int argc, char **argv, const char *command)
     const long pairs = (long)s.z * s.d;
     if (o.png) { /* a U-Net's images (docs/unet.md) */
         long k = o.samples_set ? o.samples : 16;
+        const int ddim = o.unet_sampler && !strcmp(o.unet_sampler, "ddim");
         int rc = ff_net_file_samples(grid, o.checkpoint, (k + pairs - 1) / pairs * pairs,
-                                     (int)o.sample_steps, (uint64_t)o.seed, o.png);
+                                     (int)o.sample_steps, ddim ? FF_UNET_DDIM : FF_UNET_DDPM,
+                                     (uint64_t)o.seed, o.png);
         if (rc == FF_OK)
-            cli_print("wrote %s: %ld DDPM samples of %s\n", o.png, (k + pairs - 1) / pairs * pairs,
-                      o.checkpoint);
+            cli_print("wrote %s: %ld %s samples of %s\n", o.png, (k + pairs - 1) / pairs * pairs,
+                      ddim ? "DDIM" : "DDPM", o.checkpoint);
         else
             cli_error("%s", ff_ctx_error(ctx));
         return cli_teardown(&o.run, ctx, grid, rc ? CLI_FAIL : CLI_OK);

@@ -194,12 +194,64 @@ static int forward_program(ff_unet *u)
     return rc;
 }
 
-int ff_unet_sample(ff_unet *u, uint64_t seed, int steps, float *out)
+int ff_unet_sample(ff_unet *u, uint64_t seed, int steps, ff_unet_sampler sampler, float *out)
 {
-    return ff_unet_sample_partial(u, seed, steps, 0, out);
+    return ff_unet_sample_partial(u, seed, steps, sampler, 0, out, NULL);
 }
 
-int ff_unet_sample_partial(ff_unet *u, uint64_t seed, int steps, int stop, float *out)
+/* One reverse step's coefficients from the kept steps' alpha_bar (improved
+ * DDPM, Nichol and Dhariwal 2021, its gaussian_diffusion.py on the respaced
+ * betas; Ho et al. 2020 eqs. 6-7 and 15 for the posterior q(x_{t-1} | x_t,
+ * x_0)): abar the kept step's, prev its predecessor's (1 at the first),
+ * beta = 1 - abar/prev the respaced beta. DDIM (Song et al. 2021, eq. 12
+ * with sigma = 0; improved DDPM's ddim_sample, whose eps is x0^'s):
+ * sqrt(prev) x0^ + sqrt(1 - prev) (rsa x_t - x0^)/rsb, the same form. */
+typedef struct {
+    double rsa, rsb; /* x0^ = rsa x_t - rsb eps: 1/sqrt(abar), sqrt(1/abar - 1) */
+    double c1, c2;   /* the posterior mean c1 clip(x0^) + c2 x_t */
+    double sigma;    /* sqrt of the posterior variance beta~ = beta (1 - prev)/(1 - abar) */
+} reverse_coefs;
+
+static reverse_coefs reverse_step_coefs(ff_unet_sampler sampler, double abar, double prev)
+{
+    reverse_coefs c = {1 / sqrt(abar), sqrt(1 / abar - 1), 0, 1, 0};
+    const double alpha = abar / prev, beta = 1 - alpha;
+    if (1 - abar > 0 && sampler == FF_UNET_DDIM) {
+        c.c1 = sqrt(prev) - sqrt(1 - prev) / c.rsb;
+        c.c2 = sqrt(1 - prev) * c.rsa / c.rsb;
+    } else if (1 - abar > 0) { /* (abar = 1: no noise up to this step, which is then x_t itself) */
+        c.c1 = beta * sqrt(prev) / (1 - abar);
+        c.c2 = (1 - prev) * sqrt(alpha) / (1 - abar);
+        c.sigma = sqrt(beta * (1 - prev) / (1 - abar));
+    }
+    return c;
+}
+
+/* (images, S, S, img_channels) with every channel, from this rank's layout-X
+ * block (images, S, S, pad/Gx) of x: an all-gather over X when X splits */
+static int gather_images(ff_unet *u, const float *x, float *out)
+{
+    const ff_unet_config *cfg = &u->cfg;
+    const int64_t n = u->images, hw = cfg->image_size * cfg->image_size, ci = cfg->img_channels;
+    const int64_t pl = cfg->img_channels_pad / u->g.x;
+    const float *all = x;
+    if (u->g.x > 1) {
+        int rc = ff_allgather(ff_grid_group(u->grid, FF_GROUP_X), x, u->full, (size_t)(n * hw * pl),
+                              NULL);
+        if (rc)
+            return rc;
+        all = u->full;
+    }
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t q = 0; q < hw; q++)
+            for (int64_t c = 0; c < ci; c++)
+                out[(b * hw + q) * ci + c] =
+                    all[(c / pl) * n * hw * pl + (b * hw + q) * pl + c % pl];
+    return FF_OK;
+}
+
+int ff_unet_sample_partial(ff_unet *u, uint64_t seed, int steps, ff_unet_sampler sampler, int stop,
+                           float *out, float *eps)
 {
     const ff_unet_config *cfg = &u->cfg;
     const int T = cfg->timesteps;
@@ -226,9 +278,12 @@ int ff_unet_sample_partial(ff_unet *u, uint64_t seed, int steps, int stop, float
     }
     if (!rc)
         rc = forward_program(u);
-    /* step i of the respaced process: DDPM's update (Ho et al., Algorithm 2)
-     * with the kept step's beta (respace's, 1 - alpha: alpha computed as
-     * DDPM's own at K = T), at the model's own timestep t = ts[i] */
+    /* step i of the respaced process at the model's own timestep t = ts[i]
+     * (improved DDPM's p_sample with clip_denoised and the fixed small
+     * variance): x0^ from the predicted noise, clipped to the data's
+     * [-1, 1], the posterior mean from it and x_t, and the posterior's
+     * variance beta~; or DDIM's step, without noise (docs/unet.md,
+     * "Sampling"). All in double, rounded once. */
     for (int i = steps - 1; i >= stop && !rc; i--) {
         const int t = ts[i];
         for (int64_t b = 0; b < n; b++)
@@ -236,17 +291,19 @@ int ff_unet_sample_partial(ff_unet *u, uint64_t seed, int steps, int stop, float
         rc = ff_unet_forward_(u);
         if (!rc)
             rc = ff_linear_seq_end(u->seq);
-        const double ab = u->abar[t], alpha = ab / (i ? u->abar[ts[i - 1]] : 1.0), beta = 1 - alpha;
-        const double k = beta / sqrt(1 - ab), r = 1 / sqrt(alpha), sigma = i ? sqrt(beta) : 0;
+        const reverse_coefs k =
+            reverse_step_coefs(sampler, u->abar[t], i ? u->abar[ts[i - 1]] : 1.0);
         for (int64_t b = 0; b < n && !rc; b++) {
             float *z = u->noise + b * hw * ci;
-            if (i)
+            if (k.sigma > 0)
                 ff_ddpm_sample_noise(cfg, seed, u->first + b, t, z);
             for (int64_t q = 0; q < hw; q++)
                 for (int64_t j = 0; j < pl && c0 + j < ci; j++) {
                     int64_t e = (b * hw + q) * pl + j;
-                    double zv = i ? z[q * ci + c0 + j] : 0.0;
-                    x[e] = (float)((x[e] - k * u->pred[e]) * r + sigma * zv);
+                    double x0 = k.rsa * x[e] - k.rsb * u->pred[e];
+                    x0 = x0 < -1 ? -1 : x0 > 1 ? 1 : x0;
+                    double zv = k.sigma > 0 ? z[q * ci + c0 + j] : 0.0;
+                    x[e] = (float)(k.c1 * x0 + k.c2 * x[e] + k.sigma * zv);
                 }
         }
     }
@@ -255,16 +312,9 @@ int ff_unet_sample_partial(ff_unet *u, uint64_t seed, int steps, int stop, float
     if (!rc)
         rc = rc2;
     // every channel on every rank: gather the X blocks
-    const float *all = x;
-    if (!rc && u->g.x > 1) {
-        rc = ff_allgather(ff_grid_group(u->grid, FF_GROUP_X), x, u->full, (size_t)(n * hw * pl),
-                          NULL);
-        all = u->full;
-    }
-    for (int64_t b = 0; b < n && !rc; b++)
-        for (int64_t q = 0; q < hw; q++)
-            for (int64_t c = 0; c < ci; c++)
-                out[(b * hw + q) * ci + c] =
-                    all[(c / pl) * n * hw * pl + (b * hw + q) * pl + c % pl];
+    if (!rc)
+        rc = gather_images(u, x, out);
+    if (!rc && eps && stop < steps)
+        rc = gather_images(u, u->pred, eps);
     return rc;
 }

@@ -65,6 +65,8 @@ typedef struct {
     uint64_t seed;
     int64_t *order, epoch; /* the training images of epoch `epoch` in their order */
     int sample_steps;      /* the reverse steps of samples */
+    /* their update (the trainer's: DDPM) */
+    ff_unet_sampler sampler;
     char train_path[4200];
 } unet_net;
 
@@ -407,7 +409,7 @@ static int unet_samples(void *impl, const char *path, uint64_t seed)
                                    ? FF_OK
                                    : ff_set_error(ctx, FF_ENOMEM, "out of memory for samples"));
     if (rc == FF_OK)
-        rc = ff_unet_sample(m->u, seed, m->sample_steps, mine);
+        rc = ff_unet_sample(m->u, seed, m->sample_steps, m->sampler, mine);
     if (rc == FF_OK && MPI_Gather(mine, (int)(cnt * per), MPI_FLOAT, all, (int)(cnt * per),
                                   MPI_FLOAT, 0, ff_ctx_comm(ctx)) != MPI_SUCCESS)
         rc = ff_ctx_agree(ctx, ff_set_error(ctx, FF_EMPI, "MPI_Gather failed"));
@@ -651,14 +653,16 @@ static int open_file(ff_grid *grid, const char *path, int64_t n, const char *wha
     return rc;
 }
 
-int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, int steps, uint64_t seed,
-                        const char *png)
+int ff_net_file_samples(ff_grid *grid, const char *path, int64_t n, int steps,
+                        ff_unet_sampler sampler, uint64_t seed, const char *png)
 {
     unet_net *m = NULL;
     ff_train_state st;
     int rc = open_file(grid, path, n, "samples to a PNG are the U-Net's", &m, &st);
-    if (rc == FF_OK)
+    if (rc == FF_OK) {
+        m->sampler = sampler;
         rc = sample_steps(m->ctx, &m->cfg, steps, &m->sample_steps);
+    }
     if (rc == FF_OK)
         rc = unet_samples(m, png, seed);
     unet_destroy(m);
