@@ -43,8 +43,9 @@
  * of /proc/self/status, reset through /proc/self/clear_refs before each
  * phase) at the start, around each step's forward and backward and around
  * its optimizer step (gradient norm, clipping, AdamW, the bf16 copy: what
- * the dissertation's §7.2 tiles), against ff_gpt_memory (docs/design.md
- * §13, "The optimizer step's memory"). --zero: ZeRO over D (docs/design.md
+ * the dissertation's §7.2 tiles), against ff_gpt_memory_total (docs/design.md
+ * §13, "The optimizer step's memory"; the layers' pool and the GEMMs'
+ * scratch as allocated after the steps). --zero: ZeRO over D (docs/design.md
  * "ZeRO over D"). */
 #include "fourfold/gpt.h"
 
@@ -466,24 +467,21 @@ int main(int argc, char **argv)
     if (o.rss && rank == 0) {
         const double mib = 1.0 / 1048576.0;
         const double state = (double)(mem.params + mem.grads + mem.adam + mem.mask) * mib;
-        const double other = (double)(mem.activations + mem.scratch + mem.linear_peak) * mib;
-        const double tr =
-            (double)ff_gemm_scratch_bytes(ff_linear_seq_gemm(ff_gpt_linear_seq(g))) * mib;
+        const double all = (double)ff_gpt_memory_total(&mem) * mib, held = rss[0] - rss_start;
         printf("  rss MiB (rank 0, largest over the measured steps): at the start %.1f, before a "
                "step %.1f, forward and backward peak %.1f, before the optimizer step %.1f, its "
                "peak %.1f (+%.1f), after %.1f; optimizer step %.1f ms (median)\n",
                rss_start, rss[0], rss[1], rss[2], rss[3], rss[3] - rss[2], rss[4],
                ff_median(opt_ms, o.reps));
         printf("  ff_gpt_memory MiB: params %.1f grads %.1f adam %.1f mask/offsets %.1f = model "
-               "state %.1f; activations %.1f scratch %.1f layers' peak %.1f; all %.1f against "
-               "the resident set before a step less the start's, %.1f (%+.1f %%); the library's "
-               "float buffers %.1f, the GEMMs' transposes and bf16 operands %.1f (%+.1f %% with "
-               "them)\n",
+               "state %.1f; activations %.1f scratch %.1f layers' pool %.1f (peak in use %.1f) "
+               "GEMMs' transposes and bf16 operands %.1f; all %.1f against the resident set "
+               "before a step less the start's, %.1f (%+.1f %%); the library's float buffers "
+               "%.1f\n",
                mem.params * mib, mem.grads * mib, mem.adam * mib, mem.mask * mib, state,
-               mem.activations * mib, mem.scratch * mib, mem.linear_peak * mib, state + other,
-               rss[0] - rss_start, 100 * ((rss[0] - rss_start) / (state + other) - 1),
-               (double)ff_fbuf_live_bytes() * mib, tr,
-               100 * ((rss[0] - rss_start) / (state + other + tr) - 1));
+               mem.activations * mib, mem.scratch * mib, mem.linear_held * mib,
+               mem.linear_peak * mib, mem.gemm_scratch * mib, all, held, 100 * (held / all - 1),
+               (double)ff_fbuf_live_bytes() * mib);
     }
     free(tok), free(tgt);
     if (o.gemm_report && rank == 0) /* what rank 0's GEMM tuner chose, and its timings */

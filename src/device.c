@@ -159,6 +159,20 @@ size_t ff_fbuf_live_bytes(void)
     return b;
 }
 
+size_t ff_fbuf_bytes(const void *p)
+{
+    size_t b = 0;
+    pthread_mutex_lock(&table_lock);
+    if (p && table_cap) {
+        size_t i = slot_of(p, table_cap);
+        while (table[i].p && table[i].p != p)
+            i = (i + 1) & (table_cap - 1);
+        b = table[i].p == p ? table[i].bytes : 0;
+    }
+    pthread_mutex_unlock(&table_lock);
+    return b;
+}
+
 /* n floats, zero, on a mapping aligned to a huge page; NULL if mmap fails */
 static float *map_huge(size_t n)
 {

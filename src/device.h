@@ -104,5 +104,8 @@ void ff_fbuf_free(void *p);
  * allocator itself adds (a mapping's rounding to 4 KiB pages, calloc's
  * headers, one float for n = 0) is not counted. */
 size_t ff_fbuf_live_bytes(void);
+/* The bytes asked for (4 per float) when the live buffer p was made, as
+ * ff_fbuf_live_bytes counts them; 0 for NULL or a pointer not handed out. */
+size_t ff_fbuf_bytes(const void *p);
 
 #endif

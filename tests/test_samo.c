@@ -35,6 +35,10 @@
  *     are malloc'd and not in that count, and nothing else differs before
  *     the first step (the layers' pools, which SAMO with Gz = 1 uses more,
  *     fill in the steps);
+ *   - what the steps allocate and keep (ff_fbuf_live_bytes after them less
+ *     before) is exactly the two models' layers' pools as ff_gpt_memory
+ *     counts them (linear_held: the buffers in use and kept for reuse, as
+ *     allocated), at least their peaks in use (linear_peak);
  * and, on one grid, pruned weights zero again after ff_gpt_init and a
  * scatter of dense values under SAMO, and the refusals: ff_gpt_samo without
  * a mask, a mask that prunes a bias, and a mask changed under SAMO, each on
@@ -305,6 +309,9 @@ static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
     h.steps = STEPS;
     const ff_gpt_buffer which[4] = {FF_GPT_PARAMS, FF_GPT_GRADS, FF_GPT_ADAM_M, FF_GPT_ADAM_V};
     const char *names[4] = {"parameters", "gradients", "AdamW m", "AdamW v"};
+    /* what the steps allocate and keep is the layers' pool (everything
+     * else was made before): ff_gpt_memory's linear_held, as allocated */
+    const size_t live_steps = ff_fbuf_live_bytes();
     for (int s = 0; s < STEPS && rc == FF_OK; s++) {
         for (int u = 0; u < MICRO; u++)
             for (int q = 0; q < count; q++)
@@ -352,6 +359,17 @@ static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
     }
     if (rc)
         CHECK(0, "%s: %s", desc, ff_ctx_error(ctx));
+    else {
+        ff_gpt_memory m0, m1;
+        ff_gpt_memory_report(g[0], &m0);
+        ff_gpt_memory_report(g[1], &m1);
+        const size_t grown = ff_fbuf_live_bytes() - live_steps;
+        CHECK(grown == m0.linear_held + m1.linear_held && m0.linear_held >= m0.linear_peak &&
+                  m1.linear_held >= m1.linear_peak,
+              "%s rank %d: the steps kept %zu bytes; the layers' pools count %zu + %zu (peaks in "
+              "use %zu, %zu)",
+              desc, rank, grown, m0.linear_held, m1.linear_held, m0.linear_peak, m1.linear_peak);
+    }
     free(tok), free(tgt), free(buf[0]), free(buf[1]);
     ff_gpt_destroy(g[0]), ff_gpt_destroy(g[1]);
     ff_grid_destroy(grid);

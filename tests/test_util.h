@@ -3,6 +3,7 @@
 #ifndef FF_TEST_UTIL_H
 #define FF_TEST_UTIL_H
 
+#include <math.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "fourfold/fourfold.h"
+#include "fourfold/gpt.h"
 
 static int test_failures = 0;
 
@@ -41,6 +43,39 @@ static inline int test_all_grids(int n, ff_dims *out, int max)
                 k++;
             }
     return k;
+}
+
+/* bf16-mixed: the bound on the difference of two runs' mean cross-entropy
+ * (tests/test_gpt.c's header, "The loss", derives it): 2 max|dz| for the
+ * logits' difference, max|dz| <= tol zmax (zmax the largest |logit| of the
+ * reference's forward, tol the tensors' relative bound), plus each run's
+ * fp32 rounding of its cross-entropy and mean, 2 gamma_K (|loss| + 2 zmax
+ * + 1), K the longest of their sums. */
+static inline double test_ce_bound(double tol, double K, double zmax, double loss)
+{
+    const double u = ldexp(1.0, -24), gamma = K * u / (1 - K * u);
+    return 2 * tol * zmax + 2 * 2 * gamma * (fabs(loss) + 2 * zmax + 1);
+}
+
+/* The largest |logit| (of the V real columns) of n forwards (ff_gpt_eval)
+ * of micro-batches of `per` tokens at tok + u per, at g's parameters now;
+ * ff_gpt_eval changes no state a step reads. For the model of one rank. */
+static inline int test_logit_max(ff_gpt *g, const int32_t *tok, const int32_t *tgt, int n,
+                                 size_t per, int V, double *zmax)
+{
+    *zmax = 0;
+    for (int u = 0; u < n; u++) {
+        float loss;
+        int64_t rows = 0, cols = 0;
+        int rc = ff_gpt_eval(g, tok + (size_t)u * per, tgt + (size_t)u * per, &loss);
+        const float *z = rc ? NULL : ff_gpt_logits(g, &rows, &cols);
+        if (rc)
+            return rc;
+        for (int64_t i = 0; z && i < rows; i++)
+            for (int64_t j = 0; j < cols && j < V; j++)
+                *zmax = fmax(*zmax, fabs((double)z[i * cols + j]));
+    }
+    return FF_OK;
 }
 
 /* Sums the failures over all ranks; rank 0 prints the verdict. Returns the

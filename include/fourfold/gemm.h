@@ -72,7 +72,7 @@ const char *ff_gemm_mode_name(int mode);
 void ff_gemm_report(const ff_gemm *g, FILE *out);
 /* Bytes of the scratch the explicit-transpose modes hold (they grow to the
  * largest operand they transposed and are kept) and of the bf16 products'
- * operands (ff_gemm_set_bf16's): not in ff_gpt_memory. */
+ * operands (ff_gemm_set_bf16's): ff_gpt_memory's gemm_scratch. */
 size_t ff_gemm_scratch_bytes(const ff_gemm *g);
 /* Flops and seconds spent in ff_gemm_run since creation (or reset). */
 void ff_gemm_totals(const ff_gemm *g, double *flops, double *seconds);

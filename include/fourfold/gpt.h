@@ -361,8 +361,19 @@ typedef struct {
     size_t mask;
     size_t activations; /* bytes kept for the backward of one micro-batch */
     size_t scratch;     /* backward and cross-entropy work space */
-    size_t linear_peak; /* gathered weights and gradient blocks, at most */
+    size_t linear_peak; /* gathered weights and gradient blocks, at most in use */
+    /* Allocated now (0 before the first pass; they grow to what the passes
+     * asked for and are kept): the layers' pool of gathered weights,
+     * gradient blocks and bf16-rounded operands, in use and kept for reuse
+     * (ff_linear_seq_held, >= linear_peak), and the GEMMs' transposes and
+     * 2-byte operands (ff_gemm_scratch_bytes). With the fields above, what
+     * the model holds: ff_gpt_memory_total. */
+    size_t linear_held, gemm_scratch;
 } ff_gpt_memory;
+/* Every byte ff_gpt_memory counts as held: the model state, the
+ * activations, the scratch, the layers' pool and the GEMMs' scratch (not
+ * linear_peak, which linear_held covers). */
+size_t ff_gpt_memory_total(const ff_gpt_memory *m);
 void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m);
 /* bf16-mixed: the products the model runs (EMULATED or ONEDNN; AUTO in
  * fp32) and the rates (FLOP/s, this rank's) that chose them: 0 where not

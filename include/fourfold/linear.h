@@ -268,6 +268,10 @@ long ff_linear_seq_rs_cmm_uses(const ff_linear_seq *s);
 /* Bytes of gathered weights, gradient blocks and reduce-scatter outputs held
  * by the sequence now, and at most since creation. */
 void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak);
+/* Bytes of those buffers as allocated now: the ones in use and the ones
+ * kept for reuse (a freed buffer stays in the sequence's pool, and serves
+ * any request up to its size: this is what the process holds for them). */
+size_t ff_linear_seq_held(const ff_linear_seq *s);
 /* The gathers the program makes per run and how many uses the cache saved. */
 void ff_linear_seq_gather_stats(const ff_linear_seq *s, int *gathers, int *reused);
 ff_gemm *ff_linear_seq_gemm(ff_linear_seq *s);

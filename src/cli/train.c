@@ -732,8 +732,10 @@ static void print_settings(const train_opts *o, ff_trainer *t, ff_grid *grid, in
             "%s (its checkpointing, overlaps, AG cache, wire, decomposition and "
             "reduce-scatter cmm replace the rows above)",
             o->plan);
-    ROW("memory per rank", "params %.1f grads %.1f adam %.1f act %.1f MiB", mem.params * mib,
-        mem.grads * mib, mem.adam * mib, mem.activations * mib);
+    /* (the layers' pool and the GEMMs' scratch: a note after the first step) */
+    ROW("memory per rank", "params %.1f grads %.1f adam %.1f act %.1f scratch %.1f MiB",
+        mem.params * mib, mem.grads * mib, mem.adam * mib, mem.activations * mib,
+        mem.scratch * mib);
     if (mem.mask && !ff_gpt_is_samo(g))
         ROW("mask", "%.1f MiB (masked training: the mask and the packed all-reduces)",
             mem.mask * mib);

@@ -170,6 +170,14 @@ void ff_gpt_memory_report(const ff_gpt *g, ff_gpt_memory *m)
     m->activations = g->act_bytes;
     m->scratch = g->scratch_bytes;
     ff_linear_seq_memory(g->seq, NULL, &m->linear_peak);
+    m->linear_held = ff_linear_seq_held(g->seq);
+    m->gemm_scratch = ff_gemm_scratch_bytes(ff_linear_seq_gemm(g->seq));
+}
+
+size_t ff_gpt_memory_total(const ff_gpt_memory *m)
+{
+    return m->params + m->grads + m->adam + m->mask + m->activations + m->scratch + m->linear_held +
+           m->gemm_scratch;
 }
 
 static float *flat_of(ff_gpt *g, ff_gpt_buffer which)

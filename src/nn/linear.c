@@ -95,6 +95,7 @@ struct ff_linear_seq {
     } pool[POOL_SLOTS];
     int n_pool;
     size_t mem_cur, mem_peak;
+    size_t mem_held; /* the pool's buffers as allocated: in use and kept */
     int gathers, reused;
     long cmm_uses;                 /* forwards run as collective matmuls, since creation */
     long rs_cmm_uses;              /* weight gradients run as reduce-scatter collective matmuls */
@@ -137,6 +138,7 @@ static float *buf_take(ff_linear_seq *s, size_t elems)
             ff_set_error(s->ctx, FF_ENOMEM, "out of memory for a %zu-float layer buffer", elems);
             return NULL;
         }
+        s->mem_held += elems * sizeof(float);
     }
     s->mem_cur += elems * sizeof(float);
     if (s->mem_cur > s->mem_peak)
@@ -157,6 +159,8 @@ static void buf_give(ff_linear_seq *s, float *p, size_t elems)
         s->pool[s->n_pool].elems = elems;
         s->n_pool++;
     } else {
+        /* (its size as made: a kept buffer may serve a smaller request) */
+        s->mem_held -= ff_fbuf_bytes(p);
         ff_fbuf_free(p);
     }
 }
@@ -560,6 +564,8 @@ static int weight_ready(const ff_linear *l)
     const ff_linear_seq *s = l->seq;
     return s->weight_fn ? s->weight_fn(s->weight_arg, l->w, l->w_bf16, l->shard) : FF_OK;
 }
+
+size_t ff_linear_seq_held(const ff_linear_seq *s) { return s->mem_held; }
 
 void ff_linear_seq_memory(const ff_linear_seq *s, size_t *current, size_t *peak)
 {

@@ -865,6 +865,18 @@ int ff_trainer_step(ff_trainer *t, ff_train_step_info *out)
         ((rc = prune_round(t, (int)(done / c->prune_every))) || (rc = maybe_samo(t))))
         return rc;
     emit(t, (ff_train_event){.kind = FF_TRAIN_STEP, .step = &in});
+    if (t->g && done == t->start_step + 1) { /* the layers' pool and GEMM scratch exist now */
+        ff_gpt_memory m;
+        ff_gpt_memory_report(t->g, &m);
+        const double mib = 1.0 / (1 << 20);
+        note(t,
+             "memory of this rank after the run's first step: %.1f MiB (model state %.1f, "
+             "activations %.1f, scratch %.1f, the layers' pool %.1f, the GEMMs' scratch %.1f; "
+             "as allocated)",
+             (double)ff_gpt_memory_total(&m) * mib,
+             (double)(m.params + m.grads + m.adam + m.mask) * mib, (double)m.activations * mib,
+             (double)m.scratch * mib, (double)m.linear_held * mib, (double)m.gemm_scratch * mib);
+    }
     return FF_OK;
 }
 
