@@ -92,6 +92,10 @@ void ff_gemm_totals_reset(ff_gemm *g);
 typedef struct ff_bf16_gemm ff_bf16_gemm;
 /* 1 if this build has oneDNN (FF_ONEDNN). */
 int ff_bf16_gemm_available(void);
+/* 1 if this build has oneDNN and oneDNN finds native bf16 instructions on
+ * this CPU (AVX512_BF16, or AMX: dnnl_get_effective_cpu_isa), where its bf16
+ * matmul runs them; a property of the machine, not a timing. */
+int ff_bf16_gemm_native(void);
 int ff_bf16_gemm_create(ff_ctx *ctx, ff_bf16_gemm **out);
 void ff_bf16_gemm_destroy(ff_bf16_gemm *h);
 int ff_bf16_gemm_run(ff_bf16_gemm *h, const char *name, int trans_a, int trans_b, int64_t m,

@@ -28,6 +28,12 @@ struct ff_bf16_gemm {
 
 int ff_bf16_gemm_available(void) { return 1; }
 
+int ff_bf16_gemm_native(void)
+{
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = dnnl_cpu_isa_avx512_core_bf16;
+    return (isa & bf16) == bf16; /* (AMX's value includes AVX512_BF16's bits) */
+}
+
 static int dnnl_fail(ff_ctx *ctx, const char *what, dnnl_status_t s)
 {
     int rc = s == dnnl_out_of_memory   ? FF_ENOMEM
@@ -293,6 +299,8 @@ struct ff_bf16_gemm {
 };
 
 int ff_bf16_gemm_available(void) { return 0; }
+
+int ff_bf16_gemm_native(void) { return 0; }
 
 int ff_bf16_gemm_create(ff_ctx *ctx, ff_bf16_gemm **out)
 {

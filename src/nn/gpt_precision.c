@@ -109,10 +109,16 @@ void ff_gpt_bf16_zero(ff_gpt *g, size_t off, size_t n)
     memset(g->wbf16 + off, 0, n * sizeof *g->wbf16);
 }
 
-/* The products' path (ff_bf16_products). AUTO times both on the model's
- * MLP product (this rank's rows, 4C/Gx columns, C/Gy inner; 0.05 s each on
- * the run's BLAS threads) and takes oneDNN only where every rank found it
- * faster, so that all ranks run the same kernels. */
+/* The products' path (ff_bf16_products). AUTO takes oneDNN only where
+ * every rank's CPU has native bf16 instructions (ff_bf16_gemm_native), so
+ * that all ranks run the same kernels. It is not chosen by a timing: the two
+ * paths sum in other orders, and where their rates are close (8 ranks on 2
+ * cores with AMX, the test models) the faster one changed from one model to
+ * the next, so two runs that must agree bit for bit (the variants of
+ * tests/test_gpt.c and test_decompose.c, a resume, --zero 1 against 0) ran
+ * different kernels. Both are still timed on the model's MLP product (this
+ * rank's rows, 4C/Gx columns, C/Gy inner; 0.05 s each on the run's BLAS
+ * threads) for the report (ff_gpt_bf16_products). */
 int ff_gpt_bf16_choose(ff_gpt *g, int rc)
 {
     if (g->opt.precision != FF_PRECISION_BF16_MIXED)
@@ -135,7 +141,7 @@ int ff_gpt_bf16_choose(ff_gpt *g, int rc)
         g->bf16_rate[0] = ff_bf16_gemm_rate(g->bf16mm, m, n, k, threads, 0.05);
         g->bf16_rate[1] = ff_sgemm_rate(m, n, k, threads, 0.05);
         ff_blas_set_threads(threads); /* (the rates leave the BLAS on one) */
-        onednn = g->bf16_rate[0] > g->bf16_rate[1];
+        onednn = ff_bf16_gemm_native();
         if (MPI_Allreduce(MPI_IN_PLACE, &onednn, 1, MPI_INT, MPI_MIN, ff_ctx_comm(g->ctx)) !=
             MPI_SUCCESS)
             return ff_set_error(g->ctx, FF_EMPI,
