@@ -30,7 +30,8 @@ int ff_bf16_gemm_available(void) { return 1; }
 
 int ff_bf16_gemm_native(void)
 {
-    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = dnnl_cpu_isa_avx512_core_bf16;
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(),
+                   bf16 = dnnl_cpu_isa_avx512_core_bf16;
     return (isa & bf16) == bf16; /* (AMX's value includes AVX512_BF16's bits) */
 }
 
