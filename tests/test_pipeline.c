@@ -2,7 +2,9 @@
  *
  * Rank 0 alone runs the 1x1x1x1 program without stages (MPI_COMM_SELF) for
  * each number of micro-batches M used below. Then, for every P in {2, 4, 8}
- * and every 4D grid of 8/P ranks, with M in {P, 2P, 3P+1}, four variants
+ * and every 4D grid of 8/P ranks, with M in {P, 2P, 3P+1} (with the
+ * argument `quick`, as the sanitizer build runs it: every other grid, M =
+ * 3P+1 only), four variants
  * (message-driven and 1F1B schedule, activation checkpointing off and on)
  * run STEPS AdamW steps of M micro-batches each, and three more: the
  * pipeline limit at P/2 (message-driven) and at 1 (1F1B), and an uneven
@@ -138,6 +140,7 @@ static float *gather_new(ff_gpt *g, ff_gpt_buffer which, int *rc)
  * message-driven with an uneven split of the blocks. */
 static int uneven[8];
 static int mixed; /* --bf16-mixed */
+static int quick; /* quick: M = 3P + 1 only, every other grid (the sanitizer build: less time) */
 static void opts_of(int variant, int P, ff_gpt_opts *o)
 {
     ff_gpt_opts_default(o);
@@ -598,6 +601,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "moe"))
             CFG = CFG_MOE;
         mixed |= !strcmp(argv[i], "--bf16-mixed");
+        quick |= !strcmp(argv[i], "quick");
     }
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -620,7 +624,7 @@ int main(int argc, char **argv)
         for (int P = 2; P <= size && rc == FF_OK; P *= 2) {
             const int Ms[3] = {P, 2 * P, 3 * P + 1};
             for (int i = 0; i < 3 && rc == FF_OK; i++) {
-                if (CFG.experts && i != 2) /* (the MoE run's M = 3P + 1 only) */
+                if ((CFG.experts || quick) && i != 2) /* (MoE, quick: M = 3P + 1 only) */
                     continue;
                 ff_gpt_opts o;
                 opts_of(0, 1, &o);
@@ -643,6 +647,8 @@ int main(int argc, char **argv)
         int n = test_all_grids(size / P, grids, 64);
         const int Ms[3] = {P, 2 * P, 3 * P + 1};
         for (int gi = 0; gi < n; gi++) {
+            if (quick && gi % 2) /* (quick: every other grid of each P) */
+                continue;
             ff_grid *grid;
             ff_dims s = grids[gi];
             if (ff_grid_create_staged(ctx, s, P, &grid)) {
@@ -652,7 +658,7 @@ int main(int argc, char **argv)
             char desc[160];
             ff_grid_describe(grid, desc, sizeof desc);
             for (int mi = 0; mi < 3; mi++) {
-                if (CFG.experts && mi != 2) /* (time: M = 3P + 1 suffices) */
+                if ((CFG.experts || quick) && mi != 2) /* (time: M = 3P + 1 suffices) */
                     continue;
                 const int M = Ms[mi];
                 const result *r0 = &ref[M];
