@@ -67,6 +67,20 @@ static int32_t token_at(int64_t s, int64_t t)
     return (int32_t)(ff_rng_uniform(13, 7, (uint64_t)(s * (T + 1) + t)) * CFG.V);
 }
 
+/* step s's MICRO micro-batches of this rank's count sequences from first,
+ * rows micro-batch rows apart: the tokens and their next tokens */
+static void fill_batch(int32_t *tok, int32_t *tgt, int s, int64_t first, int64_t count,
+                       int64_t rows)
+{
+    for (int u = 0; u < MICRO; u++)
+        for (int64_t q = 0; q < count; q++)
+            for (int t = 0; t < T; t++) {
+                int64_t seq = ((int64_t)s * MICRO + u) * B + first + q;
+                tok[u * rows + q * T + t] = token_at(seq, t);
+                tgt[u * rows + q * T + t] = token_at(seq, t + 1);
+            }
+}
+
 /* The global mask of sparsity p (the embedding too with `embedding`) of
  * the model initialised from 1234, on rank 0 alone; its Z-sharded kept
  * entries (wte and the weight matrices) into *kept_z, its entries into *n. */
@@ -313,13 +327,7 @@ static int run_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *cfg,
      * else was made before): ff_gpt_memory's linear_held, as allocated */
     const size_t live_steps = ff_fbuf_live_bytes();
     for (int s = 0; s < STEPS && rc == FF_OK; s++) {
-        for (int u = 0; u < MICRO; u++)
-            for (int q = 0; q < count; q++)
-                for (int t = 0; t < T; t++) {
-                    int64_t seq = ((int64_t)s * MICRO + u) * B + first + q;
-                    tok[u * m + q * T + t] = token_at(seq, t);
-                    tgt[u * m + q * T + t] = token_at(seq, t + 1);
-                }
+        fill_batch(tok, tgt, s, first, count, m);
         ff_gpt_step_info info[2];
         for (int v = 0; v < 2 && rc == FF_OK; v++) {
             ff_group_counters_reset(gd);
@@ -465,13 +473,7 @@ static int run_zero_case(ff_ctx *ctx, const grid_case *gc, const ff_gpt_config *
     const ff_gpt_buffer which[4] = {FF_GPT_PARAMS, FF_GPT_GRADS, FF_GPT_ADAM_M, FF_GPT_ADAM_V};
     const char *names[4] = {"parameters", "gradients", "AdamW m", "AdamW v"};
     for (int s = 0; s < STEPS && rc == FF_OK; s++) {
-        for (int u = 0; u < MICRO; u++)
-            for (int q = 0; q < count; q++)
-                for (int t = 0; t < T; t++) {
-                    int64_t seq = ((int64_t)s * MICRO + u) * B + first + q;
-                    tok[u * mrows + q * T + t] = token_at(seq, t);
-                    tgt[u * mrows + q * T + t] = token_at(seq, t + 1);
-                }
+        fill_batch(tok, tgt, s, first, count, mrows);
         ff_gpt_step_info info[2];
         /* over D: all-reduce (zero 0); reduce-scatter, all-gather, all-reduce */
         double bytes[4] = {0, 0, 0, 0};
